@@ -1,0 +1,46 @@
+# prenet — the two commands of the README: `make run` (the main job) and `make test` (the test suite).
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(abspath $(VENV))/bin
+STAMP := $(VENV)/.installed-stamp
+
+export PATH := $(BIN):$(PATH)
+export OMP_NUM_THREADS ?= 1
+export MKL_NUM_THREADS ?= 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DO_NOT_TRACK := 1
+export DVC_NO_ANALYTICS := 1
+
+.PHONY: install run test test-slow params lint clean-data help
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -r requirements.lock
+	$(BIN)/python -m pip install -q --no-deps -e .
+	@! $(BIN)/python -m pip list 2>/dev/null | grep -iE '^(nvidia|triton)' || (echo "error: CUDA packages were resolved; see README" && false)
+	@touch $@
+
+install: $(STAMP)  ## create/reuse .venv with the pinned dependencies (CPU torch 2.13.0, xgboost-cpu)
+
+params: $(STAMP)  ## regenerate params.yaml from conf/ (Hydra compose; never edit params.yaml by hand)
+	python -m pipeline.compose
+
+run: $(STAMP)  ## the main job: dvc repro on the embedded defaults
+	dvc repro
+	@echo
+	@echo "Results:"
+	@echo "  report   $(abspath data/report/index.html)"
+	@echo "  metrics  data/metrics/*.json   (dvc metrics show)"
+	@echo "  models   data/models/steptime/"
+
+test: $(STAMP)  ## the test suite (slow tests excluded; see test-slow)
+	python -m pytest -q
+
+test-slow: $(STAMP)  ## only the slow tests
+	python -m pytest -q -m slow
+
+clean-data:  ## remove every stage output (keeps vendored data/external and data/hardware)
+	rm -rf data/raw data/features data/validated data/split data/models data/metrics data/plots data/report

@@ -1,0 +1,46 @@
+"""Stage ``benchmark``: time the configured layers on the local device (resumable)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.config import hydra_entry
+from prenet.benchmark import make_plan, run_benchmark
+from prenet.data.io import write_json, write_table
+from prenet.data.schemas import RawTimings
+from prenet.hardware.local import detect_local
+
+
+def benchmark(cfg: DictConfig) -> dict:
+    """Benchmark every op of ``cfg.benchmark`` in every direction on ``cfg.hardware``; write the raw timings
+    (``paths.raw_timings``), the hardware record and ``metrics/benchmark.json``. Returns the metrics."""
+    b = cfg.benchmark
+    t0 = time.monotonic()
+    hw = detect_local(threads=int(cfg.threads), device=cfg.hardware.device)
+    plan = make_plan(OmegaConf.to_container(b.ops, resolve=True), directions=b.directions, optimizers=b.optimizers, seed=int(cfg.seed))
+    df = run_benchmark(
+        plan, hardware=hw, shard_dir=cfg.paths.shards, device=cfg.hardware.device, threads=int(cfg.threads),
+        dtype=b.dtype, warmup=int(b.warmup), repeats=int(b.repeats), min_block_ms=float(b.min_block_ms),
+        max_seconds=b.max_seconds, progress=bool(cfg.progress),
+    )
+    write_table(df, cfg.paths.raw_timings, RawTimings)
+    write_json(hw.to_dict(), cfg.paths.hardware_record)
+    metrics = {
+        "hardware_id": hw.hardware_id,
+        "threads": int(cfg.threads),
+        "planned": len(plan),
+        "measured": df.height,
+        "complete": df.height == len(plan),
+        "noise_floor_median_spread_pct": float(100 * df.get_column("spread_rel").median()) if df.height else None,
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
+    write_json(metrics, Path(cfg.paths.metrics) / "benchmark.json")
+    print(f"benchmark: {df.height}/{len(plan)} measurements on {hw.hardware_id} -> {cfg.paths.raw_timings}")
+    return metrics
+
+
+if __name__ == "__main__":
+    hydra_entry(benchmark)()

@@ -1,0 +1,128 @@
+"""The ``prenet`` command line. Every subcommand has ``--help``; errors print one line and exit non-zero."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from prenet.errors import PrenetError
+
+
+def _cmd_hardware(args: argparse.Namespace) -> None:
+    from prenet.hardware import catalog, resolve
+
+    if args.action == "list":
+        print(f"{'name':28} {'TFLOP/s fp32':>12} {'GB/s':>8} {'mem GB':>7}  source")
+        for name, s in sorted(catalog().items()):
+            mem = f"{s.mem_gb:g}" if s.mem_gb else "-"
+            print(f"{name:28} {s.peak_fp32_tflops:12.1f} {s.mem_bw_gbps:8.0f} {mem:>7}  {s.source}")
+        print("also: 'local' (this machine, detected) or a path to a YAML spec file")
+        return
+    if not args.name:
+        raise PrenetError("`prenet hardware show` needs a NAME (a catalog name, 'local' or a spec.yaml path)")
+    spec = resolve(args.name, threads=args.threads)
+    print(json.dumps(spec.to_dict(), indent=2))
+
+
+def _cmd_retrain(args: argparse.Namespace) -> None:
+    from pipeline.flows import retrain
+
+    result = retrain(repo_dir=str(Path(args.repo).resolve()), overrides=args.overrides or None)
+    print(f"retrain finished; dvc status: {result['dvc_status']}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_local_server(timeout_s: float = 90.0) -> tuple[subprocess.Popen, str]:
+    """Start ``prefect server start`` on a free local port; return the process and its API URL once healthy."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"}
+    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise PrenetError(f"`prefect server start` exited with {proc.returncode}; run it by hand to see why")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.terminate()
+    raise PrenetError(f"the local Prefect server did not answer on {url} within {timeout_s:.0f} s")
+
+
+def _cmd_schedule(args: argparse.Namespace) -> None:
+    from contextlib import nullcontext
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    server = None
+    ctx = nullcontext()
+    if not PREFECT_API_URL.value():
+        server, url = start_local_server()
+        ctx = temporary_settings(updates={PREFECT_API_URL: url})
+        print(f"no Prefect server configured: started a local one at {url} (it stops with this process)")
+    from pipeline.flows import retrain
+
+    try:
+        with ctx:
+            print(f"serving flow 'prenet-retrain' as deployment {args.name!r} on cron {args.cron!r} (Ctrl-C stops)")
+            retrain.serve(name=args.name, cron=args.cron,
+                          parameters={"repo_dir": str(Path(args.repo).resolve()), "overrides": args.overrides or None})
+    finally:
+        if server is not None:
+            server.terminate()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="prenet", description="Predict a training job's time, steps and success before paying for it.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    hw = sub.add_parser("hardware", help="list the hardware catalog or show one device's spec")
+    hw.add_argument("action", choices=["list", "show"])
+    hw.add_argument("name", nargs="?", help="catalog name (case-insensitive), 'local' or a spec.yaml path")
+    hw.add_argument("--threads", type=int, default=1, help="threads, for 'local' (default 1)")
+    hw.set_defaults(func=_cmd_hardware)
+
+    rt = sub.add_parser("retrain", help="run the Prefect retrain flow once (every stage through dvc repro)")
+    rt.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. predictor=mlp experiment=tiny")
+    rt.add_argument("--repo", default=".", help="project folder (default: .)")
+    rt.set_defaults(func=_cmd_retrain)
+
+    sc = sub.add_parser("schedule", help="serve the retrain flow on a cron schedule")
+    sc.add_argument("--cron", required=True, help='cron expression, e.g. "0 3 * * 0" (Sundays 03:00)')
+    sc.add_argument("--name", default="prenet-retrain-scheduled", help="deployment name")
+    sc.add_argument("--repo", default=".", help="project folder (default: .)")
+    sc.add_argument("overrides", nargs="*", help="Hydra overrides applied on every scheduled run")
+    sc.set_defaults(func=_cmd_schedule)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except PrenetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Loading the stage configuration: ``params.yaml`` (what DVC tracks) or a Hydra composition of ``conf/``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from omegaconf import DictConfig, OmegaConf
+
+from prenet.errors import PrenetError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = REPO_ROOT / "conf"
+
+
+def compose(overrides: list[str] | None = None) -> DictConfig:
+    """Compose ``conf/config.yaml`` with Hydra overrides (the same composition ``dvc exp run -S`` performs)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return hydra_compose(config_name="config", overrides=list(overrides or []))
+
+
+def load_params(path: str | Path = "params.yaml") -> DictConfig:
+    """The configuration DVC reproduces from."""
+    p = Path(path)
+    if not p.exists():
+        raise PrenetError(f"{p} does not exist; generate it with `make params` (composes conf/) or `dvc exp run`")
+    return OmegaConf.load(p)  # type: ignore[return-value]
+
+
+def write_params(cfg: DictConfig, path: str | Path = "params.yaml") -> Path:
+    """Write a composed configuration as ``params.yaml`` (generated: never edit by hand)."""
+    p = Path(path)
+    header = "# GENERATED from conf/ by `make params` (Hydra compose); do not edit. Change conf/ or use `dvc exp run -S`.\n"
+    p.write_text(header + OmegaConf.to_yaml(cfg, resolve=True))
+    return p
+
+
+def run_guarded(fn: Callable[[], Any]) -> Any:
+    """Run a stage; print a prenet error's message (no traceback) and exit 1 on failure."""
+    try:
+        return fn()
+    except (PrenetError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def hydra_entry(stage: Callable[[DictConfig], Any]) -> Callable[[], None]:
+    """A Hydra CLI ``main`` for ``stage`` (``python -m pipeline.<stage> group=option key=value``)."""
+    import hydra
+
+    @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
+    def _main(cfg: DictConfig) -> None:
+        run_guarded(lambda: stage(cfg))
+
+    _main.__doc__ = stage.__doc__
+    return _main

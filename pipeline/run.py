@@ -1,0 +1,22 @@
+"""DVC's entry point: ``python -m pipeline.run <stage> [--params params.yaml]`` runs one stage on params.yaml."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from pipeline import STAGES
+from pipeline.config import load_params, run_guarded
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m pipeline.run", description=__doc__)
+    ap.add_argument("stage", choices=STAGES)
+    ap.add_argument("--params", default="params.yaml", help="configuration file (default: params.yaml)")
+    args = ap.parse_args(argv)
+    fn = getattr(importlib.import_module(f"pipeline.{args.stage}"), args.stage)
+    run_guarded(lambda: fn(load_params(args.params)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Stage ``split``: the frozen 20% holdout, by hash of each sample's identity key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+from omegaconf import DictConfig
+
+from pipeline.config import hydra_entry
+from prenet.data.io import read_table, write_json, write_table
+from prenet.data.schemas import LayerFeatures, SplitLayerFeatures
+from prenet.data.split import SplitRule, assign_frame
+
+
+def split_rule(cfg: DictConfig) -> SplitRule:
+    s = cfg.split
+    return SplitRule(key_column=s.key_column, salt=s.salt, holdout_fraction=float(s.holdout_fraction), val_fraction=float(s.val_fraction))
+
+
+def split(cfg: DictConfig) -> dict:
+    """Assign train / val / holdout; write the development table (train + val) and the holdout table
+    separately, and ``metrics/split.json``."""
+    df = assign_frame(read_table(cfg.paths.validated, LayerFeatures), split_rule(cfg))
+    dev = df.filter(pl.col("split") != "holdout")
+    hold = df.filter(pl.col("split") == "holdout")
+    write_table(dev, cfg.paths.dev, SplitLayerFeatures)
+    write_table(hold, cfg.paths.holdout, SplitLayerFeatures)
+    counts = {s: int((df.get_column("split") == s).sum()) for s in ("train", "val", "holdout")}
+    metrics = {**counts, "holdout_share": counts["holdout"] / max(df.height, 1),
+               "holdout_share_of_keys": hold.get_column(split_rule(cfg).key_column).n_unique() / max(df.get_column(split_rule(cfg).key_column).n_unique(), 1)}
+    write_json(metrics, Path(cfg.paths.metrics) / "split.json")
+    print(f"split: {counts} -> {cfg.paths.dev}, {cfg.paths.holdout}")
+    return metrics
+
+
+if __name__ == "__main__":
+    hydra_entry(split)()

@@ -1,0 +1,52 @@
+"""What one timed iteration of a layer does in each direction (see :mod:`prenet.layers.base`)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+
+def make_optimizer(name: str, params) -> torch.optim.Optimizer | None:
+    """``sgd``: plain SGD (no momentum); ``adam``: Adam with default betas. Tiny learning rates keep the
+    weights from drifting over thousands of timed iterations."""
+    if name == "none":
+        return None
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-6)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-6)
+    raise ValueError(f"unknown optimizer {name!r}; use none, sgd or adam")
+
+
+def make_step(module: nn.Module, x: torch.Tensor, direction: str, optimizer: str) -> Callable[[], None]:
+    """A zero-argument callable running one iteration of ``direction`` on ``module`` with input ``x``."""
+    if direction == "forward":
+        module.eval()
+
+        def forward() -> None:
+            with torch.no_grad():
+                module(x)
+
+        return forward
+    if direction not in ("forward_backward", "train_step"):
+        raise ValueError(f"unknown direction {direction!r}; use forward, forward_backward or train_step")
+    module.train()
+    if x.is_floating_point():
+        x = x.detach().requires_grad_(True)
+    with torch.no_grad():
+        grad_out = torch.randn_like(module(x))
+    opt = make_optimizer(optimizer, module.parameters()) if direction == "train_step" else None
+    if direction == "train_step" and opt is None:
+        raise ValueError("direction train_step needs an optimizer (sgd or adam)")
+
+    def step() -> None:
+        module.zero_grad(set_to_none=True)
+        if x.requires_grad:
+            x.grad = None
+        module(x).backward(grad_out)
+        if opt is not None:
+            opt.step()
+
+    return step

@@ -1,0 +1,68 @@
+"""Wall-clock timing of a callable: warm-up, a calibrated inner loop, repeats, median and spread."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-iteration times in ms over ``repeats`` blocks of ``number`` iterations each.
+
+    ``spread_rel`` = interquartile range / median across the repeats: the run-to-run noise of this
+    measurement, the floor under which no predictor's error is meaningful.
+    """
+
+    median_ms: float
+    min_ms: float
+    iqr_ms: float
+    spread_rel: float
+    repeats: int
+    number: int
+
+
+def time_callable(
+    fn: Callable[[], object],
+    *,
+    warmup: int = 2,
+    repeats: int = 5,
+    min_block_ms: float = 5.0,
+    max_number: int = 1000,
+    sync: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Timing:
+    """Time ``fn``: ``warmup`` calls, then choose ``number`` so one block lasts ≥ ``min_block_ms``,
+    then ``repeats`` blocks. ``sync`` (e.g. ``torch.cuda.synchronize``) runs before each clock read."""
+    sync = sync or (lambda: None)
+    for _ in range(max(warmup, 1)):
+        fn()
+    sync()
+    t0 = clock()
+    fn()
+    sync()
+    once_ms = max((clock() - t0) * 1e3, 1e-6)
+    number = int(min(max_number, max(1, math.ceil(min_block_ms / once_ms))))
+    per_iter = []
+    for _ in range(repeats):
+        sync()
+        t0 = clock()
+        for _ in range(number):
+            fn()
+        sync()
+        per_iter.append((clock() - t0) * 1e3 / number)
+    arr = np.asarray(per_iter)
+    med = float(np.median(arr))
+    iqr = float(np.subtract(*np.percentile(arr, [75, 25])))
+    return Timing(
+        median_ms=med,
+        min_ms=float(arr.min()),
+        iqr_ms=iqr,
+        spread_rel=iqr / med if med > 0 else 0.0,
+        repeats=repeats,
+        number=number,
+    )

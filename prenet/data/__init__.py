@@ -1,0 +1,1 @@
+"""Tables: pandera schemas, the frozen split, atomic I/O and the vendored external datasets."""

@@ -1,0 +1,150 @@
+"""pandera schemas (polars backend) of every table that crosses a stage boundary.
+
+Each schema declares its key (``Config.unique``: the columns that identify a sample); validation is lazy,
+so every failure is collected before the error is raised (see :func:`prenet.data.io.validate`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pandera.polars as pa
+from pandera.api.polars.types import PolarsData
+import polars as pl
+
+from prenet.layers import DIRECTIONS, OPTIMIZERS, REGISTRY
+
+
+def _is_finite(data: PolarsData) -> pl.LazyFrame:
+    """Values must be finite: polars orders NaN above every number, so ``gt=0`` alone lets NaN through."""
+    return data.lazyframe.select(pl.col(data.key).is_finite().fill_null(True))
+
+
+OPS = sorted(REGISTRY)
+SPLITS = ("train", "val", "holdout")
+
+
+class _Shapes(pa.DataFrameModel):
+    """Shape columns of every op (null where an op has no such column)."""
+
+    batch: Optional[int] = pa.Field(ge=1, nullable=True)
+    in_features: Optional[int] = pa.Field(ge=1, nullable=True)
+    out_features: Optional[int] = pa.Field(ge=1, nullable=True)
+    in_channels: Optional[int] = pa.Field(ge=1, nullable=True)
+    out_channels: Optional[int] = pa.Field(ge=1, nullable=True)
+    kernel_size: Optional[int] = pa.Field(ge=1, nullable=True)
+    input_size: Optional[int] = pa.Field(ge=1, nullable=True)
+    stride: Optional[int] = pa.Field(ge=1, nullable=True)
+    padding: Optional[int] = pa.Field(ge=0, nullable=True)
+    output_size: Optional[int] = pa.Field(ge=1, nullable=True)
+
+
+class RawTimings(_Shapes):
+    """Output of ``benchmark``: one row per measurement on the local device. Times in ms per iteration."""
+
+    measurement_id: str = pa.Field(unique=True, str_length={"min_value": 8})
+    hardware_id: str = pa.Field(str_length={"min_value": 1})
+    device: str
+    threads: int = pa.Field(ge=1)
+    torch_version: str
+    dtype: str = pa.Field(isin=["float32", "float64", "float16", "bfloat16"])
+    op: str = pa.Field(isin=OPS)
+    direction: str = pa.Field(isin=list(DIRECTIONS))
+    optimizer: str = pa.Field(isin=list(OPTIMIZERS))
+    time_ms: float = pa.Field(gt=0)
+    time_ms_min: float = pa.Field(gt=0)
+    time_ms_iqr: float = pa.Field(ge=0)
+    spread_rel: float = pa.Field(ge=0)
+    repeats: int = pa.Field(ge=1)
+    number: int = pa.Field(ge=1)
+    measured_at: str
+
+    @pa.check("time_ms", "time_ms_min", "time_ms_iqr", "spread_rel", name="is_finite")
+    def _finite(cls, data: PolarsData) -> pl.LazyFrame:
+        return _is_finite(data)
+
+    class Config:
+        strict = True
+        name = "RawTimings"
+
+
+class LayerFeatures(_Shapes):
+    """Output of ``featurize`` (and ``validate``): one row per (source, hardware, layer shape, direction,
+    optimizer, dtype, threads, activation). Times in ms; FLOPs; bytes; hardware features as in
+    :meth:`prenet.hardware.HardwareSpec.features`."""
+
+    sample_id: str = pa.Field(str_length={"min_value": 8})
+    shape_id: str = pa.Field(str_length={"min_value": 8})
+    source: str = pa.Field(isin=["local", "justus2018", "neusight2025"])
+    hardware_id: str = pa.Field(str_length={"min_value": 1})
+    threads: int = pa.Field(ge=0)  # 0 = not applicable (GPU rows from external datasets)
+    dtype: str
+    op: str = pa.Field(isin=OPS)
+    direction: str = pa.Field(isin=list(DIRECTIONS))
+    optimizer: str = pa.Field(isin=list(OPTIMIZERS))
+    activation: str
+    time_ms: float = pa.Field(gt=0)
+    spread_rel: Optional[float] = pa.Field(ge=0, nullable=True)
+    flops: float = pa.Field(ge=0)
+    params: int = pa.Field(ge=0)
+    weight_bytes: float = pa.Field(ge=0)
+    input_bytes: float = pa.Field(ge=0)
+    output_bytes: float = pa.Field(ge=0)
+    bytes_moved: float = pa.Field(ge=0)
+    ct_ms: float = pa.Field(ge=0)
+    roofline_ms: float = pa.Field(ge=0)
+    hw_peak_tflops: float = pa.Field(gt=0)
+    hw_mem_bw_gbps: float = pa.Field(gt=0)
+    hw_cores: float = pa.Field(gt=0)
+    hw_clock_mhz: float = pa.Field(gt=0)
+    hw_is_gpu: float = pa.Field(isin=[0.0, 1.0])
+
+    @pa.check("time_ms", "spread_rel", "flops", "weight_bytes", "input_bytes", "output_bytes", "bytes_moved",
+              "ct_ms", "roofline_ms", "hw_peak_tflops", "hw_mem_bw_gbps", name="is_finite")
+    def _finite(cls, data: PolarsData) -> pl.LazyFrame:
+        return _is_finite(data)
+
+    class Config:
+        strict = True
+        unique = ["sample_id"]
+        name = "LayerFeatures"
+
+
+class SplitLayerFeatures(LayerFeatures):
+    """Output of ``split``: :class:`LayerFeatures` plus the frozen assignment."""
+
+    split: str = pa.Field(isin=list(SPLITS))
+
+    class Config:
+        strict = True
+        unique = ["sample_id"]
+        name = "SplitLayerFeatures"
+
+
+class HoldoutPredictions(pa.DataFrameModel):
+    """Output of ``evaluate``: measured vs predicted ms for every holdout row."""
+
+    sample_id: str = pa.Field(unique=True)
+    source: str
+    hardware_id: str
+    op: str = pa.Field(isin=OPS)
+    direction: str = pa.Field(isin=list(DIRECTIONS))
+    measured_ms: float = pa.Field(gt=0)
+    predicted_ms: float = pa.Field(gt=0)
+
+    @pa.check("measured_ms", "predicted_ms", name="is_finite")
+    def _finite(cls, data: PolarsData) -> pl.LazyFrame:
+        return _is_finite(data)
+
+    class Config:
+        strict = True
+        name = "HoldoutPredictions"
+
+
+#: Identity key of each schema (used in messages and by the frozen split).
+KEYS: dict[str, tuple[str, ...]] = {
+    "RawTimings": ("measurement_id",),
+    "LayerFeatures": ("sample_id",),
+    "SplitLayerFeatures": ("sample_id",),
+    "HoldoutPredictions": ("sample_id",),
+}

@@ -1,0 +1,20 @@
+"""Errors a user can act on: each says what was wrong, where, and how to fix it."""
+
+
+class PrenetError(Exception):
+    """Base class of every error prenet raises on purpose (the CLI prints these without a traceback)."""
+
+
+class UnknownHardwareError(PrenetError, KeyError):
+    """A hardware name matched no catalog entry."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class HoldoutLeakError(PrenetError):
+    """Rows of the frozen holdout reached a stage that must never see them."""
+
+
+class DataValidationError(PrenetError):
+    """A table failed its pandera schema."""

@@ -1,0 +1,141 @@
+"""The hardware catalog: vendored GPU spec tables → :class:`HardwareSpec`, looked up by name.
+
+Sources: ``data/hardware/gpu_specs.csv`` (one row per GPU, with provenance) and, for the four GPUs of
+Justus et al. 2018 that table lacks, ``data/external/justus2018/justus_gpu_specs.csv``.
+Names match case-insensitively, ignoring spaces, dashes and underscores, and through :data:`ALIASES`
+(the device strings the external datasets use).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import polars as pl
+
+from prenet.errors import UnknownHardwareError
+from prenet.hardware.spec import HardwareSpec, load_spec_yaml
+from prenet.paths import data_dir
+
+#: Device strings used by the vendored datasets (and common short names) → catalog names.
+ALIASES: dict[str, str] = {
+    # NeuSight 2025 `Device` column
+    "Tesla V100-PCIE-32GB": "V100 PCIe 16/32GB",
+    "NVIDIA A100-PCIE-40GB": "A100 40GB PCIe",
+    "NVIDIA A100 80GB PCIe": "A100 80GB PCIe",
+    "Tesla P100-PCIE-16GB": "Tesla P100 PCIe 16GB",
+    # Justus 2018 `gpu_name` column (its V100 had NVLink, io 300 GB/s: an SXM2 board)
+    "V100": "V100 SXM2",
+    "P100": "Tesla P100 PCIe 16GB",
+    "GTX1080Ti": "GTX 1080 Ti",
+    "M60": "Tesla M60 (half board)",
+    "K40": "Tesla K40",
+    "K80": "Tesla K80 (half board)",
+    # short names
+    "P4": "Tesla P4",
+    "T4": "Tesla T4",
+    "H100": "H100 SXM5 80GB",
+    "H200": "H200 SXM 141GB",
+    "A100": "A100 80GB SXM4",
+    "V100 PCIe": "V100 PCIe 16/32GB",
+    "V100 PCIe 16GB": "V100 PCIe 16/32GB",
+    "V100 PCIe 32GB": "V100 PCIe 16/32GB",
+}
+
+_JUSTUS_NAMES = {"GTX1080Ti": "GTX 1080 Ti", "M60": "Tesla M60 (half board)", "K40": "Tesla K40", "K80": "Tesla K80 (half board)"}
+_JUSTUS_MEM_GB = {"GTX1080Ti": 11.0, "M60": 8.0, "K40": 12.0, "K80": 12.0}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[\s_\-]+", "", name.strip().lower())
+
+
+def _first_number(v: object) -> float | None:
+    if v is None:
+        return None
+    m = re.search(r"\d+(\.\d+)?", str(v))
+    return float(m.group()) if m else None
+
+
+@lru_cache(maxsize=4)
+def _load(root: str) -> dict[str, HardwareSpec]:
+    base = Path(root)
+    specs: dict[str, HardwareSpec] = {}
+    gpus = pl.read_csv(base / "hardware" / "gpu_specs.csv", infer_schema_length=0)  # all as strings
+    for r in gpus.iter_rows(named=True):
+        peak = _first_number(r["fp32_tflops"])
+        bw = _first_number(r["mem_bw_gbs"])
+        if peak is None or bw is None:  # e.g. A10G: unverified, no peak → not usable for prediction
+            continue
+        specs[r["gpu"]] = HardwareSpec(
+            hardware_id=r["gpu"],
+            kind="gpu",
+            peak_fp32_tflops=peak,
+            mem_bw_gbps=bw,
+            cores=int(_first_number(r["fp32_cores"]) or 0),
+            clock_mhz=_first_number(r["boost_mhz"]) or 0.0,
+            mem_gb=_first_number(r["mem_gb"]),
+            l2_mb=_first_number(r["l2_mb"]),
+            sms=int(_first_number(r["sms"]) or 0) or None,
+            peak_tensor_tflops=_first_number(r["bf16_tensor_dense_tflops"]) or _first_number(r["fp16_tensor_dense_tflops_fp32acc"]),
+            source=f"gpu_specs.csv ({r['verification']})",
+        )
+    justus = pl.read_csv(base / "external" / "justus2018" / "justus_gpu_specs.csv")
+    for r in justus.iter_rows(named=True):
+        name = _JUSTUS_NAMES.get(r["gpu_name"])
+        if name is None:
+            continue
+        specs[name] = HardwareSpec(
+            hardware_id=name,
+            kind="gpu",
+            peak_fp32_tflops=r["peak_gflops_fp32"] / 1000.0,
+            mem_bw_gbps=float(r["mem_bw_gbs"]),
+            cores=int(r["cores"]),
+            clock_mhz=float(r["clock_mhz"]),
+            mem_gb=_JUSTUS_MEM_GB.get(r["gpu_name"]),
+            source="justus_gpu_specs.csv (Justus et al. 2018)",
+        )
+    return specs
+
+
+def catalog() -> dict[str, HardwareSpec]:
+    """All catalog entries, keyed by their canonical name."""
+    return dict(_load(str(data_dir())))
+
+
+def resolve_name(name: str) -> str:
+    """Canonical catalog name for ``name`` (case-insensitive, aliases allowed).
+
+    Raises :class:`UnknownHardwareError` listing the closest matches when nothing fits.
+    """
+    specs = _load(str(data_dir()))
+    by_norm = {_norm(k): k for k in specs}
+    by_norm.update({_norm(a): t for a, t in ALIASES.items() if t in specs})
+    key = _norm(name)
+    if key in by_norm:
+        return by_norm[key]
+    close = difflib.get_close_matches(key, list(by_norm), n=3, cutoff=0.4)
+    suggestions = sorted({by_norm[c] for c in close})
+    hint = f" Closest matches: {', '.join(suggestions)}." if suggestions else ""
+    raise UnknownHardwareError(
+        f"unknown hardware {name!r}.{hint} Run `prenet hardware list` for every name, "
+        "use 'local' for this machine, or describe the device in a YAML spec file (see README)."
+    )
+
+
+def get(name: str) -> HardwareSpec:
+    """Catalog entry by name (see :func:`resolve_name`)."""
+    return _load(str(data_dir()))[resolve_name(name)]
+
+
+def resolve(target: str, *, threads: int = 1) -> HardwareSpec:
+    """Hardware from a catalog name, ``local`` (this machine) or a path to a ``.yaml`` spec file."""
+    if target == "local":
+        from prenet.hardware.local import detect_local
+
+        return detect_local(threads=threads)
+    if target.endswith((".yaml", ".yml")):
+        return load_spec_yaml(target)
+    return get(target)

@@ -1,0 +1,110 @@
+"""The hardware description every predictor uses: a spec sheet reduced to what matters for timing."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from prenet.errors import PrenetError
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One device, as its spec sheet (or local detection) describes it.
+
+    Units are in the field names: FLOP/s as TFLOP/s, bandwidth in GB/s (1e9 bytes/s), clock in MHz,
+    memory in GB, cache in MB.
+    """
+
+    hardware_id: str
+    kind: str  # "gpu" or "cpu"
+    peak_fp32_tflops: float
+    mem_bw_gbps: float
+    cores: int
+    clock_mhz: float
+    mem_gb: float | None = None
+    l2_mb: float | None = None
+    sms: int | None = None
+    peak_tensor_tflops: float | None = None
+    source: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def peak_flops(self) -> float:
+        """Peak FP32 throughput in FLOP/s."""
+        return self.peak_fp32_tflops * 1e12
+
+    @property
+    def mem_bw_bytes_per_s(self) -> float:
+        """Memory bandwidth in bytes/s."""
+        return self.mem_bw_gbps * 1e9
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def features(self) -> dict[str, float]:
+        """Hardware features used by the step-time regressors (PreNeT Table 1, hardware part)."""
+        return {
+            "hw_peak_tflops": float(self.peak_fp32_tflops),
+            "hw_mem_bw_gbps": float(self.mem_bw_gbps),
+            "hw_cores": float(self.cores),
+            "hw_clock_mhz": float(self.clock_mhz),
+            "hw_is_gpu": 1.0 if self.kind == "gpu" else 0.0,
+        }
+
+
+_REQUIRED = ("name", "kind", "peak_fp32_tflops", "mem_bw_gbps", "cores", "clock_mhz")
+
+
+def load_spec_yaml(path: str | Path) -> HardwareSpec:
+    """Read a device that is not in the catalog from a YAML file.
+
+    Format (units in the keys)::
+
+        name: My GPU 48GB
+        kind: gpu            # gpu | cpu
+        peak_fp32_tflops: 40.0
+        mem_bw_gbps: 960
+        cores: 10752         # CUDA cores, or CPU cores used
+        clock_mhz: 1800
+        mem_gb: 48           # optional
+        l2_mb: 96            # optional
+    """
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except FileNotFoundError as e:
+        raise PrenetError(f"hardware spec file {p} does not exist; pass a catalog name, 'local' or a YAML file") from e
+    except yaml.YAMLError as e:
+        raise PrenetError(f"hardware spec file {p} is not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise PrenetError(f"hardware spec file {p} must hold a mapping with keys {', '.join(_REQUIRED)}")
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        raise PrenetError(f"hardware spec file {p} lacks {', '.join(missing)}; required keys: {', '.join(_REQUIRED)}")
+    if raw["kind"] not in ("gpu", "cpu"):
+        raise PrenetError(f"hardware spec file {p}: kind must be 'gpu' or 'cpu', got {raw['kind']!r}")
+    for k in ("peak_fp32_tflops", "mem_bw_gbps", "cores", "clock_mhz"):
+        v = raw[k]
+        if not isinstance(v, (int, float)) or v <= 0:
+            raise PrenetError(f"hardware spec file {p}: {k} must be a positive number, got {v!r}")
+    return HardwareSpec(
+        hardware_id=str(raw["name"]),
+        kind=raw["kind"],
+        peak_fp32_tflops=float(raw["peak_fp32_tflops"]),
+        mem_bw_gbps=float(raw["mem_bw_gbps"]),
+        cores=int(raw["cores"]),
+        clock_mhz=float(raw["clock_mhz"]),
+        mem_gb=_opt_float(raw.get("mem_gb")),
+        l2_mb=_opt_float(raw.get("l2_mb")),
+        sms=raw.get("sms"),
+        peak_tensor_tflops=_opt_float(raw.get("peak_tensor_tflops")),
+        source=f"spec file {p}",
+    )
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)

@@ -1,0 +1,27 @@
+"""Registry of layer types prenet can benchmark, featurize and predict."""
+
+from __future__ import annotations
+
+from prenet.layers.base import DIRECTIONS, DTYPE_BYTES, OPTIMIZERS, LayerCost, LayerType, direction_bytes, direction_flops
+from prenet.layers.conv2d import CONV2D
+from prenet.layers.dense import DENSE
+
+REGISTRY: dict[str, LayerType] = {lt.op: lt for lt in (DENSE, CONV2D)}
+
+#: Every shape column any op uses (union in a stable order): the wide tables carry all of them, null where
+#: an op does not have the column.
+ALL_SHAPE_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys(c for lt in REGISTRY.values() for c in lt.all_columns))
+
+
+def layer_type(op: str) -> LayerType:
+    """The registry entry for ``op``; a clear error names the known ops otherwise."""
+    try:
+        return REGISTRY[op]
+    except KeyError:
+        raise KeyError(f"unknown layer op {op!r}; known ops: {', '.join(sorted(REGISTRY))}") from None
+
+
+__all__ = [
+    "ALL_SHAPE_COLUMNS", "DIRECTIONS", "DTYPE_BYTES", "OPTIMIZERS", "REGISTRY", "LayerCost", "LayerType",
+    "direction_bytes", "direction_flops", "layer_type",
+]

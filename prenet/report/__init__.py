@@ -1,0 +1,1 @@
+"""Offline report: figures (PNG) and one self-contained HTML page."""

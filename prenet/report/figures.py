@@ -1,0 +1,58 @@
+"""Figures of the report, rendered by the project itself (matplotlib, Agg backend): no CDN, no network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+
+SOURCE_COLORS = {"local": "#d62728", "justus2018": "#1f77b4", "neusight2025": "#2ca02c"}
+
+
+def scatter_predicted_vs_measured(pred: pl.DataFrame, path: Path, title: str) -> Path:
+    """Log-log scatter of predicted vs measured ms per op, coloured by source, with the ±20 % band."""
+    ops = sorted(pred.get_column("op").unique().to_list())
+    fig, axes = plt.subplots(1, len(ops), figsize=(5.2 * len(ops), 4.6), squeeze=False)
+    for ax, op in zip(axes[0], ops):
+        g = pred.filter(pl.col("op") == op)
+        for src, color in SOURCE_COLORS.items():
+            s = g.filter(pl.col("source") == src)
+            if s.height:
+                ax.scatter(s["measured_ms"], s["predicted_ms"], s=6, alpha=0.5, color=color, label=f"{src} ({s.height})")
+        lo = float(min(g["measured_ms"].min(), g["predicted_ms"].min()))
+        hi = float(max(g["measured_ms"].max(), g["predicted_ms"].max()))
+        xs = np.geomspace(lo, hi, 50)
+        ax.plot(xs, xs, "k-", lw=0.8)
+        ax.fill_between(xs, xs * 0.8, xs * 1.2, color="grey", alpha=0.15, label="±20 %")
+        ax.set(xscale="log", yscale="log", xlabel="measured (ms)", ylabel="predicted (ms)", title=f"{op}")
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def bar_errors(groups: dict[str, dict], noise: dict[str, float], path: Path, title: str) -> Path:
+    """MAPE per group (op/source) as bars, with each source's measurement noise floor as a marker."""
+    names = list(groups)
+    mape = [groups[n].get("mape_pct", np.nan) for n in names]
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(names) + 2), 4))
+    ax.bar(range(len(names)), mape, color=[SOURCE_COLORS.get(n.split("/")[-1], "#777") for n in names])
+    for i, n in enumerate(names):
+        nf = noise.get(f"{n.split('/')[-1]}_median_spread_pct")
+        if nf is not None:
+            ax.plot([i - 0.4, i + 0.4], [nf, nf], "k--", lw=1)
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("holdout MAPE (%)  (dashed: noise floor)")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,37 @@
+"""One self-contained HTML report (inline CSS, figures embedded as data URIs) built from metrics files."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:14px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%}.note{color:#555;font-size:13px}"""
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return html.escape(str(v))
+
+
+def table(rows: dict[str, dict[str, Any]], columns: list[str], first: str = "") -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in [first, *columns])
+    body = "".join(
+        "<tr>" + f"<td>{html.escape(k)}</td>" + "".join(f"<td>{_fmt(r.get(c, ''))}</td>" for c in columns) + "</tr>"
+        for k, r in rows.items()
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def image(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"><figcaption class="note">{html.escape(alt)} ({path.name})</figcaption></figure>'
+
+
+def page(title: str, sections: list[tuple[str, str]]) -> str:
+    body = "".join(f"<section><h2>{html.escape(h)}</h2>{content}</section>" for h, content in sections)
+    return f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n"

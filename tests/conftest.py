@@ -1,0 +1,48 @@
+"""Shared fixtures: the real configuration, shrunk (experiment=tiny) and pointed at a temporary folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+from pipeline.config import compose  # noqa: E402
+
+PATH_KEYS = {
+    "shards": "raw/benchmark_shards", "raw_timings": "raw/local_timings.parquet", "hardware_record": "raw/hardware.json",
+    "features": "features/layers.parquet", "validated": "validated/layers.parquet", "validation_report": "validated/report.json",
+    "dev": "split/dev.parquet", "holdout": "split/holdout.parquet", "models": "models/steptime", "metrics": "metrics",
+    "plots": "plots", "report": "report",
+}
+
+
+def tiny_overrides(root: Path, *extra: str) -> list[str]:
+    return ["experiment=tiny", "progress=false", *[f"paths.{k}={root / v}" for k, v in PATH_KEYS.items()], *extra]
+
+
+@pytest.fixture
+def tiny_cfg(tmp_path):
+    """The real config with experiment=tiny, every output under tmp_path."""
+    return compose(tiny_overrides(tmp_path))
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """Every stage of the pipeline run once, in order, on the tiny config (shared by the tests that read it)."""
+    from pipeline import STAGES
+    import importlib
+
+    root = tmp_path_factory.mktemp("tiny_run")
+    cfg = compose(tiny_overrides(root))
+    results = {}
+    for stage in STAGES:
+        results[stage] = getattr(importlib.import_module(f"pipeline.{stage}"), stage)(cfg)
+    return root, cfg, results

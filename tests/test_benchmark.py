@@ -1,0 +1,102 @@
+"""Timer statistics and the resumable runner."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from prenet.benchmark import make_plan, run_benchmark, time_callable
+from prenet.benchmark.runner import read_shards
+from prenet.data.io import validate
+from prenet.data.schemas import RawTimings
+from prenet.hardware.spec import HardwareSpec
+
+HW = HardwareSpec("test-cpu", "cpu", 0.1, 10.0, 1, 2000.0)
+OPS = {
+    "linear": {"n_configs": 3, "space": {"batch": [1, 16], "in_features": [8, 64], "out_features": [8, 64], "max_flops": 1e6}},
+    "conv2d": {"n_configs": 2, "space": {"batch": [1, 2], "in_channels": [1, 4], "out_channels": [1, 4], "kernel_size": [1, 3],
+                                         "input_size": [4, 8], "stride": [1, 2], "max_flops": 1e6}},
+}
+
+
+def test_timer_reports_median_spread_and_calibrates_inner_loop():
+    t = [0.0]
+    # warm-up 1 ms, calibration 1 ms (→ number = 1), then repeats of 1, 2, 2 ms
+    durations = iter([0.001] * 3 + [0.002] * 2 + [0.003] * 2 + [0.001] * 100)
+
+    def clock():
+        return t[0]
+
+    def fn():
+        t[0] += next(durations)
+
+    r = time_callable(fn, warmup=1, repeats=3, min_block_ms=0.5, clock=clock)
+    assert r.number == 1 and r.repeats == 3
+    assert r.median_ms == pytest.approx(2.0)
+    assert r.min_ms == pytest.approx(1.0)
+    assert r.iqr_ms == pytest.approx(0.5)  # percentiles 75/25 of (1, 2, 2)
+    assert r.spread_rel == pytest.approx(0.25)
+
+
+def test_plan_is_deterministic_and_per_op_independent():
+    a = make_plan(OPS, directions=["forward", "forward_backward", "train_step"], optimizers=["sgd", "adam"], seed=1)
+    b = make_plan(OPS, directions=["forward", "forward_backward", "train_step"], optimizers=["sgd", "adam"], seed=1)
+    assert a == b
+    assert {m.direction for m in a} == {"forward", "forward_backward", "train_step"}
+    assert {m.optimizer for m in a if m.direction == "train_step"} == {"sgd", "adam"}
+    only_linear = make_plan({"linear": OPS["linear"]}, directions=["forward"], optimizers=[], seed=1)
+    assert [m for m in a if m.op == "linear" and m.direction == "forward"] == only_linear
+
+
+def test_runner_writes_valid_rows_with_hardware_and_threads(tmp_path):
+    plan = make_plan(OPS, directions=["forward", "train_step"], optimizers=["adam"], seed=0)
+    df = run_benchmark(plan, hardware=HW, shard_dir=tmp_path, threads=1, warmup=1, repeats=3, min_block_ms=0.2, progress=False)
+    validate(df, RawTimings)
+    assert df.height == len(plan)
+    assert set(df["hardware_id"]) == {"test-cpu"} and set(df["threads"]) == {1}
+
+
+def test_runner_resumes_from_shards_and_skips_a_torn_line(tmp_path):
+    plan = make_plan(OPS, directions=["forward"], optimizers=[], seed=0)
+    first = run_benchmark(plan[:3], hardware=HW, shard_dir=tmp_path, warmup=1, repeats=3, min_block_ms=0.2, progress=False)
+    shard = next(tmp_path.glob("*.jsonl"))
+    with shard.open("a") as f:
+        f.write('{"measurement_id": "torn')  # what kill -9 mid-write leaves
+    full = run_benchmark(plan, hardware=HW, shard_dir=tmp_path, warmup=1, repeats=3, min_block_ms=0.2, progress=False)
+    assert full.height == len(plan)
+    # the first three were not re-measured: their rows are identical
+    assert full.head(3)["time_ms"].to_list() == first["time_ms"].to_list()
+    assert sum(1 for _ in read_shards(tmp_path)) == len(plan)
+
+
+def test_kill_minus_9_keeps_finished_measurements(tmp_path):
+    """A benchmark process killed with SIGKILL keeps every finished row; the next run completes the plan."""
+    script = f"""
+import json, sys
+from prenet.benchmark import make_plan, run_benchmark
+from prenet.hardware.spec import HardwareSpec
+ops = json.loads({json.dumps(json.dumps(OPS))})
+ops['linear']['n_configs'] = 40
+plan = make_plan(ops, directions=['forward', 'forward_backward'], optimizers=[], seed=0)
+run_benchmark(plan, hardware=HardwareSpec('test-cpu','cpu',0.1,10.0,1,2000.0), shard_dir=sys.argv[1], warmup=1, repeats=20, min_block_ms=5, progress=False)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(1 for _ in read_shards(tmp_path)) < 3:
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kept = {r["measurement_id"] for r in read_shards(tmp_path)}
+    assert len(kept) >= 3
+    ops = json.loads(json.dumps(OPS))
+    ops["linear"]["n_configs"] = 40
+    plan = make_plan(ops, directions=["forward", "forward_backward"], optimizers=[], seed=0)
+    assert len(kept) < len(plan), "the run was meant to be interrupted"
+    df = run_benchmark(plan, hardware=HW, shard_dir=tmp_path, warmup=1, repeats=2, min_block_ms=0.1, progress=False)
+    assert df.height == len(plan)
+    assert kept <= set(df["measurement_id"])

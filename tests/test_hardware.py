@@ -1,0 +1,66 @@
+"""Hardware catalog lookups, YAML spec files and local detection."""
+
+import pytest
+
+from prenet.errors import PrenetError, UnknownHardwareError
+from prenet.hardware import catalog, get, load_spec_yaml, resolve, resolve_name
+from prenet.hardware.local import cpu_peak_tflops, detect_cpu, simd_width_bits
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("H100 SXM5 80GB", "H100 SXM5 80GB"), ("h100 sxm5 80gb", "H100 SXM5 80GB"), ("L4", "L4"), ("l4", "L4"),
+    ("V100 PCIe 16/32GB", "V100 PCIe 16/32GB"), ("Tesla V100-PCIE-32GB", "V100 PCIe 16/32GB"), ("K80", "Tesla K80 (half board)"),
+    ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"),
+])
+def test_names_match_case_insensitively_and_through_aliases(name, expected):
+    assert resolve_name(name) == expected
+
+
+def test_unknown_name_lists_closest_matches():
+    with pytest.raises(UnknownHardwareError) as e:
+        get("H100 SXM")
+    assert "H100 SXM5 80GB" in str(e.value)
+    assert "prenet hardware list" in str(e.value)
+
+
+def test_catalog_rows_carry_the_spec_sheet_values():
+    h100 = get("H100 SXM5 80GB")
+    assert h100.peak_fp32_tflops == pytest.approx(66.9)
+    assert h100.mem_bw_gbps == pytest.approx(3350)
+    assert h100.kind == "gpu" and h100.sms == 132
+    assert all(s.peak_fp32_tflops > 0 and s.mem_bw_gbps > 0 for s in catalog().values())
+    # every GPU of the vendored datasets resolves
+    for n in ("V100", "P100", "GTX1080Ti", "M60", "K40", "K80", "Tesla P4", "Tesla T4", "NVIDIA A100 80GB PCIe", "Tesla P100-PCIE-16GB"):
+        resolve_name(n)
+
+
+def test_yaml_spec_file(tmp_path):
+    p = tmp_path / "mygpu.yaml"
+    p.write_text("name: My GPU\nkind: gpu\npeak_fp32_tflops: 40\nmem_bw_gbps: 960\ncores: 10752\nclock_mhz: 1800\nmem_gb: 48\n")
+    s = resolve(str(p))
+    assert s.hardware_id == "My GPU" and s.peak_flops == 40e12 and s.mem_gb == 48
+
+
+def test_yaml_spec_file_errors_name_the_problem(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: X\nkind: gpu\npeak_fp32_tflops: -1\nmem_bw_gbps: 1\ncores: 1\nclock_mhz: 1\n")
+    with pytest.raises(PrenetError, match="peak_fp32_tflops must be a positive number"):
+        load_spec_yaml(p)
+    p.write_text("name: X\n")
+    with pytest.raises(PrenetError, match="lacks kind"):
+        load_spec_yaml(p)
+
+
+def test_peak_formula_and_simd():
+    assert simd_width_bits({"avx512f", "avx2"}) == 512
+    assert simd_width_bits({"avx2"}) == 256
+    assert simd_width_bits(set()) == 128
+    # 1 thread × 2 GHz × 16 lanes × 2 FMA units × 2 FLOPs = 128 GFLOP/s
+    assert cpu_peak_tflops(1, 2000, 512, 2) == pytest.approx(0.128)
+
+
+def test_local_cpu_detection_measures_bandwidth():
+    s = detect_cpu(threads=1, bandwidth_mb=32)
+    assert s.kind == "cpu" and s.cores == 1 and s.peak_fp32_tflops > 0
+    assert s.mem_bw_gbps > 0.5  # measured, not looked up
+    assert s.extra["threads"] == 1

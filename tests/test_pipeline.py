@@ -1,0 +1,89 @@
+"""One slice of the pipeline end to end on the tiny config, and the Hydra CLI over the same stage functions."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from omegaconf import OmegaConf
+
+from pipeline.config import compose
+from pipeline.evaluate import evaluate
+from pipeline.split import split_rule
+from pipeline.train import train
+from prenet.data.split import assign
+from tests.conftest import tiny_overrides
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_stage_writes_its_outputs(tiny_run):
+    root, cfg, results = tiny_run
+    for key in ("raw_timings", "hardware_record", "features", "validated", "dev", "holdout"):
+        assert Path(cfg.paths[key]).exists(), key
+    assert (Path(cfg.paths.models) / "manifest.json").exists()
+    ev = json.loads((Path(cfg.paths.metrics) / "evaluate.json").read_text())
+    assert set(ev["by_op"]) == {"linear", "conv2d"}
+    assert ev["overall"]["n"] > 0 and ev["overall"]["mape_pct"] > 0
+    assert "local_median_spread_pct" in ev["noise_floor"]
+    html = (Path(cfg.paths.report) / "index.html").read_text()
+    assert html.count("data:image/png;base64,") >= 2 and "<script" not in html
+    assert (Path(cfg.paths.report) / "holdout_scatter.png").stat().st_size > 1000
+
+
+def test_timing_rows_record_hardware_and_threads(tiny_run):
+    _, cfg, _ = tiny_run
+    raw = pl.read_parquet(cfg.paths.raw_timings)
+    assert raw["hardware_id"].null_count() == 0 and set(raw["threads"]) == {cfg.threads}
+    assert set(raw["direction"]) == {"forward", "forward_backward", "train_step"}
+
+
+def test_train_never_sees_holdout_and_evaluate_sees_only_holdout(tiny_run):
+    _, cfg, _ = tiny_run
+    rule = split_rule(cfg)
+    dev = pl.read_parquet(cfg.paths.dev)
+    hold = pl.read_parquet(cfg.paths.holdout)
+    assert all(assign(k, rule) != "holdout" for k in dev["shape_id"].unique())
+    assert all(assign(k, rule) == "holdout" for k in hold["shape_id"].unique())
+    pred = pl.read_csv(Path(cfg.paths.plots) / "holdout_predictions.csv")
+    assert set(pred["sample_id"]) == set(hold["sample_id"])
+
+
+def test_train_stage_guard_fires_on_a_leaked_dev_table(tiny_run, tmp_path):
+    from prenet.errors import HoldoutLeakError
+
+    _, cfg, _ = tiny_run
+    c = OmegaConf.create(OmegaConf.to_container(cfg))
+    leaked = pl.concat([pl.read_parquet(cfg.paths.dev), pl.read_parquet(cfg.paths.holdout).head(1).with_columns(pl.lit("train").alias("split"))])
+    c.paths.dev = str(tmp_path / "dev.parquet")
+    leaked.write_parquet(c.paths.dev)
+    with pytest.raises(HoldoutLeakError):
+        train(c)
+
+
+@pytest.mark.parametrize("predictor", ["linear", "mlp", "random_forest"])
+def test_each_predictor_gives_comparable_metrics(tiny_run, tmp_path, predictor):
+    root, cfg, _ = tiny_run
+    c = compose(tiny_overrides(root, f"predictor={predictor}", f"paths.models={tmp_path / 'models'}", f"paths.metrics={tmp_path}",
+                               f"paths.plots={tmp_path / 'plots'}", "predictor.epochs=20"  if predictor == "mlp" else "seed=0"))
+    train(c)
+    ev = evaluate(c)
+    base = json.loads((Path(cfg.paths.metrics) / "evaluate.json").read_text())
+    assert ev["predictor"] == predictor
+    assert set(ev["by_op"]) == set(base["by_op"]) and set(ev["overall"]) == set(base["overall"])
+
+
+def test_hydra_cli_runs_the_same_stage_function(tiny_run, tmp_path):
+    root, cfg, _ = tiny_run
+    args = [a for a in tiny_overrides(root) if not a.startswith(("paths.models", "paths.metrics"))]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.train", "predictor=random_forest", "predictor.n_estimators=30", *args,
+         f"paths.models={tmp_path / 'models'}", f"paths.metrics={tmp_path}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads((tmp_path / "models" / "manifest.json").read_text())
+    assert manifest["predictor"] == "random_forest" and manifest["params"]["n_estimators"] == 30
+    assert json.loads((tmp_path / "train.json").read_text())["predictor"] == "random_forest"
