@@ -38,6 +38,45 @@ def _cmd_retrain(args: argparse.Namespace) -> None:
     print(f"retrain finished; dvc status: {result['dvc_status']}")
 
 
+def _cmd_predict_step_time(args: argparse.Namespace) -> None:
+    from prenet.api import predict_step_time
+
+    if args.batch_size < 1:
+        raise PrenetError(f"--batch-size must be a positive integer, got {args.batch_size}")
+    p = predict_step_time(args.model, batch_size=args.batch_size, hardware=args.hardware, optimizer=args.optimizer,
+                          dataset_size=args.dataset_size, threads=args.threads, models_dir=args.models)
+    if args.json:
+        print(json.dumps(p.to_dict(), indent=2))
+        return
+    hw = p.hardware["hardware_id"]
+    print(f"{args.model} · batch {args.batch_size} · {args.optimizer} · {hw}")
+    print(f"  step   {p.step_seconds * 1e3:10.2f} ms")
+    if p.epoch_seconds is not None:
+        print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} steps of {args.batch_size})")
+    top = sorted(p.layers, key=lambda r: -r["predicted_ms"])[:8]
+    print("  slowest layers:")
+    for r in top:
+        print(f"    {r['name'][:40]:40} {r['op']:13} {r['predicted_ms']:9.3f} ms")
+
+
+def _cmd_predict_layers(args: argparse.Namespace) -> None:
+    import polars as pl
+
+    from prenet.api import predict_layers
+    from prenet.data.io import write_table
+
+    src = Path(args.input)
+    if not src.is_file():
+        raise PrenetError(f"input file {src} does not exist")
+    try:
+        table = pl.read_csv(src, infer_schema_length=0)  # strings: each cell is checked and reported by row
+    except Exception as e:  # noqa: BLE001
+        raise PrenetError(f"{src} is not a readable CSV: {e}") from e
+    out = predict_layers(table, hardware=args.hardware, threads=args.threads, models_dir=args.models)
+    write_table(out, args.output)  # atomic: no partial file on failure
+    print(f"wrote {len(out)} predictions to {args.output}")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -97,6 +136,29 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("name", nargs="?", help="catalog name (case-insensitive), 'local' or a spec.yaml path")
     hw.add_argument("--threads", type=int, default=1, help="threads, for 'local' (default 1)")
     hw.set_defaults(func=_cmd_hardware)
+
+    from prenet.api import DEFAULT_MODELS
+
+    pr = sub.add_parser("predict", help="predict step times")
+    psub = pr.add_subparsers(dest="what", required=True)
+    st = psub.add_parser("step-time", help="one training step (and epoch) of a model on a hardware target")
+    st.add_argument("--model", required=True, help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, "
+                    "gpt2_small_like) or path/to/file.py:function returning (module, example_batch)")
+    st.add_argument("--batch-size", type=int, required=True)
+    st.add_argument("--hardware", default="local", help="catalog name, 'local' or spec.yaml (default: local)")
+    st.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    st.add_argument("--dataset-size", type=int, help="samples per epoch (gives epoch_seconds)")
+    st.add_argument("--threads", type=int, default=1, help="CPU threads (for local)")
+    st.add_argument("--models", default=str(DEFAULT_MODELS), help="trained step-time models (default: %(default)s)")
+    st.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    st.set_defaults(func=_cmd_predict_step_time)
+    pl_ = psub.add_parser("layers", help="one prediction per row of a layer CSV (format: README, 'Layer CSV')")
+    pl_.add_argument("--hardware", required=True, help="catalog name, 'local' or spec.yaml")
+    pl_.add_argument("--input", required=True, help="CSV: op, the op's shape columns, direction, dtype[, optimizer]")
+    pl_.add_argument("--output", required=True, help="CSV written atomically: the input plus predicted_ms")
+    pl_.add_argument("--threads", type=int, default=1)
+    pl_.add_argument("--models", default=str(DEFAULT_MODELS))
+    pl_.set_defaults(func=_cmd_predict_layers)
 
     rt = sub.add_parser("retrain", help="run the Prefect retrain flow once (every stage through dvc repro)")
     rt.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. predictor=mlp experiment=tiny")

@@ -1,25 +1,36 @@
-"""Stage ``evaluate``: errors of the trained models on the frozen holdout only."""
+"""Stage ``evaluate``: errors on the frozen holdout only, and whole-model step times against measurement.
+
+Layer level: the configured model, the Justus recipe (baseline features) and the PreNeT recipe (per-op
+selection) on every holdout row. Whole models: each measured zoo step (``benchmark_models``) predicted by the
+three models from its layers alone.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
+import torch
 from omegaconf import DictConfig
 
 from pipeline.config import hydra_entry
 from pipeline.split import split_rule
 from prenet.data.io import read_table, write_json, write_table
-from prenet.data.schemas import HoldoutPredictions, SplitLayerFeatures
+from prenet.data.schemas import HoldoutPredictions, ModelTimings, SplitLayerFeatures
 from prenet.data.split import assign
 from prenet.errors import PrenetError
+from prenet.hardware.spec import HardwareSpec
 from prenet.steptime import StepTimeModel, error_metrics
+from prenet.steptime.predict import predict_step_time
+from prenet.steptime.unseen import leave_one_gpu_out, summarize
+from prenet.zoo import ZOO
 
 
-def _grouped(df: pl.DataFrame, by: list[str]) -> dict[str, dict]:
+def _grouped(df: pl.DataFrame, by: list[str], measured: str = "measured_ms", predicted: str = "predicted_ms") -> dict[str, dict]:
     out = {}
     for key, g in df.group_by(by, maintain_order=True):
-        out["/".join(map(str, key))] = error_metrics(g.get_column("measured_ms").to_numpy(), g.get_column("predicted_ms").to_numpy())
+        out["/".join(map(str, key))] = error_metrics(g.get_column(measured).to_numpy(), g.get_column(predicted).to_numpy())
     return dict(sorted(out.items()))
 
 
@@ -34,32 +45,92 @@ def noise_floor(hold: pl.DataFrame) -> dict[str, float]:
     return dict(sorted(out.items()))
 
 
+def _load_models(cfg: DictConfig) -> dict[str, StepTimeModel]:
+    models = {"prenet": StepTimeModel.load(cfg.paths.models)}
+    if cfg.train.baseline:
+        models["justus_recipe"] = StepTimeModel.load(cfg.paths.models_baseline)
+    if cfg.train.selection.enabled:
+        models["prenet_recipe"] = StepTimeModel.load(cfg.paths.models_selected)
+    return models
+
+
+def evaluate_whole_models(cfg: DictConfig, models: dict[str, StepTimeModel]) -> tuple[pl.DataFrame, dict]:
+    """Predict every measured zoo step from its layers with each model; MAPE per zoo model and overall."""
+    timings = read_table(cfg.paths.model_timings, ModelTimings)
+    hw = HardwareSpec(**json.loads(Path(cfg.paths.hardware_record).read_text()))
+    rows = []
+    for r in timings.iter_rows(named=True):
+        with torch.device("meta"):
+            module, batch = ZOO[r["model"]](batch_size=r["batch_size"], **dict(cfg.models.get("sizes", {}).get(r["model"], {})))
+        row = {k: r[k] for k in ("model", "batch_size", "optimizer", "measured_ms", "spread_rel")}
+        for name, m in models.items():
+            p = predict_step_time(module, batch, hardware=hw, model=m, optimizer=r["optimizer"], threads=r["threads"])
+            row[f"{name}_ms"] = p.step_seconds * 1e3
+        rows.append(row)
+    df = pl.DataFrame(rows)
+    summary: dict = {}
+    for name in models:
+        summary[name] = {
+            "overall": error_metrics(df["measured_ms"].to_numpy(), df[f"{name}_ms"].to_numpy()),
+            "by_model": _grouped(df, ["model"], predicted=f"{name}_ms"),
+        }
+    summary["noise_floor_median_spread_pct"] = float(100 * df["spread_rel"].median())
+    return df, summary
+
+
+def evaluate_unseen_hardware(cfg: DictConfig) -> tuple[pl.DataFrame, dict]:
+    """Leave-one-GPU-out on the external rows of the development split (the holdout stays untouched), each GPU
+    subsampled to ``evaluate.unseen_hardware.max_rows_per_gpu`` shapes by stable hash."""
+    u = cfg.evaluate.unseen_hardware
+    dev = read_table(cfg.paths.dev, SplitLayerFeatures).filter(pl.col("source") != "local")
+    dev = (dev.with_columns(pl.col("shape_id").hash(7).rank("dense").over("source", "op", "hardware_id").alias("_r"))
+              .filter(pl.col("_r") <= int(u.max_rows_per_gpu)).drop("_r"))
+    from omegaconf import OmegaConf
+
+    params = {**OmegaConf.to_container(u.params, resolve=True), "seed": int(cfg.seed), "n_jobs": int(cfg.threads)}
+    logo = leave_one_gpu_out(dev, predictor=u.predictor, params=params, progress=bool(cfg.progress))
+    return logo, summarize(logo)
+
+
 def evaluate(cfg: DictConfig) -> dict:
-    """Predict every holdout row; write ``metrics/evaluate.json`` (overall, per op, per source, per
-    hardware, with the noise floor) and ``plots/holdout_predictions.csv``."""
+    """Write ``metrics/evaluate.json`` (holdout errors overall / per op / source / hardware for each model, the
+    noise floor, whole-model errors) and the predictions behind them under ``paths.plots``."""
     hold = read_table(cfg.paths.holdout, SplitLayerFeatures)
     rule = split_rule(cfg)
     stray = [k for k in hold.get_column(rule.key_column).unique().to_list() if assign(str(k), rule) != "holdout"]
     if stray:
         raise PrenetError(f"evaluate: {cfg.paths.holdout} holds {len(stray)} non-holdout key(s); rerun the split stage")
-    model = StepTimeModel.load(cfg.paths.models)
+    models = _load_models(cfg)
+    main = models["prenet"]
     pred = hold.select("sample_id", "source", "hardware_id", "op", "direction", pl.col("time_ms").alias("measured_ms")).with_columns(
-        pl.Series("predicted_ms", model.predict_ms(hold))
+        pl.Series("predicted_ms", main.predict_ms(hold))
     )
     write_table(pred, Path(cfg.paths.plots) / "holdout_predictions.csv", HoldoutPredictions)
     metrics = {
-        "predictor": model.predictor,
-        "feature_set": model.feature_set,
+        "predictor": main.predictor,
+        "feature_set": main.feature_set,
         "overall": error_metrics(pred.get_column("measured_ms").to_numpy(), pred.get_column("predicted_ms").to_numpy()),
         "by_op": _grouped(pred, ["op"]),
         "by_source": _grouped(pred, ["source"]),
         "by_op_source": _grouped(pred, ["op", "source"]),
         "by_hardware": _grouped(pred, ["hardware_id"]),
         "noise_floor": noise_floor(hold),
+        "recipes": {},
     }
+    for name, m in models.items():
+        p = pred.with_columns(pl.Series("predicted_ms", m.predict_ms(hold)))
+        metrics["recipes"][name] = {"overall": error_metrics(p["measured_ms"].to_numpy(), p["predicted_ms"].to_numpy()),
+                                    "by_op": {k: v["mape_pct"] for k, v in _grouped(p, ["op"]).items()}}
+    whole, metrics["whole_model"] = evaluate_whole_models(cfg, models)
+    write_table(whole, Path(cfg.paths.plots) / "zoo_predictions.csv")
+    if cfg.evaluate.unseen_hardware.enabled:
+        logo, metrics["unseen_hardware"] = evaluate_unseen_hardware(cfg)
+        write_table(logo, Path(cfg.paths.plots) / "unseen_hardware.csv")
     write_json(metrics, Path(cfg.paths.metrics) / "evaluate.json")
     o = metrics["overall"]
-    print(f"evaluate: holdout n={o['n']} MAPE {o['mape_pct']:.1f}% RMSE {o['rmse_ms']:.3f} ms; noise floor {metrics['noise_floor']}")
+    wm = ", ".join(f"{k} {v['overall']['mape_pct']:.1f}%" for k, v in metrics["whole_model"].items() if isinstance(v, dict))
+    print(f"evaluate: holdout n={o['n']} MAPE {o['mape_pct']:.1f}% RMSE {o['rmse_ms']:.3f} ms; whole-model MAPE: {wm}; "
+          f"noise floor {metrics['noise_floor']}")
     return metrics
 
 

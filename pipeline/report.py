@@ -16,6 +16,19 @@ from prenet.report.html import image, page, table
 METRIC_COLS = ["n", "mape_pct", "median_ape_pct", "rmse_ms", "within_20pct"]
 
 
+def _unseen_section(u: dict) -> str:
+    if not u:
+        return "<p class=note>Not run (evaluate.unseen_hardware.enabled is false).</p>"
+    recipes = sorted(u["mean_mape_pct"])
+    rows = {k: {r: v.get(r, float("nan")) for r in recipes} for k, v in u["by_source_op"].items()}
+    rows["mean over folds"] = u["mean_mape_pct"]
+    rows["median over folds"] = u["median_fold_mape_pct"]
+    return ("<p class=note>Each GPU of a dataset is held out in turn; the models train on the dataset's other GPUs and predict the "
+            f"held-out one from its spec sheet alone ({u['folds']} folds). Cells: mean MAPE % over the held-out GPUs. roofline_target "
+            "fits ln(time / roofline) on all features; prenet_recipe is PreNeT (ln time, all features); justus_recipe has no computational features; "
+            "roofline is max(FLOPs/peak, bytes/bandwidth) with no learning.</p>" + table(rows, recipes, "dataset / op"))
+
+
 def report(cfg: DictConfig) -> dict:
     """Render ``paths.report``/index.html and its figures from ``metrics/*.json`` and the holdout predictions."""
     mdir, out = Path(cfg.paths.metrics), Path(cfg.paths.report)
@@ -24,8 +37,18 @@ def report(cfg: DictConfig) -> dict:
     sp = json.loads((mdir / "split.json").read_text())
     bm = json.loads((mdir / "benchmark.json").read_text())
     pred = read_table(Path(cfg.paths.plots) / "holdout_predictions.csv", HoldoutPredictions)
+    zoo = read_table(Path(cfg.paths.plots) / "zoo_predictions.csv")
+    recipes = list(ev["recipes"])
     scatter = figures.scatter_predicted_vs_measured(pred, out / "holdout_scatter.png", f"holdout: {ev['predictor']} ({ev['feature_set']})")
     bars = figures.bar_errors(ev["by_op_source"], ev["noise_floor"], out / "holdout_mape.png", "holdout MAPE by op and source")
+    wm_fig = figures.scatter_whole_models(zoo, recipes, out / "whole_model_scatter.png")
+    wm = ev["whole_model"]
+    wm_rows = {m: {f"{r} MAPE %": wm[r]["by_model"][m]["mape_pct"] for r in recipes} for m in wm[recipes[0]]["by_model"]}
+    wm_rows["all zoo steps"] = {f"{r} MAPE %": wm[r]["overall"]["mape_pct"] for r in recipes}
+    zoo_rows = {f"{r['model']} b{r['batch_size']} {r['optimizer']}": {"measured_ms": r["measured_ms"], **{f"{n}_ms": r[f"{n}_ms"] for n in recipes}}
+                for r in zoo.iter_rows(named=True)}
+    recipe_rows = {r: {"holdout MAPE %": v["overall"]["mape_pct"], "holdout RMSE ms": v["overall"]["rmse_ms"]} for r, v in ev["recipes"].items()}
+    sel_rows = {k: {"median val MAPE %": v} for k, v in tr.get("selection_val_mape_median", {}).items()}
     nf = ", ".join(f"{k.replace('_median_spread_pct', '')}: {v:.2f} %" for k, v in ev["noise_floor"].items())
     sections = [
         ("Run", table({"benchmark": bm}, ["hardware_id", "threads", "measured", "planned", "noise_floor_median_spread_pct", "wall_s"])
@@ -35,6 +58,16 @@ def report(cfg: DictConfig) -> dict:
          + table({"overall": ev["overall"]}, METRIC_COLS) + table(ev["by_op"], METRIC_COLS, "op")
          + table(ev["by_op_source"], METRIC_COLS, "op / source") + table(ev["by_hardware"], METRIC_COLS, "hardware")),
         ("Predicted vs measured", image(scatter, "predicted vs measured on the holdout") + image(bars, "holdout MAPE by op and source, noise floor dashed")),
+        ("Recipes on the holdout", "<p class=note>prenet: the configured predictor on all PreNeT features; justus_recipe: the same predictor "
+         "without computational features (Justus et al. 2018); prenet_recipe: per layer type the best predictor × feature set on "
+         "the validation split (PreNeT).</p>" + table(recipe_rows, ["holdout MAPE %", "holdout RMSE ms"], "recipe")
+         + "<h3>Validation MAPE per predictor × feature set (median over layer types; PreNeT Table 4 shape)</h3>"
+         + table(sel_rows, ["median val MAPE %"], "predictor / feature set")),
+        ("Whole models on the local CPU", f"<p class=note>Step = Σ layers (train_step for layers with parameters, forward_backward "
+         f"otherwise) + loss. Measurement noise floor (median spread of the measured steps): {wm['noise_floor_median_spread_pct']:.2f} %.</p>"
+         + table(wm_rows, [f"{r} MAPE %" for r in recipes], "zoo model") + image(wm_fig, "whole-model step time, predicted vs measured")
+         + table(zoo_rows, ["measured_ms", *[f"{n}_ms" for n in recipes]], "model / batch / optimizer")),
+        ("Unseen hardware (leave one GPU out)", _unseen_section(ev.get("unseen_hardware", {}))),
         ("Validation (model selection)", table(tr["val"], METRIC_COLS, "op")),
     ]
     path = write_text(page(cfg.report.title, sections), out / "index.html")

@@ -1,4 +1,13 @@
-"""Stage ``train``: one regressor per layer type on the development rows (never the holdout)."""
+"""Stage ``train``: per-layer-type regressors on the development rows (never the holdout).
+
+Three models come out of one run, so the report can compare them on the same data:
+
+* ``paths.models`` — the configured predictor (``predictor`` group) on the configured feature set;
+* ``paths.models_baseline`` — the same predictor on the baseline features only (Justus et al.'s recipe:
+  no computational features);
+* ``paths.models_selected`` — PreNeT's recipe: per op, the best of ``train.selection.predictors`` ×
+  ``train.selection.feature_sets`` on the validation split.
+"""
 
 from __future__ import annotations
 
@@ -9,33 +18,65 @@ import polars as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.config import hydra_entry
+from pipeline.config import CONF_DIR, hydra_entry
 from pipeline.split import split_rule
-from prenet.data.io import read_table, write_json
+from prenet.data.io import read_table, write_json, write_table
 from prenet.data.schemas import SplitLayerFeatures
 from prenet.data.split import assert_no_holdout
-from prenet.steptime import fit_step_time_model
+from prenet.steptime import fit_step_time_model, select_step_time_model
+
+
+def predictor_params(cfg_predictor, seed: int, threads: int) -> tuple[str, dict]:
+    params = OmegaConf.to_container(cfg_predictor, resolve=True)
+    name = params.pop("name")
+    params.update(seed=seed, n_jobs=threads)
+    return name, params
 
 
 def train(cfg: DictConfig) -> dict:
-    """Fit ``cfg.predictor`` per op on the train rows (early stopping on val); save the models to
-    ``paths.models`` and the validation metrics to ``metrics/train.json``."""
+    """Fit the configured, the baseline-feature and the selected models; save them and ``metrics/train.json``."""
     dev = read_table(cfg.paths.dev, SplitLayerFeatures)
     assert_no_holdout(dev, split_rule(cfg), where=f"train ({cfg.paths.dev})")
     torch.set_num_threads(int(cfg.threads))
-    params = OmegaConf.to_container(cfg.predictor, resolve=True)
-    name = params.pop("name")
-    params.update(seed=int(cfg.seed), n_jobs=int(cfg.threads))
+    tr, va = dev.filter(pl.col("split") == "train"), dev.filter(pl.col("split") == "val")
+    seed, threads, min_rows = int(cfg.seed), int(cfg.threads), int(cfg.train.min_rows)
+    name, params = predictor_params(cfg.predictor, seed, threads)
+    metrics: dict = {"predictor": name, "feature_set": cfg.train.feature_set, "target": cfg.train.target, "threads": threads}
+
     t0 = time.monotonic()
-    model, val = fit_step_time_model(
-        dev.filter(pl.col("split") == "train"), dev.filter(pl.col("split") == "val"),
-        predictor=name, params=params, feature_set=cfg.train.feature_set, progress=bool(cfg.progress),
-    )
-    wall = round(time.monotonic() - t0, 1)
-    model.save(cfg.paths.models, extra={"val_metrics": val, "threads": int(cfg.threads)})
-    metrics = {"predictor": name, "feature_set": cfg.train.feature_set, "threads": int(cfg.threads), "train_wall_s": wall, "val": val}
+    model, val = fit_step_time_model(tr, va, predictor=name, params=params, feature_set=cfg.train.feature_set,
+                                     min_rows=min_rows, progress=bool(cfg.progress), name="prenet", target=cfg.train.target)
+    metrics["train_wall_s"] = round(time.monotonic() - t0, 1)
+    model.save(cfg.paths.models, extra={"val_metrics": val, "threads": threads})
+    metrics["val"] = val
+
+    if cfg.train.baseline:
+        base, bval = fit_step_time_model(tr, va, predictor=name, params=params, feature_set="baseline",
+                                         min_rows=min_rows, progress=bool(cfg.progress), name="justus_recipe")
+        base.save(cfg.paths.models_baseline, extra={"val_metrics": bval})
+        metrics["val_baseline"] = bval
+
+    sel = cfg.train.selection
+    if sel.enabled:
+        # each candidate's settings are its file in conf/predictor/ (a dvc dep of this stage)
+        candidates = dict(predictor_params(OmegaConf.load(CONF_DIR / "predictor" / f"{p}.yaml"), seed, threads) for p in sel.predictors)
+        t1 = time.monotonic()
+        chosen, grid = select_step_time_model(tr, va, candidates=candidates, feature_sets=list(sel.feature_sets),
+                                              min_rows=min_rows, progress=bool(cfg.progress), name="prenet_recipe",
+                                              fallback=model.ops["_pooled"])
+        chosen.save(cfg.paths.models_selected)
+        write_table(pl.DataFrame(grid), Path(cfg.paths.plots) / "selection_grid.csv")
+        metrics["selection_wall_s"] = round(time.monotonic() - t1, 1)
+        metrics["selected"] = {op: f"{m.predictor}/{m.feature_set}" for op, m in chosen.ops.items()}
+        # Table 4 shape: median over ops of the validation MAPE of each predictor × feature set
+        g = pl.DataFrame(grid).filter(pl.col("op") != "_pooled")
+        metrics["selection_val_mape_median"] = {
+            f"{r['predictor']}/{r['feature_set']}": r["mape_pct"]
+            for r in g.group_by("predictor", "feature_set").agg(pl.col("mape_pct").median()).sort("predictor", "feature_set").iter_rows(named=True)
+        }
     write_json(metrics, Path(cfg.paths.metrics) / "train.json")
-    print(f"train: {name} ({cfg.train.feature_set}) in {wall} s; val MAPE " + ", ".join(f"{op} {m['mape_pct']:.1f}%" for op, m in val.items()))
+    print(f"train: {name} ({cfg.train.feature_set}) in {metrics['train_wall_s']} s; val MAPE "
+          + ", ".join(f"{op} {m.get('mape_pct', float('nan')):.1f}%" for op, m in val.items()))
     return metrics
 
 

@@ -17,7 +17,7 @@ def test_params_yaml_is_the_composed_default():
     assert params == OmegaConf.to_container(compose([]), resolve=True), "params.yaml is stale: run `make params`"
 
 
-@pytest.mark.parametrize("group", ["benchmark", "predictor", "hardware", "split", "experiment"])
+@pytest.mark.parametrize("group", ["benchmark", "models", "predictor", "hardware", "split", "experiment"])
 def test_every_option_of_every_group_composes(group):
     options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
     assert options
@@ -28,7 +28,7 @@ def test_every_option_of_every_group_composes(group):
 
 
 def test_required_predictors_exist():
-    assert {"xgboost", "random_forest", "mlp", "linear"} <= {p.stem for p in (CONF_DIR / "predictor").glob("*.yaml")}
+    assert {"xgboost", "random_forest", "gbdt", "mlp", "linear"} <= {p.stem for p in (CONF_DIR / "predictor").glob("*.yaml")}
 
 
 def test_dvc_yaml_stages_are_the_verbs_in_order_and_call_one_function_each():

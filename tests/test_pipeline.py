@@ -25,11 +25,13 @@ def test_every_stage_writes_its_outputs(tiny_run):
         assert Path(cfg.paths[key]).exists(), key
     assert (Path(cfg.paths.models) / "manifest.json").exists()
     ev = json.loads((Path(cfg.paths.metrics) / "evaluate.json").read_text())
-    assert set(ev["by_op"]) == {"linear", "conv2d"}
+    assert {"linear", "conv2d"} <= set(ev["by_op"])
+    assert set(ev["recipes"]) == {"prenet", "justus_recipe", "prenet_recipe"}
+    assert ev["whole_model"]["prenet"]["overall"]["n"] == 4  # mlp and lstm_lm at two batch sizes
     assert ev["overall"]["n"] > 0 and ev["overall"]["mape_pct"] > 0
     assert "local_median_spread_pct" in ev["noise_floor"]
     html = (Path(cfg.paths.report) / "index.html").read_text()
-    assert html.count("data:image/png;base64,") >= 2 and "<script" not in html
+    assert html.count("data:image/png;base64,") >= 3 and "<script" not in html
     assert (Path(cfg.paths.report) / "holdout_scatter.png").stat().st_size > 1000
 
 
@@ -67,7 +69,8 @@ def test_train_stage_guard_fires_on_a_leaked_dev_table(tiny_run, tmp_path):
 def test_each_predictor_gives_comparable_metrics(tiny_run, tmp_path, predictor):
     root, cfg, _ = tiny_run
     c = compose(tiny_overrides(root, f"predictor={predictor}", f"paths.models={tmp_path / 'models'}", f"paths.metrics={tmp_path}",
-                               f"paths.plots={tmp_path / 'plots'}", "predictor.epochs=20"  if predictor == "mlp" else "seed=0"))
+                               f"paths.models_baseline={tmp_path / 'mb'}", f"paths.models_selected={tmp_path / 'ms'}",
+                               f"paths.plots={tmp_path / 'plots'}", "predictor.epochs=20" if predictor == "mlp" else "seed=0"))
     train(c)
     ev = evaluate(c)
     base = json.loads((Path(cfg.paths.metrics) / "evaluate.json").read_text())
@@ -77,13 +80,15 @@ def test_each_predictor_gives_comparable_metrics(tiny_run, tmp_path, predictor):
 
 def test_hydra_cli_runs_the_same_stage_function(tiny_run, tmp_path):
     root, cfg, _ = tiny_run
-    args = [a for a in tiny_overrides(root) if not a.startswith(("paths.models", "paths.metrics"))]
+    args = [a for a in tiny_overrides(root) if not a.startswith(("paths.models", "paths.metrics", "paths.plots"))]
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline.train", "predictor=random_forest", "predictor.n_estimators=30", *args,
-         f"paths.models={tmp_path / 'models'}", f"paths.metrics={tmp_path}"],
+         f"paths.models={tmp_path / 'models'}", f"paths.models_baseline={tmp_path / 'mb'}", f"paths.models_selected={tmp_path / 'ms'}",
+         f"paths.metrics={tmp_path}", f"paths.plots={tmp_path / 'plots'}"],
         cwd=REPO, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     manifest = json.loads((tmp_path / "models" / "manifest.json").read_text())
-    assert manifest["predictor"] == "random_forest" and manifest["params"]["n_estimators"] == 30
+    assert {e["predictor"] for e in manifest["ops"].values()} == {"random_forest"}
+    assert {e["params"]["n_estimators"] for e in manifest["ops"].values()} == {30}
     assert json.loads((tmp_path / "train.json").read_text())["predictor"] == "random_forest"

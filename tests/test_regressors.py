@@ -5,7 +5,7 @@ import pytest
 
 from prenet.steptime.regressors import REGRESSORS, load_regressor, make_regressor
 
-SMALL = {"xgboost": {"n_estimators": 150}, "random_forest": {"n_estimators": 50}, "mlp": {"epochs": 60, "hidden": [32, 32]}, "linear": {}}
+SMALL = {"xgboost": {"n_estimators": 150}, "gbdt": {"n_estimators": 100}, "random_forest": {"n_estimators": 50}, "mlp": {"epochs": 60, "hidden": [32, 32]}, "linear": {}}
 
 
 def _data(n, seed):
@@ -30,5 +30,5 @@ def test_fits_and_round_trips(name, tmp_path):
 
 
 def test_unknown_predictor_names_the_choices():
-    with pytest.raises(ValueError, match="linear, mlp, random_forest, xgboost"):
+    with pytest.raises(ValueError, match="gbdt, linear, mlp, random_forest, xgboost"):
         make_regressor("svm")

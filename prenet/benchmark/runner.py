@@ -48,7 +48,7 @@ class MeasurementSpec:
 
 def make_plan(ops: dict[str, dict[str, Any]], *, directions: Iterable[str], optimizers: Iterable[str], seed: int) -> list[MeasurementSpec]:
     """Sample ``n_configs`` configurations per op from its ``space`` and expand them over directions
-    (``train_step`` once per optimizer). Each op draws from its own stream seeded by (seed, op), so adding an
+    (``train_step`` once per optimizer, and only for ops with parameters). Each op draws from its own stream seeded by (seed, op), so adding an
     op or changing one op's count leaves the other ops' configurations unchanged."""
     plan: list[MeasurementSpec] = []
     directions = list(directions)
@@ -65,6 +65,8 @@ def make_plan(ops: dict[str, dict[str, Any]], *, directions: Iterable[str], opti
                 continue
             seen.add(shape)
             for d in directions:
+                if d == "train_step" and not lt.trainable:
+                    continue  # nothing to update: the op's training step is its forward_backward
                 for o in (optimizers if d == "train_step" else ["none"]):
                     plan.append(MeasurementSpec(op, shape, d, o))
     return plan

@@ -135,7 +135,32 @@ def load_neusight_conv(max_rows_per_gpu: int | None = None, root: Path | None = 
     return _finish(df.filter(pl.col("output_size") >= 1), "neusight2025", "conv2d", max_rows_per_gpu)
 
 
+#: NeuSight op names of the [B, H] row-wise datasets → prenet ops (mul, div, pow and the ``*u`` variants have no
+#: prenet layer and are not loaded).
+NEUSIGHT_ROWWISE = {"ln": "layernorm", "softmax": "softmax", "add": "add", "relu": "relu", "gelu": "gelu", "tanh": "tanh"}
+_ROWWISE_FILES = {"layernorm": "layernorm_5gpu.csv.gz", "softmax": "softmax_5gpu.csv.gz"}
+
+
+def load_neusight_rowwise(op: str, max_rows_per_gpu: int | None = None, root: Path | None = None) -> pl.DataFrame:
+    """NeuSight 2025 layer norm, softmax and element-wise ops on [B, H] (forward): batch = B, hidden = H."""
+    name = _ROWWISE_FILES.get(op, "elementwise_5gpu.csv.gz")
+    raw = pl.read_csv((root or data_dir()) / "external" / "neusight2025" / name)
+    raw = raw.filter(pl.col("OPName").replace_strict(NEUSIGHT_ROWWISE, default=None) == op)
+    df = raw.select(
+        pl.col("Device").alias("hardware_id"),
+        pl.lit("forward").alias("direction"),
+        pl.lit("none").alias("optimizer"),
+        pl.lit("none").alias("activation"),
+        pl.col("B").alias("batch"),
+        pl.col("H").alias("hidden"),
+        pl.col("latency_ms").alias("time_ms"),
+        pl.lit(None, dtype=pl.Float64).alias("spread_rel"),
+    )
+    return _finish(df, "neusight2025", op, max_rows_per_gpu)
+
+
 LOADERS = {
+    **{("neusight2025", op): (lambda op: lambda m: load_neusight_rowwise(op, m))(op) for op in NEUSIGHT_ROWWISE.values()},
     ("justus2018", "linear"): load_justus_dense,
     ("justus2018", "conv2d"): load_justus_conv,
     ("neusight2025", "linear"): load_neusight_linear,

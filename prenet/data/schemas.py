@@ -37,6 +37,14 @@ class _Shapes(pa.DataFrameModel):
     stride: Optional[int] = pa.Field(ge=1, nullable=True)
     padding: Optional[int] = pa.Field(ge=0, nullable=True)
     output_size: Optional[int] = pa.Field(ge=1, nullable=True)
+    seq_len: Optional[int] = pa.Field(ge=1, nullable=True)
+    hidden_size: Optional[int] = pa.Field(ge=1, nullable=True)
+    embed_dim: Optional[int] = pa.Field(ge=1, nullable=True)
+    num_heads: Optional[int] = pa.Field(ge=1, nullable=True)
+    num_embeddings: Optional[int] = pa.Field(ge=1, nullable=True)
+    embedding_dim: Optional[int] = pa.Field(ge=1, nullable=True)
+    channels: Optional[int] = pa.Field(ge=1, nullable=True)
+    hidden: Optional[int] = pa.Field(ge=1, nullable=True)
 
 
 class RawTimings(_Shapes):
@@ -141,10 +149,37 @@ class HoldoutPredictions(pa.DataFrameModel):
         name = "HoldoutPredictions"
 
 
+class ModelTimings(pa.DataFrameModel):
+    """Output of ``benchmark_models``: measured wall time of one whole-model training step (ms)."""
+
+    model: str
+    batch_size: int = pa.Field(ge=1)
+    optimizer: str = pa.Field(isin=["sgd", "adam"])
+    hardware_id: str = pa.Field(str_length={"min_value": 1})
+    threads: int = pa.Field(ge=1)
+    torch_version: str
+    dtype: str
+    params: int = pa.Field(ge=0)
+    measured_ms: float = pa.Field(gt=0)
+    spread_rel: float = pa.Field(ge=0)
+    repeats: int = pa.Field(ge=1)
+    measured_at: str
+
+    @pa.check("measured_ms", "spread_rel", name="is_finite")
+    def _finite(cls, data: PolarsData) -> pl.LazyFrame:
+        return _is_finite(data)
+
+    class Config:
+        strict = True
+        unique = ["model", "batch_size", "optimizer", "hardware_id", "threads"]
+        name = "ModelTimings"
+
+
 #: Identity key of each schema (used in messages and by the frozen split).
 KEYS: dict[str, tuple[str, ...]] = {
     "RawTimings": ("measurement_id",),
     "LayerFeatures": ("sample_id",),
     "SplitLayerFeatures": ("sample_id",),
     "HoldoutPredictions": ("sample_id",),
+    "ModelTimings": ("model", "batch_size", "optimizer", "hardware_id", "threads"),
 }

@@ -61,6 +61,8 @@ class LayerType:
     build: Callable[[dict[str, int], str, torch.dtype], tuple[nn.Module, torch.Tensor]]
     #: Analytic cost of a configuration for a dtype size in bytes.
     cost: Callable[[dict[str, int], int], LayerCost]
+    #: False for ops without parameters: they have no ``train_step`` (their step is ``forward_backward``).
+    trainable: bool = True
     #: Names of the derived shape columns (e.g. conv ``output_size``) and the function computing them.
     derived_columns: tuple[str, ...] = ()
     derive: Callable[[dict[str, int]], dict[str, int]] = lambda cfg: {}

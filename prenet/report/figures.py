@@ -56,3 +56,24 @@ def bar_errors(groups: dict[str, dict], noise: dict[str, float], path: Path, tit
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def scatter_whole_models(df: pl.DataFrame, models: list[str], path: Path) -> Path:
+    """Predicted vs measured whole-model step time (ms) of the zoo, one marker per recipe, ±20 % band."""
+    fig, ax = plt.subplots(figsize=(6, 5))
+    markers = ["o", "s", "^", "D"]
+    for name, mk in zip(models, markers):
+        ax.scatter(df["measured_ms"], df[f"{name}_ms"], marker=mk, s=28, alpha=0.75, label=name)
+    lo = float(min(df["measured_ms"].min(), *(df[f"{n}_ms"].min() for n in models)))
+    hi = float(max(df["measured_ms"].max(), *(df[f"{n}_ms"].max() for n in models)))
+    xs = np.geomspace(lo, hi, 50)
+    ax.plot(xs, xs, "k-", lw=0.8)
+    ax.fill_between(xs, xs * 0.8, xs * 1.2, color="grey", alpha=0.15, label="±20 %")
+    for r in df.filter(pl.col("batch_size") == df["batch_size"].max()).iter_rows(named=True):
+        ax.annotate(r["model"], (r["measured_ms"], r["measured_ms"]), fontsize=7, alpha=0.7)
+    ax.set(xscale="log", yscale="log", xlabel="measured step (ms)", ylabel="predicted step (ms)", title="whole-model training step, local CPU")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -34,6 +34,10 @@ def featurize(rows: pl.DataFrame, hardware: Mapping[str, HardwareSpec]) -> pl.Da
 
     ``hardware`` maps every ``hardware_id`` present to its spec; a missing one is an error naming it.
     """
+    if "time_ms" not in rows.columns:  # prediction: no measured time
+        rows = rows.with_columns(pl.lit(None, dtype=pl.Float64).alias("time_ms"))
+    if "spread_rel" not in rows.columns:
+        rows = rows.with_columns(pl.lit(None, dtype=pl.Float64).alias("spread_rel"))
     missing = sorted(set(rows.get_column("hardware_id").unique().to_list()) - set(hardware))
     if missing:
         raise KeyError(f"no hardware spec for {', '.join(missing)}; add it to the catalog or the benchmark's hardware record")
@@ -78,16 +82,24 @@ FEATURE_SETS = ("baseline", "co", "cm", "ct")  # cumulative: ct = baseline + CO 
 _LOGGED = {*CO_FEATURES, *CM_FEATURES, *CT_FEATURES, *ALL_SHAPE_COLUMNS, "hw_peak_tflops", "hw_mem_bw_gbps", "hw_cores", "hw_clock_mhz"}
 
 
+#: The op of the pooled model (one regressor over every op, for ops too rare to have their own).
+POOLED = "_pooled"
+
+
 def feature_columns(op: str, feature_set: str) -> list[str]:
     """Columns of the design matrix for ``op`` under a cumulative feature set.
 
     ``baseline``: the op's shape columns, direction and optimizer indicators, activation flag and hardware
     features (Justus et al.'s recipe: no computational features); ``co`` adds FLOPs; ``cm`` adds bytes;
-    ``ct`` adds FLOPs / peak FLOP/s and the roofline time (PreNeT's full set).
+    ``ct`` adds FLOPs / peak FLOP/s and the roofline time (PreNeT's full set). For :data:`POOLED` the shape
+    columns are replaced by one indicator per registered op.
     """
     if feature_set not in FEATURE_SETS:
         raise ValueError(f"unknown feature set {feature_set!r}; use one of {', '.join(FEATURE_SETS)}")
-    cols = [*layer_type(op).all_columns, "is_forward_backward", "is_train_step", "is_adam", "has_activation", "threads", *HW_FEATURES]
+    from prenet.layers import REGISTRY
+
+    layer = [f"op_is_{o}" for o in sorted(REGISTRY)] if op == POOLED else list(layer_type(op).all_columns)
+    cols = [*layer, "is_forward_backward", "is_train_step", "is_adam", "has_activation", "threads", *HW_FEATURES]
     level = FEATURE_SETS.index(feature_set)
     for i, group in enumerate((CO_FEATURES, CM_FEATURES, CT_FEATURES), start=1):
         if level >= i:
@@ -98,7 +110,10 @@ def feature_columns(op: str, feature_set: str) -> list[str]:
 def design_matrix(df: pl.DataFrame, op: str, feature_set: str) -> tuple[np.ndarray, list[str]]:
     """The float design matrix for ``op`` rows (sizes, FLOPs, bytes and times as log1p)."""
     cols = feature_columns(op, feature_set)
+    from prenet.layers import REGISTRY
+
     derived = df.with_columns(
+        *[(pl.col("op") == o).cast(pl.Float64).alias(f"op_is_{o}") for o in sorted(REGISTRY) if op == POOLED],
         (pl.col("direction") == "forward_backward").cast(pl.Float64).alias("is_forward_backward"),
         (pl.col("direction") == "train_step").cast(pl.Float64).alias("is_train_step"),
         (pl.col("optimizer") == "adam").cast(pl.Float64).alias("is_adam"),

@@ -1,62 +1,136 @@
-"""Per-layer-type step-time models: fit on the development rows, save, load, predict (ms)."""
+"""Per-layer-type step-time models: fit on the development rows, save, load, predict (ms).
+
+A :class:`StepTimeModel` holds one regressor per op (and a pooled regressor over all ops that answers for ops
+too rare to have their own). Each op's entry records its predictor kind and feature set, so a model whose
+entries were chosen per op on the validation split (PreNeT's recipe, :func:`select_step_time_model`) is the
+same object as one trained with a single configuration.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
 from prenet.data.io import write_json
-from prenet.steptime.features import design_matrix, from_log_target, log_target
+from prenet.steptime.features import POOLED, design_matrix, from_log_target, log_target
 from prenet.steptime.metrics import error_metrics
 from prenet.steptime.regressors import Regressor, load_regressor, make_regressor
 
 MANIFEST = "manifest.json"
 
 
-@dataclass
-class StepTimeModel:
-    """One regressor per op, all of the same predictor kind and feature set."""
+#: Regression targets: ``time`` fits ln(ms); ``roofline_ratio`` fits ln(ms / roofline ms), the inverse of the
+#: attained fraction of the roofline (NeuSight-style utilisation), which carries across hardware better because
+#: the hardware's scale is already in the roofline.
+TARGETS = ("time", "roofline_ratio")
 
+
+@dataclass
+class OpModel:
     predictor: str
     feature_set: str
     params: dict[str, Any]
-    regressors: dict[str, Regressor] = field(default_factory=dict)
-    columns: dict[str, list[str]] = field(default_factory=dict)
+    regressor: Regressor
+    columns: list[str]
+    target: str = "time"
+
+    def to_target(self, df: pl.DataFrame) -> np.ndarray:
+        y = log_target(df.get_column("time_ms").to_numpy())
+        return y - np.log(df.get_column("roofline_ms").to_numpy()) if self.target == "roofline_ratio" else y
+
+    def from_target(self, df: pl.DataFrame, z: np.ndarray) -> np.ndarray:
+        if self.target == "roofline_ratio":
+            z = z + np.log(df.get_column("roofline_ms").to_numpy())
+        return from_log_target(z)
+
+
+@dataclass
+class StepTimeModel:
+    """One fitted regressor per op (plus :data:`POOLED`)."""
+
+    ops: dict[str, OpModel] = field(default_factory=dict)
+    name: str = "steptime"
+
+    @property
+    def predictor(self) -> str:
+        kinds = sorted({m.predictor for m in self.ops.values()})
+        return kinds[0] if len(kinds) == 1 else "per-op:" + "+".join(kinds)
+
+    @property
+    def feature_set(self) -> str:
+        sets = sorted({m.feature_set for m in self.ops.values()})
+        return sets[0] if len(sets) == 1 else "per-op"
+
+    def model_for(self, op: str) -> str:
+        """The entry answering for ``op``: its own, else the pooled one."""
+        if op in self.ops:
+            return op
+        if POOLED in self.ops:
+            return POOLED
+        raise KeyError(f"no step-time model for op {op!r}; trained ops: {', '.join(sorted(self.ops))}")
 
     def predict_ms(self, df: pl.DataFrame) -> np.ndarray:
-        """Predicted ms per row of a LayerFeatures-shaped table (rows of ops without a model → error)."""
+        """Predicted ms per row of a LayerFeatures-shaped table."""
         out = np.full(df.height, np.nan)
         ops = df.get_column("op").to_numpy()
         for op in np.unique(ops):
-            if op not in self.regressors:
-                raise KeyError(f"no step-time model for op {op!r}; trained ops: {', '.join(sorted(self.regressors))}")
             mask = ops == op
-            X, _ = design_matrix(df.filter(pl.Series(mask)), op, self.feature_set)
-            out[mask] = from_log_target(self.regressors[op].predict(X))
+            entry = self.ops[self.model_for(op)]
+            rows = df.filter(pl.Series(mask))
+            X, _ = design_matrix(rows, self.model_for(op), entry.feature_set)
+            out[mask] = entry.from_target(rows, entry.regressor.predict(X))
         return out
 
     def save(self, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        files = {}
-        for op, reg in self.regressors.items():
-            files[op] = [p.name for p in reg.save(d / op)]
-        manifest = {"predictor": self.predictor, "feature_set": self.feature_set, "params": self.params,
-                    "columns": self.columns, "files": files, **(extra or {})}
+        manifest: dict[str, Any] = {"name": self.name, "ops": {}, **(extra or {})}
+        for op, m in self.ops.items():
+            files = [p.name for p in m.regressor.save(d / op)]
+            manifest["ops"][op] = {"predictor": m.predictor, "feature_set": m.feature_set, "params": m.params,
+                                   "columns": m.columns, "files": files, "target": m.target}
         return write_json(manifest, d / MANIFEST)
 
     @classmethod
     def load(cls, directory: str | Path) -> "StepTimeModel":
         d = Path(directory)
+        if not (d / MANIFEST).exists():
+            from prenet.errors import PrenetError
+
+            raise PrenetError(f"no trained step-time model in {d}; run `dvc repro train` (or `make run`) first")
         m = json.loads((d / MANIFEST).read_text())
-        regs = {op: load_regressor(m["predictor"], d / op, **m["params"]) for op in m["files"]}
-        return cls(m["predictor"], m["feature_set"], m["params"], regs, m["columns"])
+        ops = {op: OpModel(e["predictor"], e["feature_set"], e["params"], load_regressor(e["predictor"], d / op, **e["params"]),
+                           e["columns"], e.get("target", "time"))
+               for op, e in m["ops"].items()}
+        return cls(ops, m.get("name", "steptime"))
+
+
+def _fit_one(tr: pl.DataFrame, va: pl.DataFrame, op: str, predictor: str, params: dict[str, Any], feature_set: str,
+             progress: bool, target: str = "time") -> tuple[OpModel, dict[str, float]]:
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")
+    X, cols = design_matrix(tr, op, feature_set)
+    reg = make_regressor(predictor, **{**params, "progress": progress})
+    entry = OpModel(predictor, feature_set, params, reg, cols, target)
+    Xv, yv = (design_matrix(va, op, feature_set)[0], entry.to_target(va)) if va.height else (None, None)
+    reg.fit(X, entry.to_target(tr), Xv, yv)
+    metrics = error_metrics(va.get_column("time_ms").to_numpy(), entry.from_target(va, reg.predict(Xv))) if va.height else {"n": 0}
+    return entry, metrics
+
+
+def _ops_to_fit(train: pl.DataFrame, min_rows: int) -> list[str]:
+    counts = dict(train.group_by("op").len().iter_rows())
+    return sorted(op for op, n in counts.items() if n >= min_rows) + [POOLED]
+
+
+def _rows_of(df: pl.DataFrame, op: str) -> pl.DataFrame:
+    return df if op == POOLED else df.filter(pl.col("op") == op)
 
 
 def fit_step_time_model(
@@ -66,23 +140,58 @@ def fit_step_time_model(
     predictor: str,
     params: dict[str, Any],
     feature_set: str = "ct",
+    min_rows: int = 20,
     progress: bool = True,
+    name: str = "steptime",
+    target: str = "time",
 ) -> tuple[StepTimeModel, dict[str, dict[str, float]]]:
-    """Fit one regressor per op on ``train`` (early stopping / checks on ``val``); return the model and the
-    validation metrics per op."""
-    model = StepTimeModel(predictor, feature_set, params)
+    """Fit one regressor per op with at least ``min_rows`` train rows, and a pooled regressor over all ops, on
+    ``train`` (early stopping on ``val``). Returns the model and the validation metrics per op."""
+    model = StepTimeModel(name=name)
     val_metrics: dict[str, dict[str, float]] = {}
-    ops = sorted(train.get_column("op").unique().to_list())
-    for op in tqdm(ops, desc=f"train {predictor}", unit="op", disable=not progress):
-        tr = train.filter(pl.col("op") == op)
-        va = val.filter(pl.col("op") == op)
-        X, cols = design_matrix(tr, op, feature_set)
-        Xv, _ = design_matrix(va, op, feature_set) if va.height else (None, None)
-        yv = log_target(va.get_column("time_ms").to_numpy()) if va.height else None
-        reg = make_regressor(predictor, **{**params, "progress": progress})
-        reg.fit(X, log_target(tr.get_column("time_ms").to_numpy()), Xv, yv)
-        model.regressors[op] = reg
-        model.columns[op] = cols
-        if va.height:
-            val_metrics[op] = error_metrics(va.get_column("time_ms").to_numpy(), from_log_target(reg.predict(Xv)))
+    for op in tqdm(_ops_to_fit(train, min_rows), desc=f"train {name}: {predictor}/{feature_set}", unit="op", disable=not progress):
+        model.ops[op], val_metrics[op] = _fit_one(_rows_of(train, op), _rows_of(val, op), op, predictor, params, feature_set,
+                                                  progress=False, target=target)
     return model, val_metrics
+
+
+def select_step_time_model(
+    train: pl.DataFrame,
+    val: pl.DataFrame,
+    *,
+    candidates: dict[str, dict[str, Any]],
+    feature_sets: Iterable[str],
+    min_rows: int = 20,
+    progress: bool = True,
+    name: str = "selected",
+    fallback: OpModel | None = None,
+) -> tuple[StepTimeModel, list[dict[str, Any]]]:
+    """PreNeT's recipe: for each op, fit every candidate predictor on every feature set and keep the one with
+    the lowest validation MAPE. Returns the selected model and the whole grid (op, predictor, feature set,
+    validation metrics, selected flag) — the shape of PreNeT's Table 4. ``fallback`` (e.g. the pooled entry of
+    an already fitted model) answers for the rare ops instead of selecting a pooled model too."""
+    model = StepTimeModel(name=name)
+    grid: list[dict[str, Any]] = []
+    ops = _ops_to_fit(train, min_rows)
+    if fallback is not None:
+        ops.remove(POOLED)
+        model.ops[POOLED] = fallback
+    combos = [(p, fs) for p in candidates for fs in feature_sets]
+    bar = tqdm(total=len(ops) * len(combos), desc="select (op × predictor × feature set)", unit="fit", disable=not progress)
+    for op in ops:
+        tr, va = _rows_of(train, op), _rows_of(val, op)
+        best: tuple[float, OpModel] | None = None
+        rows = []
+        for p, fs in combos:
+            entry, m = _fit_one(tr, va, op, p, candidates[p], fs, progress=False)
+            score = m.get("mape_pct", float("inf"))
+            rows.append({"op": op, "predictor": p, "feature_set": fs, **m})
+            if best is None or score < best[0]:
+                best = (score, entry)
+            bar.update(1)
+        model.ops[op] = best[1]
+        for r in rows:
+            r["selected"] = r["predictor"] == best[1].predictor and r["feature_set"] == best[1].feature_set
+        grid += rows
+    bar.close()
+    return model, grid

@@ -6,6 +6,8 @@ name               model                                                      sa
 ``xgboost``        gradient-boosted trees (``xgboost.XGBRegressor``, hist)    XGBoost JSON
 ``random_forest``  random forest (``xgboost.XGBRFRegressor``: bagged trees,   XGBoost JSON
                    row and column subsampling, no boosting)
+``gbdt``           classic gradient boosting (scikit-learn), trees exported   JSON
+                   to arrays
 ``mlp``            multilayer perceptron (torch), standardized inputs         ``state_dict`` + JSON
 ``linear``         ridge regression on standardized inputs (closed form)      JSON
 =================  =========================================================  ======================
@@ -113,6 +115,61 @@ class RandomForestRegressor(XGBoostRegressor):
         self = cls(**params)
         self.model = xgb.XGBRFRegressor()
         self.model.load_model(stem.with_suffix(".json"))
+        return self
+
+
+class GBDTRegressor:
+    """Classic gradient boosting (Friedman): scikit-learn's ``GradientBoostingRegressor`` with shallow trees and
+    no column subsampling. The fitted trees are exported to plain arrays (JSON) and evaluated with numpy, so the
+    in-memory and the loaded model predict identically and no pickle is involved."""
+
+    name = "gbdt"
+
+    def __init__(self, n_estimators: int = 300, max_depth: int = 4, learning_rate: float = 0.1, subsample: float = 1.0,
+                 seed: int = 0, **_: Any):
+        self.params = dict(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate, subsample=subsample, random_state=seed)
+        self.init = 0.0
+        self.trees: list[dict[str, np.ndarray]] = []
+
+    def fit(self, X, y, X_val=None, y_val=None):
+        from sklearn.ensemble import GradientBoostingRegressor
+
+        gb = GradientBoostingRegressor(loss="squared_error", **self.params).fit(X, y)
+        self.init = float(np.asarray(gb.init_.constant_).ravel()[0])
+        self.trees = []
+        for est in gb.estimators_[:, 0]:
+            t = est.tree_
+            self.trees.append({"left": t.children_left.copy(), "right": t.children_right.copy(), "feature": t.feature.copy(),
+                               "threshold": t.threshold.copy(), "value": t.value[:, 0, 0] * self.params["learning_rate"]})
+        return self
+
+    def predict(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        out = np.full(len(X), self.init)
+        rows = np.arange(len(X))
+        for t in self.trees:
+            node = np.zeros(len(X), dtype=np.int64)
+            while True:
+                inner = t["left"][node] != -1
+                if not inner.any():
+                    break
+                go_left = X[rows, np.maximum(t["feature"][node], 0)] <= t["threshold"][node]
+                node = np.where(inner, np.where(go_left, t["left"][node], t["right"][node]), node)
+            out += t["value"][node]
+        return out
+
+    def save(self, stem: Path) -> list[Path]:
+        p = stem.with_suffix(".json")
+        write_json({"params": self.params, "init": self.init,
+                    "trees": [{k: v.tolist() for k, v in t.items()} for t in self.trees]}, p)
+        return [p]
+
+    @classmethod
+    def load(cls, stem: Path, **params: Any) -> "GBDTRegressor":
+        d = json.loads(stem.with_suffix(".json").read_text())
+        self = cls(**{**params, **{k: v for k, v in d["params"].items() if k != "random_state"}})
+        self.init = d["init"]
+        self.trees = [{k: np.asarray(v) for k, v in t.items()} for t in d["trees"]]
         return self
 
 
@@ -250,7 +307,7 @@ class MLPRegressor:
         return self
 
 
-REGRESSORS: dict[str, type] = {c.name: c for c in (XGBoostRegressor, RandomForestRegressor, MLPRegressor, LinearRegressor)}
+REGRESSORS: dict[str, type] = {c.name: c for c in (XGBoostRegressor, RandomForestRegressor, GBDTRegressor, MLPRegressor, LinearRegressor)}
 
 
 def make_regressor(name: str, **params: Any) -> Regressor:

@@ -1,0 +1,49 @@
+"""Stage ``benchmark_models``: time whole-model training steps of the zoo on the local CPU (ground truth for
+whole-model prediction)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import polars as pl
+import torch
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from pipeline.config import hydra_entry
+from prenet.benchmark.models import MODEL_TIMING_SCHEMA, measure_model, model_timing_row
+from prenet.data.io import write_json, write_table
+from prenet.data.schemas import ModelTimings
+from prenet.hardware.local import detect_local
+from prenet.zoo import ZOO
+
+
+def benchmark_models(cfg: DictConfig) -> dict:
+    """Measure every (zoo model, batch size, optimizer) of ``cfg.models`` on this machine; write
+    ``paths.model_timings`` and ``metrics/benchmark_models.json``."""
+    m = cfg.models
+    torch.set_num_threads(int(cfg.threads))
+    hw = detect_local(threads=int(cfg.threads), device=cfg.hardware.device)
+    todo = [(name, b, o) for name in m.names for b in m.batch_sizes for o in m.optimizers]
+    rows = []
+    t0 = time.monotonic()
+    for name, b, o in tqdm(todo, desc="benchmark models", unit="step", disable=not cfg.progress):
+        if name not in ZOO:
+            raise KeyError(f"models.names: unknown zoo model {name!r}; known: {', '.join(ZOO)}")
+        torch.manual_seed(int(cfg.seed))
+        module, batch = ZOO[name](batch_size=int(b), **dict(m.get("sizes", {}).get(name, {})))
+        t = measure_model(module, batch, optimizer=o, warmup=int(m.warmup), repeats=int(m.repeats), min_block_ms=float(m.min_block_ms))
+        rows.append(model_timing_row(name, int(b), o, hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t))
+        del module, batch
+    df = pl.DataFrame(rows, schema=MODEL_TIMING_SCHEMA, orient="row")
+    write_table(df, cfg.paths.model_timings, ModelTimings)
+    metrics = {"measured": df.height, "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads),
+               "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median())}
+    write_json(metrics, Path(cfg.paths.metrics) / "benchmark_models.json")
+    print(f"benchmark_models: {df.height} model steps -> {cfg.paths.model_timings}")
+    return metrics
+
+
+if __name__ == "__main__":
+    hydra_entry(benchmark_models)()

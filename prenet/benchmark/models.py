@@ -1,0 +1,54 @@
+"""Measure whole-model training steps on the local device (the ground truth of whole-model prediction)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import polars as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from prenet.benchmark.steps import make_optimizer
+from prenet.benchmark.timer import Timing, time_callable
+from prenet.steptime.predict import unpack_example
+
+
+def training_step(module: nn.Module, example_batch: Any, optimizer: str):
+    """One step as prenet predicts it: forward, scalar loss (cross-entropy for logits + integer labels, else the
+    mean of the output), backward, optimizer step. Batch norm and dropout in train mode."""
+    inputs, labels = unpack_example(example_batch)
+    module.train()
+    opt = make_optimizer(optimizer, module.parameters())
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        out = module(inputs)
+        if labels is not None and out.dim() == 2 and labels.dim() == 1 and not labels.is_floating_point():
+            loss = F.cross_entropy(out, labels)
+        else:
+            loss = out.float().mean()
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def measure_model(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd", warmup: int = 1, repeats: int = 3,
+                  min_block_ms: float = 1.0) -> Timing:
+    """Median wall time of one training step (ms) and its run-to-run spread."""
+    return time_callable(training_step(module, example_batch, optimizer), warmup=warmup, repeats=repeats, min_block_ms=min_block_ms)
+
+
+MODEL_TIMING_SCHEMA: dict[str, pl.DataType] = {
+    "model": pl.String, "batch_size": pl.Int64, "optimizer": pl.String, "hardware_id": pl.String, "threads": pl.Int64,
+    "torch_version": pl.String, "dtype": pl.String, "params": pl.Int64, "measured_ms": pl.Float64, "spread_rel": pl.Float64,
+    "repeats": pl.Int64, "measured_at": pl.String,
+}
+
+
+def model_timing_row(name: str, batch_size: int, optimizer: str, hardware_id: str, threads: int, params: int, t: Timing) -> dict[str, Any]:
+    return {"model": name, "batch_size": batch_size, "optimizer": optimizer, "hardware_id": hardware_id, "threads": threads,
+            "torch_version": torch.__version__.split("+")[0], "dtype": "float32", "params": params, "measured_ms": t.median_ms,
+            "spread_rel": t.spread_rel, "repeats": t.repeats, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -1,0 +1,192 @@
+"""Built-in model zoo, constructed from configs (no downloaded weights). Each builder takes ``batch_size`` and
+returns ``(module, (inputs, labels))``.
+
+Sizes default to what a CPU can time in seconds (documented per model); the architectures are the standard
+ones, and every size is a keyword argument (e.g. ``bert_base_like(batch_size=8, layers=12, seq_len=128)`` is
+BERT-base).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+Example = tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]
+
+
+def mlp(batch_size: int = 32, in_features: int = 784, hidden: int = 1024, depth: int = 3, classes: int = 10) -> Example:
+    """An MLP on flattened 28×28 images: ``depth`` hidden layers of ``hidden`` units with ReLU."""
+    layers: list[nn.Module] = []
+    n = in_features
+    for _ in range(depth):
+        layers += [nn.Linear(n, hidden), nn.ReLU()]
+        n = hidden
+    layers.append(nn.Linear(n, classes))
+    return nn.Sequential(*layers), (torch.randn(batch_size, in_features), torch.randint(0, classes, (batch_size,)))
+
+
+_VGG16 = [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"]
+
+
+def vgg16(batch_size: int = 32, image_size: int = 32, classes: int = 10) -> Example:
+    """VGG-16 (13 conv3×3 + 3 linear, no batch norm); default 32×32 images (CIFAR-size)."""
+    layers: list[nn.Module] = []
+    c = 3
+    for v in _VGG16:
+        if v == "M":
+            layers.append(nn.MaxPool2d(2, 2))
+        else:
+            layers += [nn.Conv2d(c, int(v), 3, padding=1), nn.ReLU()]
+            c = int(v)
+    side = image_size // 32
+    model = nn.Sequential(
+        *layers, nn.Flatten(),
+        nn.Linear(512 * side * side, 4096), nn.ReLU(), nn.Dropout(0.5),
+        nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(0.5), nn.Linear(4096, classes),
+    )
+    return model, (torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,)))
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, cin: int, planes: int, stride: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu1 = nn.ReLU()
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.relu2 = nn.ReLU()
+        self.down = None
+        if stride != 1 or cin != planes:
+            self.down = nn.Sequential(nn.Conv2d(cin, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.down is None else self.down(x)
+        out = self.bn2(self.conv2(self.relu1(self.bn1(self.conv1(x)))))
+        return self.relu2(out + identity)
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, cin: int, planes: int, stride: int = 1):
+        super().__init__()
+        out_c = planes * 4
+        self.conv1, self.bn1, self.relu1 = nn.Conv2d(cin, planes, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU()
+        self.conv2, self.bn2, self.relu2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False), nn.BatchNorm2d(planes), nn.ReLU()
+        self.conv3, self.bn3, self.relu3 = nn.Conv2d(planes, out_c, 1, bias=False), nn.BatchNorm2d(out_c), nn.ReLU()
+        self.down = None
+        if stride != 1 or cin != out_c:
+            self.down = nn.Sequential(nn.Conv2d(cin, out_c, 1, stride, bias=False), nn.BatchNorm2d(out_c))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.down is None else self.down(x)
+        out = self.relu1(self.bn1(self.conv1(x)))
+        out = self.relu2(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu3(out + identity)
+
+
+class ResNet(nn.Module):
+    def __init__(self, block: type, layers: list[int], classes: int = 10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2))
+        stages, cin = [], 64
+        for i, (planes, n) in enumerate(zip([64, 128, 256, 512], layers)):
+            blocks = []
+            for j in range(n):
+                blocks.append(block(cin, planes, 2 if (j == 0 and i > 0) else 1))
+                cin = planes * block.expansion
+            stages.append(nn.Sequential(*blocks))
+        self.stages = nn.Sequential(*stages)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.stages(self.stem(x)))
+
+
+def resnet18(batch_size: int = 32, image_size: int = 64, classes: int = 10) -> Example:
+    """ResNet-18 (ImageNet stem, basic blocks [2, 2, 2, 2]); default 64×64 images."""
+    return ResNet(BasicBlock, [2, 2, 2, 2], classes), (torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,)))
+
+
+def resnet50(batch_size: int = 32, image_size: int = 64, classes: int = 10) -> Example:
+    """ResNet-50 (bottleneck blocks [3, 4, 6, 3]); default 64×64 images."""
+    return ResNet(Bottleneck, [3, 4, 6, 3], classes), (torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,)))
+
+
+class LSTMLanguageModel(nn.Module):
+    def __init__(self, vocab: int, embed: int, hidden: int, layers: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed)
+        self.lstm = nn.LSTM(embed, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lstm(self.embed(x))[0]).flatten(0, 1)
+
+
+def lstm_lm(batch_size: int = 32, vocab: int = 10000, embed: int = 256, hidden: int = 512, layers: int = 2, seq_len: int = 35) -> Example:
+    """A word-level LSTM language model (PTB-style: 10k vocabulary, 2 × 512 LSTM, 35-token windows)."""
+    x = torch.randint(0, vocab, (batch_size, seq_len))
+    return LSTMLanguageModel(vocab, embed, hidden, layers), (x, torch.randint(0, vocab, (batch_size * seq_len,)))
+
+
+class TransformerBlock(nn.Module):
+    """Post-norm (BERT) or pre-norm (GPT-2) block: self-attention and a GELU feed-forward, residual adds."""
+
+    def __init__(self, d: int, heads: int, ffn: int, pre_norm: bool):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, ffn), nn.GELU(), nn.Linear(ffn, d))
+        self.drop1, self.drop2 = nn.Dropout(0.1), nn.Dropout(0.1)
+        self.pre_norm = pre_norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pre_norm:
+            h = self.ln1(x)
+            x = x + self.drop1(self.attn(h, h, h, need_weights=False)[0])
+            return x + self.drop2(self.ff(self.ln2(x)))
+        x = self.ln1(x + self.drop1(self.attn(x, x, x, need_weights=False)[0]))
+        return self.ln2(x + self.drop2(self.ff(x)))
+
+
+class Transformer(nn.Module):
+    def __init__(self, vocab: int, d: int, heads: int, ffn: int, layers: int, seq_len: int, pre_norm: bool, out: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(seq_len, d)
+        self.blocks = nn.Sequential(*[TransformerBlock(d, heads, ffn, pre_norm) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, out)
+        self.register_buffer("positions", torch.arange(seq_len))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.tok(x) + self.pos(self.positions)
+        return self.head(self.ln_f(self.blocks(h))).flatten(0, 1)
+
+
+def bert_base_like(batch_size: int = 32, vocab: int = 30522, layers: int = 2, seq_len: int = 64, classes: int = 2) -> Example:
+    """BERT-base width (768 hidden, 12 heads, 3072 FFN, post-norm, GELU) with a per-token classifier; default 2 layers
+    and 64 tokens so a CPU step takes seconds (``layers=12, seq_len=128`` is BERT-base)."""
+    model = Transformer(vocab, 768, 12, 3072, layers, seq_len, pre_norm=False, out=classes)
+    return model, (torch.randint(0, vocab, (batch_size, seq_len)), torch.randint(0, classes, (batch_size * seq_len,)))
+
+
+def gpt2_small_like(batch_size: int = 32, vocab: int = 50257, layers: int = 2, seq_len: int = 32) -> Example:
+    """GPT-2-small width (768 hidden, 12 heads, 3072 FFN, pre-norm) with the language-model head over the full 50,257
+    vocabulary; default 2 layers and 32 tokens (``layers=12, seq_len=1024`` is GPT-2 small). The causal mask is
+    omitted: it changes no FLOPs of the dense attention kernel timed here."""
+    model = Transformer(vocab, 768, 12, 3072, layers, seq_len, pre_norm=True, out=vocab)
+    return model, (torch.randint(0, vocab, (batch_size, seq_len)), torch.randint(0, vocab, (batch_size * seq_len,)))
+
+
+ZOO: dict[str, Callable[..., Example]] = {
+    "mlp": mlp, "vgg16": vgg16, "resnet18": resnet18, "resnet50": resnet50, "lstm_lm": lstm_lm,
+    "bert_base_like": bert_base_like, "gpt2_small_like": gpt2_small_like,
+}

@@ -1,0 +1,102 @@
+"""Whole-model and layer-table predictions through the API and the CLI, with the errors a user can act on."""
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipeline.cli import main
+from prenet.api import predict_layers, predict_step_time
+from prenet.errors import PrenetError
+
+
+@pytest.fixture
+def models_dir(tiny_run):
+    return tiny_run[1].paths.models
+
+
+def test_step_time_of_a_zoo_model_sums_its_layers(models_dir):
+    p = predict_step_time("mlp", batch_size=32, hardware="local", models_dir=models_dir, dataset_size=1000)
+    assert p.step_seconds > 0 and p.steps_per_epoch == 32 and p.epoch_seconds == pytest.approx(32 * p.step_seconds)
+    assert p.step_seconds * 1e3 == pytest.approx(sum(r["predicted_ms"] for r in p.layers))
+    assert p.layers[-1]["op"] == "cross_entropy"  # the loss of the step
+    assert {r["direction"] for r in p.layers} == {"train_step", "forward_backward"}
+
+
+def test_unseen_hardware_from_its_spec_sheet(models_dir, tmp_path):
+    spec = tmp_path / "gpu.yaml"
+    spec.write_text("name: Imaginary 1\nkind: gpu\npeak_fp32_tflops: 50\nmem_bw_gbps: 2000\ncores: 10000\nclock_mhz: 1800\n")
+    a = predict_step_time("resnet18", batch_size=16, hardware=str(spec), models_dir=models_dir)
+    b = predict_step_time("resnet18", batch_size=16, hardware="Tesla P4", models_dir=models_dir)
+    assert a.hardware["hardware_id"] == "Imaginary 1" and a.step_seconds > 0 and b.step_seconds > 0
+
+
+def test_user_function_with_batch_size(models_dir, tmp_path):
+    f = tmp_path / "net.py"
+    f.write_text("import torch\nfrom torch import nn\n"
+                 "def build(batch_size):\n    return nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 3)), "
+                 "(torch.randn(batch_size, 10), torch.randint(0, 3, (batch_size,)))\n")
+    p = predict_step_time(f"{f}:build", batch_size=7, hardware="local", models_dir=models_dir)
+    assert p.batch_size == 7 and len(p.layers) == 4
+
+
+@pytest.mark.parametrize("source,fn,message", [
+    ("import nosuchmodule\n", "build", "failed to import: ModuleNotFoundError"),
+    ("def build(batch_size):\n    return 42\n", "build", "must return (module, example_batch)"),
+    ("def other():\n    pass\n", "build", "has no function 'build'"),
+])
+def test_cli_model_errors_are_one_line(models_dir, tmp_path, capsys, source, fn, message):
+    f = tmp_path / "bad.py"
+    f.write_text(source)
+    code = main(["predict", "step-time", "--model", f"{f}:{fn}", "--batch-size", "4", "--models", models_dir])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_cli_step_time_json(models_dir, capsys):
+    assert main(["predict", "step-time", "--model", "mlp", "--batch-size", "16", "--hardware", "T4", "--dataset-size", "160",
+                 "--models", models_dir, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"step_seconds", "epoch_seconds", "hardware", "layers"} <= set(out)
+    assert out["hardware"]["hardware_id"] == "Tesla T4" and out["epoch_seconds"] == pytest.approx(10 * out["step_seconds"])
+
+
+def test_cli_unknown_hardware(models_dir, capsys):
+    assert main(["predict", "step-time", "--model", "mlp", "--batch-size", "4", "--hardware", "H300", "--models", models_dir]) == 2
+    assert "Closest matches" in capsys.readouterr().err
+
+
+def test_layer_csv_round_trip(models_dir, tmp_path):
+    src = tmp_path / "shapes.csv"
+    src.write_text("op,batch,in_features,out_features,in_channels,out_channels,kernel_size,input_size,stride,padding,direction,dtype\n"
+                   "linear,32,512,256,,,,,,,forward,float32\n"
+                   "conv2d,8,3,16,,,,,,,train_step,float32\n".replace("conv2d,8,3,16,,,,,,,", "conv2d,8,,,3,16,3,32,1,1,"))
+    out = tmp_path / "pred.csv"
+    assert main(["predict", "layers", "--hardware", "V100 PCIe 16/32GB", "--input", str(src), "--output", str(out), "--models", models_dir]) == 0
+    df = pl.read_csv(out)
+    assert df.height == 2 and (df["predicted_ms"] > 0).all()
+
+
+def test_layer_csv_invalid_rows_are_reported_and_nothing_is_written(models_dir, tmp_path, capsys):
+    src = tmp_path / "shapes.csv"
+    src.write_text("op,batch,in_features,out_features,direction,dtype\n"
+                   "linear,32,512,256,forward,float32\n"
+                   "linear,-1,512,256,forward,float32\n"
+                   "lineer,1,2,3,forward,float32\n"
+                   "linear,4,5,6,sideways,float16\n")
+    out = tmp_path / "pred.csv"
+    assert main(["predict", "layers", "--hardware", "T4", "--input", str(src), "--output", str(out), "--models", models_dir]) == 2
+    err = capsys.readouterr().err
+    for part in ("row 2, column batch", "row 3, column op", "row 4, column direction", "row 4, column dtype"):
+        assert part in err
+    assert not out.exists() and not list(tmp_path.glob(".pred.csv*"))
+
+
+def test_api_predict_layers(models_dir):
+    df = pl.DataFrame({"op": ["relu", "layernorm"], "batch": ["64", "64"], "hidden": ["1024", "768"],
+                       "direction": ["forward", "train_step"], "dtype": ["float32", "float32"]})
+    out = predict_layers(df, hardware="local", models_dir=models_dir)
+    assert out.columns[-1] == "predicted_ms" and out.height == 2
+    with pytest.raises(PrenetError, match="lacks column"):
+        predict_layers(df.drop("direction"), hardware="local", models_dir=models_dir)
