@@ -58,7 +58,8 @@ def report(cfg: DictConfig) -> dict:
          + table({"overall": ev["overall"]}, METRIC_COLS) + table(ev["by_op"], METRIC_COLS, "op")
          + table(ev["by_op_source"], METRIC_COLS, "op / source") + table(ev["by_hardware"], METRIC_COLS, "hardware")),
         ("Predicted vs measured", image(scatter, "predicted vs measured on the holdout") + image(bars, "holdout MAPE by op and source, noise floor dashed")),
-        ("Recipes on the holdout", "<p class=note>prenet: the configured predictor on all PreNeT features; justus_recipe: the same predictor "
+        ("Recipes on the holdout", "<p class=note>prenet: the configured predictor on all PreNeT features (beyond the largest benchmarked "
+         "layer it scales with the roofline time, train.extrapolate); justus_recipe: the same predictor "
          "without computational features (Justus et al. 2018); prenet_recipe: per layer type the best predictor × feature set on "
          "the validation split (PreNeT).</p>" + table(recipe_rows, ["holdout MAPE %", "holdout RMSE ms"], "recipe")
          + "<h3>Validation MAPE per predictor × feature set (median over layer types; PreNeT Table 4 shape)</h3>"

@@ -41,11 +41,13 @@ def train(cfg: DictConfig) -> dict:
     tr, va = dev.filter(pl.col("split") == "train"), dev.filter(pl.col("split") == "val")
     seed, threads, min_rows = int(cfg.seed), int(cfg.threads), int(cfg.train.min_rows)
     name, params = predictor_params(cfg.predictor, seed, threads)
-    metrics: dict = {"predictor": name, "feature_set": cfg.train.feature_set, "target": cfg.train.target, "threads": threads}
+    metrics: dict = {"predictor": name, "feature_set": cfg.train.feature_set, "target": cfg.train.target,
+                     "extrapolate": bool(cfg.train.extrapolate), "threads": threads}
 
     t0 = time.monotonic()
     model, val = fit_step_time_model(tr, va, predictor=name, params=params, feature_set=cfg.train.feature_set,
-                                     min_rows=min_rows, progress=bool(cfg.progress), name="prenet", target=cfg.train.target)
+                                     min_rows=min_rows, progress=bool(cfg.progress), name="prenet", target=cfg.train.target,
+                                     extrapolate=bool(cfg.train.extrapolate))
     metrics["train_wall_s"] = round(time.monotonic() - t0, 1)
     model.save(cfg.paths.models, extra={"val_metrics": val, "threads": threads})
     metrics["val"] = val

@@ -39,6 +39,11 @@ class OpModel:
     regressor: Regressor
     columns: list[str]
     target: str = "time"
+    #: Per ``"<cpu|gpu>/<direction>"``: the largest roofline time (ms) among the training rows and the median
+    #: measured/roofline ratio of the largest 10 % of them. A layer beyond that range (larger than anything
+    #: benchmarked on that kind of hardware) is predicted as max(regressor, ratio × roofline): time keeps growing
+    #: with the work at the efficiency of the largest measured layers, where trees would saturate. None: off.
+    extrapolate_above_ms: dict[str, list[float]] | None = None
 
     def to_target(self, df: pl.DataFrame) -> np.ndarray:
         y = log_target(df.get_column("time_ms").to_numpy())
@@ -47,7 +52,14 @@ class OpModel:
     def from_target(self, df: pl.DataFrame, z: np.ndarray) -> np.ndarray:
         if self.target == "roofline_ratio":
             z = z + np.log(df.get_column("roofline_ms").to_numpy())
-        return from_log_target(z)
+        t = from_log_target(z)
+        if self.extrapolate_above_ms:
+            keys = _range_keys(df)
+            roof = df.get_column("roofline_ms").to_numpy()
+            limit = np.array([self.extrapolate_above_ms.get(k, [np.inf, 0.0])[0] for k in keys])
+            ratio = np.array([self.extrapolate_above_ms.get(k, [np.inf, 0.0])[1] for k in keys])
+            t = np.where(roof > limit, np.maximum(t, ratio * roof), t)
+        return t
 
 
 @dataclass
@@ -94,7 +106,8 @@ class StepTimeModel:
         for op, m in self.ops.items():
             files = [p.name for p in m.regressor.save(d / op)]
             manifest["ops"][op] = {"predictor": m.predictor, "feature_set": m.feature_set, "params": m.params,
-                                   "columns": m.columns, "files": files, "target": m.target}
+                                   "columns": m.columns, "files": files, "target": m.target,
+                                   "extrapolate_above_ms": m.extrapolate_above_ms}
         return write_json(manifest, d / MANIFEST)
 
     @classmethod
@@ -106,18 +119,34 @@ class StepTimeModel:
             raise PrenetError(f"no trained step-time model in {d}; run `dvc repro train` (or `make run`) first")
         m = json.loads((d / MANIFEST).read_text())
         ops = {op: OpModel(e["predictor"], e["feature_set"], e["params"], load_regressor(e["predictor"], d / op, **e["params"]),
-                           e["columns"], e.get("target", "time"))
+                           e["columns"], e.get("target", "time"), e.get("extrapolate_above_ms"))
                for op, e in m["ops"].items()}
         return cls(ops, m.get("name", "steptime"))
 
 
+def _range_keys(df: pl.DataFrame) -> list[str]:
+    kind = np.where(df.get_column("hw_is_gpu").to_numpy() > 0.5, "gpu", "cpu")
+    return [f"{k}/{d}" for k, d in zip(kind, df.get_column("direction").to_list())]
+
+
+def _range_limits(tr: pl.DataFrame) -> dict[str, list[float]]:
+    """See :attr:`OpModel.extrapolate_above_ms`."""
+    out: dict[str, list[float]] = {}
+    keyed = tr.with_columns(pl.Series("_k", _range_keys(tr)))
+    for (k,), g in keyed.group_by(["_k"]):
+        roof = g.get_column("roofline_ms").to_numpy()
+        top = roof >= np.quantile(roof, 0.9)
+        out[k] = [float(roof.max()), float(np.median(g.get_column("time_ms").to_numpy()[top] / roof[top]))]
+    return out
+
+
 def _fit_one(tr: pl.DataFrame, va: pl.DataFrame, op: str, predictor: str, params: dict[str, Any], feature_set: str,
-             progress: bool, target: str = "time") -> tuple[OpModel, dict[str, float]]:
+             progress: bool, target: str = "time", extrapolate: bool = False) -> tuple[OpModel, dict[str, float]]:
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")
     X, cols = design_matrix(tr, op, feature_set)
     reg = make_regressor(predictor, **{**params, "progress": progress})
-    entry = OpModel(predictor, feature_set, params, reg, cols, target)
+    entry = OpModel(predictor, feature_set, params, reg, cols, target, _range_limits(tr) if extrapolate else None)
     Xv, yv = (design_matrix(va, op, feature_set)[0], entry.to_target(va)) if va.height else (None, None)
     reg.fit(X, entry.to_target(tr), Xv, yv)
     metrics = error_metrics(va.get_column("time_ms").to_numpy(), entry.from_target(va, reg.predict(Xv))) if va.height else {"n": 0}
@@ -144,14 +173,16 @@ def fit_step_time_model(
     progress: bool = True,
     name: str = "steptime",
     target: str = "time",
+    extrapolate: bool = False,
 ) -> tuple[StepTimeModel, dict[str, dict[str, float]]]:
     """Fit one regressor per op with at least ``min_rows`` train rows, and a pooled regressor over all ops, on
-    ``train`` (early stopping on ``val``). Returns the model and the validation metrics per op."""
+    ``train`` (early stopping on ``val``). Returns the model and the validation metrics per op. ``extrapolate``:
+    see :attr:`OpModel.extrapolate_above_ms`."""
     model = StepTimeModel(name=name)
     val_metrics: dict[str, dict[str, float]] = {}
     for op in tqdm(_ops_to_fit(train, min_rows), desc=f"train {name}: {predictor}/{feature_set}", unit="op", disable=not progress):
         model.ops[op], val_metrics[op] = _fit_one(_rows_of(train, op), _rows_of(val, op), op, predictor, params, feature_set,
-                                                  progress=False, target=target)
+                                                  progress=False, target=target, extrapolate=extrapolate)
     return model, val_metrics
 
 
