@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from pipeline.config import hydra_entry
-from prenet.benchmark.models import MODEL_TIMING_SCHEMA, measure_model, model_timing_row
+from prenet.benchmark.models import MODEL_TIMING_SCHEMA, measure_model, model_timing_row, null_step_ms
 from prenet.data.io import write_json, write_table
 from prenet.data.schemas import ModelTimings
 from prenet.hardware.local import detect_local
@@ -20,8 +20,9 @@ from prenet.zoo import ZOO
 
 
 def benchmark_models(cfg: DictConfig) -> dict:
-    """Measure every (zoo model, batch size, optimizer) of ``cfg.models`` on this machine; write
-    ``paths.model_timings`` and ``metrics/benchmark_models.json``."""
+    """Measure every (zoo model, batch size, optimizer) of ``cfg.models`` on this machine, and the per-step
+    overhead (a null step); write ``paths.model_timings``, ``paths.step_overhead`` and
+    ``metrics/benchmark_models.json``."""
     m = cfg.models
     torch.set_num_threads(int(cfg.threads))
     hw = detect_local(threads=int(cfg.threads), device=cfg.hardware.device)
@@ -38,8 +39,10 @@ def benchmark_models(cfg: DictConfig) -> dict:
         del module, batch
     df = pl.DataFrame(rows, schema=MODEL_TIMING_SCHEMA, orient="row")
     write_table(df, cfg.paths.model_timings, ModelTimings)
+    overhead = {o: null_step_ms(o) for o in m.optimizers}
+    write_json({"hardware_id": hw.hardware_id, "threads": int(cfg.threads), "null_step_ms": overhead}, cfg.paths.step_overhead)
     metrics = {"measured": df.height, "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads),
-               "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median())}
+               "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()), "null_step_ms": overhead}
     write_json(metrics, Path(cfg.paths.metrics) / "benchmark_models.json")
     print(f"benchmark_models: {df.height} model steps -> {cfg.paths.model_timings}")
     return metrics

@@ -58,13 +58,15 @@ def evaluate_whole_models(cfg: DictConfig, models: dict[str, StepTimeModel]) -> 
     """Predict every measured zoo step from its layers with each model; MAPE per zoo model and overall."""
     timings = read_table(cfg.paths.model_timings, ModelTimings)
     hw = HardwareSpec(**json.loads(Path(cfg.paths.hardware_record).read_text()))
+    overhead = json.loads(Path(cfg.paths.step_overhead).read_text())["null_step_ms"]
     rows = []
     for r in timings.iter_rows(named=True):
         with torch.device("meta"):
             module, batch = ZOO[r["model"]](batch_size=r["batch_size"], **dict(cfg.models.get("sizes", {}).get(r["model"], {})))
         row = {k: r[k] for k in ("model", "batch_size", "optimizer", "measured_ms", "spread_rel")}
         for name, m in models.items():
-            p = predict_step_time(module, batch, hardware=hw, model=m, optimizer=r["optimizer"], threads=r["threads"])
+            p = predict_step_time(module, batch, hardware=hw, model=m, optimizer=r["optimizer"], threads=r["threads"],
+                                  overhead_ms=overhead.get(r["optimizer"], 0.0))
             row[f"{name}_ms"] = p.step_seconds * 1e3
         rows.append(row)
     df = pl.DataFrame(rows)

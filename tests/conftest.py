@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 from pipeline.config import compose  # noqa: E402
 
 PATH_KEYS = {
-    "shards": "raw/benchmark_shards", "raw_timings": "raw/local_timings.parquet", "hardware_record": "raw/hardware.json", "model_timings": "raw/model_timings.parquet",
+    "shards": "raw/benchmark_shards", "raw_timings": "raw/local_timings.parquet", "hardware_record": "raw/hardware.json", "model_timings": "raw/model_timings.parquet", "step_overhead": "raw/step_overhead.json",
     "features": "features/layers.parquet", "validated": "validated/layers.parquet", "validation_report": "validated/report.json",
     "dev": "split/dev.parquet", "holdout": "split/holdout.parquet", "models": "models/steptime", "models_baseline": "models/steptime_baseline", "models_selected": "models/steptime_selected", "metrics": "metrics",
     "plots": "plots", "report": "report",

@@ -52,3 +52,10 @@ def model_timing_row(name: str, batch_size: int, optimizer: str, hardware_id: st
     return {"model": name, "batch_size": batch_size, "optimizer": optimizer, "hardware_id": hardware_id, "threads": threads,
             "torch_version": torch.__version__.split("+")[0], "dtype": "float32", "params": params, "measured_ms": t.median_ms,
             "spread_rel": t.spread_rel, "repeats": t.repeats, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def null_step_ms(optimizer: str = "sgd", repeats: int = 7) -> float:
+    """Per-step overhead (ms): a full training step of a 2-parameter model (zero_grad, forward, loss, backward,
+    optimizer step) — the fixed cost a step pays beyond its layers."""
+    module = nn.Linear(1, 1)
+    return measure_model(module, torch.ones(1, 1), optimizer=optimizer, warmup=5, repeats=repeats, min_block_ms=5.0).median_ms
