@@ -95,43 +95,36 @@ def load_justus_conv(max_rows_per_gpu: int | None = None, root: Path | None = No
     return df.filter(pl.col("output_size") >= 1)
 
 
-def load_neusight_linear(max_rows_per_gpu: int | None = None, root: Path | None = None) -> pl.DataFrame:
-    """NeuSight 2025 ``nn.Linear`` forward on [B, M, N] → K, as a dense layer of batch B·M (PyTorch, strict FP32)."""
-    raw = pl.read_csv((root or data_dir()) / "external" / "neusight2025" / "train_linear_5gpu.csv.gz")
-    df = raw.select(
+def _neusight_forward(raw: pl.DataFrame, shape: list[pl.Expr]) -> pl.DataFrame:
+    """NeuSight rows → raw-row columns: forward only, no optimizer, no activation, no published spread."""
+    return raw.select(
         pl.col("Device").alias("hardware_id"),
         pl.lit("forward").alias("direction"),
         pl.lit("none").alias("optimizer"),
         pl.lit("none").alias("activation"),
-        (pl.col("B") * pl.col("M")).alias("batch"),
-        pl.col("N").alias("in_features"),
-        pl.col("K").alias("out_features"),
+        *shape,
         pl.col("latency_ms").alias("time_ms"),
         pl.lit(None, dtype=pl.Float64).alias("spread_rel"),
     )
-    return _finish(df, "neusight2025", "linear", max_rows_per_gpu)
+
+
+def load_neusight_linear(max_rows_per_gpu: int | None = None, root: Path | None = None) -> pl.DataFrame:
+    """NeuSight 2025 ``nn.Linear`` forward on [B, M, N] → K, as a dense layer of batch B·M (PyTorch, strict FP32)."""
+    raw = pl.read_csv((root or data_dir()) / "external" / "neusight2025" / "train_linear_5gpu.csv.gz")
+    shape = [(pl.col("B") * pl.col("M")).alias("batch"), pl.col("N").alias("in_features"), pl.col("K").alias("out_features")]
+    return _finish(_neusight_forward(raw, shape), "neusight2025", "linear", max_rows_per_gpu)
 
 
 def load_neusight_conv(max_rows_per_gpu: int | None = None, root: Path | None = None) -> pl.DataFrame:
     """NeuSight 2025 ``nn.Conv2d`` forward (no bias), square input and kernel."""
     raw = pl.read_csv((root or data_dir()) / "external" / "neusight2025" / "train_conv_5gpu.csv.gz")
     h, k, s, p = pl.col("Input_Size"), pl.col("Kernel_Size"), pl.col("Stride"), pl.col("Padding")
-    df = raw.select(
-        pl.col("Device").alias("hardware_id"),
-        pl.lit("forward").alias("direction"),
-        pl.lit("none").alias("optimizer"),
-        pl.lit("none").alias("activation"),
-        pl.col("B").alias("batch"),
-        pl.col("Input_Channel").alias("in_channels"),
-        pl.col("Output_Channel").alias("out_channels"),
-        k.alias("kernel_size"),
-        h.alias("input_size"),
-        s.alias("stride"),
-        p.alias("padding"),
+    shape = [
+        pl.col("B").alias("batch"), pl.col("Input_Channel").alias("in_channels"), pl.col("Output_Channel").alias("out_channels"),
+        k.alias("kernel_size"), h.alias("input_size"), s.alias("stride"), p.alias("padding"),
         ((h + 2 * p - k) // s + 1).alias("output_size"),
-        pl.col("latency_ms").alias("time_ms"),
-        pl.lit(None, dtype=pl.Float64).alias("spread_rel"),
-    )
+    ]
+    df = _neusight_forward(raw, shape)
     return _finish(df.filter(pl.col("output_size") >= 1), "neusight2025", "conv2d", max_rows_per_gpu)
 
 
@@ -146,16 +139,7 @@ def load_neusight_rowwise(op: str, max_rows_per_gpu: int | None = None, root: Pa
     name = _ROWWISE_FILES.get(op, "elementwise_5gpu.csv.gz")
     raw = pl.read_csv((root or data_dir()) / "external" / "neusight2025" / name)
     raw = raw.filter(pl.col("OPName").replace_strict(NEUSIGHT_ROWWISE, default=None) == op)
-    df = raw.select(
-        pl.col("Device").alias("hardware_id"),
-        pl.lit("forward").alias("direction"),
-        pl.lit("none").alias("optimizer"),
-        pl.lit("none").alias("activation"),
-        pl.col("B").alias("batch"),
-        pl.col("H").alias("hidden"),
-        pl.col("latency_ms").alias("time_ms"),
-        pl.lit(None, dtype=pl.Float64).alias("spread_rel"),
-    )
+    df = _neusight_forward(raw, [pl.col("B").alias("batch"), pl.col("H").alias("hidden")])
     return _finish(df, "neusight2025", op, max_rows_per_gpu)
 
 

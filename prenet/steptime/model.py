@@ -93,9 +93,10 @@ class StepTimeModel:
         ops = df.get_column("op").to_numpy()
         for op in np.unique(ops):
             mask = ops == op
-            entry = self.ops[self.model_for(op)]
+            which = self.model_for(op)
+            entry = self.ops[which]
             rows = df.filter(pl.Series(mask))
-            X, _ = design_matrix(rows, self.model_for(op), entry.feature_set)
+            X, _ = design_matrix(rows, which, entry.feature_set)
             out[mask] = entry.from_target(rows, entry.regressor.predict(X))
         return out
 

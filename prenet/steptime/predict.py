@@ -71,17 +71,20 @@ def layer_rows(calls: list[LayerCall], *, hardware: HardwareSpec, optimizer: str
     rows = []
     for c in calls:
         trainable = REGISTRY[c.op].trainable
-        rows.append({
-            "source": "local" if hardware.kind == "cpu" else "predict",
-            "hardware_id": hardware.hardware_id,
-            "threads": threads if hardware.kind == "cpu" else 0,
-            "dtype": dtype,
-            "op": c.op,
-            "direction": "train_step" if trainable else "forward_backward",
-            "optimizer": optimizer if trainable else "none",
-            "activation": "none",
-            **{k: c.shape.get(k) for k in ALL_SHAPE_COLUMNS},
-        })
+        rows.append(_row(c.op, c.shape, "train_step" if trainable else "forward_backward", optimizer if trainable else "none",
+                         hardware, threads, dtype))
+    return _featurized(rows, hardware)
+
+
+def _row(op: str, shape: dict[str, int], direction: str, optimizer: str, hardware: HardwareSpec, threads: int,
+         dtype: str = "float32") -> dict[str, Any]:
+    """One raw row to predict (GPU rows carry threads = 0, as in the external training data)."""
+    return {"source": "predict", "hardware_id": hardware.hardware_id, "threads": threads if hardware.kind == "cpu" else 0,
+            "dtype": dtype, "op": op, "direction": direction, "optimizer": optimizer, "activation": "none",
+            **{k: shape.get(k) for k in ALL_SHAPE_COLUMNS}}
+
+
+def _featurized(rows: list[dict[str, Any]], hardware: HardwareSpec) -> pl.DataFrame:
     frame = pl.DataFrame(rows, schema_overrides={k: pl.Int64 for k in ALL_SHAPE_COLUMNS})
     return featurize(frame, {hardware.hardware_id: hardware})
 
@@ -211,12 +214,8 @@ def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: StepTi
             full = lt.complete(shape)
             if op in ("conv2d", "maxpool2d", "avgpool2d") and full.get("output_size", 1) < 1:
                 problems.append(f"row {i}: the {op} output is empty (kernel larger than the padded input)")
-            rows.append({"source": "predict", "hardware_id": hardware.hardware_id, "threads": threads if hardware.kind == "cpu" else 0,
-                         "dtype": "float32", "op": op, "direction": direction, "optimizer": optimizer, "activation": "none",
-                         **{k: full.get(k) for k in ALL_SHAPE_COLUMNS}})
+            rows.append(_row(op, full, direction, optimizer, hardware, threads))
     if problems:
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
         raise PrenetError("invalid layer table:\n  " + "\n  ".join(problems[:20]) + more)
-    frame = pl.DataFrame(rows, schema_overrides={k: pl.Int64 for k in ALL_SHAPE_COLUMNS})
-    feats = featurize(frame, {hardware.hardware_id: hardware})
-    return table.with_columns(pl.Series("predicted_ms", model.predict_ms(feats)))
+    return table.with_columns(pl.Series("predicted_ms", model.predict_ms(_featurized(rows, hardware))))

@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
+from prenet.steptime.features import design_matrix
 from prenet.steptime.metrics import error_metrics
 from prenet.steptime.model import _fit_one
 
@@ -48,8 +49,6 @@ def leave_one_gpu_out(features: pl.DataFrame, *, predictor: str, params: dict[st
         base = {"source": source, "op": op, "held_out": gpu}
         for name, (fs, target) in RECIPES.items():
             entry, _ = _fit_one(rest, rest.head(0), op, predictor, params, fs, progress=False, target=target)
-            from prenet.steptime.features import design_matrix
-
             X, _ = design_matrix(test, op, fs)
             out.append({**base, "recipe": name, **error_metrics(measured, entry.from_target(test, entry.regressor.predict(X)))})
         out.append({**base, "recipe": "roofline", **error_metrics(measured, test["roofline_ms"].to_numpy())})
