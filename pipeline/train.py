@@ -42,12 +42,12 @@ def train(cfg: DictConfig) -> dict:
     seed, threads, min_rows = int(cfg.seed), int(cfg.threads), int(cfg.train.min_rows)
     name, params = predictor_params(cfg.predictor, seed, threads)
     metrics: dict = {"predictor": name, "feature_set": cfg.train.feature_set, "target": cfg.train.target,
-                     "extrapolate": bool(cfg.train.extrapolate), "threads": threads}
+                     "extrapolate": bool(cfg.train.extrapolate), "compute_floor": bool(cfg.train.compute_floor), "threads": threads}
 
     t0 = time.monotonic()
     model, val = fit_step_time_model(tr, va, predictor=name, params=params, feature_set=cfg.train.feature_set,
                                      min_rows=min_rows, progress=bool(cfg.progress), name="prenet", target=cfg.train.target,
-                                     extrapolate=bool(cfg.train.extrapolate))
+                                     extrapolate=bool(cfg.train.extrapolate), compute_floor=bool(cfg.train.compute_floor))
     metrics["train_wall_s"] = round(time.monotonic() - t0, 1)
     model.save(cfg.paths.models, extra={"val_metrics": val, "threads": threads})
     metrics["val"] = val

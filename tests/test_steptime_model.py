@@ -66,3 +66,15 @@ def test_rare_ops_fall_back_to_the_pooled_model():
     assert (model.predict_ms(train) > 0).all()
     with pytest.raises(KeyError):
         StepTimeModel().model_for("linear")
+
+
+def test_compute_floor_keeps_predictions_at_or_above_flops_over_peak():
+    rng = np.random.default_rng(5)
+    train = _rows(_sizes(rng, 300, 256))
+    big = _rows([(2048, 4096, 4096)])
+    params = {"n_estimators": 100, "early_stopping_rounds": None}
+    plain, _ = fit_step_time_model(train, train.head(0), predictor="xgboost", params=params, min_rows=10, progress=False)
+    floored, _ = fit_step_time_model(train, train.head(0), predictor="xgboost", params=params, min_rows=10, progress=False,
+                                     compute_floor=True)
+    assert plain.predict_ms(big)[0] < big["ct_ms"][0]
+    assert floored.predict_ms(big)[0] == pytest.approx(big["ct_ms"][0])

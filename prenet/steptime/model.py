@@ -44,6 +44,9 @@ class OpModel:
     #: benchmarked on that kind of hardware) is predicted as max(regressor, ratio × roofline): time keeps growing
     #: with the work at the efficiency of the largest measured layers, where trees would saturate. None: off.
     extrapolate_above_ms: dict[str, list[float]] | None = None
+    #: Never predict a layer faster than its FLOPs at the hardware's peak (``ct_ms``): trees extrapolating past the
+    #: benchmarked range otherwise fall below that physical bound.
+    compute_floor: bool = False
 
     def to_target(self, df: pl.DataFrame) -> np.ndarray:
         y = log_target(df.get_column("time_ms").to_numpy())
@@ -59,6 +62,8 @@ class OpModel:
             limit = np.array([self.extrapolate_above_ms.get(k, [np.inf, 0.0])[0] for k in keys])
             ratio = np.array([self.extrapolate_above_ms.get(k, [np.inf, 0.0])[1] for k in keys])
             t = np.where(roof > limit, np.maximum(t, ratio * roof), t)
+        if self.compute_floor:
+            t = np.maximum(t, df.get_column("ct_ms").to_numpy())
         return t
 
 
@@ -108,7 +113,7 @@ class StepTimeModel:
             files = [p.name for p in m.regressor.save(d / op)]
             manifest["ops"][op] = {"predictor": m.predictor, "feature_set": m.feature_set, "params": m.params,
                                    "columns": m.columns, "files": files, "target": m.target,
-                                   "extrapolate_above_ms": m.extrapolate_above_ms}
+                                   "extrapolate_above_ms": m.extrapolate_above_ms, "compute_floor": m.compute_floor}
         return write_json(manifest, d / MANIFEST)
 
     @classmethod
@@ -120,7 +125,7 @@ class StepTimeModel:
             raise PrenetError(f"no trained step-time model in {d}; run `dvc repro train` (or `make run`) first")
         m = json.loads((d / MANIFEST).read_text())
         ops = {op: OpModel(e["predictor"], e["feature_set"], e["params"], load_regressor(e["predictor"], d / op, **e["params"]),
-                           e["columns"], e.get("target", "time"), e.get("extrapolate_above_ms"))
+                           e["columns"], e.get("target", "time"), e.get("extrapolate_above_ms"), e.get("compute_floor", False))
                for op, e in m["ops"].items()}
         return cls(ops, m.get("name", "steptime"))
 
@@ -142,12 +147,13 @@ def _range_limits(tr: pl.DataFrame) -> dict[str, list[float]]:
 
 
 def _fit_one(tr: pl.DataFrame, va: pl.DataFrame, op: str, predictor: str, params: dict[str, Any], feature_set: str,
-             progress: bool, target: str = "time", extrapolate: bool = False) -> tuple[OpModel, dict[str, float]]:
+             progress: bool, target: str = "time", extrapolate: bool = False,
+             compute_floor: bool = False) -> tuple[OpModel, dict[str, float]]:
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")
     X, cols = design_matrix(tr, op, feature_set)
     reg = make_regressor(predictor, **{**params, "progress": progress})
-    entry = OpModel(predictor, feature_set, params, reg, cols, target, _range_limits(tr) if extrapolate else None)
+    entry = OpModel(predictor, feature_set, params, reg, cols, target, _range_limits(tr) if extrapolate else None, compute_floor)
     Xv, yv = (design_matrix(va, op, feature_set)[0], entry.to_target(va)) if va.height else (None, None)
     reg.fit(X, entry.to_target(tr), Xv, yv)
     metrics = error_metrics(va.get_column("time_ms").to_numpy(), entry.from_target(va, reg.predict(Xv))) if va.height else {"n": 0}
@@ -175,15 +181,17 @@ def fit_step_time_model(
     name: str = "steptime",
     target: str = "time",
     extrapolate: bool = False,
+    compute_floor: bool = False,
 ) -> tuple[StepTimeModel, dict[str, dict[str, float]]]:
     """Fit one regressor per op with at least ``min_rows`` train rows, and a pooled regressor over all ops, on
-    ``train`` (early stopping on ``val``). Returns the model and the validation metrics per op. ``extrapolate``:
-    see :attr:`OpModel.extrapolate_above_ms`."""
+    ``train`` (early stopping on ``val``). Returns the model and the validation metrics per op. ``extrapolate``
+    and ``compute_floor``: see :class:`OpModel`."""
     model = StepTimeModel(name=name)
     val_metrics: dict[str, dict[str, float]] = {}
     for op in tqdm(_ops_to_fit(train, min_rows), desc=f"train {name}: {predictor}/{feature_set}", unit="op", disable=not progress):
         model.ops[op], val_metrics[op] = _fit_one(_rows_of(train, op), _rows_of(val, op), op, predictor, params, feature_set,
-                                                  progress=False, target=target, extrapolate=extrapolate)
+                                                  progress=False, target=target, extrapolate=extrapolate,
+                                                  compute_floor=compute_floor)
     return model, val_metrics
 
 
