@@ -26,8 +26,8 @@ OPS = {
 
 def test_timer_reports_median_spread_and_calibrates_inner_loop():
     t = [0.0]
-    # warm-up 1 ms, calibration 1 ms (→ number = 1), then repeats of 1, 2, 2 ms
-    durations = iter([0.001] * 3 + [0.002] * 2 + [0.003] * 2 + [0.001] * 100)
+    # warm-up 1 ms (also the calibration: → number = 1), then repeats of 1, 2, 2 ms
+    durations = iter([0.001] * 2 + [0.002] * 2 + [0.003] * 2 + [0.001] * 100)
 
     def clock():
         return t[0]

@@ -36,14 +36,14 @@ def time_callable(
     sync: Callable[[], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Timing:
-    """Time ``fn``: ``warmup`` calls, then choose ``number`` so one block lasts ≥ ``min_block_ms``,
-    then ``repeats`` blocks. ``sync`` (e.g. ``torch.cuda.synchronize``) runs before each clock read."""
+    """Time ``fn``: ``warmup`` calls (at least one; the last one's duration chooses ``number`` so one block lasts
+    ≥ ``min_block_ms``), then ``repeats`` blocks. ``sync`` (e.g. ``torch.cuda.synchronize``) runs before each clock read."""
     sync = sync or (lambda: None)
-    for _ in range(max(warmup, 1)):
+    for _ in range(max(warmup, 1) - 1):
         fn()
     sync()
     t0 = clock()
-    fn()
+    fn()  # the last warm-up call also calibrates the inner loop
     sync()
     once_ms = max((clock() - t0) * 1e3, 1e-6)
     number = int(min(max_number, max(1, math.ceil(min_block_ms / once_ms))))
