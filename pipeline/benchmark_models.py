@@ -16,7 +16,7 @@ from prenet.benchmark.models import MODEL_TIMING_SCHEMA, measure_model, model_ti
 from prenet.data.io import write_json, write_table
 from prenet.data.schemas import ModelTimings
 from prenet.hardware.local import detect_local
-from prenet.zoo import ZOO
+from prenet import zoo
 
 
 def benchmark_models(cfg: DictConfig) -> dict:
@@ -30,10 +30,8 @@ def benchmark_models(cfg: DictConfig) -> dict:
     rows = []
     t0 = time.monotonic()
     for name, b, o in tqdm(todo, desc="benchmark models", unit="step", disable=not cfg.progress):
-        if name not in ZOO:
-            raise KeyError(f"models.names: unknown zoo model {name!r}; known: {', '.join(ZOO)}")
         torch.manual_seed(int(cfg.seed))
-        module, batch = ZOO[name](batch_size=int(b), **dict(m.get("sizes", {}).get(name, {})))
+        module, batch = zoo.build(name, int(b), m.get("sizes"))
         t = measure_model(module, batch, optimizer=o, warmup=int(m.warmup), repeats=int(m.repeats), min_block_ms=float(m.min_block_ms))
         rows.append(model_timing_row(name, int(b), o, hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t))
         del module, batch

@@ -24,7 +24,7 @@ from prenet.hardware.spec import HardwareSpec
 from prenet.steptime import StepTimeModel, error_metrics
 from prenet.steptime.predict import predict_step_time
 from prenet.steptime.unseen import leave_one_gpu_out, summarize
-from prenet.zoo import ZOO
+from prenet import zoo
 
 
 def _grouped(df: pl.DataFrame, by: list[str], measured: str = "measured_ms", predicted: str = "predicted_ms") -> dict[str, dict]:
@@ -62,7 +62,7 @@ def evaluate_whole_models(cfg: DictConfig, models: dict[str, StepTimeModel]) -> 
     rows = []
     for r in timings.iter_rows(named=True):
         with torch.device("meta"):
-            module, batch = ZOO[r["model"]](batch_size=r["batch_size"], **dict(cfg.models.get("sizes", {}).get(r["model"], {})))
+            module, batch = zoo.build(r["model"], r["batch_size"], cfg.models.get("sizes"))
         row = {k: r[k] for k in ("model", "batch_size", "optimizer", "measured_ms", "spread_rel")}
         for name, m in models.items():
             p = predict_step_time(module, batch, hardware=hw, model=m, optimizer=r["optimizer"], threads=r["threads"],
@@ -120,7 +120,7 @@ def evaluate(cfg: DictConfig) -> dict:
         "recipes": {},
     }
     for name, m in models.items():
-        p = pred.with_columns(pl.Series("predicted_ms", m.predict_ms(hold)))
+        p = pred if name == "prenet" else pred.with_columns(pl.Series("predicted_ms", m.predict_ms(hold)))
         metrics["recipes"][name] = {"overall": error_metrics(p["measured_ms"].to_numpy(), p["predicted_ms"].to_numpy()),
                                     "by_op": {k: v["mape_pct"] for k, v in _grouped(p, ["op"]).items()}}
     whole, metrics["whole_model"] = evaluate_whole_models(cfg, models)

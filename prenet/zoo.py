@@ -190,3 +190,11 @@ ZOO: dict[str, Callable[..., Example]] = {
     "mlp": mlp, "vgg16": vgg16, "resnet18": resnet18, "resnet50": resnet50, "lstm_lm": lstm_lm,
     "bert_base_like": bert_base_like, "gpt2_small_like": gpt2_small_like,
 }
+
+
+def build(name: str, batch_size: int, sizes: dict[str, dict] | None = None) -> Example:
+    """Zoo model ``name`` at ``batch_size`` with the builder keyword overrides of ``sizes[name]`` (the
+    ``models.sizes`` config); an unknown name lists the known ones."""
+    if name not in ZOO:
+        raise KeyError(f"unknown zoo model {name!r}; known: {', '.join(ZOO)}")
+    return ZOO[name](batch_size=batch_size, **dict((sizes or {}).get(name, {})))
