@@ -1,0 +1,150 @@
+"""``forecast``: the predicted loss curve of fine-tuning a network, from its linearization, without training.
+
+Steps (all timed into ``Forecast.seconds``):
+
+1. the empirical NTK Θ at the given weights on the fine-tuning samples, or on a seeded subset of ``subset``
+   of them (see :mod:`prenet.convergence.dynamics` for why the subset's dynamics estimate the full set's);
+2. the function-space dynamics: the ODE (gradient flow) when the batch is the whole set, else the SDE;
+3. the reliability probe (``probe_fraction`` > 0): a short real fine-tuning of a copy of the network for
+   k = ⌈probe_fraction · steps⌉ steps, Θ recomputed at the probed weights, and the kernel drift
+   ‖Θ_k − Θ_0‖_F / ‖Θ_0‖_F reported. A drift above ``drift_threshold`` marks the plain forecast unreliable:
+   fine-tuning is moving the features, so the static kernel misjudges the time scale. ``corrected`` is the
+   forecast re-linearized at the probed weights: the probe's real losses for steps 0..k, then the dynamics from
+   (F_k, Θ_k) for the remaining steps.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from prenet.convergence import dynamics, losses, targets
+from prenet.convergence.ntk import DEFAULT_MAX_BYTES, empirical_ntk, outputs
+from prenet.errors import PrenetError
+
+DYNAMICS = ("auto", "ode", "sde")
+
+
+@dataclass
+class Forecast:
+    """A predicted fine-tuning curve. ``loss``/``accuracy``: per step 0..steps (length steps + 1), on the
+    forecast's samples (all N, or the subset). ``seconds``: wall time of the whole forecast (NTK, dynamics and
+    probe). ``drift``/``reliable``/``corrected`` are set when a probe ran."""
+
+    loss: np.ndarray
+    accuracy: np.ndarray | None
+    seconds: float
+    dynamics: str
+    ntk_method: str
+    n_samples: int
+    n_used: int
+    n_params: int
+    ntk_seconds: float
+    drift: float | None = None
+    reliable: bool | None = None
+    probe_steps: int = 0
+    corrected: "Forecast | None" = None
+    details: dict = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return len(self.loss) - 1
+
+    def steps_to_loss(self, tau: float) -> int | None:
+        """First step with predicted loss ≤ ``tau``; ``None`` if not within ``steps``."""
+        return targets.steps_to_loss(self.loss, tau)
+
+    def steps_to_accuracy(self, a: float) -> int | None:
+        """First step with predicted training accuracy ≥ ``a``; ``None`` if not within ``steps``."""
+        return targets.steps_to_accuracy(self.accuracy, a)
+
+    def steps_to_converge(self, eps: float) -> int | None:
+        """First step with |L_t − L_T| ≤ eps·(L_0 − L_T) (relative ε); ``None`` if the curve does not descend."""
+        return targets.steps_to_converge(self.loss, eps)
+
+    def best(self) -> "Forecast":
+        """The corrected forecast when the probe found the plain one unreliable, else this one."""
+        return self.corrected if (self.reliable is False and self.corrected is not None) else self
+
+
+def _labels(targets_: torch.Tensor | np.ndarray, n: int) -> np.ndarray:
+    y = np.asarray(targets_.cpu() if isinstance(targets_, torch.Tensor) else targets_)
+    if y.ndim != 1 or len(y) != n or not np.issubdtype(y.dtype, np.integer):
+        raise PrenetError(f"targets must be integer class labels of shape ({n},); got dtype {y.dtype}, shape {y.shape}")
+    return y.astype(np.int64)
+
+
+def run_dynamics(kind: str, theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, loss: str, lr: float, momentum: float,
+                 batch_size: int, steps: int, n_full: int, seed: int, sde_paths: int) -> tuple[np.ndarray, np.ndarray]:
+    if steps <= 0:
+        return np.array([losses.value(F0, losses.onehot(y, F0.shape[1]), loss)]), np.array([losses.accuracy(F0, y)])
+    if kind == "ode":
+        return dynamics.ode(theta, F0, y, kind=loss, lr=lr, momentum=momentum, steps=steps)
+    return dynamics.sde(theta, F0, y, kind=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
+                        n_full=n_full, paths=sde_paths, seed=seed)
+
+
+def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.ndarray, *, loss: str = "cross_entropy",
+             lr: float, momentum: float = 0.0, batch_size: int, steps: int, seed: int = 0, subset: int | None = None,
+             ntk: str = "auto", proj_dim: int = 2000, dynamics_kind: str = "auto", sde_paths: int = 8,
+             probe_fraction: float = 0.05, drift_threshold: float = 0.1, max_bytes: int = DEFAULT_MAX_BYTES) -> Forecast:
+    """Predict the full-training-set loss (and accuracy) of fine-tuning *all* parameters of ``model`` on
+    (``inputs``, integer ``targets``) with SGD (``lr``, heavy-ball ``momentum``, ``batch_size``) for ``steps``
+    steps. ``model`` is not modified. Raises :class:`~prenet.convergence.ntk.ProblemTooLargeError` before any
+    work when Θ (or the Jacobian behind it) would not fit in ``max_bytes`` bytes."""
+    losses.check_loss(loss)
+    if dynamics_kind not in DYNAMICS:
+        raise PrenetError(f"unknown dynamics {dynamics_kind!r}; choose one of {', '.join(DYNAMICS)}")
+    if lr <= 0 or not 0 <= momentum < 1 or batch_size < 1 or steps < 0:
+        raise PrenetError(f"need lr > 0, 0 ≤ momentum < 1, batch_size ≥ 1, steps ≥ 0 (got lr={lr}, momentum={momentum}, "
+                          f"batch_size={batch_size}, steps={steps})")
+    t0 = time.perf_counter()
+    N = len(inputs)
+    y_all = _labels(targets, N)
+    if subset is not None and subset < N:
+        idx = np.sort(np.random.default_rng(seed).choice(N, size=subset, replace=False))
+    else:
+        idx = np.arange(N)
+    x = inputs[torch.as_tensor(idx, device=inputs.device)]
+    y = y_all[idx]
+    kernel = empirical_ntk(model, x, method=ntk, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes)
+    C = kernel.n_outputs
+    if y_all.max() >= C:
+        raise PrenetError(f"targets hold class {int(y_all.max())} but the model has {C} outputs; give it a head with ≥ {y_all.max() + 1} outputs")
+    F0 = outputs(model, x).double().cpu().numpy()
+    kind = dynamics_kind if dynamics_kind != "auto" else ("ode" if batch_size >= N else "sde")
+    L, A = run_dynamics(kind, kernel.theta, F0, y, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
+                        n_full=N, seed=seed, sde_paths=sde_paths)
+    fc = Forecast(L, A, 0.0, kind, kernel.method, N, len(idx), kernel.n_params, kernel.seconds,
+                  details={"effective_lr": dynamics.effective_lr(lr, momentum), "theta_max_eig_over_n": float(np.linalg.eigvalsh(kernel.theta)[-1] / len(idx))})
+    if probe_fraction > 0 and steps > 1:
+        k = min(steps - 1, max(1, math.ceil(probe_fraction * steps)))
+        fc.probe_steps = k
+        t_probe = time.perf_counter()
+        probed = copy.deepcopy(model)
+        from prenet.convergence.finetune import finetune
+
+        res = finetune(probed, inputs, torch.as_tensor(y_all, device=inputs.device), loss=loss, lr=lr, momentum=momentum,
+                       batch_size=batch_size, steps=k, seed=seed, log_x=x, log_y=torch.as_tensor(y, device=inputs.device))
+        if res.diverged:
+            fc.drift, fc.reliable = float("inf"), False
+        else:
+            kernel_k = empirical_ntk(probed, x, method=kernel.method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes)
+            fc.drift = float(np.linalg.norm(kernel_k.theta - kernel.theta) / np.linalg.norm(kernel.theta))
+            fc.reliable = fc.drift <= drift_threshold
+            Fk = outputs(probed, x).double().cpu().numpy()
+            Lk, Ak = run_dynamics(kind, kernel_k.theta, Fk, y, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size,
+                                  steps=steps - k, n_full=N, seed=seed + 1, sde_paths=sde_paths)
+            fc.corrected = Forecast(np.concatenate([res.loss[:-1], Lk]), np.concatenate([res.accuracy[:-1], Ak]), 0.0, kind,
+                                    kernel.method, N, len(idx), kernel.n_params, kernel.seconds + kernel_k.seconds, probe_steps=k)
+        fc.details["probe_seconds"] = time.perf_counter() - t_probe
+    fc.seconds = time.perf_counter() - t0
+    if fc.corrected is not None:
+        fc.corrected.seconds = fc.seconds
+    return fc

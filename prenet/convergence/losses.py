@@ -1,0 +1,62 @@
+"""The two fine-tuning losses, written once for the real network (torch) and for function space (numpy).
+
+For outputs ``F`` (N × C) and integer labels ``y`` (one-hot ``Y``):
+
+* ``mse``: L = (1/N) Σᵢ ½‖Fᵢ − Yᵢ‖²;  ∂lᵢ/∂Fᵢ = Fᵢ − Yᵢ
+* ``cross_entropy``: L = (1/N) Σᵢ −log softmax(Fᵢ)[yᵢ];  ∂lᵢ/∂Fᵢ = softmax(Fᵢ) − Yᵢ
+
+Losses are in nats (cross-entropy) or squared output units (MSE); accuracy is the fraction of argmax hits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+LOSSES = ("mse", "cross_entropy")
+
+
+def check_loss(kind: str) -> str:
+    if kind not in LOSSES:
+        raise ValueError(f"unknown loss {kind!r}; choose one of {', '.join(LOSSES)}")
+    return kind
+
+
+def torch_loss(out: torch.Tensor, y: torch.Tensor, kind: str) -> torch.Tensor:
+    """Mean loss of a batch (what real fine-tuning back-propagates)."""
+    if kind == "mse":
+        onehot = torch.nn.functional.one_hot(y, out.shape[1]).to(out.dtype)
+        return 0.5 * ((out - onehot) ** 2).sum(1).mean()
+    if kind == "cross_entropy":
+        return torch.nn.functional.cross_entropy(out, y)
+    raise ValueError(check_loss(kind))
+
+
+def onehot(y: np.ndarray, classes: int) -> np.ndarray:
+    out = np.zeros((len(y), classes))
+    out[np.arange(len(y)), y] = 1.0
+    return out
+
+
+def softmax(F: np.ndarray) -> np.ndarray:
+    z = F - F.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def value(F: np.ndarray, Y: np.ndarray, kind: str) -> float:
+    """Mean loss over the rows of ``F`` (N × C) against one-hot ``Y``."""
+    if kind == "mse":
+        return float(0.5 * ((F - Y) ** 2).sum(-1).mean())
+    z = F - F.max(axis=-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    return float(-(logp * Y).sum(-1).mean())
+
+
+def grad(F: np.ndarray, Y: np.ndarray, kind: str) -> np.ndarray:
+    """Per-sample gradient ∂lᵢ/∂Fᵢ (N × C), not divided by N."""
+    return F - Y if kind == "mse" else softmax(F) - Y
+
+
+def accuracy(F: np.ndarray, y: np.ndarray) -> float:
+    return float((F.argmax(-1) == y).mean())

@@ -1,0 +1,154 @@
+"""The empirical neural tangent kernel Θ = J Jᵀ at the current weights, with ``torch.func``.
+
+``J`` is the Jacobian of the network's outputs on N samples (N·C rows, sample-major: row ``i·C + c``) with
+respect to all P parameters. Two estimators:
+
+* ``exact``: per-sample Jacobians with ``vmap(jacrev(functional_call))`` in chunks of samples; Θ = J Jᵀ.
+  Memory: N·C·P·4 bytes for J plus (N·C)²·8 bytes for Θ.
+* ``projection``: k random Gaussian directions rⱼ in parameter space, J rⱼ by forward-mode JVPs
+  (``vmap(jvp)`` in chunks of directions); Θ ≈ (J R)(J R)ᵀ / k, unbiased since E[R Rᵀ] = k·I. Memory:
+  N·C·k·4 bytes for J R plus Θ; J is never formed, so it suits networks with many parameters.
+
+Batch norm and dropout run in eval mode (the kernel of the network as it is fine-tuned here).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, jacrev, jvp, vmap
+
+from prenet.errors import PrenetError
+
+NTK_METHODS = ("exact", "projection", "auto")
+DEFAULT_MAX_BYTES = 4 * 2**30
+
+
+class ProblemTooLargeError(PrenetError):
+    """The kernel (or the Jacobian behind it) would not fit in the memory allowed."""
+
+
+@dataclass(frozen=True)
+class NTK:
+    """Θ (N·C × N·C, float64 numpy), how it was computed and what it cost (seconds of wall time)."""
+
+    theta: np.ndarray
+    method: str
+    n_samples: int
+    n_outputs: int
+    n_params: int
+    proj_dim: int | None
+    seconds: float
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.2f} GiB"
+
+
+def required_bytes(n: int, c: int, p: int, method: str, proj_dim: int) -> int:
+    """Peak bytes of the estimator: the (projected) Jacobian in float32 plus Θ in float64."""
+    cols = p if method == "exact" else proj_dim
+    return n * c * cols * 4 + (n * c) ** 2 * 8
+
+
+def resolve_method(n: int, c: int, p: int, method: str, proj_dim: int, max_bytes: int) -> str:
+    """``auto`` → ``exact`` when it fits in ``max_bytes`` and P ≤ 4·proj_dim, else ``projection``.
+    Raises :class:`ProblemTooLargeError` (with the sizes and what to change) when the choice does not fit."""
+    if method not in NTK_METHODS:
+        raise PrenetError(f"unknown NTK method {method!r}; choose one of {', '.join(NTK_METHODS)}")
+    if method == "auto":
+        method = "exact" if (p <= 4 * proj_dim and required_bytes(n, c, p, "exact", proj_dim) <= max_bytes) else "projection"
+    need = required_bytes(n, c, p, method, proj_dim)
+    if need > max_bytes:
+        theta_only = (n * c) ** 2 * 8
+        hint = (f"use a subset of n samples (Θ needs (n·C)²·8 bytes: n ≤ {int(math.sqrt(max_bytes / 8 / 2)) // c} keeps Θ under half the limit)"
+                if theta_only > max_bytes / 2 else
+                f"use ntk='projection' with proj_dim ≤ {max(1, (max_bytes - theta_only) // (4 * n * c))}" if method == "exact" else
+                f"lower proj_dim (now {proj_dim}) or use a subset of samples")
+        raise ProblemTooLargeError(
+            f"NTK too large for memory: N={n} samples × C={c} outputs × P={p:,} parameters with method={method} needs "
+            f"{_gib(need)} (Jacobian {_gib(need - theta_only)}, Θ {_gib(theta_only)}), limit {_gib(max_bytes)}. "
+            f"To fix: {hint}, or raise max_bytes.")
+    return method
+
+
+def _functional(model: nn.Module):
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    buffers = {k: v.detach() for k, v in model.named_buffers()}
+
+    def f(p: dict, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(model, (p, buffers), (x,))
+
+    return f, params
+
+
+def outputs(model: nn.Module, x: torch.Tensor, *, chunk: int = 1024) -> torch.Tensor:
+    """Network outputs (N × C) in eval mode, without gradients."""
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        out = torch.cat([model(x[i:i + chunk]) for i in range(0, len(x), chunk)])
+    model.train(was)
+    return out
+
+
+def jacobian(model: nn.Module, x: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
+    """J (N·C × P, float32): per-sample Jacobians by ``vmap(jacrev)`` over chunks of ``chunk`` samples."""
+    f, params = _functional(model)
+
+    def single(p: dict, xi: torch.Tensor) -> torch.Tensor:
+        return f(p, xi.unsqueeze(0)).squeeze(0)
+
+    jac_fn = vmap(jacrev(single), in_dims=(None, 0))
+    blocks = []
+    for i in range(0, len(x), chunk):
+        jd = jac_fn(params, x[i:i + chunk])
+        b, c = x[i:i + chunk].shape[0], next(iter(jd.values())).shape[1]
+        blocks.append(torch.cat([v.reshape(b, c, -1) for v in jd.values()], dim=2).reshape(b * c, -1))
+    return torch.cat(blocks)
+
+
+def projected_jacobian(model: nn.Module, x: torch.Tensor, proj_dim: int, *, seed: int = 0, chunk: int = 32,
+                       sample_chunk: int = 4096) -> torch.Tensor:
+    """J R / √k (N·C × k, float32) for k = ``proj_dim`` Gaussian directions, by forward-mode JVPs."""
+    f, params = _functional(model)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    names = list(params)
+    cols = []
+    for j0 in range(0, proj_dim, chunk):
+        k = min(chunk, proj_dim - j0)
+        dirs = {n: torch.randn((k, *params[n].shape), generator=g).to(params[n].device, params[n].dtype) for n in names}
+        parts = []
+        for i in range(0, len(x), sample_chunk):
+            xi = x[i:i + sample_chunk]
+            tangent = vmap(lambda d: jvp(lambda p: f(p, xi), (params,), (d,))[1])(dirs)  # (k, n, C)
+            parts.append(tangent.permute(1, 2, 0).reshape(-1, k))
+        cols.append(torch.cat(parts))
+    return torch.cat(cols, dim=1) / math.sqrt(proj_dim)
+
+
+def empirical_ntk(model: nn.Module, x: torch.Tensor, *, method: str = "auto", proj_dim: int = 2000, seed: int = 0,
+                  max_bytes: int = DEFAULT_MAX_BYTES, chunk: int = 64) -> NTK:
+    """Θ on the samples ``x`` at the model's current weights (eval mode)."""
+    import time
+
+    was = model.training
+    model.eval()
+    t0 = time.perf_counter()
+    c = int(outputs(model, x[:1]).shape[1])
+    p = sum(q.numel() for q in model.parameters())
+    method = resolve_method(len(x), c, p, method, proj_dim, max_bytes)
+    J = jacobian(model, x, chunk=chunk) if method == "exact" else projected_jacobian(model, x, proj_dim, seed=seed)
+    Jd = J.double()
+    theta = (Jd @ Jd.T).cpu().numpy()
+    model.train(was)
+    return NTK(theta, method, len(x), c, p, proj_dim if method == "projection" else None, time.perf_counter() - t0)
+
+
+def relative_error(approx: np.ndarray, exact: np.ndarray) -> float:
+    """‖approx − exact‖_F / ‖exact‖_F."""
+    return float(np.linalg.norm(approx - exact) / np.linalg.norm(exact))
