@@ -7,4 +7,5 @@ Each stage is one function ``<stage>(cfg) -> dict`` in ``pipeline/<stage>.py``. 
 * Prefect — ``pipeline.flows.retrain`` runs each stage through ``dvc repro`` so DVC's record stays true.
 """
 
-STAGES: tuple[str, ...] = ("benchmark", "benchmark_models", "featurize", "validate", "split", "train", "evaluate", "report")
+STAGES: tuple[str, ...] = ("benchmark", "benchmark_models", "featurize", "validate", "split", "train", "evaluate",
+                           "pretrain", "finetune", "forecast", "evaluate_convergence", "report")

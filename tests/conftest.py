@@ -20,7 +20,9 @@ PATH_KEYS = {
     "shards": "raw/benchmark_shards", "raw_timings": "raw/local_timings.parquet", "hardware_record": "raw/hardware.json", "model_timings": "raw/model_timings.parquet", "step_overhead": "raw/step_overhead.json",
     "features": "features/layers.parquet", "validated": "validated/layers.parquet", "validation_report": "validated/report.json",
     "dev": "split/dev.parquet", "holdout": "split/holdout.parquet", "models": "models/steptime", "models_baseline": "models/steptime_baseline", "models_selected": "models/steptime_selected", "metrics": "metrics",
-    "plots": "plots", "report": "report",
+    "plots": "plots", "report": "report", "pretrained": "models/pretrained", "finetune_runs": "convergence/runs.parquet",
+    "finetune_curves": "convergence/curves.parquet", "forecast_runs": "convergence/forecast_runs.parquet",
+    "forecast_curves": "convergence/forecast_curves.parquet", "convergence_targets": "convergence/targets.parquet",
 }
 
 

@@ -56,12 +56,12 @@ def required_bytes(n: int, c: int, p: int, method: str, proj_dim: int) -> int:
 
 
 def resolve_method(n: int, c: int, p: int, method: str, proj_dim: int, max_bytes: int) -> str:
-    """``auto`` → ``exact`` when it fits in ``max_bytes`` and P ≤ 4·proj_dim, else ``projection``.
+    """``auto`` → ``exact`` when it fits in ``max_bytes``, else ``projection``.
     Raises :class:`ProblemTooLargeError` (with the sizes and what to change) when the choice does not fit."""
     if method not in NTK_METHODS:
         raise PrenetError(f"unknown NTK method {method!r}; choose one of {', '.join(NTK_METHODS)}")
     if method == "auto":
-        method = "exact" if (p <= 4 * proj_dim and required_bytes(n, c, p, "exact", proj_dim) <= max_bytes) else "projection"
+        method = "exact" if required_bytes(n, c, p, "exact", proj_dim) <= max_bytes else "projection"
     need = required_bytes(n, c, p, method, proj_dim)
     if need > max_bytes:
         theta_only = (n * c) ** 2 * 8

@@ -175,6 +175,98 @@ class ModelTimings(pa.DataFrameModel):
         name = "ModelTimings"
 
 
+LOSS_KINDS = ("mse", "cross_entropy")
+CURVE_SOURCES = ("real", "forecast", "corrected", "linear_sgd", "dynamics_full")
+
+
+class FinetuneRuns(pa.DataFrameModel):
+    """Output of ``finetune``: one real fine-tuning run per sweep configuration (ground truth of the
+    convergence predictor). ``config_id`` keys the frozen split; ``train_seconds``: wall time of the SGD steps
+    only (s)."""
+
+    config_id: str = pa.Field(unique=True, str_length={"min_value": 8})
+    task: str
+    arch: str
+    loss: str = pa.Field(isin=list(LOSS_KINDS))
+    lr: float = pa.Field(gt=0)
+    momentum: float = pa.Field(ge=0, lt=1)
+    batch_size: int = pa.Field(ge=1)
+    seed: int
+    steps: int = pa.Field(ge=1)
+    n_train: int = pa.Field(ge=1)
+    classes: int = pa.Field(ge=2)
+    n_params: int = pa.Field(ge=1)
+    train_seconds: float = pa.Field(ge=0)
+    diverged: bool
+    threads: int = pa.Field(ge=1)
+    device: str
+    split: str = pa.Field(isin=list(SPLITS))
+
+    class Config:
+        strict = True
+        name = "FinetuneRuns"
+
+
+class LossCurves(pa.DataFrameModel):
+    """Full-training-set loss (nats for cross-entropy, ½‖·‖² for MSE) and accuracy per SGD step, real or
+    predicted (``source``). Non-finite loss marks a diverged run."""
+
+    config_id: str
+    source: str = pa.Field(isin=list(CURVE_SOURCES))
+    step: int = pa.Field(ge=0)
+    loss: float = pa.Field(nullable=True)
+    accuracy: float = pa.Field(ge=0, le=1, nullable=True)
+
+    class Config:
+        strict = True
+        unique = ["config_id", "source", "step"]
+        name = "LossCurves"
+
+
+class ForecastRuns(pa.DataFrameModel):
+    """Output of ``forecast``: cost and reliability of each configuration's forecast. Seconds of wall time:
+    ``plain_seconds`` (NTK + dynamics), ``probe_seconds`` (short real run + second NTK + re-linearized
+    dynamics); ``drift`` = ‖Θ_k − Θ_0‖_F/‖Θ_0‖_F after the probe; one-batch probe features for the baseline."""
+
+    config_id: str = pa.Field(unique=True)
+    dynamics: str = pa.Field(isin=["ode", "sde"])
+    ntk_method: str = pa.Field(isin=["exact", "projection"])
+    n_used: int = pa.Field(ge=1)
+    plain_seconds: float = pa.Field(ge=0)
+    probe_seconds: float = pa.Field(ge=0)
+    ntk_seconds: float = pa.Field(ge=0)
+    probe_steps: int = pa.Field(ge=0)
+    drift: float = pa.Field(ge=0, nullable=True)
+    reliable: bool
+    init_loss: float
+    grad_norm: float = pa.Field(ge=0, nullable=True)
+    lam_max_over_n: float = pa.Field(ge=0)
+
+    class Config:
+        strict = True
+        name = "ForecastRuns"
+
+
+class ConvergenceTargets(pa.DataFrameModel):
+    """Output of ``evaluate_convergence``: real and predicted steps to each target (null = not reached within
+    the horizon) per configuration, target and prediction source."""
+
+    config_id: str
+    task: str
+    regime: str
+    split: str = pa.Field(isin=list(SPLITS))
+    target_kind: str = pa.Field(isin=["relative_eps", "loss", "accuracy"])
+    target_param: float
+    source: str
+    real_steps: Optional[int] = pa.Field(ge=0, nullable=True)
+    pred_steps: Optional[int] = pa.Field(ge=0, nullable=True)
+
+    class Config:
+        strict = True
+        unique = ["config_id", "target_kind", "target_param", "source"]
+        name = "ConvergenceTargets"
+
+
 #: Identity key of each schema (used in messages and by the frozen split).
 KEYS: dict[str, tuple[str, ...]] = {
     "RawTimings": ("measurement_id",),
@@ -182,4 +274,8 @@ KEYS: dict[str, tuple[str, ...]] = {
     "SplitLayerFeatures": ("sample_id",),
     "HoldoutPredictions": ("sample_id",),
     "ModelTimings": ("model", "batch_size", "optimizer", "hardware_id", "threads"),
+    "FinetuneRuns": ("config_id",),
+    "LossCurves": ("config_id", "source", "step"),
+    "ForecastRuns": ("config_id",),
+    "ConvergenceTargets": ("config_id", "target_kind", "target_param", "source"),
 }

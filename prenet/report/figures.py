@@ -77,3 +77,56 @@ def scatter_whole_models(df: pl.DataFrame, models: list[str], path: Path) -> Pat
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+CURVE_STYLES = {"real": ("k", "-", 2.0), "forecast": ("#1f77b4", "--", 1.5), "corrected": ("#2ca02c", ":", 1.8),
+                "linear_sgd": ("#ff7f0e", "-.", 1.2), "curve_fit": ("#9467bd", (0, (1, 3)), 1.2)}
+
+
+def loss_curves(curves: dict[str, dict[str, tuple | None]], titles: dict[str, str], path: Path) -> Path:
+    """One panel per configuration: full-training-set loss per SGD step, real and predicted (log scale)."""
+    n = max(len(curves), 1)
+    cols = min(4, n)
+    rows = int(np.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax in axes.ravel()[len(curves):]:
+        ax.axis("off")
+    for ax, (cid, srcs) in zip(axes.ravel(), curves.items()):
+        for src, v in srcs.items():
+            if v is None:
+                continue
+            color, ls, lw = CURVE_STYLES.get(src, ("#777", "-", 1.0))
+            L = np.where(np.isfinite(v[0]), v[0], np.nan)
+            ax.plot(np.arange(len(L)), L, color=color, ls=ls, lw=lw, label=src)
+        ax.set(yscale="log", xlabel="SGD step", ylabel="training loss", title=titles.get(cid, cid))
+        ax.title.set_fontsize(8)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def steps_scatter(tgt: pl.DataFrame, path: Path, title: str) -> Path:
+    """Predicted vs real steps (log-log, ±20 % band) per prediction source."""
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    colors = {"forecast": "#1f77b4", "corrected": "#2ca02c", "curve_fit": "#9467bd", "probe_regressor": "#8c564b"}
+    both = tgt.filter(pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
+    for src, color in colors.items():
+        g = both.filter(pl.col("source") == src)
+        if g.height:
+            ax.scatter(np.maximum(g["real_steps"], 1), np.maximum(g["pred_steps"], 1), s=18, alpha=0.7, color=color, label=f"{src} ({g.height})")
+    if both.height:
+        hi = float(max(both["real_steps"].max(), both["pred_steps"].max(), 2))
+        xs = np.geomspace(1, hi, 50)
+        ax.plot(xs, xs, "k-", lw=0.8)
+        ax.fill_between(xs, xs * 0.8, xs * 1.2, color="grey", alpha=0.15, label="±20 %")
+    ax.set(xscale="log", yscale="log", xlabel="real steps", ylabel="predicted steps", title=title)
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

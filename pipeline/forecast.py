@@ -1,0 +1,126 @@
+"""Stage ``forecast``: the convergence predictor on every sweep configuration — the plain forecast (NTK on a
+subset + ODE/SDE), the drift probe and corrected forecast, and, for the gap analysis, exact linearized SGD and
+the ODE/SDE on the full fine-tuning set. Also checks the NTK estimators (projection vs exact, subset vs full
+spectrum). Forecasts read no fine-tuning result: only the pre-trained weights and the fine-tuning inputs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import torch
+from omegaconf import DictConfig
+from tqdm.auto import tqdm
+
+from pipeline.config import hydra_entry
+from pipeline.finetune import convergence_split_rule
+from pipeline.pretrain import convergence_tasks
+from prenet.convergence import dynamics, losses
+from prenet.convergence.forecast import forecast as run_forecast
+from prenet.convergence.forecast import run_dynamics
+from prenet.convergence.ntk import empirical_ntk, outputs, relative_error
+from prenet.convergence.sweep import enumerate_sweep
+from prenet.convergence.tasks import finetune_model
+from prenet.data.io import write_json, write_table
+from prenet.data.schemas import ForecastRuns, LossCurves
+from prenet.data.split import assign
+
+
+def _curve_rows(config_id: str, source: str, loss: np.ndarray, acc: np.ndarray | None) -> list[dict]:
+    return [{"config_id": config_id, "source": source, "step": i, "loss": float(v), "accuracy": None if acc is None else float(acc[i])}
+            for i, v in enumerate(loss)]
+
+
+def _one_batch_features(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, batch_size: int, seed: int) -> tuple[float, float]:
+    """Initial full-set loss and the gradient norm on the first batch (the probe-regressor baseline's inputs)."""
+    F = outputs(model, x).double().numpy()
+    init = losses.value(F, losses.onehot(y.numpy(), F.shape[1]), loss)
+    b = torch.as_tensor(dynamics.batch_schedule(len(x), batch_size, 1, seed)[0])
+    model.zero_grad(set_to_none=True)
+    losses.torch_loss(model(x[b]), y[b], loss).backward()
+    g = float(torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters() if p.grad is not None)))
+    model.zero_grad(set_to_none=True)
+    return init, g
+
+
+def ntk_checks(model: torch.nn.Module, x: torch.Tensor, *, samples: int, proj_dims: list[int], subset: int | None, seed: int) -> dict:
+    """Projection vs exact Θ on ``samples`` samples (relative Frobenius error, seconds), and the subset's
+    scaled spectrum λ_k(Θ_n)/n vs λ_k(Θ_N)/N (relative error of the top 10 eigenvalues)."""
+    xs = x[:samples]
+    exact = empirical_ntk(model, xs, method="exact")
+    out = {"samples": len(xs), "exact_seconds": exact.seconds, "projection": {}}
+    for k in proj_dims:
+        pr = empirical_ntk(model, xs, method="projection", proj_dim=int(k), seed=seed)
+        out["projection"][str(k)] = {"relative_frobenius_error": relative_error(pr.theta, exact.theta), "seconds": pr.seconds}
+    if subset is not None and subset < len(x):
+        full = empirical_ntk(model, x, method="exact")
+        idx = torch.as_tensor(np.sort(np.random.default_rng(seed).choice(len(x), size=subset, replace=False)))
+        sub = empirical_ntk(model, x[idx], method="exact")
+        top_full = np.linalg.eigvalsh(full.theta)[::-1][:10] / len(x)
+        top_sub = np.linalg.eigvalsh(sub.theta)[::-1][:10] / subset
+        out["subset_spectrum_top10_rel_error"] = float(np.median(np.abs(top_sub - top_full) / top_full))
+        out["subset_seconds"], out["full_seconds"] = sub.seconds, full.seconds
+    return out
+
+
+def forecast(cfg: DictConfig) -> dict:
+    """Forecast every sweep configuration; write ``paths.forecast_runs``, ``paths.forecast_curves`` and
+    ``metrics/forecast.json``."""
+    torch.set_num_threads(int(cfg.threads))
+    fc_cfg, sw = cfg.convergence.forecast, cfg.convergence.sweep
+    tasks = {t.name: t for t in convergence_tasks(cfg)}
+    configs = enumerate_sweep(list(tasks.values()), sw)
+    data = {name: t.finetune_data() for name, t in tasks.items()}
+    subset = None if fc_cfg.subset is None else int(fc_cfg.subset)
+    checks = {}
+    for name, t in tasks.items():
+        checks[name] = ntk_checks(finetune_model(t, cfg.paths.pretrained, seed=0), data[name].x, samples=int(fc_cfg.projection_check.samples),
+                                  proj_dims=list(fc_cfg.projection_check.proj_dims), subset=subset, seed=int(cfg.seed))
+    rule = convergence_split_rule(cfg)
+    full_kernels: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+    runs, curves = [], []
+    t0 = time.monotonic()
+    for c in tqdm(configs, desc="forecast", unit="config", disable=not cfg.progress):
+        task, d = tasks[c.task], data[c.task]
+        model = finetune_model(task, cfg.paths.pretrained, seed=c.seed, head_init_scale=float(sw.head_init_scale))
+        fc = run_forecast(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps, seed=c.seed,
+                          subset=subset, ntk=str(fc_cfg.ntk), proj_dim=int(fc_cfg.proj_dim), sde_paths=int(fc_cfg.sde_paths),
+                          probe_fraction=float(fc_cfg.probe_fraction), drift_threshold=float(fc_cfg.drift_threshold), max_bytes=int(fc_cfg.max_bytes))
+        probe_s = float(fc.details.get("probe_seconds", 0.0))
+        init_loss, gnorm = _one_batch_features(model, d.x, d.y, loss=c.loss, batch_size=c.batch_size, seed=c.seed)
+        runs.append({"config_id": c.config_id, "dynamics": fc.dynamics, "ntk_method": fc.ntk_method, "n_used": fc.n_used,
+                     "plain_seconds": fc.seconds - probe_s, "probe_seconds": probe_s, "ntk_seconds": fc.ntk_seconds, "probe_steps": fc.probe_steps,
+                     "drift": None if fc.drift is None else float(fc.drift), "reliable": bool(fc.reliable) if fc.reliable is not None else True,
+                     "init_loss": init_loss, "grad_norm": gnorm if np.isfinite(gnorm) else None, "lam_max_over_n": fc.details["theta_max_eig_over_n"]})
+        curves += _curve_rows(c.config_id, "forecast", fc.loss, fc.accuracy)
+        if fc.corrected is not None:
+            curves += _curve_rows(c.config_id, "corrected", fc.corrected.loss, fc.corrected.accuracy)
+        if fc_cfg.full_kernel == "all" or (fc_cfg.full_kernel == "holdout" and assign(c.config_id, rule) == "holdout"):
+            key = (c.task, c.seed)
+            if key not in full_kernels:
+                full_kernels[key] = (empirical_ntk(model, d.x, method="exact", max_bytes=int(fc_cfg.max_bytes)).theta, outputs(model, d.x).double().numpy())
+            theta, F0 = full_kernels[key]
+            y = d.y.numpy()
+            with np.errstate(over="ignore", invalid="ignore"):
+                L, A = dynamics.linear_sgd(theta, F0, y, kind=c.loss, lr=c.lr, momentum=c.momentum,
+                                           batches=dynamics.batch_schedule(len(y), c.batch_size, c.steps, c.seed))
+                curves += _curve_rows(c.config_id, "linear_sgd", L, A)
+                kind = "ode" if c.batch_size >= len(y) else "sde"
+                L, A = run_dynamics(kind, theta, F0, y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps,
+                                    n_full=len(y), seed=c.seed, sde_paths=int(fc_cfg.full_kernel_sde_paths))
+            curves += _curve_rows(c.config_id, "dynamics_full", L, A)
+    df = pl.DataFrame(runs)
+    write_table(df, cfg.paths.forecast_runs, ForecastRuns)
+    write_table(pl.DataFrame(curves), cfg.paths.forecast_curves, LossCurves)
+    metrics = {"configs": df.height, "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads),
+               "median_plain_seconds": float(df["plain_seconds"].median()), "median_probe_seconds": float(df["probe_seconds"].median()),
+               "unreliable": int((~df["reliable"]).sum()), "ntk_checks": checks}
+    write_json(metrics, Path(cfg.paths.metrics) / "forecast.json")
+    print(f"forecast: {df.height} configurations ({metrics['unreliable']} flagged unreliable) -> {cfg.paths.forecast_runs}")
+    return metrics
+
+
+if __name__ == "__main__":
+    hydra_entry(forecast)()

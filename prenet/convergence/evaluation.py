@@ -1,0 +1,82 @@
+"""Scoring predicted against real steps-to-target, on the frozen holdout of fine-tuning configurations.
+
+For each configuration, target and curve source (``forecast``, ``corrected``, ``linear_sgd``,
+``dynamics_full``, ``curve_fit``, ``probe_regressor``) the predicted step is compared with the real one:
+
+* pairs: both reached → absolute % error |pred − real| / real (real = 0 counts as 1 step), median, mean,
+  fraction within ±``within``, Spearman's ρ between predicted and real steps;
+* miss rate: among configurations where at least one of (prediction, reality) reached the target, the share
+  where only one did.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from prenet.convergence import targets as tg
+
+
+def dense(curves: pl.DataFrame, config_id: str, source: str, steps: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Loss and accuracy at steps 0..steps of one curve (linear interpolation between logged steps)."""
+    c = curves.filter((pl.col("config_id") == config_id) & (pl.col("source") == source)).sort("step")
+    if c.height == 0:
+        return None
+    s = c["step"].to_numpy()
+    L = c["loss"].fill_null(np.inf).to_numpy().astype(float)
+    A = c["accuracy"].fill_null(np.nan).to_numpy().astype(float)
+    t = np.arange(steps + 1)
+    with np.errstate(invalid="ignore"):
+        return np.interp(t, s, L), np.interp(t, s, A)
+
+
+def target_list(cfg: dict, init_loss: float) -> list[tuple[str, float, float]]:
+    """(kind, parameter, value): relative ε (value ε), absolute τ = fraction·L₀ (parameter fraction), accuracy."""
+    out = [("relative_eps", float(e), float(e)) for e in cfg.get("relative_eps", [])]
+    out += [("loss", float(f), float(f) * init_loss) for f in cfg.get("loss_fraction", [])]
+    out += [("accuracy", float(a), float(a)) for a in cfg.get("accuracy", [])]
+    return out
+
+
+def steps_for(kind: str, value: float, loss: np.ndarray, acc: np.ndarray | None) -> int | None:
+    if acc is not None and np.isnan(acc).all():
+        acc = None
+    return tg.steps_to(kind, loss, acc, value)
+
+
+def score(pairs: pl.DataFrame, within: float = 0.2) -> dict:
+    """Metrics of a frame with columns ``real_steps`` and ``pred_steps`` (nullable = not reached)."""
+    from scipy.stats import spearmanr
+
+    if pairs.height == 0:
+        return {"n": 0}
+    r = pairs["real_steps"].to_numpy().astype(float)
+    p = pairs["pred_steps"].to_numpy().astype(float)
+    rr, pr = ~np.isnan(r), ~np.isnan(p)
+    any_ = rr | pr
+    both = rr & pr
+    out: dict = {"n": int(pairs.height), "n_both": int(both.sum()),
+                 "miss_rate": float(((rr ^ pr) & any_).sum() / max(any_.sum(), 1))}
+    if both.any():
+        ape = np.abs(p[both] - r[both]) / np.maximum(r[both], 1.0)
+        out.update({"median_ape_pct": float(100 * np.median(ape)), "mean_ape_pct": float(100 * ape.mean()),
+                    "within_pct": float(100 * np.mean(ape <= within))})
+        if both.sum() >= 3 and np.std(r[both]) > 0 and np.std(p[both]) > 0:
+            out["spearman"] = float(spearmanr(r[both], p[both]).statistic)
+    return out
+
+
+def curve_distance(real: np.ndarray, other: np.ndarray) -> float | None:
+    """Mean |L_real − L_other| / mean L_real over the horizon (None when either is not finite)."""
+    if not (np.isfinite(real).all() and np.isfinite(other).all()):
+        return None
+    return float(np.abs(real - other).mean() / max(np.abs(real).mean(), 1e-12))
+
+
+def auc(scores: np.ndarray, labels: np.ndarray) -> float | None:
+    """ROC AUC of ``scores`` for binary ``labels`` (Mann–Whitney); None if one class is empty."""
+    pos, neg = scores[labels], scores[~labels]
+    if len(pos) == 0 or len(neg) == 0:
+        return None
+    gt = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(gt / (len(pos) * len(neg)))

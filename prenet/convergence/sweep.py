@@ -1,0 +1,41 @@
+"""The ground-truth sweep: task × learning rate × momentum × batch size × loss × seed, each keyed by a stable
+``config_id`` (the frozen split's key)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from itertools import product
+from typing import Any, Mapping
+
+from prenet.convergence.tasks import Task
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    task: str
+    loss: str
+    lr: float
+    momentum: float
+    batch_size: int
+    seed: int
+    steps: int
+
+    @property
+    def config_id(self) -> str:
+        """sha256 of the canonical configuration, 16 hex digits: stable across runs and machines."""
+        key = f"{self.task}|{self.loss}|lr={self.lr:.6g}|m={self.momentum:.6g}|B={self.batch_size}|seed={self.seed}|T={self.steps}"
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    def as_row(self) -> dict[str, Any]:
+        return {"config_id": self.config_id, **asdict(self)}
+
+
+def enumerate_sweep(tasks: list[Task], sweep: Mapping[str, Any]) -> list[RunConfig]:
+    """Every configuration of ``sweep`` (keys: steps, momentum, batch_size, loss, seeds) for each task's lrs.
+    Batch sizes above a task's ``n_train`` are clipped to it (full batch)."""
+    out: list[RunConfig] = []
+    for t in tasks:
+        for lr, m, b, loss, seed in product(t.lrs, sweep["momentum"], sweep["batch_size"], sweep["loss"], sweep["seeds"]):
+            out.append(RunConfig(t.name, str(loss), float(lr), float(m), min(int(b), t.n_train), int(seed), int(sweep["steps"])))
+    return list({c.config_id: c for c in out}.values())
