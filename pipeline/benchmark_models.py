@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from pipeline.config import hydra_entry
-from prenet.benchmark.models import MODEL_TIMING_SCHEMA, measure_model, model_timing_row, null_step_ms
+from prenet.benchmark.models import measure_model, to_device, model_timing_schema, model_timing_row, null_step_ms
 from prenet.data.io import write_json, write_table
 from prenet.data.schemas import ModelTimings
 from prenet.hardware.local import detect_local
@@ -31,13 +31,13 @@ def benchmark_models(cfg: DictConfig) -> dict:
     t0 = time.monotonic()
     for name, b, o in tqdm(todo, desc="benchmark models", unit="step", disable=not cfg.progress):
         torch.manual_seed(int(cfg.seed))
-        module, batch = zoo.build(name, int(b), m.get("sizes"))
+        module, batch = to_device(*zoo.build(name, int(b), m.get("sizes")), str(cfg.hardware.device))
         t = measure_model(module, batch, optimizer=o, warmup=int(m.warmup), repeats=int(m.repeats), min_block_ms=float(m.min_block_ms))
         rows.append(model_timing_row(name, int(b), o, hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t))
         del module, batch
-    df = pl.DataFrame(rows, schema=MODEL_TIMING_SCHEMA, orient="row")
+    df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
     write_table(df, cfg.paths.model_timings, ModelTimings)
-    overhead = {o: null_step_ms(o) for o in m.optimizers}
+    overhead = {o: null_step_ms(o, device=str(cfg.hardware.device)) for o in m.optimizers}
     write_json({"hardware_id": hw.hardware_id, "threads": int(cfg.threads), "null_step_ms": overhead}, cfg.paths.step_overhead)
     metrics = {"measured": df.height, "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads),
                "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()), "null_step_ms": overhead}

@@ -19,7 +19,7 @@ from prenet.data.schemas import ConvergenceTargets, FinetuneRuns, ForecastRuns, 
 from prenet.data.split import assert_no_holdout
 from prenet.report import figures
 
-PRED_SOURCES = ("forecast", "corrected", "curve_fit", "probe_regressor")
+PRED_SOURCES = ("forecast", "forecast_ode", "corrected", "curve_fit", "probe_regressor")
 GAP_SOURCES = ("linear_sgd", "dynamics_full")
 
 
@@ -42,7 +42,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
         real = dense(curves, cid, "real", T)
         if real is None:
             continue
-        srcs = {s: dense(curves, cid, s, T) for s in ("forecast", "corrected", *GAP_SOURCES)}
+        srcs = {s: dense(curves, cid, s, T) for s in ("forecast", "forecast_ode", "corrected", *GAP_SOURCES)}
         srcs["curve_fit"] = (curve_fit_forecast(real[0], T, float(ev["curve_fit_fraction"])), None)
         dense_cache.update({(cid, s): v for s, v in srcs.items()})
         dense_cache[(cid, "real")] = real
@@ -95,11 +95,22 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
         gaps[name] = {"steps": per, "median_curve_distance": float(np.median(dists)) if dists else None, "n_curves": len(dists)}
     # cost: real fine-tuning wall time (SGD steps only) / prediction wall time
     hc = hold.with_columns((pl.col("train_seconds") / pl.col("plain_seconds")).alias("ratio_plain"),
+                           (pl.col("train_seconds") / pl.col("ode_seconds")).alias("ratio_ode"),
                            (pl.col("train_seconds") / (pl.col("plain_seconds") + pl.col("probe_seconds"))).alias("ratio_corrected"))
     cost = {"median_ratio_forecast": float(hc["ratio_plain"].median()), "median_ratio_corrected": float(hc["ratio_corrected"].median()),
+            "median_ratio_forecast_ode": float(hc["ratio_ode"].median()),
             "max_ratio_forecast": float(hc["ratio_plain"].max()), "median_train_seconds": float(hc["train_seconds"].median()),
             "median_forecast_seconds": float(hc["plain_seconds"].median()), "median_probe_seconds": float(hc["probe_seconds"].median()),
             "curve_fit_ratio": 1.0 / float(ev["curve_fit_fraction"])} if hold.height else {}
+    # cost per task over every configuration (cost is not fitted, so the development configurations count too)
+    allc = runs.with_columns((pl.col("train_seconds") / pl.col("plain_seconds")).alias("ratio_plain"),
+                             (pl.col("train_seconds") / pl.col("ode_seconds")).alias("ratio_ode"),
+                             (pl.col("train_seconds") / (pl.col("plain_seconds") + pl.col("probe_seconds"))).alias("ratio_corrected"))
+    cost_by_task = {t: {"configs": g.height, "n_train": int(g["n_train"].max()), "median_steps": float(g["steps"].median()),
+                        "median_train_seconds": float(g["train_seconds"].median()), "median_forecast_seconds": float(g["plain_seconds"].median()),
+                        "median_ratio_forecast": float(g["ratio_plain"].median()), "median_ratio_forecast_ode": float(g["ratio_ode"].median()),
+                        "median_ratio_corrected": float(g["ratio_corrected"].median())}
+                    for (t,), g in allc.group_by(["task"], maintain_order=True)}
     # where the linearization breaks: plain vs corrected error per task / lr / momentum (all configurations: the forecast
     # has no fitted parameter, so the development configurations are fair to describe it), and the drift flag
     primary = _tkey("relative_eps", float(ev["targets"]["relative_eps"][0]))
@@ -124,7 +135,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
                   "median_ape_pct_flagged": float(100 * pf.filter(~pl.col("reliable"))["ape"].median()) if pf.filter(~pl.col("reliable")).height else None,
                   "median_ape_pct_unflagged": float(100 * pf.filter(pl.col("reliable"))["ape"].median()) if pf.filter(pl.col("reliable")).height else None}
     metrics = {"holdout_configs": hold.height, "configs": runs.height, "primary_target": primary, "holdout": headline, "gaps": gaps,
-               "cost": cost, "by_regime": by_regime, "by_task_lr": breaks, "drift_flag": drift_flag}
+               "cost": cost, "cost_by_task": cost_by_task, "by_regime": by_regime, "by_task_lr": breaks, "drift_flag": drift_flag}
     write_json(metrics, Path(cfg.paths.metrics) / "convergence.json")
     # figures: predicted vs real loss curves of holdout configurations, and predicted vs real steps
     plots = Path(cfg.paths.plots)

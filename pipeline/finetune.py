@@ -16,7 +16,7 @@ from pipeline.pretrain import convergence_tasks
 from pipeline.split import split_rule
 from prenet.convergence.finetune import finetune as run_finetune
 from prenet.convergence.nets import n_params
-from prenet.convergence.sweep import enumerate_sweep
+from prenet.convergence.sweep import enumerate_sweep, task_sweep
 from prenet.convergence.tasks import finetune_model
 from prenet.data.io import write_json, write_table
 from prenet.data.schemas import FinetuneRuns, LossCurves
@@ -42,7 +42,7 @@ def finetune(cfg: DictConfig) -> dict:
         task, d = tasks[c.task], data[c.task]
         model = finetune_model(task, cfg.paths.pretrained, seed=c.seed, head_init_scale=float(sw.head_init_scale))
         res = run_finetune(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps,
-                           seed=c.seed, log_every=int(sw.log_every))
+                           seed=c.seed, log_every=int(task_sweep(task, sw)["log_every"]))
         runs.append({**c.as_row(), "arch": task.arch, "n_train": len(d), "classes": int(d.y.max()) + 1, "n_params": n_params(model),
                      "train_seconds": res.train_seconds, "diverged": res.diverged, "threads": int(cfg.threads), "device": "cpu"})
         curves += [{"config_id": c.config_id, "source": "real", "step": int(s), "loss": float(v), "accuracy": float(a)}

@@ -5,14 +5,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-import polars as pl
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prenet.benchmark.steps import make_optimizer
+from prenet.benchmark.steps import make_optimizer, unpack_example
 from prenet.benchmark.timer import Timing, time_callable
-from prenet.steptime.predict import unpack_example
 
 
 def training_step(module: nn.Module, example_batch: Any, optimizer: str):
@@ -35,17 +33,28 @@ def training_step(module: nn.Module, example_batch: Any, optimizer: str):
     return step
 
 
+def to_device(module: nn.Module, example_batch: Any, device: str) -> tuple[nn.Module, Any]:
+    """``module`` and its example batch (a tensor or an (inputs, labels) tuple) moved to ``device``."""
+    inputs, labels = unpack_example(example_batch)
+    module = module.to(device)
+    return module, (inputs.to(device) if labels is None else (inputs.to(device), labels.to(device)))
+
+
 def measure_model(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd", warmup: int = 1, repeats: int = 3,
                   min_block_ms: float = 1.0) -> Timing:
     """Median wall time of one training step (ms) and its run-to-run spread."""
-    return time_callable(training_step(module, example_batch, optimizer), warmup=warmup, repeats=repeats, min_block_ms=min_block_ms)
+    p = next(module.parameters(), None)
+    sync = torch.cuda.synchronize if p is not None and p.is_cuda else None
+    return time_callable(training_step(module, example_batch, optimizer), warmup=warmup, repeats=repeats, min_block_ms=min_block_ms, sync=sync)
 
 
-MODEL_TIMING_SCHEMA: dict[str, pl.DataType] = {
-    "model": pl.String, "batch_size": pl.Int64, "optimizer": pl.String, "hardware_id": pl.String, "threads": pl.Int64,
-    "torch_version": pl.String, "dtype": pl.String, "params": pl.Int64, "measured_ms": pl.Float64, "spread_rel": pl.Float64,
-    "repeats": pl.Int64, "measured_at": pl.String,
-}
+def model_timing_schema() -> dict:
+    """polars dtypes of a model-timing row (polars imported here, so measuring needs only torch)."""
+    import polars as pl
+
+    return {"model": pl.String, "batch_size": pl.Int64, "optimizer": pl.String, "hardware_id": pl.String, "threads": pl.Int64,
+            "torch_version": pl.String, "dtype": pl.String, "params": pl.Int64, "measured_ms": pl.Float64, "spread_rel": pl.Float64,
+            "repeats": pl.Int64, "measured_at": pl.String}
 
 
 def model_timing_row(name: str, batch_size: int, optimizer: str, hardware_id: str, threads: int, params: int, t: Timing) -> dict[str, Any]:
@@ -54,8 +63,8 @@ def model_timing_row(name: str, batch_size: int, optimizer: str, hardware_id: st
             "spread_rel": t.spread_rel, "repeats": t.repeats, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
-def null_step_ms(optimizer: str = "sgd", repeats: int = 7) -> float:
+def null_step_ms(optimizer: str = "sgd", repeats: int = 7, device: str = "cpu") -> float:
     """Per-step overhead (ms): a full training step of a 2-parameter model (zero_grad, forward, loss, backward,
     optimizer step) — the fixed cost a step pays beyond its layers."""
-    module = nn.Linear(1, 1)
-    return measure_model(module, torch.ones(1, 1), optimizer=optimizer, warmup=5, repeats=repeats, min_block_ms=5.0).median_ms
+    module = nn.Linear(1, 1).to(device)
+    return measure_model(module, torch.ones(1, 1, device=device), optimizer=optimizer, warmup=5, repeats=repeats, min_block_ms=5.0).median_ms

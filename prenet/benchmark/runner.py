@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import numpy as np
-import polars as pl
 import torch
 from tqdm.auto import tqdm
 
@@ -107,7 +106,26 @@ def run_benchmark(
     min_block_ms: float = 5.0,
     max_seconds: float | None = None,
     progress: bool = True,
-) -> pl.DataFrame:
+) -> "pl.DataFrame":
+    """:func:`measure` as a polars frame (the raw-timings table)."""
+    return timings_frame(measure(plan, hardware_id=hardware.hardware_id, shard_dir=shard_dir, device=device, threads=threads, dtype=dtype,
+                                 warmup=warmup, repeats=repeats, min_block_ms=min_block_ms, max_seconds=max_seconds, progress=progress))
+
+
+def measure(
+    plan: list[MeasurementSpec],
+    *,
+    hardware_id: str,
+    shard_dir: str | Path,
+    device: str = "cpu",
+    threads: int = 1,
+    dtype: str = "float32",
+    warmup: int = 2,
+    repeats: int = 5,
+    min_block_ms: float = 5.0,
+    max_seconds: float | None = None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     """Measure every pending item of ``plan`` and return the rows of the whole plan (one per measurement).
 
     Times are per iteration in ms (median over ``repeats``). ``threads`` is applied with
@@ -118,7 +136,7 @@ def run_benchmark(
     shard_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(threads)
     tv = torch.__version__.split("+")[0]
-    ids = [measurement_id(s, hardware_id=hardware.hardware_id, device=device, threads=threads, dtype=dtype, torch_version=tv) for s in plan]
+    ids = [measurement_id(s, hardware_id=hardware_id, device=device, threads=threads, dtype=dtype, torch_version=tv) for s in plan]
     done = {r["measurement_id"] for r in read_shards(shard_dir)}
     pending = [(i, s) for i, s in zip(ids, plan) if i not in done]
     tdtype = TORCH_DTYPES[dtype]
@@ -127,7 +145,7 @@ def run_benchmark(
     # a new shard per run (never appended to: a killed run may have left a torn last line in its own)
     shard = shard_dir / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
     with shard.open("x") as out:
-        bar = tqdm(pending, desc=f"benchmark {hardware.hardware_id} ({threads} thread(s))", unit="meas", disable=not progress)
+        bar = tqdm(pending, desc=f"benchmark {hardware_id} ({threads} thread(s))", unit="meas", disable=not progress)
         for mid, spec in bar:
             if max_seconds is not None and time.monotonic() - started > max_seconds:
                 bar.write(f"benchmark: stopping after {max_seconds:.0f} s; run again to resume")
@@ -139,7 +157,7 @@ def run_benchmark(
             t = time_callable(step, warmup=warmup, repeats=repeats, min_block_ms=min_block_ms, sync=sync)
             row = {
                 "measurement_id": mid,
-                "hardware_id": hardware.hardware_id,
+                "hardware_id": hardware_id,
                 "device": device,
                 "threads": threads,
                 "torch_version": tv,
@@ -167,11 +185,13 @@ def run_benchmark(
     for r in read_shards(shard_dir):
         if r["measurement_id"] in wanted and r["measurement_id"] not in rows:
             rows[r["measurement_id"]] = r
-    return timings_frame([rows[i] for i in ids if i in rows])
+    return [rows[i] for i in ids if i in rows]
 
 
-def timings_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+def timings_frame(rows: list[dict[str, Any]]) -> "pl.DataFrame":
     """Rows → a polars frame with the raw-timings column types (see ``prenet.data.schemas.RawTimings``)."""
+    import polars as pl
+
     schema: dict[str, pl.DataType] = {
         "measurement_id": pl.String, "hardware_id": pl.String, "device": pl.String, "threads": pl.Int64,
         "torch_version": pl.String, "dtype": pl.String, "op": pl.String, "direction": pl.String, "optimizer": pl.String,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -50,3 +50,14 @@ def make_step(module: nn.Module, x: torch.Tensor, direction: str, optimizer: str
             opt.step()
 
     return step
+
+
+def unpack_example(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``example_batch`` is an input tensor or a tuple ``(inputs, labels)``."""
+    from prenet.errors import PrenetError
+
+    if isinstance(batch, torch.Tensor):
+        return batch, None
+    if isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch):
+        return batch[0], batch[1]
+    raise PrenetError(f"the example batch must be a tensor or a tuple (inputs, labels) of tensors, got {type(batch).__name__}")

@@ -31,11 +31,20 @@ class RunConfig:
         return {"config_id": self.config_id, **asdict(self)}
 
 
+def task_sweep(task: Task, sweep: Mapping[str, Any]) -> dict[str, Any]:
+    """The sweep settings of ``task``: the global ``sweep`` with the task's own ``sweep`` overrides on top."""
+    return {**dict(sweep), **dict(task.sweep or {})}
+
+
 def enumerate_sweep(tasks: list[Task], sweep: Mapping[str, Any]) -> list[RunConfig]:
-    """Every configuration of ``sweep`` (keys: steps, momentum, batch_size, loss, seeds) for each task's lrs.
-    Batch sizes above a task's ``n_train`` are clipped to it (full batch)."""
+    """Every configuration of ``sweep`` (keys: steps or epochs, momentum, batch_size, loss, seeds) for each
+    task's lrs; a task's own ``sweep`` mapping overrides keys for that task. Batch sizes above a task's
+    ``n_train`` are clipped to it (full batch); ``epochs`` (when set) gives steps = epochs · ⌊N/B⌋."""
     out: list[RunConfig] = []
     for t in tasks:
-        for lr, m, b, loss, seed in product(t.lrs, sweep["momentum"], sweep["batch_size"], sweep["loss"], sweep["seeds"]):
-            out.append(RunConfig(t.name, str(loss), float(lr), float(m), min(int(b), t.n_train), int(seed), int(sweep["steps"])))
+        sw = task_sweep(t, sweep)
+        for lr, m, b, loss, seed in product(t.lrs, sw["momentum"], sw["batch_size"], sw["loss"], sw["seeds"]):
+            bb = min(int(b), t.n_train)
+            steps = int(sw["epochs"]) * (t.n_train // bb) if sw.get("epochs") else int(sw["steps"])
+            out.append(RunConfig(t.name, str(loss), float(lr), float(m), bb, int(seed), steps))
     return list({c.config_id: c for c in out}.values())

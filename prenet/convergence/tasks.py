@@ -61,6 +61,7 @@ class Task:
     n_train: int
     lrs: tuple[float, ...]
     regime: str
+    sweep: dict | None = None
 
     @staticmethod
     def from_cfg(name: str, c: Mapping[str, Any]) -> "Task":
@@ -71,7 +72,8 @@ class Task:
                     pretrain=Problem.from_cfg(p), finetune=Problem.from_cfg(f), pretrain_epochs=int(p.get("epochs", 15)),
                     pretrain_lr=float(p.get("lr", 3e-3)), pretrain_batch=int(p.get("batch_size", 64)),
                     pretrain_limit=p.get("limit"), n_train=int(f.get("n_train", 512)),
-                    lrs=tuple(float(x) for x in c["lrs"]), regime=str(c.get("regime", "unknown")))
+                    lrs=tuple(float(x) for x in c["lrs"]), regime=str(c.get("regime", "unknown")),
+                    sweep=dict(c["sweep"]) if c.get("sweep") else None)
 
     def _data(self, split: str = "train") -> datasets.ImageData:
         d = datasets.load(self.dataset, split)
@@ -98,7 +100,9 @@ class Task:
         return nets.build(self.arch, image_size=self.image_size, classes=classes, widths=list(self.widths))
 
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps(self.__dict__, default=str, sort_keys=True).encode()).hexdigest()[:12]
+        """Hash of what the pre-trained weights depend on (the fine-tuning settings are not part of it)."""
+        keys = ("dataset", "arch", "widths", "image_size", "pretrain", "pretrain_epochs", "pretrain_lr", "pretrain_batch", "pretrain_limit")
+        return hashlib.sha256(json.dumps({k: getattr(self, k) for k in keys}, default=str, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def tasks_from_cfg(cfg: Mapping[str, Any]) -> list[Task]:

@@ -176,7 +176,7 @@ class ModelTimings(pa.DataFrameModel):
 
 
 LOSS_KINDS = ("mse", "cross_entropy")
-CURVE_SOURCES = ("real", "forecast", "corrected", "linear_sgd", "dynamics_full")
+CURVE_SOURCES = ("real", "forecast", "forecast_ode", "corrected", "linear_sgd", "dynamics_full")
 
 
 class FinetuneRuns(pa.DataFrameModel):
@@ -233,6 +233,7 @@ class ForecastRuns(pa.DataFrameModel):
     ntk_method: str = pa.Field(isin=["exact", "projection"])
     n_used: int = pa.Field(ge=1)
     plain_seconds: float = pa.Field(ge=0)
+    ode_seconds: float = pa.Field(ge=0)
     probe_seconds: float = pa.Field(ge=0)
     ntk_seconds: float = pa.Field(ge=0)
     probe_steps: int = pa.Field(ge=0)

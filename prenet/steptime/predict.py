@@ -21,6 +21,7 @@ import polars as pl
 import torch
 from torch import nn
 
+from prenet.benchmark.steps import unpack_example  # noqa: F401  (re-exported)
 from prenet.errors import PrenetError
 from prenet.graph import LayerCall, trace
 from prenet.hardware.spec import HardwareSpec
@@ -44,15 +45,6 @@ class StepTimePrediction:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def unpack_example(batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``example_batch`` is an input tensor or a tuple ``(inputs, labels)``."""
-    if isinstance(batch, torch.Tensor):
-        return batch, None
-    if isinstance(batch, (tuple, list)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch):
-        return batch[0], batch[1]
-    raise PrenetError(f"the example batch must be a tensor or a tuple (inputs, labels) of tensors, got {type(batch).__name__}")
 
 
 def step_calls(module: nn.Module, example_batch: Any) -> list[LayerCall]:

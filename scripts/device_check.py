@@ -1,0 +1,168 @@
+"""Device check and GPU data collection, for a CUDA machine with torch (no polars/pandera/hydra needed).
+
+Run from the repository root: ``PYTHONPATH=. python scripts/device_check.py OUT_DIR PLAN_DIR``. It
+
+1. benchmarks the layer registry on ``cuda`` with the default plan (the CPU's shapes) and a GPU-sized plan
+   (resumable JSONL shards, the same rows as the ``benchmark`` stage);
+2. times whole-model training steps of the zoo on ``cuda`` (ground truth for whole-model GPU prediction);
+3. runs the convergence predictor on ``cuda``: the forecast API against real fine-tuning on digits, the NTK
+   estimators on a larger CNN, and a full-data Fashion-MNIST fine-tune vs its forecast (cost ratio).
+
+Every time is wall-clock with ``torch.cuda.synchronize``; results are JSON/JSONL under OUT_DIR.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from prenet.benchmark.models import measure_model, null_step_ms, to_device
+from prenet.benchmark.runner import make_plan, measure
+
+HW_ID = "H200 SXM 141GB"
+DEV = os.environ.get("DEVICE", "cuda")
+SMOKE = os.environ.get("SMOKE") == "1"   # a fast CPU rehearsal of the script
+
+
+def log(*a) -> None:
+    print(time.strftime("%H:%M:%S"), *a, flush=True)
+
+
+def layers(out: Path, plan_file: Path, tag: str, budget_s: float) -> None:
+    b = json.loads(plan_file.read_text())
+    plan = make_plan(b["ops"], directions=b["directions"], optimizers=b["optimizers"], seed=0)
+    t0 = time.time()
+    rows = measure(plan, hardware_id=HW_ID, shard_dir=out / f"shards_{tag}", device=DEV, threads=1, dtype=b["dtype"],
+                   warmup=int(b["warmup"]), repeats=int(b["repeats"]), min_block_ms=float(b["min_block_ms"]), max_seconds=budget_s, progress=False)
+    with (out / f"h200_layers_{tag}.jsonl").open("w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    log(f"layers {tag}: {len(rows)}/{len(plan)} measured in {time.time() - t0:.0f} s")
+
+
+def zoo_models(out: Path, budget_s: float) -> None:
+    from prenet import zoo
+
+    rows, t0 = [], time.time()
+    for name in ["mlp", "vgg16", "resnet18", "resnet50", "lstm_lm", "bert_base_like", "gpt2_small_like"]:
+        for bs in [16, 32, 64, 128, 256]:
+            for opt in ["sgd", "adam"]:
+                if time.time() - t0 > budget_s:
+                    break
+                torch.manual_seed(0)
+                module, batch = to_device(*zoo.build(name, bs), DEV)
+                t = measure_model(module, batch, optimizer=opt, warmup=2, repeats=5, min_block_ms=5.0)
+                rows.append({"model": name, "batch_size": bs, "optimizer": opt, "hardware_id": HW_ID, "threads": 1,
+                             "torch_version": torch.__version__.split("+")[0], "dtype": "float32", "params": sum(p.numel() for p in module.parameters()),
+                             "measured_ms": t.median_ms, "spread_rel": t.spread_rel, "repeats": t.repeats})
+                del module, batch
+                torch.cuda.empty_cache()
+    overhead = {o: null_step_ms(o, device=DEV) for o in ["sgd", "adam"]}
+    (out / "h200_zoo.json").write_text(json.dumps({"rows": rows, "null_step_ms": overhead}, indent=1))
+    log(f"zoo: {len(rows)} model steps in {time.time() - t0:.0f} s; null step {overhead}")
+
+
+def convergence(out: Path) -> None:
+    from prenet.convergence import finetune as ft
+    from prenet.convergence import targets
+    from prenet.convergence.forecast import forecast
+    from prenet.convergence.nets import with_new_head
+    from prenet.convergence.ntk import empirical_ntk, relative_error
+    from prenet.convergence.tasks import Task, pretrain
+
+    res: dict = {}
+    dev = DEV
+    # (a) digits, forecast API on cuda vs real fine-tuning on cuda
+    t = Task.from_cfg("cnn_digits_split", {"dataset": "digits", "arch": "cnn", "widths": [16, 32], "pretrain": {"classes": [0, 1, 2, 3, 4]},
+                                           "finetune": {"classes": [5, 6, 7, 8, 9], "n_train": 256}, "lrs": [0.006]})
+    m, rec = pretrain(t)
+    with_new_head(m, 5, seed=0)
+    m = m.to(dev).eval()
+    d = t.finetune_data()
+    x, y = d.x.to(dev), d.y.to(dev)
+    rows = []
+    for loss in ["mse", "cross_entropy"]:
+        for lr, mom, B in ([(0.006, 0.0, 256)] if SMOKE else [(0.002, 0.0, 32), (0.006, 0.0, 32), (0.002, 0.9, 32), (0.006, 0.0, 256)]):
+            r = ft.finetune(copy.deepcopy(m), x, y, loss=loss, lr=lr, momentum=mom, batch_size=B, steps=200, seed=0)
+            L, _ = ft.dense_curve(r, 200)
+            f = forecast(m, x, y, loss=loss, lr=lr, momentum=mom, batch_size=B, steps=200, subset=128)
+            rows.append({"loss": loss, "lr": lr, "momentum": mom, "batch_size": B, "real_steps_eps0.1": targets.steps_to_converge(L, 0.1),
+                         "pred_steps_eps0.1": f.steps_to_converge(0.1), "corrected_steps_eps0.1": f.corrected.steps_to_converge(0.1) if f.corrected else None,
+                         "drift": f.drift, "train_seconds": r.train_seconds, "forecast_seconds": f.seconds, "ntk_method": f.ntk_method})
+    res["digits_cuda"] = rows
+    log("digits on cuda:", json.dumps(rows)[:600])
+    # (b) NTK estimators on a larger CNN (exact vs projection), on cuda
+    tb = Task.from_cfg("fashion_cnn_wide", {"dataset": "fashion_mnist", "arch": "cnn_bn", "widths": [64, 128, 128], "image_size": 28,
+                                             "pretrain": {"classes": [0, 1, 2, 3, 4], "epochs": 2, "limit": 600 if SMOKE else 30000, "batch_size": 256},
+                                             "finetune": {"classes": [5, 6, 7, 8, 9], "n_train": 600 if SMOKE else 30000}, "lrs": [0.01]})
+    t0 = time.time()
+    torch.manual_seed(0)
+    data = tb.pretrain_data()
+    mb = tb.build(5).to(dev)
+    opt = torch.optim.Adam(mb.parameters(), lr=3e-3)
+    xs, ys = data.x.to(dev), data.y.to(dev)
+    mb.train()
+    for _ in range(2):
+        perm = torch.randperm(len(ys), device=dev)
+        for i in range(0, len(ys), 256):
+            bi = perm[i:i + 256]
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(mb(xs[bi]), ys[bi]).backward()
+            opt.step()
+    mb.eval()
+    with_new_head(mb, 5, seed=0)
+    mb = mb.to(dev).eval()
+    res["pretrain_fashion_seconds"] = time.time() - t0
+    fd = tb.finetune_data()
+    fx, fy = fd.x.to(dev), fd.y.to(dev)
+    xs256 = fx[:32 if SMOKE else 256]
+    ex = empirical_ntk(mb, xs256, method="exact")
+    proj = {}
+    for k in ([50] if SMOKE else [500, 2000, 8000]):
+        pr = empirical_ntk(mb, xs256, method="projection", proj_dim=k)
+        proj[k] = {"relative_frobenius_error": relative_error(pr.theta, ex.theta), "seconds": pr.seconds}
+    res["ntk_wide_cnn"] = {"n_params": ex.n_params, "samples": 256, "exact_seconds": ex.seconds, "projection": proj}
+    log("ntk:", json.dumps(res["ntk_wide_cnn"]))
+    # (c) full-data fine-tune (30,000 samples, several epochs) vs its forecast from a 256-sample NTK
+    cost = []
+    for loss, lr, mom, B, epochs in [("cross_entropy", 0.01, 0.9, 128, 1 if SMOKE else 8), ("cross_entropy", 0.005, 0.0, 128, 1 if SMOKE else 8)]:
+        steps = epochs * (len(fy) // B)
+        r = ft.finetune(copy.deepcopy(mb), fx, fy, loss=loss, lr=lr, momentum=mom, batch_size=B, steps=steps, seed=0, log_every=max(1, steps // 40))
+        L, _ = ft.dense_curve(r, steps)
+        entry = {"loss": loss, "lr": lr, "momentum": mom, "batch_size": B, "steps": steps, "n_train": len(fy), "train_seconds": r.train_seconds,
+                 "real_steps_eps0.1": targets.steps_to_converge(L, 0.1), "real_final_loss": float(L[-1])}
+        for dyn in ["ode", "sde"]:
+            f = forecast(mb, fx, fy, loss=loss, lr=lr, momentum=mom, batch_size=B, steps=steps, subset=32 if SMOKE else 256, dynamics_kind=dyn, probe_fraction=0.0)
+            entry[dyn] = {"seconds": f.seconds, "ntk_seconds": f.ntk_seconds, "pred_steps_eps0.1": f.steps_to_converge(0.1),
+                          "pred_final_loss": float(f.loss[-1]), "cost_ratio": r.train_seconds / f.seconds}
+        cost.append(entry)
+        log("cost:", json.dumps(entry))
+    res["cost_fashion_full"] = cost
+    (out / "h200_convergence.json").write_text(json.dumps(res, indent=1, default=float))
+
+
+def main() -> None:
+    out, plans = Path(sys.argv[1]), Path(sys.argv[2])
+    out.mkdir(parents=True, exist_ok=True)
+    log("torch", torch.__version__, torch.cuda.get_device_name(0) if DEV == "cuda" else "cpu")
+    steps = [("convergence", lambda: convergence(out)), ("zoo", lambda: zoo_models(out, 5 if SMOKE else 60)),
+             ("layers quick", lambda: layers(out, plans / "bench_quick.json", "quick", 5 if SMOKE else 130)),
+             ("layers large", lambda: layers(out, plans / "bench_large.json", "large", 5 if SMOKE else 110))]
+    for name, fn in steps:
+        try:
+            fn()
+        except Exception:
+            log(f"{name} FAILED")
+            traceback.print_exc()
+
+
+if __name__ == "__main__":
+    main()
