@@ -77,6 +77,89 @@ def _cmd_predict_layers(args: argparse.Namespace) -> None:
     print(f"wrote {len(out)} predictions to {args.output}")
 
 
+def _convergence_task(args: argparse.Namespace):
+    """The task named by ``--task`` in conf/convergence (or in the ``--config`` YAML file)."""
+    from omegaconf import OmegaConf
+
+    from prenet.convergence.tasks import Task
+
+    if args.config:
+        path = Path(args.config)
+        if not path.is_file():
+            raise PrenetError(f"config file {path} does not exist")
+        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        tasks = raw.get("tasks", raw) if isinstance(raw, dict) else {}
+        run = raw.get("run", {}) if isinstance(raw, dict) else {}
+    else:
+        from pipeline.config import compose
+
+        cfg = compose([f"convergence={args.convergence}"])
+        tasks, run = OmegaConf.to_container(cfg.convergence.tasks, resolve=True), {}
+    tasks = {k: v for k, v in (tasks or {}).items() if isinstance(v, dict)}
+    name = args.task or (next(iter(tasks)) if len(tasks) == 1 else None)
+    if name not in tasks:
+        where = args.config or f"conf/convergence/{args.convergence}.yaml"
+        raise PrenetError(f"task {name!r} is not defined in {where}; known tasks: {', '.join(tasks) or 'none'}")
+    try:
+        return Task.from_cfg(name, tasks[name]), run
+    except (KeyError, TypeError, ValueError) as e:
+        raise PrenetError(f"task {name!r} is incomplete: {e} (needs dataset, arch, widths, lrs; see conf/convergence/quick.yaml)") from e
+
+
+def _cmd_predict_convergence(args: argparse.Namespace) -> None:
+    import torch
+
+    from prenet.convergence import forecast
+    from prenet.convergence.nets import with_new_head
+    from prenet.convergence.tasks import load_pretrained, pretrain, save
+
+    task, run = _convergence_task(args)
+    opt = {k: getattr(args, k) if getattr(args, k) is not None else run.get(k) for k in ("loss", "lr", "momentum", "batch_size", "steps")}
+    opt["lr"] = opt["lr"] if opt["lr"] is not None else task.lrs[0]
+    opt["momentum"] = opt["momentum"] or 0.0
+    opt["loss"] = opt["loss"] or "cross_entropy"
+    if opt["batch_size"] is None or opt["steps"] is None:
+        raise PrenetError("give --batch-size and --steps (or set them under 'run:' in the config file)")
+    torch.set_num_threads(args.threads)
+    folder = Path(args.pretrained)
+    try:
+        model = load_pretrained(task, folder)
+    except PrenetError:
+        print(f"no pre-trained weights for {task.name!r} in {folder}: pre-training them now (saved there)", file=sys.stderr)
+        model, rec = pretrain(task, seed=args.seed)
+        save(model, rec, folder)
+    data = task.finetune_data()
+    with_new_head(model, int(data.y.max()) + 1, seed=args.seed)
+    fc = forecast(model, data.x, data.y, loss=opt["loss"], lr=float(opt["lr"]), momentum=float(opt["momentum"]), batch_size=int(opt["batch_size"]),
+                  steps=int(opt["steps"]), seed=args.seed, subset=args.subset, probe_fraction=args.probe)
+    best = fc.best()
+    res = {"task": task.name, **opt, "n_train": len(data), "n_used": fc.n_used, "dynamics": fc.dynamics, "ntk": fc.ntk_method,
+           "seconds": fc.seconds, "drift": fc.drift, "reliable": fc.reliable,
+           "steps_to_converge": {"eps": args.eps, "forecast": fc.steps_to_converge(args.eps), "corrected": fc.corrected.steps_to_converge(args.eps) if fc.corrected else None},
+           "loss": {str(t): float(fc.loss[t]) for t in sorted({0, fc.steps // 4, fc.steps // 2, fc.steps})}}
+    if args.target_loss is not None:
+        res["steps_to_loss"] = {"tau": args.target_loss, "forecast": fc.steps_to_loss(args.target_loss), "best": best.steps_to_loss(args.target_loss)}
+    if args.target_accuracy is not None:
+        res["steps_to_accuracy"] = {"a": args.target_accuracy, "forecast": fc.steps_to_accuracy(args.target_accuracy), "best": best.steps_to_accuracy(args.target_accuracy)}
+    if args.json:
+        print(json.dumps(res, indent=2, default=float))
+        return
+    print(f"{task.name}: fine-tune {fc.n_params:,} parameters on {len(data)} samples · {opt['loss']} · lr {opt['lr']} · momentum {opt['momentum']} · "
+          f"batch {opt['batch_size']} · {opt['steps']} steps")
+    print(f"  forecast: {fc.dynamics.upper()} on an {fc.ntk_method} NTK of {fc.n_used} samples, {fc.seconds:.2f} s")
+    print("  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss"].items()))
+    sc = res["steps_to_converge"]
+    print(f"  steps to converge (|L_t - L_T| <= {args.eps} (L_0 - L_T)): {sc['forecast'] if sc['forecast'] is not None else 'not within the horizon'}")
+    if fc.drift is not None:
+        verdict = "reliable" if fc.reliable else "UNRELIABLE: fine-tuning moves the features; prefer the corrected forecast"
+        print(f"  kernel drift after a {fc.probe_steps}-step probe: {fc.drift:.3f} ({verdict}); corrected: {sc['corrected']}")
+    for key, label in (("steps_to_loss", "loss <= {tau}"), ("steps_to_accuracy", "training accuracy >= {a}")):
+        if key in res:
+            r = res[key]
+            v = r["best"]
+            print(f"  steps to {label.format(**r)}: {v if v is not None else 'not reached within ' + str(opt['steps']) + ' steps'}")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -139,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from prenet.api import DEFAULT_MODELS
 
-    pr = sub.add_parser("predict", help="predict step times")
+    pr = sub.add_parser("predict", help="predict step times or steps to converge")
     psub = pr.add_subparsers(dest="what", required=True)
     st = psub.add_parser("step-time", help="one training step (and epoch) of a model on a hardware target")
     st.add_argument("--model", required=True, help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, "
@@ -159,6 +242,26 @@ def build_parser() -> argparse.ArgumentParser:
     pl_.add_argument("--threads", type=int, default=1)
     pl_.add_argument("--models", default=str(DEFAULT_MODELS))
     pl_.set_defaults(func=_cmd_predict_layers)
+
+    cv = psub.add_parser("convergence", help="steps to a target loss/accuracy of fine-tuning, from the NTK (no training)")
+    cv.add_argument("--task", help="task name in conf/convergence/<--convergence>.yaml or in --config")
+    cv.add_argument("--config", help="YAML file with 'tasks:' (same format as conf/convergence/quick.yaml) and optional 'run:' settings")
+    cv.add_argument("--convergence", default="quick", help="config of conf/convergence to read tasks from (default: quick)")
+    cv.add_argument("--pretrained", default="data/models/pretrained", help="folder of pre-trained weights (made if missing)")
+    cv.add_argument("--loss", choices=["mse", "cross_entropy"])
+    cv.add_argument("--lr", type=float)
+    cv.add_argument("--momentum", type=float)
+    cv.add_argument("--batch-size", type=int)
+    cv.add_argument("--steps", type=int)
+    cv.add_argument("--subset", type=int, default=128, help="samples the NTK is computed on (default 128)")
+    cv.add_argument("--probe", type=float, default=0.05, help="fraction of steps of the real drift probe (0 = none)")
+    cv.add_argument("--eps", type=float, default=0.1, help="relative convergence threshold (default 0.1)")
+    cv.add_argument("--target-loss", type=float)
+    cv.add_argument("--target-accuracy", type=float)
+    cv.add_argument("--seed", type=int, default=0)
+    cv.add_argument("--threads", type=int, default=1)
+    cv.add_argument("--json", action="store_true")
+    cv.set_defaults(func=_cmd_predict_convergence)
 
     rt = sub.add_parser("retrain", help="run the Prefect retrain flow once (every stage through dvc repro)")
     rt.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. predictor=mlp experiment=tiny")

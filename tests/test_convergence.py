@@ -1,0 +1,244 @@
+"""Convergence predictor: pure functions on small real inputs (digits, tiny nets), and the stages' outputs."""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+from torch import nn
+
+from prenet import datasets
+from prenet.convergence import dynamics, forecast, losses, targets
+from prenet.convergence.baselines import curve_fit_forecast
+from prenet.convergence.finetune import dense_curve, finetune
+from prenet.convergence.ntk import ProblemTooLargeError, empirical_ntk, jacobian, relative_error
+from prenet.errors import PrenetError
+
+
+@pytest.fixture(scope="module")
+def digits_small():
+    d = datasets.load("digits").select([0, 1, 2], limit=48, seed=0)
+    return d.x, d.y
+
+
+def _mlp(classes: int = 3, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.Tanh(), nn.Linear(16, classes))
+
+
+def _linear(classes: int = 3, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, classes))
+
+
+# --- data ---------------------------------------------------------------------------------------------------
+
+def test_digits_split_is_fixed_and_standardised():
+    tr, te = datasets.load("digits", "train"), datasets.load("digits", "test")
+    assert tr.x.shape[1:] == (1, 8, 8) and len(tr) + len(te) == 1797
+    assert abs(float(tr.x.mean())) < 1e-4 and abs(float(tr.x.std()) - 1) < 1e-2
+    assert torch.equal(datasets.load("digits", "test").y, te.y)
+
+
+def test_fashion_checksum_mismatch_is_reported(tmp_path, monkeypatch):
+    for name in datasets.FASHION_SHA256:
+        (tmp_path / name).write_bytes(gzip.compress(b"not fashion mnist"))
+    monkeypatch.setenv("PRENET_FASHION_MNIST_DIR", str(tmp_path))
+    datasets._fashion.cache_clear()
+    with pytest.raises(PrenetError, match="SHA-256 .* expected .* apt-get install --reinstall dataset-fashion-mnist"):
+        datasets.load("fashion_mnist")
+    datasets._fashion.cache_clear()
+
+
+def test_fashion_falls_back_to_digits_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRENET_FASHION_MNIST_DIR", str(tmp_path / "absent"))
+    with pytest.warns(UserWarning, match="falling back"):
+        d = datasets.load("fashion_mnist", "test")
+    assert d.x.shape[1:] == (1, 28, 28) and "fallback" in d.source
+
+
+@pytest.mark.skipif(not datasets.fashion_mnist_available(), reason="dataset-fashion-mnist not installed")
+def test_fashion_mnist_loads_verified():
+    d = datasets.load("fashion_mnist", "test")
+    assert d.x.shape == (10000, 1, 28, 28) and sorted(d.y.unique().tolist()) == list(range(10))
+
+
+def test_select_relabels_and_limits(digits_small):
+    d = datasets.load("digits").select(None, relabel={i: i % 2 for i in range(10)}, limit=100, seed=1)
+    assert len(d) == 100 and set(d.y.tolist()) == {0, 1}
+
+
+# --- NTK -----------------------------------------------------------------------------------------------------
+
+def test_exact_ntk_equals_jacobian_products_by_autograd(digits_small):
+    x, _ = digits_small
+    model = _mlp()
+    x = x[:5]
+    rows = []
+    for i in range(len(x)):
+        out = model(x[i:i + 1])[0]
+        for c in range(out.shape[0]):
+            g = torch.autograd.grad(out[c], list(model.parameters()), retain_graph=True)
+            rows.append(torch.cat([t.reshape(-1) for t in g]))
+    J = torch.stack(rows).double()
+    k = empirical_ntk(model, x, method="exact")
+    assert np.allclose(k.theta, (J @ J.T).numpy(), rtol=1e-4, atol=1e-5)
+    assert jacobian(model, x, chunk=2).shape == (15, sum(p.numel() for p in model.parameters()))
+
+
+def test_projection_error_shrinks_with_more_directions(digits_small):
+    x, _ = digits_small
+    model = _mlp()
+    exact = empirical_ntk(model, x[:16], method="exact").theta
+    errs = [relative_error(empirical_ntk(model, x[:16], method="projection", proj_dim=k, seed=0).theta, exact) for k in (20, 2000)]
+    assert errs[1] < errs[0] and errs[1] < 0.1
+
+
+def test_too_large_problem_fails_early_with_sizes(digits_small):
+    x, _ = digits_small
+    with pytest.raises(ProblemTooLargeError, match=r"N=48 samples × C=3 outputs × P=1,091 parameters.*To fix"):
+        empirical_ntk(_mlp(), x, method="exact", max_bytes=10_000)
+
+
+# --- dynamics ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("loss,momentum,batch", [("mse", 0.0, 48), ("cross_entropy", 0.9, 12), ("mse", 0.5, 8)])
+def test_linearized_sgd_is_exact_for_a_model_linear_in_its_parameters(digits_small, loss, momentum, batch):
+    """For f(x) = W x + b the linearization is exact: simulating SGD in function space must reproduce torch SGD."""
+    x, y = digits_small
+    model = _linear()
+    theta = empirical_ntk(model, x, method="exact").theta
+    F0 = model(x).detach().double().numpy()
+    L_sim, A_sim = dynamics.linear_sgd(theta, F0, y.numpy(), kind=loss, lr=0.01, momentum=momentum,
+                                       batches=dynamics.batch_schedule(len(y), batch, 30, seed=3))
+    real = finetune(copy.deepcopy(model), x, y, loss=loss, lr=0.01, momentum=momentum, batch_size=batch, steps=30, seed=3)
+    assert np.allclose(L_sim, real.loss, rtol=1e-4)
+    assert np.allclose(A_sim, real.accuracy)
+
+
+def test_mse_ode_matches_small_step_gradient_descent(digits_small):
+    x, y = digits_small
+    model = _mlp()
+    theta = empirical_ntk(model, x, method="exact").theta
+    F0 = model(x).detach().double().numpy()
+    lr, steps = 0.002, 100
+    L_ode, _ = dynamics.ode(theta, F0, y.numpy(), kind="mse", lr=lr, momentum=0.0, steps=steps)
+    L_gd, _ = dynamics.linear_sgd(theta, F0, y.numpy(), kind="mse", lr=lr, momentum=0.0, batches=[np.arange(len(y))] * steps)
+    assert np.allclose(L_ode, L_gd, rtol=0.03)
+    assert L_ode[-1] < L_ode[0]
+
+
+def test_cross_entropy_ode_and_sde_agree_without_noise(digits_small):
+    x, y = digits_small
+    model = _mlp()
+    theta = empirical_ntk(model, x, method="exact").theta
+    F0 = model(x).detach().double().numpy()
+    kw = dict(kind="cross_entropy", lr=0.01, momentum=0.0, steps=60)
+    L_ode, _ = dynamics.ode(theta, F0, y.numpy(), **kw)
+    L_sde, _ = dynamics.sde(theta, F0, y.numpy(), batch_size=len(y), paths=1, **kw)   # B = N: no noise, explicit Euler
+    assert np.allclose(L_ode, L_sde, rtol=0.02)
+
+
+def test_sde_noise_slows_mse_convergence(digits_small):
+    x, y = digits_small
+    model = _mlp()
+    theta = empirical_ntk(model, x, method="exact").theta
+    F0 = model(x).detach().double().numpy()
+    kw = dict(kind="mse", lr=0.05, momentum=0.0, steps=200)
+    L_ode, _ = dynamics.ode(theta, F0, y.numpy(), **kw)
+    L_sde, _ = dynamics.sde(theta, F0, y.numpy(), batch_size=2, paths=16, seed=0, **kw)
+    assert L_sde[-1] > L_ode[-1]
+
+
+def test_batch_schedule_is_epochs_of_permutations():
+    b = dynamics.batch_schedule(10, 4, 5, seed=0)
+    assert [len(i) for i in b] == [4] * 5
+    assert sorted(np.concatenate(b[:2]).tolist()) == sorted(set(np.concatenate(b[:2]).tolist()))
+
+
+# --- targets and baselines ---------------------------------------------------------------------------------
+
+def test_target_definitions():
+    L = np.array([1.0, 0.6, 0.3, 0.2, 0.15, 0.1])
+    assert targets.steps_to_converge(L, 0.1) == 4          # |L_t - 0.1| <= 0.09
+    assert targets.steps_to_loss(L, 0.25) == 3
+    assert targets.steps_to_loss(L, 0.01) is None
+    assert targets.steps_to_accuracy(np.array([0.1, 0.5, 0.95]), 0.9) == 2
+    assert targets.steps_to_converge(np.array([1.0, 1.2, 1.5]), 0.1) is None   # no progress
+    assert targets.steps_to_converge(np.array([1.0, np.inf, np.inf]), 0.1) is None
+
+
+def test_curve_fit_recovers_an_exponential():
+    t = np.arange(201)
+    L = 0.2 + 1.5 * np.exp(-t / 40)
+    pred = curve_fit_forecast(L, 200, 0.15)
+    assert np.allclose(pred, L, rtol=1e-3)
+
+
+# --- the forecast API ----------------------------------------------------------------------------------------
+
+def test_forecast_api_contract(digits_small):
+    x, y = digits_small
+    model = _mlp()
+    before = [p.detach().clone() for p in model.parameters()]
+    fc = forecast(model, x, y, loss="cross_entropy", lr=0.05, momentum=0.9, batch_size=16, steps=80, seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())), "forecast must not modify the model"
+    assert len(fc.loss) == 81 and len(fc.accuracy) == 81 and fc.seconds > 0
+    assert fc.steps_to_loss(0.0) is None and fc.steps_to_accuracy(1.01) is None
+    assert fc.steps_to_loss(float(fc.loss[0])) == 0
+    assert fc.drift is not None and fc.corrected is not None and len(fc.corrected.loss) == 81
+    assert fc.dynamics == "sde" and fc.n_used == 48
+
+
+def test_forecast_predicts_real_fine_tuning_of_a_small_net(digits_small):
+    """On a small MLP at a modest learning rate the linearization holds: predicted steps within 25 %."""
+    x, y = digits_small
+    model = _mlp()
+    real = finetune(copy.deepcopy(model), x, y, loss="cross_entropy", lr=0.05, momentum=0.0, batch_size=48, steps=150, seed=0)
+    L_real, _ = dense_curve(real, 150)
+    fc = forecast(model, x, y, loss="cross_entropy", lr=0.05, momentum=0.0, batch_size=48, steps=150, probe_fraction=0)
+    r, p = targets.steps_to_converge(L_real, 0.1), fc.steps_to_converge(0.1)
+    assert r is not None and p is not None and abs(p - r) / r < 0.25
+
+
+def test_forecast_rejects_bad_labels(digits_small):
+    x, y = digits_small
+    with pytest.raises(PrenetError, match="integer class labels"):
+        forecast(_mlp(), x, y.float(), lr=0.1, batch_size=8, steps=5)
+    with pytest.raises(PrenetError, match="model has 2 outputs"):
+        forecast(_mlp(classes=2), x, y, lr=0.1, batch_size=8, steps=5, probe_fraction=0)
+
+
+# --- the stages (tiny run shared with test_pipeline) ---------------------------------------------------------
+
+def test_convergence_stages_write_validated_outputs(tiny_run):
+    root, cfg, results = tiny_run
+    runs = pl.read_parquet(cfg.paths.finetune_runs)
+    assert runs.height == results["finetune"]["runs"] and set(runs["split"]) <= {"train", "val", "holdout"}
+    m = json.loads((Path(cfg.paths.metrics) / "convergence.json").read_text())
+    assert m["primary_target"] == "relative_eps=0.1" and m["configs"] == runs.height
+    assert {"cost", "gaps", "drift_flag", "by_task_lr"} <= set(m)
+    for f in ("convergence_curves.png", "convergence_steps.png"):
+        assert (Path(cfg.paths.plots) / f).stat().st_size > 1000
+    assert (Path(cfg.paths.pretrained) / "cnn_digits_split.pt").exists()
+    sd = torch.load(Path(cfg.paths.pretrained) / "cnn_digits_split.pt", weights_only=True)
+    assert all(isinstance(v, torch.Tensor) for v in sd.values())
+
+
+def test_convergence_split_is_keyed_by_configuration(tiny_run):
+    from pipeline.finetune import convergence_split_rule
+    from prenet.convergence.sweep import RunConfig
+    from prenet.data.split import assign
+
+    _, cfg, _ = tiny_run
+    rule = convergence_split_rule(cfg)
+    runs = pl.read_parquet(cfg.paths.finetune_runs)
+    for r in runs.iter_rows(named=True):
+        c = RunConfig(r["task"], r["loss"], r["lr"], r["momentum"], r["batch_size"], r["seed"], r["steps"])
+        assert c.config_id == r["config_id"] and assign(c.config_id, rule) == r["split"]
