@@ -8,4 +8,4 @@ Each stage is one function ``<stage>(cfg) -> dict`` in ``pipeline/<stage>.py``. 
 """
 
 STAGES: tuple[str, ...] = ("benchmark", "benchmark_models", "featurize", "validate", "split", "train", "evaluate",
-                           "pretrain", "finetune", "forecast", "evaluate_convergence", "report")
+                           "pretrain", "finetune", "forecast", "evaluate_convergence", "forecast_cost", "report")

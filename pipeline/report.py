@@ -40,6 +40,23 @@ def _unseen_section(u: dict, folds_csv: Path) -> str:
 CONV_COLS = ["n", "n_both", "median_ape_pct", "mean_ape_pct", "within_pct", "miss_rate", "spearman"]
 
 
+def _cost_check(mdir: Path, plots: Path) -> str:
+    p = mdir / "forecast_cost.json"
+    cc = json.loads(p.read_text()) if p.exists() else {"enabled": False}
+    if not cc.get("enabled"):
+        return ("<p class=note>Full-data cost check not run in this pipeline run (convergence.cost_check.enabled=false; "
+                "run <code>dvc exp run -S convergence.cost_check.enabled=true</code>).</p>")
+    rows = {}
+    for k, r in cc["runs"].items():
+        for dyn in ("ode", "sde"):
+            if dyn in r:
+                rows[f"{k} · {dyn}"] = {"n_train": r["n_train"], "steps": r["steps"], "train_seconds": r["train_seconds"], "forecast_seconds": r[dyn]["seconds"],
+                                        "cost_ratio": r[dyn]["cost_ratio"], "real_steps": r["real_steps_to_converge"], "pred_steps": r[dyn]["pred_steps_to_converge"]}
+    return ("<h3>Full-data fine-tune vs its forecast (" + cc["task"] + f", NTK on {cc['subset']} samples)</h3>"
+            + table(rows, ["n_train", "steps", "train_seconds", "forecast_seconds", "cost_ratio", "real_steps", "pred_steps"], "run")
+            + image(plots / "forecast_cost.png", "full-data fine-tune, real vs forecast"))
+
+
 def _convergence_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
     """Convergence predictor: holdout errors per target and source, gaps, cost, regimes, the drift flag."""
     cv = json.loads((mdir / "convergence.json").read_text())
@@ -61,7 +78,10 @@ def _convergence_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
          + image(plots / "convergence_steps.png", "predicted vs real steps") + image(plots / "convergence_curves.png", "predicted vs real loss curves")),
         ("Convergence: where the error comes from", "<p class=note>Gaps measured on the holdout configurations.</p>" + gaps
          + table(checks, ["relative Frobenius error", "relative error", "seconds"], "NTK estimator check")),
-        ("Convergence: cost and reliability", table({"cost": cv["cost"]}, list(cv["cost"]))
+        ("Convergence: cost and reliability", table({"cost (holdout)": cv["cost"]}, list(cv["cost"]))
+         + table(cv.get("cost_by_task", {}), ["configs", "n_train", "median_steps", "median_train_seconds", "median_forecast_seconds",
+                                             "median_ratio_forecast", "median_ratio_forecast_ode", "median_ratio_corrected"], "task (all configurations)")
+         + _cost_check(mdir, plots)
          + table({"drift flag": cv["drift_flag"]}, list(cv["drift_flag"]))
          + table(cv["by_regime"], ["n", "forecast_median_ape_pct", "corrected_median_ape_pct"], "regime")
          + table(cv["by_task_lr"], ["regime", "median_drift", "forecast_median_ape_pct", "corrected_median_ape_pct"], "task / lr / momentum")),

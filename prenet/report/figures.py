@@ -79,7 +79,7 @@ def scatter_whole_models(df: pl.DataFrame, models: list[str], path: Path) -> Pat
     return path
 
 
-CURVE_STYLES = {"real": ("k", "-", 2.0), "forecast": ("#1f77b4", "--", 1.5), "corrected": ("#2ca02c", ":", 1.8),
+CURVE_STYLES = {"real": ("k", "-", 2.0), "forecast": ("#1f77b4", "--", 1.5), "forecast_ode": ("#17becf", "--", 1.2), "corrected": ("#2ca02c", ":", 1.8),
                 "linear_sgd": ("#ff7f0e", "-.", 1.2), "curve_fit": ("#9467bd", (0, (1, 3)), 1.2)}
 
 
