@@ -131,7 +131,8 @@ def _cmd_predict_convergence(args: argparse.Namespace) -> None:
     data = task.finetune_data()
     with_new_head(model, int(data.y.max()) + 1, seed=args.seed)
     fc = forecast(model, data.x, data.y, loss=opt["loss"], lr=float(opt["lr"]), momentum=float(opt["momentum"]), batch_size=int(opt["batch_size"]),
-                  steps=int(opt["steps"]), seed=args.seed, subset=args.subset, probe_fraction=args.probe)
+                  steps=int(opt["steps"]), seed=args.seed, subset=args.subset, probe_fraction=args.probe, ntk=args.ntk,
+                  max_bytes=int(args.max_gib * 2**30))
     best = fc.best()
     res = {"task": task.name, **opt, "n_train": len(data), "n_used": fc.n_used, "dynamics": fc.dynamics, "ntk": fc.ntk_method,
            "seconds": fc.seconds, "drift": fc.drift, "reliable": fc.reliable,
@@ -258,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--eps", type=float, default=0.1, help="relative convergence threshold (default 0.1)")
     cv.add_argument("--target-loss", type=float)
     cv.add_argument("--target-accuracy", type=float)
+    cv.add_argument("--ntk", choices=["auto", "exact", "projection"], default="auto", help="NTK estimator (default: auto)")
+    cv.add_argument("--max-gib", type=float, default=4.0, help="memory allowed for the Jacobian and kernel (GiB, default 4)")
     cv.add_argument("--seed", type=int, default=0)
     cv.add_argument("--threads", type=int, default=1)
     cv.add_argument("--json", action="store_true")

@@ -40,3 +40,33 @@ def test_schedule_requires_cron():
 def test_stage_modules_have_hydra_help():
     proc = subprocess.run([sys.executable, "-m", "pipeline.train", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "predictor" in proc.stdout
+
+
+def _task_file(tmp_path):
+    f = tmp_path / "task.yaml"
+    f.write_text("tasks:\n  tiny_digits:\n    dataset: digits\n    arch: mlp\n    widths: [16]\n"
+                 "    pretrain: {epochs: 1}\n    finetune: {classes: [0, 1, 2], n_train: 48}\n    lrs: [0.05]\n"
+                 "run: {loss: cross_entropy, batch_size: 16, steps: 30}\n")
+    return f
+
+
+def test_predict_convergence_from_a_config_file(tmp_path, capsys):
+    f = _task_file(tmp_path)
+    assert main(["predict", "convergence", "--config", str(f), "--pretrained", str(tmp_path / "pt"), "--json"]) == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert out["task"] == "tiny_digits" and out["steps"] == 30 and out["n_train"] == 48 and out["drift"] is not None
+    assert (tmp_path / "pt" / "tiny_digits.pt").exists()   # pre-trained on first use, reused afterwards
+    assert main(["predict", "convergence", "--config", str(f), "--pretrained", str(tmp_path / "pt"), "--target-accuracy", "1.01"]) == 0
+    assert "not reached within 30 steps" in capsys.readouterr().out
+
+
+def test_predict_convergence_errors_are_one_line(tmp_path, capsys):
+    assert main(["predict", "convergence", "--task", "no_such_task", "--batch-size", "8", "--steps", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: task 'no_such_task' is not defined") and "cnn_digits_split" in err
+    f = _task_file(tmp_path)
+    assert main(["predict", "convergence", "--config", str(f), "--pretrained", str(tmp_path / "pt"), "--ntk", "exact", "--max-gib", "1e-6"]) == 2
+    err = capsys.readouterr().err
+    assert "NTK too large" in err and "P=" in err and "To fix" in err and "Traceback" not in err
