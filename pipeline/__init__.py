@@ -8,4 +8,5 @@ Each stage is one function ``<stage>(cfg) -> dict`` in ``pipeline/<stage>.py``. 
 """
 
 STAGES: tuple[str, ...] = ("benchmark", "benchmark_models", "featurize", "validate", "split", "train", "evaluate",
-                           "pretrain", "finetune", "forecast", "evaluate_convergence", "forecast_cost", "report")
+                           "pretrain", "finetune", "forecast", "evaluate_convergence", "forecast_cost",
+                           "corpus", "train_outcome", "evaluate_outcome", "report")

@@ -161,6 +161,46 @@ def _cmd_predict_convergence(args: argparse.Namespace) -> None:
             print(f"  steps to {label.format(**r)}: {v if v is not None else 'not reached within ' + str(opt['steps']) + ' steps'}")
 
 
+def _cmd_predict_outcome(args: argparse.Namespace) -> None:
+    import warnings
+
+    import polars as pl
+
+    from prenet.outcome import predict
+    from prenet.telemetry.recorder import telemetry_schema
+
+    src = Path(args.telemetry)
+    if not src.is_file():
+        raise PrenetError(f"telemetry file {src} does not exist (write one with prenet.telemetry.Recorder(...).table())")
+    try:
+        table = pl.read_parquet(src) if src.suffix == ".parquet" else pl.read_csv(src)
+    except Exception as e:  # noqa: BLE001
+        raise PrenetError(f"{src} is not a readable CSV or parquet file: {e}") from e
+    need = {"epoch", "train_loss", "train_accuracy"}
+    if not need <= set(table.columns):
+        raise PrenetError(f"{src} lacks column(s) {', '.join(sorted(need - set(table.columns)))}; it needs one row per epoch with "
+                          f"epoch, train_loss, train_accuracy and the recorder's telemetry columns")
+    missing = [c for c in telemetry_schema() if c not in table.columns]
+    if missing:
+        print(f"warning: {src} has no {', '.join(missing)}; the prediction uses what is there", file=sys.stderr)
+    table = table.with_columns([pl.lit(None, dtype=t).alias(c) for c, t in telemetry_schema().items() if c not in table.columns])
+    table = table.select([pl.col(c).cast(t) for c, t in telemetry_schema().items()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = predict(table, domain=args.domain, models_dir=args.models)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({**out.to_dict(), "advice_only": True}, indent=2))
+        return
+    lo, hi = out.interval
+    print(f"after {out.epochs_seen} epoch(s) — model of epoch {out.epoch}, {out.scope}:")
+    print(f"  final test accuracy   {out.final_test_accuracy:.3f}   (interval {lo:.3f} – {hi:.3f})")
+    print(f"  failure probability   {out.failure_probability:.3f}")
+    print(f"  relative class        {out.relative_class_name} of its domain")
+    print("This is advice to look at the run, not an automatic stop: prenet never stops a run by itself.")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -265,6 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--threads", type=int, default=1)
     cv.add_argument("--json", action="store_true")
     cv.set_defaults(func=_cmd_predict_convergence)
+
+    oc = psub.add_parser("outcome", help="final accuracy, failure and rank of a run from its first epochs' telemetry (advice)")
+    oc.add_argument("--telemetry", required=True, help="run.csv or run.parquet: one row per epoch (prenet.telemetry.Recorder.table())")
+    oc.add_argument("--domain", help="architecture_dataset domain of the run (e.g. cnn_fashion); unknown or absent: the pooled model")
+    oc.add_argument("--models", default="data/models/outcome", help="trained early-success models (default: %(default)s)")
+    oc.add_argument("--json", action="store_true")
+    oc.set_defaults(func=_cmd_predict_outcome)
 
     rt = sub.add_parser("retrain", help="run the Prefect retrain flow once (every stage through dvc repro)")
     rt.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. predictor=mlp experiment=tiny")

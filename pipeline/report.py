@@ -40,6 +40,33 @@ def _unseen_section(u: dict, folds_csv: Path) -> str:
 CONV_COLS = ["n", "n_both", "median_ape_pct", "mean_ape_pct", "within_pct", "miss_rate", "spearman"]
 
 
+OUT_COLS = ["n", "r2", "r2_low", "r2_high", "mae", "failure_auc", "failure_auc_low", "failure_auc_high", "failures", "relative_class_accuracy"]
+
+
+def _outcome_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
+    """Early success: holdout R² / AUC by epoch and scope with intervals, ablation, importances, corpus."""
+    oc = json.loads((mdir / "outcome.json").read_text())
+    cp = json.loads((mdir / "corpus.json").read_text())
+    rows = {f"{scope} · {ep.replace('_', ' ')} · {fs}": m for scope, eps in oc["results"].items() for ep, per in eps.items() for fs, m in per.items()}
+    abl = {f"{scope} · {ep.replace('_', ' ')}": {"ΔR²": a["r2"]["difference"], "ΔR² low": a["r2"]["low"], "ΔR² high": a["r2"]["high"], "p (ΔR² ≤ 0)": a["r2"]["p_value"],
+                                                 "ΔAUC": a["failure_auc"]["difference"], "p (ΔAUC ≤ 0)": a["failure_auc"]["p_value"]}
+           for scope, eps in oc["ablation"].items() for ep, a in eps.items()}
+    imp = "".join(f"<h3>Feature importance (gain share), pooled model, {ep.replace('_', ' ')}</h3>" + table({k: {"gain share": v} for k, v in d.items()}, ["gain share"], "feature")
+                  for ep, d in oc["feature_importance"].items())
+    corpus_rows = {d: v for d, v in cp["domains"].items()}
+    return [
+        ("Early success: corpus", f"<p class=note>{cp['runs']} runs of {cp['epochs']} epochs; recorder overhead measured on the longest runs "
+         f"(with vs without the recorder): median {cp.get('overhead_pct_median')} %.</p>"
+         + table(corpus_rows, ["runs", "holdout", "diverged", "median_final_accuracy", "median_wall_seconds"], "domain")),
+        ("Early success: holdout", f"<p class=note>{oc['holdout_runs']} holdout runs (frozen by run-config hash); 95 % bootstrap intervals "
+         f"({oc['bootstrap']} resamples). telemetry = loss/accuracy + gradient SNR + weight norms + saturation snapshot; loss_acc = loss and accuracy only.</p>"
+         + image(plots / "outcome_by_epoch.png", "R² and failure AUC by epoch") + image(plots / "outcome_scatter.png", "predicted vs final test accuracy")
+         + table(rows, OUT_COLS, "scope · epoch · features")),
+        ("Early success: ablation and importances", "<p class=note>Telemetry minus loss/accuracy-only, paired bootstrap over the same holdout runs; "
+         "p = share of resamples where telemetry is not better.</p>" + table(abl, ["ΔR²", "ΔR² low", "ΔR² high", "p (ΔR² ≤ 0)", "ΔAUC", "p (ΔAUC ≤ 0)"], "scope · epoch") + imp),
+    ]
+
+
 def _cost_check(mdir: Path, plots: Path) -> str:
     p = mdir / "forecast_cost.json"
     cc = json.loads(p.read_text()) if p.exists() else {"enabled": False}
@@ -130,6 +157,7 @@ def report(cfg: DictConfig) -> dict:
         ("Unseen hardware (leave one GPU out)", _unseen_section(ev.get("unseen_hardware", {}), Path(cfg.paths.plots) / "unseen_hardware.csv")),
         ("Validation (model selection)", table(tr["val"], METRIC_COLS, "op")),
         *_convergence_sections(mdir, Path(cfg.paths.plots)),
+        *_outcome_sections(mdir, Path(cfg.paths.plots)),
     ]
     path = write_text(page(cfg.report.title, sections), out / "index.html")
     print(f"report: {path.resolve()}")

@@ -23,6 +23,8 @@ PATH_KEYS = {
     "plots": "plots", "report": "report", "pretrained": "models/pretrained", "finetune_runs": "convergence/runs.parquet",
     "finetune_curves": "convergence/curves.parquet", "forecast_runs": "convergence/forecast_runs.parquet",
     "forecast_curves": "convergence/forecast_curves.parquet", "convergence_targets": "convergence/targets.parquet",
+    "outcome_shards": "outcome/shards", "outcome_runs": "outcome/runs.parquet", "outcome_telemetry": "outcome/telemetry.parquet",
+    "outcome_models": "models/outcome", "outcome_predictions": "outcome/holdout_predictions.parquet",
 }
 
 

@@ -268,6 +268,72 @@ class ConvergenceTargets(pa.DataFrameModel):
         name = "ConvergenceTargets"
 
 
+class Telemetry(pa.DataFrameModel):
+    """One training run's per-epoch telemetry (``prenet.telemetry.Recorder``; definitions in its docstring).
+    Losses in nats; accuracies and fractions in [0, 1]; null = not measured (or not finite: a diverged run)."""
+
+    epoch: int = pa.Field(ge=1, unique=True)
+    train_loss: float = pa.Field(ge=0, nullable=True)
+    train_accuracy: float = pa.Field(ge=0, le=1)
+    log10_grad_snr: float = pa.Field(nullable=True)
+    log10_grad_snr_median: float = pa.Field(nullable=True)
+    grad_norm: float = pa.Field(ge=0, nullable=True)
+    weight_norm_ratio: float = pa.Field(ge=0, nullable=True)
+    weight_distance: float = pa.Field(ge=0, nullable=True)
+    layer_norm_ratio_max: float = pa.Field(ge=0, nullable=True)
+    layer_norm_ratio_mean: float = pa.Field(ge=0, nullable=True)
+    dead_relu_frac: float = pa.Field(ge=0, le=1, nullable=True)
+    saturated_frac: float = pa.Field(ge=0, le=1, nullable=True)
+    minibatches: int = pa.Field(ge=0)
+
+    class Config:
+        strict = True
+        name = "Telemetry"
+
+
+class OutcomeRuns(pa.DataFrameModel):
+    """Output of ``corpus``: one training run per row (config, final test accuracy, wall time in s), assigned to
+    the frozen split by ``run_id`` (hash of the configuration)."""
+
+    run_id: str = pa.Field(unique=True, str_length={"min_value": 8})
+    domain: str
+    arch: str
+    dataset: str
+    lr: float = pa.Field(gt=0)
+    batch_size: int = pa.Field(ge=1)
+    width: int = pa.Field(ge=1)
+    depth: int = pa.Field(ge=1)
+    activation: str = pa.Field(isin=["relu", "tanh"])
+    init_scale: float = pa.Field(gt=0)
+    weight_decay: float = pa.Field(ge=0)
+    optimizer: str = pa.Field(isin=["sgd", "adam"])
+    seed: int
+    epochs: int = pa.Field(ge=1)
+    phase: str = pa.Field(isin=["prior", "boundary"])
+    final_test_accuracy: float = pa.Field(ge=0, le=1)
+    diverged: bool
+    wall_seconds: float = pa.Field(ge=0)
+    recorder_seconds: float = pa.Field(ge=0)
+    threads: int = pa.Field(ge=1)
+    split: str = pa.Field(isin=list(SPLITS))
+
+    class Config:
+        strict = True
+        name = "OutcomeRuns"
+
+
+class OutcomeTelemetry(Telemetry):
+    """Output of ``corpus``: the per-epoch telemetry of every run (:class:`Telemetry` plus ``run_id``)."""
+
+    run_id: str
+    epoch: int = pa.Field(ge=1)
+
+    class Config:
+        strict = True
+        unique = ["run_id", "epoch"]
+        name = "OutcomeTelemetry"
+
+
 #: Identity key of each schema (used in messages and by the frozen split).
 KEYS: dict[str, tuple[str, ...]] = {
     "RawTimings": ("measurement_id",),
@@ -279,4 +345,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "LossCurves": ("config_id", "source", "step"),
     "ForecastRuns": ("config_id",),
     "ConvergenceTargets": ("config_id", "target_kind", "target_param", "source"),
+    "Telemetry": ("epoch",),
+    "OutcomeRuns": ("run_id",),
+    "OutcomeTelemetry": ("run_id", "epoch"),
 }

@@ -130,3 +130,41 @@ def steps_scatter(tgt: pl.DataFrame, path: Path, title: str) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def outcome_by_epoch(pooled: dict, path: Path) -> Path:
+    """R² and failure AUC of the pooled models by epoch, with bootstrap 95 % intervals, telemetry vs loss/acc only."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    epochs = sorted(int(k.split("_")[1]) for k in pooled)
+    for fs, color in (("telemetry", "#1f77b4"), ("loss_acc", "#ff7f0e")):
+        for ax, (key, label) in zip(axes, (("r2", "R² of final test accuracy"), ("failure_auc", "failure ROC AUC"))):
+            pts = [pooled[f"epoch_{e}"][fs] for e in epochs]
+            v = np.array([p.get(key, np.nan) for p in pts], dtype=float)
+            lo = np.array([p.get(f"{key}_low", np.nan) for p in pts], dtype=float)
+            hi = np.array([p.get(f"{key}_high", np.nan) for p in pts], dtype=float)
+            off = -0.08 if fs == "telemetry" else 0.08
+            ax.errorbar(np.array(epochs) + off, v, yerr=[np.nan_to_num(v - lo), np.nan_to_num(hi - v)], fmt="o-", color=color, capsize=3, label=fs)
+            ax.set(xlabel="epochs seen", title=label, xticks=epochs)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def outcome_scatter(pred: pl.DataFrame, path: Path, title: str) -> Path:
+    """Predicted vs actual final test accuracy per domain (holdout)."""
+    fig, ax = plt.subplots(figsize=(5.2, 5))
+    if pred.height:
+        for (d,), g in pred.group_by(["domain"], maintain_order=True):
+            ax.scatter(g["final_test_accuracy"], g["predicted_accuracy"], s=16, alpha=0.75, label=f"{d} ({g.height})")
+        ax.legend(fontsize=7)
+    ax.plot([0, 1], [0, 1], "k-", lw=0.8)
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="final test accuracy", ylabel="predicted", title=title)
+    ax.title.set_fontsize(9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,126 @@
+"""Stage ``corpus``: the early-success run corpus — short training runs with telemetry, over sampled
+hyperparameters enriched near the success/failure boundary. Resumable (fsync'ed JSONL shards) and parallel
+(``outcome.corpus.workers`` processes of ``threads`` threads each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import polars as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm.auto import tqdm
+
+from pipeline.config import hydra_entry
+from pipeline.split import split_rule
+from prenet.benchmark.runner import read_shards
+from prenet.data.io import write_json, write_table
+from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
+from prenet.data.split import SplitRule, assign_frame
+from prenet.outcome.corpus import RunSpec, domain_data, plan_domain, train_run
+from prenet.telemetry.recorder import telemetry_schema
+
+_DATA: dict = {}
+
+
+def outcome_split_rule(cfg: DictConfig) -> SplitRule:
+    r = split_rule(cfg)
+    return SplitRule(key_column="run_id", salt=r.salt, holdout_fraction=r.holdout_fraction, val_fraction=r.val_fraction)
+
+
+def _init(threads: int, fashion_train: int, fashion_test: int) -> None:
+    torch.set_num_threads(threads)
+    _DATA["args"] = (fashion_train, fashion_test)
+
+
+def _work(item: tuple[dict, str]) -> dict:
+    spec_d, phase = item
+    spec = RunSpec(**spec_d)
+    if spec.dataset not in _DATA:
+        _DATA[spec.dataset] = domain_data(spec.dataset, fashion_train=_DATA["args"][0], fashion_test=_DATA["args"][1])
+    tr, te = _DATA[spec.dataset]
+    res = train_run(spec, tr, te)
+    return {"run_id": spec.run_id, "spec": spec_d, "phase": phase, **res}
+
+
+def _run_all(items: list[tuple[RunSpec, str]], done: dict, shard_dir: Path, cfg: DictConfig, desc: str) -> None:
+    c = cfg.outcome.corpus
+    todo = [(s.__dict__, ph) for s, ph in items if s.run_id not in done]
+    if not todo:
+        return
+    shard = shard_dir / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+    init = (int(cfg.threads), int(c.fashion_train), int(c.fashion_test))
+    with shard.open("x") as out, tqdm(total=len(todo), desc=desc, unit="run", disable=not cfg.progress) as bar:
+        def keep(r: dict) -> None:
+            out.write(json.dumps(r, default=float) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+            done[r["run_id"]] = r
+            bar.update()
+
+        if int(c.workers) > 1:
+            import multiprocessing as mp
+
+            with ProcessPoolExecutor(int(c.workers), mp_context=mp.get_context("fork"), initializer=_init, initargs=init) as ex:
+                for r in ex.map(_work, todo):
+                    keep(r)
+        else:
+            _init(*init)
+            for it in todo:
+                keep(_work(it))
+
+
+def corpus(cfg: DictConfig) -> dict:
+    """Train every planned run (prior phase, then boundary phase) and write ``paths.outcome_runs``,
+    ``paths.outcome_telemetry`` and ``metrics/corpus.json``."""
+    c = cfg.outcome.corpus
+    space = OmegaConf.to_container(c.space, resolve=True)
+    shard_dir = Path(cfg.paths.outcome_shards)
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    done = {r["run_id"]: r for r in read_shards(shard_dir)}
+    t0 = time.monotonic()
+    kw = dict(n_runs=int(c.runs_per_domain), prior_fraction=float(c.prior_fraction), epochs=int(c.epochs), seed=int(cfg.seed),
+              failure_fraction=float(cfg.outcome.failure_fraction))
+    prior = [it for d in c.domains for it in plan_domain(str(d), space, **kw)]
+    _run_all(prior, done, shard_dir, cfg, "corpus (prior)")
+    results = {k: (v["final_test_accuracy"], v["diverged"]) for k, v in done.items()}
+    plan = [it for d in c.domains for it in plan_domain(str(d), space, prior_results=results, **kw)]
+    _run_all(plan, done, shard_dir, cfg, "corpus (boundary)")
+    runs, tel = [], []
+    for spec, phase in plan:
+        r = done[spec.run_id]
+        runs.append({"run_id": spec.run_id, **spec.__dict__, "arch": spec.arch, "dataset": spec.dataset, "phase": phase,
+                     "final_test_accuracy": r["final_test_accuracy"], "diverged": r["diverged"], "wall_seconds": r["wall_seconds"],
+                     "recorder_seconds": r["recorder_seconds"], "threads": int(cfg.threads)})
+        tel += [{"run_id": spec.run_id, **row} for row in r["rows"]]
+    df = assign_frame(pl.DataFrame(runs), outcome_split_rule(cfg))
+    write_table(df.select(list(OutcomeRuns.to_schema().columns)), cfg.paths.outcome_runs, OutcomeRuns)
+    write_table(pl.DataFrame(tel, schema={"run_id": pl.String, **telemetry_schema()}), cfg.paths.outcome_telemetry, OutcomeTelemetry)
+    overhead = float(df["recorder_seconds"].sum() / max((df["wall_seconds"] - df["recorder_seconds"]).sum(), 1e-9))
+    # measured overhead: the first runs repeated with and without the recorder (same process, same seed)
+    torch.set_num_threads(int(cfg.threads))
+    pairs = []
+    longest = sorted(plan, key=lambda it: -done[it[0].run_id]["wall_seconds"])   # the longest runs: the least timer noise
+    for spec, _ in longest[: int(c.overhead_runs)]:
+        tr, te = domain_data(spec.dataset, fashion_train=int(c.fashion_train), fashion_test=int(c.fashion_test))
+        plain = train_run(spec, tr, te, record=False)["wall_seconds"]
+        rec = train_run(spec, tr, te, record=True)["wall_seconds"]
+        pairs.append({"run_id": spec.run_id, "domain": spec.domain, "without_s": plain, "with_s": rec, "overhead_pct": 100 * (rec - plain) / plain})
+    per_domain = {d: {"runs": g.height, "holdout": int((g["split"] == "holdout").sum()), "diverged": int(g["diverged"].sum()),
+                      "median_final_accuracy": float(g["final_test_accuracy"].median()), "median_wall_seconds": float(g["wall_seconds"].median())}
+                  for (d,), g in df.group_by(["domain"], maintain_order=True)}
+    metrics = {"runs": df.height, "domains": per_domain, "recorder_time_share_pct": 100 * overhead, "overhead_check": pairs,
+               "overhead_pct_median": float(sorted(p["overhead_pct"] for p in pairs)[len(pairs) // 2]) if pairs else None, "workers": int(c.workers),
+               "threads": int(cfg.threads), "wall_s": round(time.monotonic() - t0, 1), "epochs": int(c.epochs)}
+    write_json(metrics, Path(cfg.paths.metrics) / "corpus.json")
+    print(f"corpus: {df.height} runs in {len(per_domain)} domains (recorder time {100 * overhead:.1f} % of training) -> {cfg.paths.outcome_runs}")
+    return metrics
+
+
+if __name__ == "__main__":
+    hydra_entry(corpus)()

@@ -1,0 +1,40 @@
+"""Stage ``train_outcome``: the early-success models (XGBoost per scope × epoch × feature set × target) on the
+development runs only; thresholds and residual quantiles frozen into the manifest."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import polars as pl
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.config import hydra_entry
+from pipeline.corpus import outcome_split_rule
+from prenet.data.io import read_table, write_json
+from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
+from prenet.data.split import assert_no_holdout
+from prenet.outcome.models import save, train_all
+
+
+def train_outcome(cfg: DictConfig) -> dict:
+    """Fit on the development runs; write ``paths.outcome_models`` and ``metrics/train_outcome.json``."""
+    o = cfg.outcome
+    runs = read_table(cfg.paths.outcome_runs, OutcomeRuns)
+    dev = runs.filter(pl.col("split") != "holdout")
+    assert_no_holdout(dev, outcome_split_rule(cfg), where="train_outcome")
+    tel = read_table(cfg.paths.outcome_telemetry, OutcomeTelemetry).join(dev.select("run_id"), on="run_id", how="semi")
+    t0 = time.monotonic()
+    models, manifest = train_all(dev, tel, epochs=list(o.epochs_at), params=OmegaConf.to_container(o.predictor, resolve=True),
+                                 classes=int(o.relative_classes), failure_fraction=float(o.failure_fraction),
+                                 min_domain_runs=int(o.predictor.min_domain_runs), interval=list(o.evaluate.interval), seed=int(cfg.seed))
+    save(models, manifest, cfg.paths.outcome_models)
+    metrics = {"dev_runs": dev.height, "models": len(models), "scopes": manifest["scopes"], "thresholds": manifest["thresholds"],
+               "wall_s": round(time.monotonic() - t0, 1)}
+    write_json(metrics, Path(cfg.paths.metrics) / "train_outcome.json")
+    print(f"train_outcome: {len(models)} models on {dev.height} development runs ({', '.join(manifest['scopes'])}) -> {cfg.paths.outcome_models}")
+    return metrics
+
+
+if __name__ == "__main__":
+    hydra_entry(train_outcome)()

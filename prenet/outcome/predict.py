@@ -1,0 +1,74 @@
+"""``predict``: a run's final test accuracy, failure probability and relative class from the epochs seen so far.
+
+Decision support only: the answer is advice to look at a run, never a reason to stop it automatically.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from prenet.errors import PrenetError
+from prenet.outcome.features import single_run
+from prenet.outcome.models import load
+from prenet.paths import REPO_ROOT
+
+DEFAULT_MODELS = REPO_ROOT / "data" / "models" / "outcome"
+CLASS_NAMES = ("bottom third", "middle third", "top third")
+
+
+@dataclass
+class Outcome:
+    """``final_test_accuracy`` (fraction), ``interval`` (low, high: the prediction plus the validation residual
+    quantiles of that model), ``failure_probability``, ``relative_class`` (0 = bottom third of its domain …),
+    ``epoch`` (the epoch whose model answered), ``scope`` (domain or ``pooled``)."""
+
+    final_test_accuracy: float
+    interval: tuple[float, float]
+    failure_probability: float
+    relative_class: int
+    relative_class_probabilities: list[float]
+    epoch: int
+    scope: str
+    epochs_seen: int
+
+    @property
+    def relative_class_name(self) -> str:
+        return CLASS_NAMES[self.relative_class] if self.relative_class < len(CLASS_NAMES) else str(self.relative_class)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "relative_class_name": self.relative_class_name}
+
+
+def predict(table: pl.DataFrame, *, domain: str | None = None, models_dir: str | Path = DEFAULT_MODELS) -> Outcome:
+    """Predict from a recorder table (``Recorder.table()``: one row per epoch seen so far). Uses the model of the
+    largest trained epoch ≤ the epochs seen; a domain the models never saw (or ``None``) gets the pooled model,
+    with a warning when a name was given."""
+    if "epoch" not in table.columns or table.height == 0:
+        raise PrenetError("the telemetry table is empty or has no 'epoch' column; record at least one epoch (Recorder.end_epoch)")
+    models, manifest = load(models_dir)
+    seen = int(table["epoch"].max())
+    usable = [e for e in manifest["epochs"] if e <= seen]
+    if not usable:
+        raise PrenetError(f"the table holds {seen} epoch(s); the models start at epoch {min(manifest['epochs'])}")
+    e = max(usable)
+    scope = "pooled"
+    if domain is not None:
+        if domain in manifest["scopes"]:
+            scope = domain
+        else:
+            warnings.warn(f"domain {domain!r} has no model of its own (known: {', '.join(s for s in manifest['scopes'] if s != 'pooled')}); "
+                          "using the pooled model", stacklevel=2)
+    X = single_run(table, e, "telemetry")
+    acc = float(np.clip(models[(scope, e, "telemetry", "final_test_accuracy")].predict(X)[0], 0.0, 1.0))
+    q = manifest["residual_quantiles"].get(f"{scope}|{e}", [float("nan"), float("nan")])
+    if not np.isfinite(q).all():  # too few development runs in the domain for cross-validated residuals
+        q = manifest["residual_quantiles"].get(f"pooled|{e}", q)
+    lo, hi = (float(np.clip(acc + q[0], 0, 1)), float(np.clip(acc + q[-1], 0, 1))) if np.isfinite(q).all() else (float("nan"), float("nan"))
+    pf = float(models[(scope, e, "telemetry", "failure")].predict(X)[0])
+    pc = models[(scope, e, "telemetry", "relative_class")].predict(X)[0]
+    return Outcome(acc, (lo, hi), pf, int(np.argmax(pc)), [float(v) for v in pc], e, scope, seen)

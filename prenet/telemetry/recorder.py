@@ -1,0 +1,197 @@
+"""Per-epoch training telemetry for any torch training loop (the early-success predictor's input).
+
+    rec = Recorder(model, probe_inputs=X_probe)
+    for epoch in range(epochs):
+        for x, y in loader:
+            opt.zero_grad(); loss = loss_fn(model(x), y); loss.backward()
+            rec.after_backward()
+            opt.step()
+        rec.end_epoch(train_loss=..., train_accuracy=...)
+    rec.table()            # polars frame, one row per epoch, validated (prenet.data.schemas.Telemetry)
+
+Definitions (all per epoch, over the epoch's minibatches):
+
+* **gradient SNR** — for each parameter element i, the mean ḡᵢ and variance vᵢ of its minibatch gradients over the
+  epoch. ``grad_snr`` = Σᵢ ḡᵢ² / Σᵢ vᵢ (energy of the mean gradient over the total gradient noise: one number,
+  dominated by the parameters with large gradients), ``grad_snr_median`` = the (lower) median over elements of ḡᵢ²/vᵢ
+  (the typical parameter). Both as log10 in the table (``log10_grad_snr``, ``log10_grad_snr_median``); vᵢ uses the
+  unbiased estimator and an epoch needs ≥ 2 minibatches. ``grad_norm`` = mean over minibatches of ‖g‖₂.
+* **weight-norm growth** — ``weight_norm_ratio`` = ‖w_t‖/‖w_0‖ over all parameters (w_0 = the weights when the
+  recorder was made); ``weight_distance`` = ‖w_t − w_0‖/‖w_0‖; per layer (each parameter tensor of ≥ 2 dimensions,
+  i.e. weight matrices and kernels): ``layer_norm_ratio_max`` and ``layer_norm_ratio_mean`` of ‖w_l,t‖/‖w_l,0‖.
+* **activation saturation at epoch 2** (``snapshot_epoch``) — the probe batch is run through the model (eval mode,
+  no gradients) with hooks on every ReLU, Tanh and Sigmoid module: ``dead_relu_frac`` = share of ReLU units
+  (a unit = one feature or one channel) that output 0 for every probe sample; ``saturated_frac`` = share of tanh
+  outputs with |a| > ``saturation_threshold`` and of sigmoid outputs with |2a − 1| > ``saturation_threshold``
+  (default 0.99). Null in the other epochs' rows; null when the model has no such modules.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+SATURATION_THRESHOLD = 0.99
+
+
+@dataclass
+class _Moments:
+    count: int = 0
+    s1: list[torch.Tensor] = field(default_factory=list)
+    s2: list[torch.Tensor] = field(default_factory=list)
+    norms: list[float] = field(default_factory=list)
+
+
+class Recorder:
+    """Collects gradient moments after each backward pass and, at each epoch end, the weight norms and (at
+    ``snapshot_epoch``) the activation saturation on ``probe_inputs``. ``seconds`` is the recorder's own wall time."""
+
+    def __init__(self, model: nn.Module, *, probe_inputs: torch.Tensor | None = None, snapshot_epoch: int = 2,
+                 saturation_threshold: float = SATURATION_THRESHOLD) -> None:
+        self.model = model
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("the model has no trainable parameters to record")
+        self.probe_inputs = probe_inputs
+        self.snapshot_epoch = snapshot_epoch
+        self.saturation_threshold = saturation_threshold
+        with torch.no_grad():
+            self.w0 = [p.detach().clone() for p in self.params]
+            self.w0_norm = math.sqrt(sum(float((w.double() ** 2).sum()) for w in self.w0))
+            self.layer_w0 = [float(w.double().norm()) for w in self.w0]
+        self.rows: list[dict] = []
+        self.seconds = 0.0
+        self._m = self._fresh()
+
+    def _fresh(self) -> _Moments:
+        return _Moments(0, [torch.zeros_like(p, dtype=torch.float32) for p in self.params],
+                        [torch.zeros_like(p, dtype=torch.float32) for p in self.params], [])
+
+    def after_backward(self) -> None:
+        """Call right after ``loss.backward()`` (before the optimizer step)."""
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            sq = 0.0
+            for p, a, b in zip(self.params, self._m.s1, self._m.s2):
+                if p.grad is None:
+                    continue
+                g = p.grad.detach().float()
+                a.add_(g)
+                b.addcmul_(g, g)
+                sq += float((g * g).sum())
+            self._m.count += 1
+            self._m.norms.append(math.sqrt(sq))
+        self.seconds += time.perf_counter() - t0
+
+    def _saturation(self) -> tuple[float | None, float | None]:
+        if self.probe_inputs is None:
+            return None, None
+        relu_units, dead = 0, 0
+        sat_n, sat_total = 0, 0
+        thr = self.saturation_threshold
+        handles = []
+
+        def relu_hook(_m, _i, out):
+            nonlocal relu_units, dead
+            o = out.detach()
+            alive = (o > 0).reshape(o.shape[0], o.shape[1], -1).any(dim=2).any(dim=0) if o.dim() > 2 else (o > 0).any(dim=0)
+            relu_units += alive.numel()
+            dead += int((~alive).sum())
+
+        def bounded_hook(kind):
+            def hook(_m, _i, out):
+                nonlocal sat_n, sat_total
+                o = out.detach()
+                s = o.abs() > thr if kind == "tanh" else (2 * o - 1).abs() > thr
+                sat_n += int(s.sum())
+                sat_total += s.numel()
+            return hook
+
+        for m in self.model.modules():
+            if isinstance(m, nn.ReLU):
+                handles.append(m.register_forward_hook(relu_hook))
+            elif isinstance(m, nn.Tanh):
+                handles.append(m.register_forward_hook(bounded_hook("tanh")))
+            elif isinstance(m, nn.Sigmoid):
+                handles.append(m.register_forward_hook(bounded_hook("sigmoid")))
+        was = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                self.model(self.probe_inputs)
+        finally:
+            for h in handles:
+                h.remove()
+            self.model.train(was)
+        return (dead / relu_units if relu_units else None), (sat_n / sat_total if sat_total else None)
+
+    def end_epoch(self, *, train_loss: float, train_accuracy: float) -> dict:
+        """Close the epoch: one row with the losses given and the telemetry measured. Returns the row."""
+        t0 = time.perf_counter()
+        m = self._m
+        epoch = len(self.rows) + 1
+        snr = snr_med = None
+        if m.count >= 2:
+            num = den = 0.0
+            ratios = []
+            for a, b in zip(m.s1, m.s2):
+                mean = a / m.count
+                var = (b - m.count * mean * mean).clamp_min(0) / (m.count - 1)
+                num += float((mean.double() ** 2).sum())
+                den += float(var.double().sum())
+                ratios.append(((mean * mean) / var.clamp_min(1e-30)).reshape(-1))
+            snr = num / den if den > 0 else None
+            r = torch.cat(ratios)
+            snr_med = float(r.median()) if r.numel() else None
+        with torch.no_grad():
+            norms = [float(p.detach().double().norm()) for p in self.params]
+            dist = math.sqrt(sum(float(((p.detach() - w).double() ** 2).sum()) for p, w in zip(self.params, self.w0)))
+        wn = math.sqrt(sum(n * n for n in norms))
+        layer = [n / n0 for n, n0, p in zip(norms, self.layer_w0, self.params) if p.dim() >= 2 and n0 > 0]
+        dead, sat = self._saturation() if epoch == self.snapshot_epoch else (None, None)
+        finite = lambda v: v is not None and math.isfinite(v)  # noqa: E731
+        row = {
+            "epoch": epoch,
+            "train_loss": float(train_loss) if math.isfinite(float(train_loss)) else None,
+            "train_accuracy": float(train_accuracy),
+            "log10_grad_snr": math.log10(snr) if finite(snr) and snr > 0 else None,
+            "log10_grad_snr_median": math.log10(snr_med) if finite(snr_med) and snr_med > 0 else None,
+            "grad_norm": float(np.mean(m.norms)) if m.norms and all(map(math.isfinite, m.norms)) else None,
+            "weight_norm_ratio": wn / self.w0_norm if math.isfinite(wn) and self.w0_norm > 0 else None,
+            "weight_distance": dist / self.w0_norm if math.isfinite(dist) and self.w0_norm > 0 else None,
+            "layer_norm_ratio_max": max(layer) if layer and all(map(math.isfinite, layer)) else None,
+            "layer_norm_ratio_mean": float(np.mean(layer)) if layer and all(map(math.isfinite, layer)) else None,
+            "dead_relu_frac": dead,
+            "saturated_frac": sat,
+            "minibatches": m.count,
+        }
+        self.rows.append(row)
+        self._m = self._fresh()
+        self.seconds += time.perf_counter() - t0
+        return row
+
+    def table(self):
+        """The epochs so far as a polars frame validated by :class:`prenet.data.schemas.Telemetry`."""
+        import polars as pl
+
+        from prenet.data.io import validate
+        from prenet.data.schemas import Telemetry
+
+        df = pl.DataFrame(self.rows, schema=telemetry_schema())
+        return validate(df, Telemetry, source="Recorder.table()")
+
+
+TELEMETRY_FLOAT = ("train_loss", "train_accuracy", "log10_grad_snr", "log10_grad_snr_median", "grad_norm", "weight_norm_ratio",
+                   "weight_distance", "layer_norm_ratio_max", "layer_norm_ratio_mean", "dead_relu_frac", "saturated_frac")
+
+
+def telemetry_schema() -> dict:
+    """polars dtypes of the telemetry table (polars imported here, so recording needs only torch)."""
+    import polars as pl
+
+    return {"epoch": pl.Int64, **{c: pl.Float64 for c in TELEMETRY_FLOAT}, "minibatches": pl.Int64}
