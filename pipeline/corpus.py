@@ -66,7 +66,7 @@ def _run_all(items: list[tuple[RunSpec, str]], done: dict, shard_dir: Path, cfg:
         if int(c.workers) > 1:
             import multiprocessing as mp
 
-            with ProcessPoolExecutor(int(c.workers), mp_context=mp.get_context("fork"), initializer=_init, initargs=init) as ex:
+            with ProcessPoolExecutor(int(c.workers), mp_context=mp.get_context("spawn"), initializer=_init, initargs=init) as ex:
                 for r in ex.map(_work, todo):
                     keep(r)
         else:

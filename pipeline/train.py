@@ -65,7 +65,7 @@ def train(cfg: DictConfig) -> dict:
         t1 = time.monotonic()
         chosen, grid = select_step_time_model(tr, va, candidates=candidates, feature_sets=list(sel.feature_sets),
                                               min_rows=min_rows, progress=bool(cfg.progress), name="prenet_recipe",
-                                              fallback=model.ops["_pooled"])
+                                              fallback=model.ops["_pooled"], workers=int(sel.get("workers", 1)))
         chosen.save(cfg.paths.models_selected)
         write_table(pl.DataFrame(grid), Path(cfg.paths.plots) / "selection_grid.csv")
         metrics["selection_wall_s"] = round(time.monotonic() - t1, 1)

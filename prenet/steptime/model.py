@@ -195,6 +195,28 @@ def fit_step_time_model(
     return model, val_metrics
 
 
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _select_op(job: tuple) -> tuple[str, OpModel, list[dict[str, Any]]]:
+    """Every (predictor, feature set) of one op; the best on validation MAPE and the op's grid rows."""
+    op, tr, va, combos, candidates = job
+    best: tuple[float, OpModel] | None = None
+    rows = []
+    for p, fs in combos:
+        entry, m = _fit_one(tr, va, op, p, candidates[p], fs, progress=False)
+        score = m.get("mape_pct", float("inf"))
+        rows.append({"op": op, "predictor": p, "feature_set": fs, **m})
+        if best is None or score < best[0]:
+            best = (score, entry)
+    for r in rows:
+        r["selected"] = r["predictor"] == best[1].predictor and r["feature_set"] == best[1].feature_set
+    return op, best[1], rows
+
+
 def select_step_time_model(
     train: pl.DataFrame,
     val: pl.DataFrame,
@@ -205,10 +227,12 @@ def select_step_time_model(
     progress: bool = True,
     name: str = "selected",
     fallback: OpModel | None = None,
+    workers: int = 1,
 ) -> tuple[StepTimeModel, list[dict[str, Any]]]:
     """PreNeT's recipe: for each op, fit every candidate predictor on every feature set and keep the one with
     the lowest validation MAPE. Returns the selected model and the whole grid (op, predictor, feature set,
-    validation metrics, selected flag) — the shape of PreNeT's Table 4. ``fallback`` (e.g. the pooled entry of
+    validation metrics, selected flag) — the shape of PreNeT's Table 4. ``workers`` > 1 fits the ops in that many
+    spawned processes (same results, in op order). ``fallback`` (e.g. the pooled entry of
     an already fitted model) answers for the rare ops instead of selecting a pooled model too."""
     model = StepTimeModel(name=name)
     grid: list[dict[str, Any]] = []
@@ -218,20 +242,25 @@ def select_step_time_model(
         model.ops[POOLED] = fallback
     combos = [(p, fs) for p in candidates for fs in feature_sets]
     bar = tqdm(total=len(ops) * len(combos), desc="select (op × predictor × feature set)", unit="fit", disable=not progress)
-    for op in ops:
-        tr, va = _rows_of(train, op), _rows_of(val, op)
-        best: tuple[float, OpModel] | None = None
-        rows = []
-        for p, fs in combos:
-            entry, m = _fit_one(tr, va, op, p, candidates[p], fs, progress=False)
-            score = m.get("mape_pct", float("inf"))
-            rows.append({"op": op, "predictor": p, "feature_set": fs, **m})
-            if best is None or score < best[0]:
-                best = (score, entry)
-            bar.update(1)
-        model.ops[op] = best[1]
-        for r in rows:
-            r["selected"] = r["predictor"] == best[1].predictor and r["feature_set"] == best[1].feature_set
+    jobs = [(op, _rows_of(train, op), _rows_of(val, op), combos, candidates) for op in ops]
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        # independent per op: fitted in `workers` spawned processes (one torch thread each; fork can deadlock after
+        # OpenMP has started in this process); results in op order
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_one_thread) as ex:
+            results = []
+            for res in ex.map(_select_op, jobs):
+                results.append(res)
+                bar.update(len(combos))
+    else:
+        results = []
+        for job in jobs:
+            results.append(_select_op(job))
+            bar.update(len(combos))
+    for op, best, rows in results:
+        model.ops[op] = best
         grid += rows
     bar.close()
     return model, grid
