@@ -90,7 +90,7 @@ def evaluate_unseen_hardware(cfg: DictConfig) -> tuple[pl.DataFrame, dict]:
     from omegaconf import OmegaConf
 
     params = {**OmegaConf.to_container(u.params, resolve=True), "seed": int(cfg.seed), "n_jobs": int(cfg.threads)}
-    logo = leave_one_gpu_out(dev, predictor=u.predictor, params=params, progress=bool(cfg.progress))
+    logo = leave_one_gpu_out(dev, predictor=u.predictor, params=params, progress=bool(cfg.progress), workers=int(u.get("workers", 1)))
     return logo, summarize(logo)
 
 

@@ -55,7 +55,7 @@ def _outcome_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
                   for ep, d in oc["feature_importance"].items())
     corpus_rows = {d: v for d, v in cp["domains"].items()}
     return [
-        ("Early success: corpus", f"<p class=note>{cp['runs']} runs of {cp['epochs']} epochs; recorder overhead measured on the longest runs "
+        ("Early success: corpus", f"<p class=note>{cp['runs']} runs of {cp['epochs']} epochs; recorder overhead measured on runs at the 75th percentile of wall time "
          f"(with vs without the recorder): median {cp.get('overhead_pct_median')} %.</p>"
          + table(corpus_rows, ["runs", "holdout", "diverged", "median_final_accuracy", "median_wall_seconds"], "domain")),
         ("Early success: holdout", f"<p class=note>{oc['holdout_runs']} holdout runs (frozen by run-config hash); 95 % bootstrap intervals "

@@ -30,8 +30,25 @@ RECIPES: dict[str, tuple[str, str]] = {  # name → (feature set, target)
 }
 
 
+def _fold(job: tuple) -> list[dict[str, Any]]:
+    """One held-out GPU of one (source, op): every recipe's errors (empty when the fold is too small)."""
+    data, source, op, gpu, predictor, params, min_rows = job
+    test, rest = data.filter(pl.col("hardware_id") == gpu), data.filter(pl.col("hardware_id") != gpu)
+    if rest.height < min_rows or test.height == 0 or rest["hardware_id"].n_unique() < 2:
+        return []
+    measured = test["time_ms"].to_numpy()
+    base = {"source": source, "op": op, "held_out": gpu}
+    out = []
+    for name, (fs, target) in RECIPES.items():
+        entry, _ = _fit_one(rest, rest.head(0), op, predictor, params, fs, progress=False, target=target)
+        X, _ = design_matrix(test, op, fs)
+        out.append({**base, "recipe": name, **error_metrics(measured, entry.from_target(test, entry.regressor.predict(X)))})
+    out.append({**base, "recipe": "roofline", **error_metrics(measured, test["roofline_ms"].to_numpy())})
+    return out
+
+
 def leave_one_gpu_out(features: pl.DataFrame, *, predictor: str, params: dict[str, Any], min_rows: int = 50,
-                      progress: bool = True) -> pl.DataFrame:
+                      progress: bool = True, workers: int = 1) -> pl.DataFrame:
     """One row per (source, op, held-out GPU, recipe): n, MAPE %, median APE %, within ±20 %.
 
     ``features`` are LayerFeatures rows of the external sources (each source is evaluated on its own GPUs only:
@@ -40,18 +57,24 @@ def leave_one_gpu_out(features: pl.DataFrame, *, predictor: str, params: dict[st
     groups = features.select("source", "op").unique().sort("source", "op").iter_rows()
     tasks = [(s, o, g) for s, o in groups
              for g in sorted(features.filter((pl.col("source") == s) & (pl.col("op") == o))["hardware_id"].unique().to_list())]
-    for source, op, gpu in tqdm(tasks, desc="leave-one-GPU-out", unit="fold", disable=not progress):
-        data = features.filter((pl.col("source") == source) & (pl.col("op") == op))
-        test, rest = data.filter(pl.col("hardware_id") == gpu), data.filter(pl.col("hardware_id") != gpu)
-        if rest.height < min_rows or test.height == 0 or rest["hardware_id"].n_unique() < 2:
-            continue
-        measured = test["time_ms"].to_numpy()
-        base = {"source": source, "op": op, "held_out": gpu}
-        for name, (fs, target) in RECIPES.items():
-            entry, _ = _fit_one(rest, rest.head(0), op, predictor, params, fs, progress=False, target=target)
-            X, _ = design_matrix(test, op, fs)
-            out.append({**base, "recipe": name, **error_metrics(measured, entry.from_target(test, entry.regressor.predict(X)))})
-        out.append({**base, "recipe": "roofline", **error_metrics(measured, test["roofline_ms"].to_numpy())})
+    jobs = [(features.filter((pl.col("source") == s) & (pl.col("op") == o)), s, o, g, predictor, params, min_rows) for s, o, g in tasks]
+    bar = tqdm(total=len(jobs), desc="leave-one-GPU-out", unit="fold", disable=not progress)
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        from prenet.steptime.model import _one_thread
+
+        # folds are independent: spawned processes (fork can deadlock once OpenMP runs here); results in fold order
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_one_thread) as ex:
+            for rows in ex.map(_fold, jobs):
+                out += rows
+                bar.update()
+    else:
+        for job in jobs:
+            out += _fold(job)
+            bar.update()
+    bar.close()
     return pl.DataFrame(out)
 
 
