@@ -78,3 +78,14 @@ def test_compute_floor_keeps_predictions_at_or_above_flops_over_peak():
                                      compute_floor=True)
     assert plain.predict_ms(big)[0] < big["ct_ms"][0]
     assert floored.predict_ms(big)[0] == pytest.approx(big["ct_ms"][0])
+
+
+def test_selection_in_worker_processes_gives_the_same_grid():
+    rng = np.random.default_rng(3)
+    train, val = _rows(_sizes(rng, 200, 512), 0), _rows(_sizes(rng, 60, 512), 1)
+    kw = dict(candidates={"linear": {}, "xgboost": {"n_estimators": 30}}, feature_sets=["baseline", "ct"], min_rows=10, progress=False)
+    _, one = select_step_time_model(train, val, **kw)
+    _, two = select_step_time_model(train, val, workers=2, **kw)
+    a, b = pl.DataFrame(one), pl.DataFrame(two)
+    assert a.select("op", "predictor", "feature_set", "selected").equals(b.select("op", "predictor", "feature_set", "selected"))
+    np.testing.assert_allclose(a["mape_pct"].to_numpy(), b["mape_pct"].to_numpy(), rtol=1e-9)

@@ -93,23 +93,9 @@ def read_shards(shard_dir: Path) -> Iterator[dict[str, Any]]:
                     continue
 
 
-def run_benchmark(
-    plan: list[MeasurementSpec],
-    *,
-    hardware: HardwareSpec,
-    shard_dir: str | Path,
-    device: str = "cpu",
-    threads: int = 1,
-    dtype: str = "float32",
-    warmup: int = 2,
-    repeats: int = 5,
-    min_block_ms: float = 5.0,
-    max_seconds: float | None = None,
-    progress: bool = True,
-) -> "pl.DataFrame":
-    """:func:`measure` as a polars frame (the raw-timings table)."""
-    return timings_frame(measure(plan, hardware_id=hardware.hardware_id, shard_dir=shard_dir, device=device, threads=threads, dtype=dtype,
-                                 warmup=warmup, repeats=repeats, min_block_ms=min_block_ms, max_seconds=max_seconds, progress=progress))
+def run_benchmark(plan: list[MeasurementSpec], *, hardware: HardwareSpec, **options: Any) -> "pl.DataFrame":
+    """:func:`measure` on ``hardware`` (same keyword options) as a polars frame: the raw-timings table."""
+    return timings_frame(measure(plan, hardware_id=hardware.hardware_id, **options))
 
 
 def measure(
