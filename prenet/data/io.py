@@ -90,6 +90,9 @@ def _atomic_target(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)   # mkstemp makes 0600; the finished file gets the usual permissions
     return Path(tmp)
 
 
