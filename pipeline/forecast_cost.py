@@ -71,8 +71,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
     metrics = {"enabled": True, "task": task.name, "dataset_source": rec["data_source"], "pretrain_seconds": pre_s, "subset": int(cc.subset),
                "eps": float(cc.eps), "threads": int(cfg.threads), "log_samples": int(cc.log_samples), "runs": results}
     write_json(metrics, out)
-    figures.loss_curves({k: {("forecast_ode" if s == "forecast_ode" else s): v for s, v in c.items()} for k, c in curves.items()},
-                        {k: k for k in curves}, fig)
+    figures.loss_curves(curves, {k: k for k in curves}, fig)
     return metrics
 
 

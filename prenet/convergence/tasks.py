@@ -89,10 +89,6 @@ class Task:
         return self.finetune.apply(self._data(), limit=self.n_train, seed=seed)
 
     @property
-    def pretrain_classes(self) -> int:
-        return int(self.pretrain_data().y.max()) + 1
-
-    @property
     def finetune_classes(self) -> int:
         return int(self.finetune_data().y.max()) + 1
 

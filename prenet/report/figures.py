@@ -11,6 +11,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
+def _save(fig, path: Path, dpi: int) -> Path:
+    """Lay out, write (creating the folder) and close a figure."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path
+
+
 SOURCE_COLORS = {"local": "#d62728", "justus2018": "#1f77b4", "neusight2025": "#2ca02c"}
 
 
@@ -32,11 +41,7 @@ def scatter_predicted_vs_measured(pred: pl.DataFrame, path: Path, title: str) ->
         ax.set(xscale="log", yscale="log", xlabel="measured (ms)", ylabel="predicted (ms)", title=f"{op}")
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, 110)
 
 
 def bar_errors(groups: dict[str, dict], noise: dict[str, float], path: Path, title: str) -> Path:
@@ -52,10 +57,7 @@ def bar_errors(groups: dict[str, dict], noise: dict[str, float], path: Path, tit
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("holdout MAPE (%)  (dashed: noise floor)")
     ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, 110)
 
 
 def scatter_whole_models(df: pl.DataFrame, models: list[str], path: Path) -> Path:
@@ -73,10 +75,7 @@ def scatter_whole_models(df: pl.DataFrame, models: list[str], path: Path) -> Pat
         ax.annotate(r["model"], (r["measured_ms"], r["measured_ms"]), fontsize=7, alpha=0.7)
     ax.set(xscale="log", yscale="log", xlabel="measured step (ms)", ylabel="predicted step (ms)", title="whole-model training step, local CPU")
     ax.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, 110)
 
 
 CURVE_STYLES = {"real": ("k", "-", 2.0), "forecast": ("#1f77b4", "--", 1.5), "forecast_ode": ("#17becf", "--", 1.2), "corrected": ("#2ca02c", ":", 1.8),
@@ -101,11 +100,7 @@ def loss_curves(curves: dict[str, dict[str, tuple | None]], titles: dict[str, st
         ax.set(yscale="log", xlabel="SGD step", ylabel="training loss", title=titles.get(cid, cid))
         ax.title.set_fontsize(8)
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path, 100)
 
 
 def steps_scatter(tgt: pl.DataFrame, path: Path, title: str) -> Path:
@@ -125,11 +120,7 @@ def steps_scatter(tgt: pl.DataFrame, path: Path, title: str) -> Path:
     ax.set(xscale="log", yscale="log", xlabel="real steps", ylabel="predicted steps", title=title)
     ax.title.set_fontsize(9)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, 110)
 
 
 def outcome_by_epoch(pooled: dict, path: Path) -> Path:
@@ -146,11 +137,7 @@ def outcome_by_epoch(pooled: dict, path: Path) -> Path:
             ax.errorbar(np.array(epochs) + off, v, yerr=[np.nan_to_num(v - lo), np.nan_to_num(hi - v)], fmt="o-", color=color, capsize=3, label=fs)
             ax.set(xlabel="epochs seen", title=label, xticks=epochs)
     axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, 110)
 
 
 def outcome_scatter(pred: pl.DataFrame, path: Path, title: str) -> Path:
@@ -163,8 +150,4 @@ def outcome_scatter(pred: pl.DataFrame, path: Path, title: str) -> Path:
     ax.plot([0, 1], [0, 1], "k-", lw=0.8)
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="final test accuracy", ylabel="predicted", title=title)
     ax.title.set_fontsize(9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, 110)
