@@ -87,15 +87,10 @@ def forecast(cfg: DictConfig) -> dict:
         model = finetune_model(task, cfg.paths.pretrained, seed=c.seed, head_init_scale=float(sw.head_init_scale))
         fc = run_forecast(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps, seed=c.seed,
                           subset=subset, ntk=str(fc_cfg.ntk), proj_dim=int(fc_cfg.proj_dim), sde_paths=int(fc_cfg.sde_paths),
-                          probe_fraction=float(fc_cfg.probe_fraction), drift_threshold=float(fc_cfg.drift_threshold), max_bytes=int(fc_cfg.max_bytes))
+                          probe_fraction=float(fc_cfg.probe_fraction), drift_threshold=float(fc_cfg.drift_threshold), max_bytes=int(fc_cfg.max_bytes),
+                          also_ode=True)
         probe_s = float(fc.details.get("probe_seconds", 0.0))
-        if fc.dynamics == "ode":
-            ode, ode_s = fc, fc.seconds - probe_s
-        else:  # the noise-free variant of the same forecast (cheaper for long horizons: LSODA's cost barely grows with steps)
-            ode = run_forecast(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps, seed=c.seed,
-                               subset=subset, ntk=str(fc_cfg.ntk), proj_dim=int(fc_cfg.proj_dim), dynamics_kind="ode", probe_fraction=0.0,
-                               max_bytes=int(fc_cfg.max_bytes))
-            ode_s = ode.seconds
+        ode, ode_s = fc.ode, fc.ode.seconds
         init_loss, gnorm = _one_batch_features(model, d.x, d.y, loss=c.loss, batch_size=c.batch_size, seed=c.seed)
         runs.append({"config_id": c.config_id, "dynamics": fc.dynamics, "ntk_method": fc.ntk_method, "n_used": fc.n_used,
                      "plain_seconds": fc.seconds - probe_s, "ode_seconds": ode_s, "probe_seconds": probe_s, "ntk_seconds": fc.ntk_seconds, "probe_steps": fc.probe_steps,

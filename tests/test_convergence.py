@@ -187,7 +187,8 @@ def test_forecast_api_contract(digits_small):
     x, y = digits_small
     model = _mlp()
     before = [p.detach().clone() for p in model.parameters()]
-    fc = forecast(model, x, y, loss="cross_entropy", lr=0.05, momentum=0.9, batch_size=16, steps=80, seed=0)
+    fc = forecast(model, x, y, loss="cross_entropy", lr=0.05, momentum=0.9, batch_size=16, steps=80, seed=0, also_ode=True)
+    assert fc.ode is not None and fc.ode.dynamics == "ode" and len(fc.ode.loss) == 81 and 0 < fc.ode.seconds
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())), "forecast must not modify the model"
     assert len(fc.loss) == 81 and len(fc.accuracy) == 81 and fc.seconds > 0
     assert fc.steps_to_loss(0.0) is None and fc.steps_to_accuracy(1.01) is None

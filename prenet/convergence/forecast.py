@@ -50,6 +50,7 @@ class Forecast:
     reliable: bool | None = None
     probe_steps: int = 0
     corrected: "Forecast | None" = None
+    ode: "Forecast | None" = None
     details: dict = field(default_factory=dict)
 
     @property
@@ -93,10 +94,12 @@ def run_dynamics(kind: str, theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *,
 def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.ndarray, *, loss: str = "cross_entropy",
              lr: float, momentum: float = 0.0, batch_size: int, steps: int, seed: int = 0, subset: int | None = None,
              ntk: str = "auto", proj_dim: int = 2000, dynamics_kind: str = "auto", sde_paths: int = 8,
-             probe_fraction: float = 0.05, drift_threshold: float = 0.1, max_bytes: int = DEFAULT_MAX_BYTES) -> Forecast:
+             probe_fraction: float = 0.05, drift_threshold: float = 0.1, max_bytes: int = DEFAULT_MAX_BYTES,
+             also_ode: bool = False) -> Forecast:
     """Predict the full-training-set loss (and accuracy) of fine-tuning *all* parameters of ``model`` on
     (``inputs``, integer ``targets``) with SGD (``lr``, heavy-ball ``momentum``, ``batch_size``) for ``steps``
-    steps. ``model`` is not modified. Raises :class:`~prenet.convergence.ntk.ProblemTooLargeError` before any
+    steps. ``model`` is not modified. ``also_ode``: when the SDE answers, also run the noise-free ODE on the same
+    kernel (``.ode``; its ``seconds`` = the kernel's plus its own dynamics). Raises :class:`~prenet.convergence.ntk.ProblemTooLargeError` before any
     work when Θ (or the Jacobian behind it) would not fit in ``max_bytes`` bytes."""
     losses.check_loss(loss)
     if dynamics_kind not in DYNAMICS:
@@ -123,6 +126,11 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
                         n_full=N, seed=seed, sde_paths=sde_paths)
     fc = Forecast(L, A, 0.0, kind, kernel.method, N, len(idx), kernel.n_params, kernel.seconds,
                   details={"effective_lr": dynamics.effective_lr(lr, momentum), "theta_max_eig_over_n": float(np.linalg.eigvalsh(kernel.theta)[-1] / len(idx))})
+    if also_ode:
+        t_ode = time.perf_counter()
+        Lo, Ao = (L, A) if kind == "ode" else run_dynamics("ode", kernel.theta, F0, y, loss=loss, lr=lr, momentum=momentum,
+                                                            batch_size=batch_size, steps=steps, n_full=N, seed=seed, sde_paths=sde_paths)
+        ode_dyn_s = time.perf_counter() - t_ode
     if probe_fraction > 0 and steps > 1:
         k = min(steps - 1, max(1, math.ceil(probe_fraction * steps)))
         fc.probe_steps = k
@@ -145,6 +153,11 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
                                     kernel.method, N, len(idx), kernel.n_params, kernel.seconds + kernel_k.seconds, probe_steps=k)
         fc.details["probe_seconds"] = time.perf_counter() - t_probe
     fc.seconds = time.perf_counter() - t0
+    if also_ode:
+        ode_s = (fc.seconds - fc.details.get("probe_seconds", 0.0)) if kind == "ode" else kernel.seconds + ode_dyn_s
+        fc.ode = Forecast(Lo, Ao, ode_s, "ode", kernel.method, N, len(idx), kernel.n_params, kernel.seconds)
+        if kind != "ode":
+            fc.seconds -= ode_dyn_s   # the plain forecast's own cost excludes the optional ODE variant
     if fc.corrected is not None:
         fc.corrected.seconds = fc.seconds
     return fc
