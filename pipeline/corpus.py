@@ -29,8 +29,7 @@ _DATA: dict = {}
 
 
 def outcome_split_rule(cfg: DictConfig) -> SplitRule:
-    r = split_rule(cfg)
-    return SplitRule(key_column="run_id", salt=r.salt, holdout_fraction=r.holdout_fraction, val_fraction=r.val_fraction)
+    return split_rule(cfg, key_column="run_id")
 
 
 def _init(threads: int, fashion_train: int, fashion_test: int) -> None:
@@ -108,8 +107,11 @@ def corpus(cfg: DictConfig) -> dict:
     # runs at the 75th percentile of wall time: long enough for the timer, short enough for the budget
     by_time = sorted(plan, key=lambda it: done[it[0].run_id]["wall_seconds"])
     start = min(int(0.75 * len(by_time)), max(len(by_time) - int(c.overhead_runs), 0))
+    data: dict[str, tuple] = {}
     for spec, _ in by_time[start:start + int(c.overhead_runs)]:
-        tr, te = domain_data(spec.dataset, fashion_train=int(c.fashion_train), fashion_test=int(c.fashion_test))
+        if spec.dataset not in data:
+            data[spec.dataset] = domain_data(spec.dataset, fashion_train=int(c.fashion_train), fashion_test=int(c.fashion_test))
+        tr, te = data[spec.dataset]
         plain = train_run(spec, tr, te, record=False)["wall_seconds"]
         rec = train_run(spec, tr, te, record=True)["wall_seconds"]
         pairs.append({"run_id": spec.run_id, "domain": spec.domain, "without_s": plain, "with_s": rec, "overhead_pct": 100 * (rec - plain) / plain})

@@ -13,7 +13,7 @@ from pipeline.config import hydra_entry
 from pipeline.finetune import convergence_split_rule
 from pipeline.pretrain import convergence_tasks
 from prenet.convergence.baselines import ProbeRegressor, curve_fit_forecast
-from prenet.convergence.evaluation import auc, curve_distance, dense, score, steps_for, target_list
+from prenet.convergence.evaluation import auc, by_curve, curve_distance, dense, score, steps_for, target_list
 from prenet.data.io import read_table, write_json, write_table
 from prenet.data.schemas import ConvergenceTargets, FinetuneRuns, ForecastRuns, LossCurves
 from prenet.data.split import assert_no_holdout
@@ -32,7 +32,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
     ev = OmegaConf.to_container(cfg.convergence.evaluate, resolve=True)
     runs = read_table(cfg.paths.finetune_runs, FinetuneRuns)
     fruns = read_table(cfg.paths.forecast_runs, ForecastRuns)
-    curves = pl.concat([read_table(cfg.paths.finetune_curves, LossCurves), read_table(cfg.paths.forecast_curves, LossCurves)])
+    curves = by_curve(pl.concat([read_table(cfg.paths.finetune_curves, LossCurves), read_table(cfg.paths.forecast_curves, LossCurves)]))
     regime = {t.name: t.regime for t in convergence_tasks(cfg)}
     runs = runs.join(fruns, on="config_id", how="left")
     rows: list[dict] = []

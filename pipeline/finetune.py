@@ -24,8 +24,7 @@ from prenet.data.split import SplitRule, assign_frame
 
 
 def convergence_split_rule(cfg: DictConfig) -> SplitRule:
-    r = split_rule(cfg)
-    return SplitRule(key_column="config_id", salt=r.salt, holdout_fraction=r.holdout_fraction, val_fraction=r.val_fraction)
+    return split_rule(cfg, key_column="config_id")
 
 
 def finetune(cfg: DictConfig) -> dict:

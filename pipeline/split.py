@@ -13,9 +13,12 @@ from prenet.data.schemas import LayerFeatures, SplitLayerFeatures
 from prenet.data.split import SplitRule, assign_frame
 
 
-def split_rule(cfg: DictConfig) -> SplitRule:
+def split_rule(cfg: DictConfig, key_column: str | None = None) -> SplitRule:
+    """The frozen rule of ``conf/split``; ``key_column`` overrides its key (``config_id`` for fine-tuning runs,
+    ``run_id`` for the early-success corpus) — same salt and fractions for every table."""
     s = cfg.split
-    return SplitRule(key_column=s.key_column, salt=s.salt, holdout_fraction=float(s.holdout_fraction), val_fraction=float(s.val_fraction))
+    return SplitRule(key_column=key_column or s.key_column, salt=s.salt, holdout_fraction=float(s.holdout_fraction),
+                     val_fraction=float(s.val_fraction))
 
 
 def split(cfg: DictConfig) -> dict:

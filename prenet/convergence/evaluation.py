@@ -17,11 +17,18 @@ import polars as pl
 from prenet.convergence import targets as tg
 
 
-def dense(curves: pl.DataFrame, config_id: str, source: str, steps: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """Loss and accuracy at steps 0..steps of one curve (linear interpolation between logged steps)."""
-    c = curves.filter((pl.col("config_id") == config_id) & (pl.col("source") == source)).sort("step")
-    if c.height == 0:
+def by_curve(curves: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:
+    """The curve table split once into {(config_id, source): rows}, for :func:`dense`."""
+    return curves.partition_by(["config_id", "source"], as_dict=True)
+
+
+def dense(curves: dict[tuple[str, str], pl.DataFrame], config_id: str, source: str, steps: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Loss and accuracy at steps 0..steps of one curve (linear interpolation between logged steps); ``curves`` as
+    returned by :func:`by_curve`."""
+    c = curves.get((config_id, source))
+    if c is None or c.height == 0:
         return None
+    c = c.sort("step")
     s = c["step"].to_numpy()
     L = c["loss"].fill_null(np.inf).to_numpy().astype(float)
     A = c["accuracy"].fill_null(np.nan).to_numpy().astype(float)
