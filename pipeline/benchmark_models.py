@@ -16,12 +16,13 @@ from prenet.benchmark.models import measure_model, to_device, model_timing_schem
 from prenet.data.io import write_json, write_table
 from prenet.data.schemas import ModelTimings
 from prenet.hardware.local import detect_local
+from prenet.steptime.memory import measure_training_memory
 from prenet import zoo
 
 
 def benchmark_models(cfg: DictConfig) -> dict:
-    """Measure every (zoo model, batch size, optimizer) of ``cfg.models`` on this machine, and the per-step
-    overhead (a null step); write ``paths.model_timings``, ``paths.step_overhead`` and
+    """Measure every (zoo model, batch size, optimizer) of ``cfg.models`` on this machine — step time (ms) and peak
+    training memory (bytes) — and the per-step overhead (a null step); write ``paths.model_timings``, ``paths.step_overhead`` and
     ``metrics/benchmark_models.json``."""
     m = cfg.models
     torch.set_num_threads(int(cfg.threads))
@@ -32,8 +33,14 @@ def benchmark_models(cfg: DictConfig) -> dict:
     for name, b, o in tqdm(todo, desc="benchmark models", unit="step", disable=not cfg.progress):
         torch.manual_seed(int(cfg.seed))
         module, batch = to_device(*zoo.build(name, int(b), m.get("sizes")), str(cfg.hardware.device))
-        t = measure_model(module, batch, optimizer=o, warmup=int(m.warmup), repeats=int(m.repeats), min_block_ms=float(m.min_block_ms))
-        rows.append(model_timing_row(name, int(b), o, hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t))
+        # the first step is the warm-up and is measured for peak memory (profiler on the CPU, allocator stats on CUDA)
+        t_mem = time.perf_counter()
+        peak = measure_training_memory(module, batch, o, warmup=False)
+        warmed_ms = (time.perf_counter() - t_mem) * 1e3
+        t = measure_model(module, batch, optimizer=o, warmup=int(m.warmup), repeats=int(m.repeats), min_block_ms=float(m.min_block_ms),
+                          warmed_ms=warmed_ms if int(m.warmup) <= 1 else None)
+        rows.append(model_timing_row(name, int(b), o, hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t,
+                                     peak_memory_bytes=peak))
         del module, batch
     df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
     write_table(df, cfg.paths.model_timings, ModelTimings)

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from prenet.benchmark.models import measure_model, null_step_ms, to_device
+from prenet.steptime.memory import measure_training_memory, predict_training_memory
 from prenet.benchmark.runner import make_plan, measure
 
 HW_ID = "H200 SXM 141GB"
@@ -59,10 +60,14 @@ def zoo_models(out: Path, budget_s: float) -> None:
                     break
                 torch.manual_seed(0)
                 module, batch = to_device(*zoo.build(name, bs), DEV)
+                peak = measure_training_memory(module, batch, opt)          # CUDA: max_memory_allocated of one step
+                with torch.device("meta"):
+                    predicted = predict_training_memory(*zoo.build(name, bs), opt).total_bytes
                 t = measure_model(module, batch, optimizer=opt, warmup=2, repeats=5, min_block_ms=5.0)
                 rows.append({"model": name, "batch_size": bs, "optimizer": opt, "hardware_id": HW_ID, "threads": 1,
                              "torch_version": torch.__version__.split("+")[0], "dtype": "float32", "params": sum(p.numel() for p in module.parameters()),
-                             "measured_ms": t.median_ms, "spread_rel": t.spread_rel, "repeats": t.repeats})
+                             "measured_ms": t.median_ms, "spread_rel": t.spread_rel, "repeats": t.repeats,
+                             "peak_memory_bytes": peak, "predicted_memory_bytes": predicted})
                 del module, batch
                 torch.cuda.empty_cache()
     overhead = {o: null_step_ms(o, device=DEV) for o in ["sgd", "adam"]}

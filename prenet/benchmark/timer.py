@@ -35,17 +35,22 @@ def time_callable(
     max_number: int = 1000,
     sync: Callable[[], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    warmed_ms: float | None = None,
 ) -> Timing:
     """Time ``fn``: ``warmup`` calls (at least one; the last one's duration chooses ``number`` so one block lasts
-    ≥ ``min_block_ms``), then ``repeats`` blocks. ``sync`` (e.g. ``torch.cuda.synchronize``) runs before each clock read."""
+    ≥ ``min_block_ms``), then ``repeats`` blocks. ``sync`` (e.g. ``torch.cuda.synchronize``) runs before each clock read.
+    ``warmed_ms``: the caller has already warmed ``fn`` up and one call took about this long — no warm-up call is made."""
     sync = sync or (lambda: None)
-    for _ in range(max(warmup, 1) - 1):
-        fn()
-    sync()
-    t0 = clock()
-    fn()  # the last warm-up call also calibrates the inner loop
-    sync()
-    once_ms = max((clock() - t0) * 1e3, 1e-6)
+    if warmed_ms is not None:
+        once_ms = max(warmed_ms, 1e-6)
+    else:
+        for _ in range(max(warmup, 1) - 1):
+            fn()
+        sync()
+        t0 = clock()
+        fn()  # the last warm-up call also calibrates the inner loop
+        sync()
+        once_ms = max((clock() - t0) * 1e3, 1e-6)
     number = int(min(max_number, max(1, math.ceil(min_block_ms / once_ms))))
     per_iter = []
     for _ in range(repeats):

@@ -164,6 +164,8 @@ class ModelTimings(pa.DataFrameModel):
     spread_rel: float = pa.Field(ge=0)
     repeats: int = pa.Field(ge=1)
     measured_at: str
+    #: measured peak memory of one training step (bytes): weights, gradients, optimizer state, batch, activations
+    peak_memory_bytes: int = pa.Field(gt=0, nullable=True)
 
     @pa.check("measured_ms", "spread_rel", name="is_finite")
     def _finite(cls, data: PolarsData) -> pl.LazyFrame:

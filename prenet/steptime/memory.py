@@ -1,0 +1,231 @@
+"""Peak memory of one training step (bytes): predicted from the model alone, and measured.
+
+Prediction (no hardware, no weights: the model may live on the ``meta`` device)::
+
+    peak = weights + batch + optimizer state + max(live tensors during backward + transient, all gradients)
+
+* weights, gradients: 4 bytes per float32 parameter each;
+* optimizer state: plain SGD none, SGD with momentum one buffer, Adam two buffers per parameter;
+* saved activations: every tensor autograd keeps for the backward pass, found by running the forward pass on
+  the ``meta`` device under :func:`torch.autograd.graph.saved_tensors_hooks` and summing the distinct storages
+  that are not parameters (so residual connections, pooling indices, dropout masks, attention weights and the
+  gates of recurrent layers are counted as the framework actually saves them, each shared tensor once);
+* live tensors during backward: backward runs the forward in reverse, freeing a layer's saved tensors as it forms
+  that layer's parameter gradients, so the peak is the largest (saved tensors still alive + gradients formed so
+  far) over the pass — a large embedding's gradient appears only when almost every activation is gone;
+* largest transient: the backward pass holds a gradient of the largest activation while it computes the
+  gradient of its input — twice the largest saved storage.
+
+It is an estimate of the tensor memory a step allocates; a GPU adds its CUDA context (about 0.3–0.6 GiB), the
+caching allocator's fragmentation and library workspaces (cuDNN, cuBLAS), which :func:`fits` leaves room for.
+
+Measurement (:func:`measure_training_memory`): the peak of the bytes allocated during one real step — on the
+CPU from the PyTorch profiler's allocator events (``profile_memory=True``), on CUDA from
+``torch.cuda.max_memory_allocated`` — plus what was already allocated when the step began (weights, optimizer
+state, the batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from prenet.benchmark.steps import unpack_example
+
+#: Optimizer state buffers per parameter.
+OPTIMIZER_STATE_BUFFERS: dict[str, int] = {"none": 0, "sgd": 0, "sgd_momentum": 1, "adam": 2}
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Predicted peak memory of one training step, by component (bytes).
+
+    ``activations_bytes``: all tensors saved for backward (alive when backward starts); ``backward_live_bytes``: the
+    most that saved tensors and the gradients formed so far hold together at any point of the backward pass (the
+    gradient of a layer's parameters appears as the layer's saved tensors are freed, so early layers with many
+    parameters — embeddings — do not stack on all activations); ``transient_bytes``: the gradient being formed."""
+
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    inputs_bytes: int
+    activations_bytes: int
+    backward_live_bytes: int
+    transient_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        """weights + batch + optimizer state + max(backward's live tensors + transient, all gradients)."""
+        return (self.weights_bytes + self.inputs_bytes + self.optimizer_bytes
+                + max(self.backward_live_bytes + self.transient_bytes, self.gradients_bytes))
+
+    def to_dict(self) -> dict[str, int]:
+        return {**asdict(self), "total_bytes": self.total_bytes}
+
+
+def _loss(out: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+    if labels is not None and out.dim() == 2 and labels.dim() == 1 and not labels.is_floating_point():
+        return F.cross_entropy(out, labels)
+    return out.float().mean()
+
+
+def trace_saved(module: nn.Module, example_batch: Any) -> tuple[list[int], list[tuple[int, int]]]:
+    """One training forward pass of ``module`` traced on the ``meta`` device (no memory, no weights needed):
+    the bytes of each distinct storage autograd saves for backward, in the order saved (parameters excluded), and
+    for each module with its own trainable parameters, (number of storages saved before its first call, bytes of
+    those parameters) — where its gradients will appear in the backward pass."""
+    import copy
+
+    from prenet.graph.walk import _on_meta
+
+    meta = module if _on_meta(module) else copy.deepcopy(module).to("meta")
+    inputs, labels = unpack_example(example_batch)
+    x = inputs.to("meta")
+    y = labels.to("meta") if labels is not None else None
+    params = {p.untyped_storage()._cdata for p in meta.parameters()}
+    seen: dict[int, int] = {}
+    uses: list[tuple[int, int]] = []
+    called: set[int] = set()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        key = s._cdata
+        if key not in params and key not in seen:
+            seen[key] = int(s.nbytes())
+        return t
+
+    def pre(mod: nn.Module, args: Any) -> None:
+        if id(mod) not in called:
+            called.add(id(mod))
+            own = sum(p.numel() * p.element_size() for p in mod.parameters(recurse=False) if p.requires_grad)
+            if own:
+                uses.append((len(seen), int(own)))
+
+    handles = [m.register_forward_pre_hook(pre) for m in meta.modules() if any(True for _ in m.parameters(recurse=False))]
+    was_training = meta.training
+    meta.train()
+    try:
+        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            _loss(meta(x), y)
+    finally:
+        meta.train(was_training)
+        for h in handles:
+            h.remove()
+    return list(seen.values()), uses
+
+
+def saved_activation_storages(module: nn.Module, example_batch: Any) -> list[int]:
+    """Bytes of each distinct storage autograd saves for backward in one training forward pass (see :func:`trace_saved`)."""
+    return trace_saved(module, example_batch)[0]
+
+
+def backward_live_peak(saved: list[int], uses: list[tuple[int, int]], unplaced_grad_bytes: int = 0) -> int:
+    """Most bytes that saved tensors and gradients hold together during backward, which runs the forward in
+    reverse: at cut k the saved tensors 0..k−1 are still alive and the gradients of every parameter first used at
+    or after position k exist. ``unplaced_grad_bytes`` (parameters never seen in a module call) count from the start."""
+    import numpy as np
+
+    n = len(saved)
+    alive = np.concatenate([[0], np.cumsum(saved, dtype=np.int64)])          # alive[k] = Σ saved[:k]
+    grads_at = np.zeros(n + 2, dtype=np.int64)
+    for pos, b in uses:
+        grads_at[min(pos, n)] += b
+    formed = np.cumsum(grads_at[::-1])[::-1][: n + 1]                           # formed[k] = Σ grads of uses at ≥ k
+    return int((alive + formed).max()) + int(unplaced_grad_bytes)
+
+
+def predict_training_memory(module: nn.Module, example_batch: Any, optimizer: str = "sgd") -> MemoryEstimate:
+    """Predicted peak memory (bytes) of one steady-state training step of ``module`` on ``example_batch`` with
+    ``optimizer`` (``sgd`` plain, ``sgd_momentum``, ``adam``); float32 parameters and activations."""
+    if optimizer not in OPTIMIZER_STATE_BUFFERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZER_STATE_BUFFERS)}, got {optimizer!r}")
+    trainable = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+    weights = sum(p.numel() * p.element_size() for p in module.parameters())
+    inputs, labels = unpack_example(example_batch)
+    in_bytes = inputs.numel() * inputs.element_size() + (labels.numel() * labels.element_size() if labels is not None else 0)
+    saved, uses = trace_saved(module, example_batch)
+    placed = sum(b for _, b in uses)
+    return MemoryEstimate(weights_bytes=int(weights), gradients_bytes=int(trainable),
+                          optimizer_bytes=int(OPTIMIZER_STATE_BUFFERS[optimizer] * trainable), inputs_bytes=int(in_bytes),
+                          activations_bytes=int(sum(saved)), backward_live_bytes=backward_live_peak(saved, uses, max(trainable - placed, 0)),
+                          transient_bytes=int(2 * max(saved, default=0)))
+
+
+def _tensor_bytes(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def measure_training_memory(module: nn.Module, example_batch: Any, optimizer: str = "sgd", *, warmup: bool = True) -> int:
+    """Measured peak memory (bytes) of one training step of ``module`` (on its device: CPU or CUDA). With
+    ``warmup`` a first, unmeasured step creates the optimizer state; without it the measured step is the first
+    one (its peak includes creating the state; the benchmark uses it as its warm-up step). Weights change by
+    tiny steps (learning rate 1e-6)."""
+    from prenet.benchmark.models import training_step
+    from prenet.benchmark.steps import make_optimizer
+
+    if optimizer == "sgd_momentum":
+        raise ValueError("measured steps use the benchmark's optimizers: sgd (plain) or adam")
+    inputs, labels = unpack_example(example_batch)
+    module.train()
+    opt = make_optimizer(optimizer, module.parameters())
+    step = training_step(module, example_batch, optimizer, opt=opt)
+    if warmup:
+        step()
+    opt.zero_grad(set_to_none=True)
+    base = (_tensor_bytes(list(module.parameters())) + _tensor_bytes(list(module.buffers())) + _tensor_bytes(list(opt.state.values()))
+            + _tensor_bytes([inputs, labels]))
+    if inputs.is_cuda:
+        torch.cuda.synchronize()
+        start = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return int(base + torch.cuda.max_memory_allocated() - start)
+    from torch.profiler import ProfilerActivity, profile
+
+    import logging
+    import os
+    import sys
+
+    # the profiler warns once per block allocated before it started (their frees are not reported): silence it
+    stderr_fd = sys.stderr.fileno() if hasattr(sys.stderr, "fileno") else None
+    saved_fd = os.dup(2) if stderr_fd is not None else None
+    try:
+        if saved_fd is not None:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        logging.disable(logging.WARNING)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step()
+    finally:
+        logging.disable(logging.NOTSET)
+        if saved_fd is not None:
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"), key=lambda e: e.start_ns())
+    current = peak = 0
+    for e in events:
+        if e.device_type() == torch.device("cpu").type or str(e.device_type()).endswith("CPU"):
+            current += int(e.nbytes())
+            peak = max(peak, current)
+    return int(base + peak)
+
+
+def fits(estimate_bytes: float, device_gib: float | None, reserve_gib: float = 1.0) -> bool | None:
+    """Whether ``estimate_bytes`` plus ``reserve_gib`` (CUDA context, allocator, workspaces) fits in a device of
+    ``device_gib``; None when the device's memory is unknown."""
+    if device_gib is None:
+        return None
+    return estimate_bytes + reserve_gib * GIB <= device_gib * GIB
