@@ -69,10 +69,18 @@ class OpModel:
 
 @dataclass
 class StepTimeModel:
-    """One fitted regressor per op (plus :data:`POOLED`)."""
+    """One fitted regressor per op (plus :data:`POOLED`).
+
+    ``gpu_transfer`` (:func:`fit_gpu_transfer`): which kinds of hardware and directions each entry's training rows
+    covered, and the attained roofline fraction of the GPU rows. A GPU row whose (kind, direction) its entry never
+    saw — batch norm, pooling, dropout, recurrent and attention layers have only CPU timings; no source has GPU
+    forward+backward timings of parameter-free ops — would otherwise get a CPU-scale time from the trees; it is
+    predicted as roofline time / the median attained fraction of the GPU rows of its class (with or without
+    parameters) instead."""
 
     ops: dict[str, OpModel] = field(default_factory=dict)
     name: str = "steptime"
+    gpu_transfer: dict[str, Any] | None = None
 
     @property
     def predictor(self) -> str:
@@ -103,12 +111,30 @@ class StepTimeModel:
             rows = df.filter(pl.Series(mask))
             X, _ = design_matrix(rows, which, entry.feature_set)
             out[mask] = entry.from_target(rows, entry.regressor.predict(X))
+            if self.gpu_transfer:
+                out[mask] = self._transfer(rows, which, op, out[mask])
         return out
+
+    def _transfer(self, rows: pl.DataFrame, which: str, op: str, t: np.ndarray) -> np.ndarray:
+        """GPU rows of a (kind, direction) the entry never trained on: roofline / attained fraction (see class doc)."""
+        from prenet.layers import REGISTRY
+
+        seen = set(self.gpu_transfer["coverage"].get(which, []))
+        keys = _range_keys(rows)
+        uncovered = np.array([k.startswith("gpu/") and k not in seen for k in keys])
+        if not uncovered.any():
+            return t
+        cls = "trainable" if op in REGISTRY and REGISTRY[op].trainable else "parameter_free"
+        eff = self.gpu_transfer["efficiency"].get(cls)
+        if not eff:
+            return t
+        roof = rows.get_column("roofline_ms").to_numpy()
+        return np.where(uncovered, roof / eff, t)
 
     def save(self, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        manifest: dict[str, Any] = {"name": self.name, "ops": {}, **(extra or {})}
+        manifest: dict[str, Any] = {"name": self.name, "ops": {}, "gpu_transfer": self.gpu_transfer, **(extra or {})}
         for op, m in self.ops.items():
             files = [p.name for p in m.regressor.save(d / op)]
             manifest["ops"][op] = {"predictor": m.predictor, "feature_set": m.feature_set, "params": m.params,
@@ -127,12 +153,33 @@ class StepTimeModel:
         ops = {op: OpModel(e["predictor"], e["feature_set"], e["params"], load_regressor(e["predictor"], d / op, **e["params"]),
                            e["columns"], e.get("target", "time"), e.get("extrapolate_above_ms"), e.get("compute_floor", False))
                for op, e in m["ops"].items()}
-        return cls(ops, m.get("name", "steptime"))
+        return cls(ops, m.get("name", "steptime"), m.get("gpu_transfer"))
 
 
 def _range_keys(df: pl.DataFrame) -> list[str]:
     kind = np.where(df.get_column("hw_is_gpu").to_numpy() > 0.5, "gpu", "cpu")
     return [f"{k}/{d}" for k, d in zip(kind, df.get_column("direction").to_list())]
+
+
+def fit_gpu_transfer(train: pl.DataFrame, ops: Iterable[str]) -> dict[str, Any]:
+    """Coverage of each entry's training rows ("<cpu|gpu>/<direction>" keys) and, per class of op (with
+    parameters / parameter-free), the median attained roofline fraction (roofline ms / measured ms) of the GPU
+    training rows — see :class:`StepTimeModel`."""
+    from prenet.layers import REGISTRY
+
+    keys = np.array(_range_keys(train))
+    op_col = train.get_column("op").to_numpy()
+    coverage = {op: sorted(set(keys.tolist() if op == POOLED else keys[op_col == op].tolist())) for op in ops}
+    gpu = train.filter(pl.Series(np.char.startswith(keys.astype(str), "gpu/")))
+    eff: dict[str, float] = {}
+    n: dict[str, int] = {}
+    if gpu.height:
+        trainable = np.array([REGISTRY[o].trainable if o in REGISTRY else True for o in gpu.get_column("op").to_list()])
+        frac = gpu.get_column("roofline_ms").to_numpy() / gpu.get_column("time_ms").to_numpy()
+        for cls, m in (("trainable", trainable), ("parameter_free", ~trainable)):
+            if m.any():
+                eff[cls], n[cls] = float(np.median(frac[m])), int(m.sum())
+    return {"coverage": coverage, "efficiency": eff, "gpu_rows": n}
 
 
 def _range_limits(tr: pl.DataFrame) -> dict[str, list[float]]:
@@ -192,6 +239,7 @@ def fit_step_time_model(
         model.ops[op], val_metrics[op] = _fit_one(_rows_of(train, op), _rows_of(val, op), op, predictor, params, feature_set,
                                                   progress=False, target=target, extrapolate=extrapolate,
                                                   compute_floor=compute_floor)
+    model.gpu_transfer = fit_gpu_transfer(train, model.ops)
     return model, val_metrics
 
 
@@ -263,4 +311,5 @@ def select_step_time_model(
         model.ops[op] = best
         grid += rows
     bar.close()
+    model.gpu_transfer = fit_gpu_transfer(train, model.ops)
     return model, grid
