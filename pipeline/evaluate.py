@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import torch
 from omegaconf import DictConfig
@@ -22,6 +23,7 @@ from prenet.data.split import assign
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
 from prenet.steptime import StepTimeModel, error_metrics
+from prenet.steptime.memory import predict_training_memory
 from prenet.steptime.predict import predict_step_time
 from prenet.steptime.unseen import leave_one_gpu_out, summarize
 from prenet import zoo
@@ -64,6 +66,8 @@ def evaluate_whole_models(cfg: DictConfig, models: dict[str, StepTimeModel]) -> 
         with torch.device("meta"):
             module, batch = zoo.build(r["model"], r["batch_size"], cfg.models.get("sizes"))
         row = {k: r[k] for k in ("model", "batch_size", "optimizer", "measured_ms", "spread_rel")}
+        row["measured_memory_bytes"] = r.get("peak_memory_bytes")
+        row["predicted_memory_bytes"] = predict_training_memory(module, batch, r["optimizer"]).total_bytes
         for name, m in models.items():
             p = predict_step_time(module, batch, hardware=hw, model=m, optimizer=r["optimizer"], threads=r["threads"],
                                   overhead_ms=overhead.get(r["optimizer"], 0.0))
@@ -77,7 +81,36 @@ def evaluate_whole_models(cfg: DictConfig, models: dict[str, StepTimeModel]) -> 
             "by_model": _grouped(df, ["model"], predicted=f"{name}_ms"),
         }
     summary["noise_floor_median_spread_pct"] = float(100 * df["spread_rel"].median())
+    mem = df.filter(pl.col("measured_memory_bytes").is_not_null())
+    if mem.height:
+        ratio = (mem["measured_memory_bytes"] / mem["predicted_memory_bytes"]).to_numpy()
+        summary["memory"] = {**{k: v for k, v in error_metrics(mem["measured_memory_bytes"].to_numpy(), mem["predicted_memory_bytes"].to_numpy()).items()
+                                if k != "rmse_ms"},
+                             "ratio_min": float(ratio.min()), "ratio_median": float(np.median(ratio)), "ratio_max": float(ratio.max()),
+                             "by_model": {k: v["mape_pct"] for k, v in _grouped(mem, ["model"], "measured_memory_bytes", "predicted_memory_bytes").items()}}
     return df, summary
+
+
+def interval_ratios(measured: np.ndarray, predicted: np.ndarray) -> list[float]:
+    """measured / predicted of each prediction, rounded (the empirical error distribution behind intervals)."""
+    return [round(float(v), 4) for v in np.asarray(measured, float) / np.asarray(predicted, float)]
+
+
+def intervals(whole: pl.DataFrame, logo: pl.DataFrame | None, coverage: float) -> dict:
+    """The error distributions behind the planner's intervals (``prenet.plan``): measured / predicted step time of
+    every whole zoo step on the local CPU (recipe ``prenet``), and, for GPUs, the deciles of measured / predicted
+    per layer on each held-out GPU of the leave-one-GPU-out evaluation (recipe ``prenet_recipe``: the same
+    features and target as ``prenet``), pooled over folds."""
+    lo, hi = (1 - coverage) / 2, (1 + coverage) / 2
+    out: dict = {"coverage": coverage}
+    local = interval_ratios(whole["measured_ms"].to_numpy(), whole["prenet_ms"].to_numpy())
+    out["local_whole_model"] = {"ratios": local, "low": float(np.quantile(local, lo)), "high": float(np.quantile(local, hi)), "n": len(local)}
+    if logo is not None and "ratio_deciles" in logo.columns:
+        r = [v for row in logo.filter(pl.col("recipe") == "prenet_recipe")["ratio_deciles"].to_list() for v in row]
+        if r:
+            out["unseen_gpu"] = {"ratios": [round(float(v), 4) for v in r], "low": float(np.quantile(r, lo)), "high": float(np.quantile(r, hi)),
+                                 "folds": int(logo.filter(pl.col("recipe") == "prenet_recipe").height)}
+    return out
 
 
 def evaluate_unseen_hardware(cfg: DictConfig) -> tuple[pl.DataFrame, dict]:
@@ -125,12 +158,14 @@ def evaluate(cfg: DictConfig) -> dict:
                                     "by_op": {k: v["mape_pct"] for k, v in _grouped(p, ["op"]).items()}}
     whole, metrics["whole_model"] = evaluate_whole_models(cfg, models)
     write_table(whole, Path(cfg.paths.plots) / "zoo_predictions.csv")
+    logo = None
     if cfg.evaluate.unseen_hardware.enabled:
         logo, metrics["unseen_hardware"] = evaluate_unseen_hardware(cfg)
-        write_table(logo, Path(cfg.paths.plots) / "unseen_hardware.csv")
+        write_table(logo.drop("ratio_deciles", strict=False), Path(cfg.paths.plots) / "unseen_hardware.csv")
+    metrics["intervals"] = intervals(whole, logo, float(cfg.evaluate.get("interval_coverage", 0.8)))
     write_json(metrics, Path(cfg.paths.metrics) / "evaluate.json")
     o = metrics["overall"]
-    wm = ", ".join(f"{k} {v['overall']['mape_pct']:.1f}%" for k, v in metrics["whole_model"].items() if isinstance(v, dict))
+    wm = ", ".join(f"{k} {v['overall']['mape_pct']:.1f}%" for k, v in metrics["whole_model"].items() if isinstance(v, dict) and "overall" in v)
     print(f"evaluate: holdout n={o['n']} MAPE {o['mape_pct']:.1f}% RMSE {o['rmse_ms']:.3f} ms; whole-model MAPE: {wm}; "
           f"noise floor {metrics['noise_floor']}")
     return metrics

@@ -78,6 +78,13 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
     headline: dict = {}
     for (kind, param, src), g in h.group_by(["target_kind", "target_param", "source"], maintain_order=True):
         headline.setdefault(_tkey(kind, param), {})[src] = score(g, within)
+    # the planner's intervals on steps (prenet plan): real / predicted steps of every holdout configuration where both reached the target
+    intervals: dict = {}
+    for (kind, param, src), g in h.filter(pl.col("source").is_in(["forecast", "corrected"])).group_by(
+            ["target_kind", "target_param", "source"], maintain_order=True):
+        both = g.filter(pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
+        ratios = [round(float(r) / max(float(p), 1.0), 4) for r, p in zip(both["real_steps"].to_list(), both["pred_steps"].to_list())]
+        intervals.setdefault(_tkey(kind, param), {})[src] = {"ratios": ratios, "n": len(ratios)}
     # gaps on the holdout: real → exact linearized SGD → ODE/SDE on all N → ODE/SDE on the subset (the forecast)
     gaps: dict = {}
     chain = [("linearization (real vs linearized SGD)", "real", "linear_sgd"), ("approximation (linearized SGD vs ODE/SDE, all N)", "linear_sgd", "dynamics_full"),
@@ -134,7 +141,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
                   "flagged_share": float((~runs["reliable"]).mean()) if runs.height else None,
                   "median_ape_pct_flagged": float(100 * pf.filter(~pl.col("reliable"))["ape"].median()) if pf.filter(~pl.col("reliable")).height else None,
                   "median_ape_pct_unflagged": float(100 * pf.filter(pl.col("reliable"))["ape"].median()) if pf.filter(pl.col("reliable")).height else None}
-    metrics = {"holdout_configs": hold.height, "configs": runs.height, "primary_target": primary, "holdout": headline, "gaps": gaps,
+    metrics = {"holdout_configs": hold.height, "configs": runs.height, "primary_target": primary, "holdout": headline, "intervals": intervals, "gaps": gaps,
                "cost": cost, "cost_by_task": cost_by_task, "by_regime": by_regime, "by_task_lr": breaks, "drift_flag": drift_flag}
     write_json(metrics, Path(cfg.paths.metrics) / "convergence.json")
     # figures: predicted vs real loss curves of holdout configurations, and predicted vs real steps

@@ -30,6 +30,11 @@ RECIPES: dict[str, tuple[str, str]] = {  # name → (feature set, target)
 }
 
 
+def _deciles(ratio: np.ndarray) -> list[float]:
+    """10th, 20th, …, 90th percentile of measured / predicted (the error distribution of one fold)."""
+    return [float(v) for v in np.quantile(ratio, np.linspace(0.1, 0.9, 9))]
+
+
 def _fold(job: tuple) -> list[dict[str, Any]]:
     """One held-out GPU of one (source, op): every recipe's errors (empty when the fold is too small)."""
     data, source, op, gpu, predictor, params, min_rows = job
@@ -42,8 +47,10 @@ def _fold(job: tuple) -> list[dict[str, Any]]:
     for name, (fs, target) in RECIPES.items():
         entry, _ = _fit_one(rest, rest.head(0), op, predictor, params, fs, progress=False, target=target)
         X, _ = design_matrix(test, op, fs)
-        out.append({**base, "recipe": name, **error_metrics(measured, entry.from_target(test, entry.regressor.predict(X)))})
-    out.append({**base, "recipe": "roofline", **error_metrics(measured, test["roofline_ms"].to_numpy())})
+        predicted = entry.from_target(test, entry.regressor.predict(X))
+        out.append({**base, "recipe": name, **error_metrics(measured, predicted), "ratio_deciles": _deciles(measured / predicted)})
+    roof = test["roofline_ms"].to_numpy()
+    out.append({**base, "recipe": "roofline", **error_metrics(measured, roof), "ratio_deciles": _deciles(measured / roof)})
     return out
 
 
