@@ -1,0 +1,150 @@
+"""`prenet plan`: the chained prediction (step time × steps × price), its intervals, memory fit, and its errors —
+on the models and metrics of the tiny pipeline run."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.cli import main
+from prenet.errors import PrenetError
+from prenet.plan import Intervals, format_duration, make_plan, render_table, steps_interval
+
+
+def _args(root, *extra):
+    return ["plan", "--models", str(root / "models" / "steptime"), "--metrics", str(root / "metrics"), *extra]
+
+
+def _plan_json(capsys, root, *extra):
+    assert main(_args(root, *extra, "--json")) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def test_intervals_combine_the_measured_ratios():
+    iv = Intervals(step_local=[0.5, 1.0, 2.0], step_gpu=[0.9, 1.1], steps=None, memory_ratio_max=1.2, coverage=1.0)
+    assert iv.bounds("cpu") == (0.5, 2.0) and iv.bounds("gpu") == pytest.approx((0.9, 1.1))
+    both = Intervals(step_local=[0.5, 2.0], step_gpu=[1.0], steps=[0.5, 3.0], memory_ratio_max=None, coverage=1.0)
+    assert both.bounds("cpu") == (0.25, 6.0)            # the extreme products of the two ratio sets
+    assert steps_interval(100, both) == (50, 300)
+    assert steps_interval(100, iv) == (100, 100)         # given steps are exact
+    assert format_duration(0.25) == "250ms" and format_duration(5400) == "1.5h" and format_duration(3 * 86400) == "3.0d"
+
+
+def test_plan_every_hardware_fits_80_columns_and_ranks_by_cost(tiny_run, capsys):
+    root, _, _ = tiny_run
+    assert main(_args(root, "--model", "mlp", "--batch-size", "16", "--dataset-size", "1000", "--epochs", "2")) == 0
+    out = capsys.readouterr().out
+    assert all(len(line) <= 80 for line in out.splitlines()) and "…" not in out, max(out.splitlines(), key=len)
+    assert "H100 SXM5 80GB" in out and "local" in out and "steps: 126 (epochs)" in out
+    d = _plan_json(capsys, root, "--model", "mlp", "--batch-size", "16", "--dataset-size", "1000", "--epochs", "2")
+    assert d["steps"] == 2 * math.ceil(1000 / 16) and d["sort"] == "cost"
+    priced = [r for r in d["rows"] if r["cost_usd"] is not None]
+    assert len(priced) >= 5 and [r["cost_usd"] for r in priced] == sorted(r["cost_usd"] for r in priced)
+    assert d["rows"][: len(priced)] == priced                     # unpriced after priced
+    for r in d["rows"]:
+        assert r["wall_seconds"] == pytest.approx(r["step_seconds"] * d["steps"])
+        assert 0 < r["wall_low"] <= r["wall_high"] and r["step_low"] <= r["step_high"]
+        if r["cost_usd"] is not None:
+            assert r["cost_usd"] == pytest.approx(r["wall_seconds"] / 3600 * r["usd_per_hour"])
+            assert r["cost_low"] == pytest.approx(r["wall_low"] / 3600 * r["usd_per_hour"])
+    m = d["memory"]
+    assert m["total_bytes"] == (m["weights_bytes"] + m["inputs_bytes"] + m["optimizer_bytes"]
+                                + max(m["backward_live_bytes"] + m["transient_bytes"], m["gradients_bytes"])) and m["weights_bytes"] > 0
+    assert m["gradients_bytes"] <= m["backward_live_bytes"] <= m["activations_bytes"] + m["gradients_bytes"]
+
+
+def test_plan_sort_hardware_list_and_price_override(tiny_run, capsys):
+    root, _, _ = tiny_run
+    common = ("--model", "resnet18", "--batch-size", "8", "--steps", "1000", "--hardware", "L4", "Tesla T4", "H100 SXM5 80GB")
+    by_time = _plan_json(capsys, root, *common, "--sort", "time")
+    assert [r["hardware"] for r in by_time["rows"]] == [r["hardware"] for r in sorted(by_time["rows"], key=lambda r: r["wall_seconds"])]
+    assert len(by_time["rows"]) == 3 and by_time["steps"] == by_time["steps_low"] == by_time["steps_high"] == 1000
+    cheap = _plan_json(capsys, root, *common, "--price", "H100 SXM5 80GB=0.01")
+    h100 = next(r for r in cheap["rows"] if r["hardware"] == "H100 SXM5 80GB")
+    assert h100["usd_per_hour"] == 0.01 and cheap["rows"][0]["hardware"] == "H100 SXM5 80GB"
+
+
+def test_memory_decides_fit_and_a_batch_that_fits_nowhere_is_an_error(tiny_run, capsys):
+    root, _, _ = tiny_run
+    d = _plan_json(capsys, root, "--model", "gpt2_small_like", "--batch-size", "1024", "--steps", "10", "--hardware", "Tesla P4", "H200 SXM 141GB")
+    fit = {r["hardware"]: r["fits"] for r in d["rows"]}
+    assert fit == {"Tesla P4": False, "H200 SXM 141GB": True}
+    assert d["rows"][-1]["hardware"] == "Tesla P4"                # what does not fit ranks last
+    assert main(_args(root, "--model", "gpt2_small_like", "--batch-size", "1024", "--steps", "10", "--hardware", "Tesla P4")) == 2
+    err = capsys.readouterr().err
+    assert "batch size 1024 does not fit" in err and "GiB" in err and "--batch-size" in err and len(err.strip().splitlines()) == 1
+
+
+def _tiny_model_file(tmp_path, body: str):
+    f = tmp_path / "net.py"
+    f.write_text("import torch\nfrom torch import nn\n\n" + body)
+    return f
+
+
+GOOD = """def build(batch_size=8):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(64, 32), nn.Tanh(), nn.Linear(32, 3))
+    return net, (torch.randn(batch_size, 64), torch.randint(0, 3, (batch_size,)))
+"""
+
+
+def _finetune_file(tmp_path):
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    keep = y < 3
+    f = tmp_path / "ft.pt"
+    torch.save({"inputs": torch.tensor(x[keep][:96] / 16.0, dtype=torch.float32), "labels": torch.tensor(y[keep][:96])}, f)
+    return f
+
+
+def test_plan_from_a_convergence_target(tiny_run, tmp_path, capsys):
+    root, _, _ = tiny_run
+    model = _tiny_model_file(tmp_path, GOOD)
+    data = _finetune_file(tmp_path)
+    d = _plan_json(capsys, root, "--model", f"{model}:build", "--batch-size", "16", "--target-accuracy", "0.8", "--finetune-data", str(data),
+                   "--lr", "0.5", "--max-steps", "300", "--hardware", "local", "L4")
+    assert d["steps_from"] == "forecast" and 0 < d["steps"] < 300 and d["dataset_size"] == 96
+    assert d["forecast"]["target"] == "target_accuracy" and d["forecast"]["n_train"] == 96
+    assert d["steps_low"] <= d["steps"] * 1.0001 or d["steps_low"] <= d["steps_high"]
+    assert all(r["wall_low"] <= r["wall_high"] for r in d["rows"])
+
+
+@pytest.mark.parametrize("case,body,extra,message", [
+    ("does not import", "raise RuntimeError('broken on purpose')\n", (), "failed to import: RuntimeError: broken on purpose"),
+    ("wrong return", "def build(batch_size=8):\n    return nn.Linear(2, 2)\n", (), "must return (module, example_batch)"),
+    ("unknown hardware", GOOD, ("--hardware", "H300"), "unknown hardware 'H300'"),
+    ("never reached", GOOD, ("--target-loss", "1e-9", "--lr", "1e-5", "--max-steps", "20"), "does not reach loss ≤ 1e-09 within 20 steps"),
+    ("no finetune data", GOOD, ("--target-loss", "0.1", "--lr", "0.1"), "give --finetune-data"),
+    ("bad batch", GOOD, ("--batch-size", "0"), "--batch-size must be a positive integer"),
+    ("epochs without size", GOOD, ("--epochs", "3"), "--epochs needs --dataset-size"),
+])
+def test_plan_errors_are_one_line_and_exit_2(tiny_run, tmp_path, capsys, case, body, extra, message):
+    root, _, _ = tiny_run
+    model = _tiny_model_file(tmp_path, body)
+    args = ["--model", f"{model}:build"]
+    if "--batch-size" not in extra:
+        args += ["--batch-size", "8"]
+    if not any(a in extra for a in ("--target-loss", "--epochs")):
+        args += ["--steps", "100"]
+    if "--target-loss" in extra and case == "never reached":
+        args += ["--finetune-data", str(_finetune_file(tmp_path))]
+    assert main(_args(root, *args, *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_render_table_marks_tight_and_missing_prices(tiny_run):
+    root, _, _ = tiny_run
+    plan = make_plan("mlp", batch_size=16, steps=50, hardware=["local", "RTX A4000"], prices={}, models_dir=root / "models" / "steptime",
+                     metrics_dir=root / "metrics")
+    text = render_table(plan, plan.sorted("name"))
+    assert "- (no price)" in text and "fits" in text
+    assert np.isfinite([r.step_seconds for r in plan.rows]).all()
+    with pytest.raises(PrenetError, match="--sort"):
+        plan.sorted("price")
