@@ -12,7 +12,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: install run test test-slow params lint clean-data help
+.PHONY: install run test test-deps test-slow params lint clean-data help results
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
@@ -28,16 +28,28 @@ install: $(STAMP)  ## create/reuse .venv with the pinned dependencies (CPU torch
 params: $(STAMP)  ## regenerate params.yaml from conf/ (Hydra compose; never edit params.yaml by hand)
 	python -m pipeline.compose
 
-run: $(STAMP)  ## the main job: dvc repro on the embedded defaults
+run: $(STAMP)  ## the main job: dvc repro on the embedded defaults, then the README's Results section from its metrics
 	dvc repro
+	python scripts/write_results.py
 	@echo
 	@echo "Results:"
 	@echo "  report   $(abspath data/report/index.html)"
 	@echo "  metrics  data/metrics/*.json   (dvc metrics show)"
 	@echo "  models   data/models/steptime/"
 
-test: $(STAMP)  ## the test suite (slow tests excluded; see test-slow)
+test: $(STAMP) test-deps  ## the test suite (slow tests excluded; see test-slow)
 	python -m pytest -q
+
+test-deps:  ## Debian's chromium for the report's browser test (installed when this user may; else that test skips)
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (apt-get) for the report's browser test"; \
+	    apt-get install -y -qq chromium >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
+	      || echo "warning: could not install chromium; the browser test will skip (or fail with PRENET_REQUIRE_CHROMIUM=1)"; \
+	  else echo "note: chromium is not installed and this user cannot apt-get it; the report's browser test will skip"; fi; }
+
+results: $(STAMP)  ## rewrite the README's Results section from data/metrics (make run does this)
+	python scripts/write_results.py
 
 test-slow: $(STAMP)  ## only the slow tests
 	python -m pytest -q -m slow

@@ -201,6 +201,71 @@ def _cmd_predict_outcome(args: argparse.Namespace) -> None:
     print("This is advice to look at the run, not an automatic stop: prenet never stops a run by itself.")
 
 
+def _prices(args: argparse.Namespace) -> dict:
+    """The pricing of ``--pricing`` (a conf/pricing/ option or a YAML file) with the ``--price NAME=USD`` overrides."""
+    from pipeline.config import CONF_DIR
+    from prenet.plan import check_prices, load_prices
+
+    src = Path(args.pricing)
+    if not src.is_file():
+        src = CONF_DIR / "pricing" / f"{args.pricing}.yaml"
+        if not src.is_file():
+            known = ", ".join(sorted(p.stem for p in (CONF_DIR / "pricing").glob("*.yaml")))
+            raise PrenetError(f"--pricing {args.pricing!r} is neither a file nor an option of conf/pricing/ (options: {known})")
+    prices = load_prices(src)
+    for item in args.price or []:
+        name, sep, usd = item.rpartition("=")
+        if not sep or not name:
+            raise PrenetError(f"--price {item!r}: expected NAME=USD_PER_HOUR, e.g. --price \"H100 SXM5 80GB=2.49\"")
+        prices.update(check_prices({name.strip(): usd.strip()}, "--price"))
+    return prices
+
+
+def _cmd_plan(args: argparse.Namespace) -> None:
+    import torch
+
+    from prenet.plan import load_finetune_data, make_plan, render_table
+
+    torch.set_num_threads(args.threads)
+    targets = {k: getattr(args, k) for k in ("converge_eps", "target_loss", "target_accuracy") if getattr(args, k) is not None}
+    if len(targets) > 1:
+        raise PrenetError(f"give one convergence target, got {', '.join('--' + k.replace('_', '-') for k in targets)}")
+    target, value = next(iter(targets.items())) if targets else (None, None)
+    finetune = None
+    if target is not None:
+        if not args.finetune_data:
+            raise PrenetError(f"--{target.replace('_', '-')} runs the convergence forecast on a fine-tuning set: give --finetune-data FILE "
+                              "(.pt of {'inputs': tensor, 'labels': tensor} or .npz with inputs, labels)")
+        if args.lr is None:
+            raise PrenetError("the convergence forecast needs the fine-tuning learning rate: give --lr")
+        x, y = load_finetune_data(args.finetune_data)
+        finetune = {"inputs": x, "labels": y, "lr": args.lr, "loss": args.loss, "max_steps": args.max_steps, "subset": args.subset, "max_gib": args.max_gib}
+    overhead = None
+    ovh = Path(args.models).parent.parent / "raw" / "step_overhead.json"
+    if ovh.is_file():
+        overhead = {"cpu": json.loads(ovh.read_text()).get("null_step_ms", {}).get(args.optimizer, 0.0)}
+    plan = make_plan(args.model, batch_size=args.batch_size, dataset_size=args.dataset_size, epochs=args.epochs, steps=args.steps,
+                     target=target, target_value=value, finetune=finetune, hardware=args.hardware, optimizer=args.optimizer,
+                     momentum=args.momentum, prices=_prices(args), models_dir=args.models, metrics_dir=args.metrics, threads=args.threads,
+                     overhead_ms=overhead)
+    rows = plan.sorted(args.sort)
+    if args.json:
+        d = plan.to_dict()
+        d["rows"] = [r.__dict__ for r in rows]
+        d["sort"] = args.sort
+        print(json.dumps(d, indent=2, default=float))
+        return
+    print(render_table(plan, rows))
+
+
+def _cmd_report(args: argparse.Namespace) -> None:
+    from pipeline.config import compose
+    from pipeline.report import report
+
+    out = report(compose(args.overrides or []))
+    print(f"open {out['html']} in a browser (self-contained: no network needed)")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -312,6 +377,41 @@ def build_parser() -> argparse.ArgumentParser:
     oc.add_argument("--models", default="data/models/outcome", help="trained early-success models (default: %(default)s)")
     oc.add_argument("--json", action="store_true")
     oc.set_defaults(func=_cmd_predict_outcome)
+
+    pn = sub.add_parser("plan", help="what a training job costs on each hardware option: step time, steps, wall time, cost, memory",
+                        description="Predict step time, steps, wall time, cost and memory fit of a training job on every hardware "
+                                    "option, with intervals from the predictors' measured holdout errors.")
+    pn.add_argument("--model", required=True, help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, gpt2_small_like) "
+                    "or path/to/file.py:function returning (module, example_batch)")
+    pn.add_argument("--batch-size", type=int, required=True)
+    pn.add_argument("--dataset-size", type=int, help="training samples (one epoch); default with a target: the fine-tuning set's size")
+    how = pn.add_mutually_exclusive_group()
+    how.add_argument("--epochs", type=float, help="epochs over --dataset-size samples")
+    how.add_argument("--steps", type=int, help="optimizer steps")
+    how.add_argument("--converge-eps", type=float, help="forecast the steps until |L_t - L_T| <= eps (L_0 - L_T), T = --max-steps")
+    how.add_argument("--target-loss", type=float, help="forecast the steps until the training loss <= this")
+    how.add_argument("--target-accuracy", type=float, help="forecast the steps until the training accuracy >= this")
+    pn.add_argument("--finetune-data", help="fine-tuning set for a target: .pt {'inputs', 'labels'} or .npz (inputs, labels)")
+    pn.add_argument("--lr", type=float, help="fine-tuning learning rate (needed with a target)")
+    pn.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (forecast and optimizer memory; default 0)")
+    pn.add_argument("--loss", choices=["cross_entropy", "mse"], default="cross_entropy")
+    pn.add_argument("--max-steps", type=int, default=2000, help="forecast horizon (default 2000)")
+    pn.add_argument("--subset", type=int, default=128, help="samples the NTK is computed on (default 128)")
+    pn.add_argument("--max-gib", type=float, default=4.0, help="memory allowed for the NTK (GiB, default 4)")
+    pn.add_argument("--hardware", nargs="+", help="hardware to plan for (default: local and the whole catalog; see `prenet hardware list`)")
+    pn.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    pn.add_argument("--pricing", default="on_demand", help="conf/pricing/ option or a YAML file of prices (default: %(default)s)")
+    pn.add_argument("--price", action="append", metavar="NAME=USD", help="override one price per GPU-hour (repeatable)")
+    pn.add_argument("--sort", choices=["cost", "time", "name"], default="cost", help="ranking (default: cost; unpriced and not fitting last)")
+    pn.add_argument("--models", default=str(DEFAULT_MODELS), help="trained step-time models (default: %(default)s)")
+    pn.add_argument("--metrics", default="data/metrics", help="metrics of the run that trained them: the intervals (default: %(default)s)")
+    pn.add_argument("--threads", type=int, default=1)
+    pn.add_argument("--json", action="store_true", help="print the plan as JSON")
+    pn.set_defaults(func=_cmd_plan)
+
+    rp = sub.add_parser("report", help="render data/report/index.html and its figures from the metrics of the last run")
+    rp.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. paths.report=/tmp/report")
+    rp.set_defaults(func=_cmd_report)
 
     rt = sub.add_parser("retrain", help="run the Prefect retrain flow once (every stage through dvc repro)")
     rt.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. predictor=mlp experiment=tiny")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -10,7 +12,7 @@ from omegaconf import DictConfig
 from pipeline.config import hydra_entry
 from prenet.data.io import read_table, write_text
 from prenet.data.schemas import HoldoutPredictions
-from prenet.report import figures
+from prenet.report import figures, summary_figures
 from prenet.report.html import image, page, table
 
 METRIC_COLS = ["n", "mape_pct", "median_ape_pct", "rmse_ms", "within_20pct"]
@@ -43,7 +45,7 @@ CONV_COLS = ["n", "n_both", "median_ape_pct", "mean_ape_pct", "within_pct", "mis
 OUT_COLS = ["n", "r2", "r2_low", "r2_high", "mae", "failure_auc", "failure_auc_low", "failure_auc_high", "failures", "relative_class_accuracy"]
 
 
-def _outcome_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
+def _outcome_sections(mdir: Path, plots: Path, out: Path) -> list[tuple[str, str]]:
     """Early success: holdout R² / AUC by epoch and scope with intervals, ablation, importances, corpus."""
     oc = json.loads((mdir / "outcome.json").read_text())
     cp = json.loads((mdir / "corpus.json").read_text())
@@ -54,6 +56,11 @@ def _outcome_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
     imp = "".join(f"<h3>Feature importance (gain share), pooled model, {ep.replace('_', ' ')}</h3>" + table({k: {"gain share": v} for k, v in d.items()}, ["gain share"], "feature")
                   for ep, d in oc["feature_importance"].items())
     corpus_rows = {d: v for d, v in cp["domains"].items()}
+    figs = ""
+    if oc["ablation"].get("pooled"):
+        figs += image(summary_figures.ablation(oc["ablation"]["pooled"], out / "outcome_ablation.png"), "telemetry gain over loss/accuracy only, pooled")
+    if oc.get("feature_importance"):
+        figs += image(summary_figures.importances(oc["feature_importance"], out / "outcome_importance.png"), "feature importance, pooled telemetry model")
     return [
         ("Early success: corpus", f"<p class=note>{cp['runs']} runs of {cp['epochs']} epochs; recorder overhead measured on runs at the 75th percentile of wall time "
          f"(with vs without the recorder): median {cp.get('overhead_pct_median')} %.</p>"
@@ -63,7 +70,7 @@ def _outcome_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
          + image(plots / "outcome_by_epoch.png", "R² and failure AUC by epoch") + image(plots / "outcome_scatter.png", "predicted vs final test accuracy")
          + table(rows, OUT_COLS, "scope · epoch · features")),
         ("Early success: ablation and importances", "<p class=note>Telemetry minus loss/accuracy-only, paired bootstrap over the same holdout runs; "
-         "p = share of resamples where telemetry is not better.</p>" + table(abl, ["ΔR²", "ΔR² low", "ΔR² high", "p (ΔR² ≤ 0)", "ΔAUC", "p (ΔAUC ≤ 0)"], "scope · epoch") + imp),
+         "p = share of resamples where telemetry is not better.</p>" + figs + table(abl, ["ΔR²", "ΔR² low", "ΔR² high", "p (ΔR² ≤ 0)", "ΔAUC", "p (ΔAUC ≤ 0)"], "scope · epoch") + imp),
     ]
 
 
@@ -115,6 +122,78 @@ def _convergence_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
     ]
 
 
+#: Figures other stages draw (under paths.plots), copied next to the page so every figure is also a file.
+STAGE_FIGURES = ("convergence_curves.png", "convergence_steps.png", "forecast_cost.png", "outcome_by_epoch.png", "outcome_scatter.png")
+
+
+def _planner_section(ev: dict, cv: dict, zoo, out: Path) -> str:
+    """Peak-memory check of the zoo and the error ratios behind `prenet plan`'s intervals."""
+    parts = []
+    mem = ev.get("whole_model", {}).get("memory")
+    if mem and "measured_memory_bytes" in zoo.columns:
+        fig = summary_figures.memory_scatter(zoo, out / "memory_scatter.png")
+        rows = {f"{r['model']} b{r['batch_size']} {r['optimizer']}": {"measured MiB": r["measured_memory_bytes"] / 2**20,
+                                                                     "predicted MiB": r["predicted_memory_bytes"] / 2**20,
+                                                                     "measured / predicted": r["measured_memory_bytes"] / r["predicted_memory_bytes"]}
+                for r in zoo.iter_rows(named=True) if r.get("measured_memory_bytes")}
+        parts.append("<h3>Peak training memory: predicted vs measured (zoo, CPU)</h3><p class=note>Predicted from the model alone "
+                     "(weights, gradients, optimizer state, batch, every tensor autograd saves, traced on the meta device, plus twice the largest "
+                     "of them during backward); measured from the profiler's allocator events during one real step. "
+                     f"MAPE {mem['mape_pct']:.1f} %, measured / predicted from {mem['ratio_min']:.2f} to {mem['ratio_max']:.2f} "
+                     f"(n = {mem['n']}); the planner calls a device 'tight' when the job fits only without the largest under-prediction.</p>"
+                     + image(fig, "peak memory, predicted vs measured") + table(rows, ["measured MiB", "predicted MiB", "measured / predicted"], "zoo step"))
+    iv = ev.get("intervals", {})
+    groups = {}
+    if iv.get("local_whole_model"):
+        groups["step time, local CPU (whole zoo steps)"] = iv["local_whole_model"]["ratios"]
+    if iv.get("unseen_gpu"):
+        groups["step time, unseen GPU (layer deciles per fold)"] = iv["unseen_gpu"]["ratios"]
+    for tkey, per in cv.get("intervals", {}).items():
+        if per.get("forecast", {}).get("ratios"):
+            groups[f"steps, forecast, {tkey}"] = per["forecast"]["ratios"]
+    if groups:
+        cov = float(iv.get("coverage", 0.8))
+        fig = summary_figures.interval_ratios(groups, cov, out / "interval_ratios.png")
+        import numpy as np
+
+        rows = {k: {"n": len(v), "low": float(np.quantile(v, (1 - cov) / 2)), "median": float(np.median(v)), "high": float(np.quantile(v, (1 + cov) / 2))}
+                for k, v in groups.items()}
+        parts.append(f"<h3>Error ratios behind the planner's {round(cov * 100)} % intervals</h3><p class=note>`prenet plan` multiplies each "
+                     "point prediction by the central quantiles of these measured / predicted ratios (wall time: of every product of a "
+                     "step-time ratio and a steps ratio). Few points make wide, uncertain intervals.</p>"
+                     + image(fig, "measured / predicted ratios") + table(rows, ["n", "low", "median", "high"], "source"))
+    return "".join(parts) or "<p class=note>No memory measurements or interval ratios in this run's metrics.</p>"
+
+
+def _glance(mdir: Path) -> str:
+    """The README's Results tables (this run against the published figures), as HTML."""
+    import html as _html
+
+    from prenet.report.results import results_markdown
+
+    out, rows = [], []
+    for line in results_markdown(mdir).splitlines() + [""]:
+        if line.startswith("|---"):
+            continue
+        if line.startswith("|"):
+            rows.append([c.strip() for c in line.strip("|").split("|")])
+        elif rows:
+            head, body = rows[0], rows[1:]
+            out.append("<table><tr>" + "".join(f"<th>{_html.escape(h)}</th>" for h in head) + "</tr>"
+                       + "".join("<tr>" + "".join(f"<td style='text-align:left'>{_html.escape(c.replace('`', ''))}</td>" for c in r) + "</tr>" for r in body)
+                       + "</table>")
+            rows = []
+    return ("<p class=note>This run's headline figures beside each method's published claim (on the authors' own data and "
+            "hardware: for scale, not reproduced). The same tables are the README's Results section.</p>" + "".join(out))
+
+
+def _provenance(mdir: Path) -> str:
+    """The metrics files every number of the page comes from, with their MD5 (as in dvc.lock)."""
+    rows = {p.name: {"md5": hashlib.md5(p.read_bytes()).hexdigest(), "bytes": p.stat().st_size} for p in sorted(mdir.glob("*.json"))}
+    return ("<p class=note>Every number on this page is read from these metrics files of the same pipeline run (and the prediction "
+            "tables beside them under data/plots); `dvc metrics show` prints the same files.</p>" + table(rows, ["md5", "bytes"], "file"))
+
+
 def report(cfg: DictConfig) -> dict:
     """Render ``paths.report``/index.html and its figures from ``metrics/*.json`` and the holdout predictions."""
     mdir, out = Path(cfg.paths.metrics), Path(cfg.paths.report)
@@ -124,6 +203,18 @@ def report(cfg: DictConfig) -> dict:
     bm = json.loads((mdir / "benchmark.json").read_text())
     pred = read_table(Path(cfg.paths.plots) / "holdout_predictions.csv", HoldoutPredictions)
     zoo = read_table(Path(cfg.paths.plots) / "zoo_predictions.csv")
+    out.mkdir(parents=True, exist_ok=True)
+    cost_check = json.loads((mdir / "forecast_cost.json").read_text()).get("enabled") if (mdir / "forecast_cost.json").is_file() else False
+    for name in STAGE_FIGURES:
+        if name == "forecast_cost.png" and not cost_check:
+            (out / name).unlink(missing_ok=True)   # a figure of an earlier run would not match this run's metrics
+            continue
+        if (Path(cfg.paths.plots) / name).is_file():
+            shutil.copyfile(Path(cfg.paths.plots) / name, out / name)
+    hw_fig = summary_figures.bar_by_hardware(ev["by_hardware"], ev["noise_floor"], out / "holdout_mape_by_hardware.png")
+    folds_csv = Path(cfg.paths.plots) / "unseen_hardware.csv"
+    logo_fig = summary_figures.logo_by_gpu(read_table(folds_csv), out / "unseen_hardware_by_gpu.png") if folds_csv.exists() else None
+    cv = json.loads((mdir / "convergence.json").read_text())
     recipes = list(ev["recipes"])
     scatter = figures.scatter_predicted_vs_measured(pred, out / "holdout_scatter.png", f"holdout: {ev['predictor']} ({ev['feature_set']})")
     bars = figures.bar_errors(ev["by_op_source"], ev["noise_floor"], out / "holdout_mape.png", "holdout MAPE by op and source")
@@ -137,13 +228,15 @@ def report(cfg: DictConfig) -> dict:
     sel_rows = {k: {"median val MAPE %": v} for k, v in tr.get("selection_val_mape_median", {}).items()}
     nf = ", ".join(f"{k.replace('_median_spread_pct', '')}: {v:.2f} %" for k, v in ev["noise_floor"].items())
     sections = [
+        ("At a glance", _glance(mdir)),
         ("Run", table({"benchmark": bm}, ["hardware_id", "threads", "measured", "planned", "noise_floor_median_spread_pct", "wall_s"])
          + table({"split": sp}, ["train", "val", "holdout", "holdout_share"])
          + f"<p class=note>Predictor <b>{ev['predictor']}</b>, feature set <b>{ev['feature_set']}</b>, trained in {tr['train_wall_s']} s with {tr['threads']} thread(s).</p>"),
         ("Holdout errors (frozen 20 %)", f"<p class=note>Measurement noise floor (median run-to-run spread): {nf}. Errors below it are not meaningful.</p>"
          + table({"overall": ev["overall"]}, METRIC_COLS) + table(ev["by_op"], METRIC_COLS, "op")
          + table(ev["by_op_source"], METRIC_COLS, "op / source") + table(ev["by_hardware"], METRIC_COLS, "hardware")),
-        ("Predicted vs measured", image(scatter, "predicted vs measured on the holdout") + image(bars, "holdout MAPE by op and source, noise floor dashed")),
+        ("Predicted vs measured", image(scatter, "predicted vs measured on the holdout") + image(bars, "holdout MAPE by op and source, noise floor dashed")
+         + image(hw_fig, "holdout MAPE by hardware, noise floor dashed")),
         ("Recipes on the holdout", "<p class=note>prenet: the configured predictor on all PreNeT features (beyond the largest benchmarked "
          "layer it scales with the roofline time, train.extrapolate); justus_recipe: the same predictor "
          "without computational features (Justus et al. 2018); prenet_recipe: per layer type the best predictor × feature set on "
@@ -154,10 +247,13 @@ def report(cfg: DictConfig) -> dict:
          f"otherwise) + loss + the measured per-step overhead of a null step. Measurement noise floor (median spread of the measured steps): {wm['noise_floor_median_spread_pct']:.2f} %.</p>"
          + table(wm_rows, [f"{r} MAPE %" for r in recipes], "zoo model") + image(wm_fig, "whole-model step time, predicted vs measured")
          + table(zoo_rows, ["measured_ms", *[f"{n}_ms" for n in recipes]], "model / batch / optimizer")),
-        ("Unseen hardware (leave one GPU out)", _unseen_section(ev.get("unseen_hardware", {}), Path(cfg.paths.plots) / "unseen_hardware.csv")),
+        ("Unseen hardware (leave one GPU out)", _unseen_section(ev.get("unseen_hardware", {}), folds_csv)
+         + (image(logo_fig, "MAPE per held-out GPU and recipe") if logo_fig else "")),
+        ("Planner: memory and intervals", _planner_section(ev, cv, zoo, out)),
         ("Validation (model selection)", table(tr["val"], METRIC_COLS, "op")),
         *_convergence_sections(mdir, Path(cfg.paths.plots)),
-        *_outcome_sections(mdir, Path(cfg.paths.plots)),
+        *_outcome_sections(mdir, Path(cfg.paths.plots), out),
+        ("Provenance", _provenance(mdir)),
     ]
     path = write_text(page(cfg.report.title, sections), out / "index.html")
     print(f"report: {path.resolve()}")

@@ -32,6 +32,15 @@ def image(path: Path, alt: str) -> str:
     return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"><figcaption class="note">{html.escape(alt)} ({path.name})</figcaption></figure>'
 
 
+#: Inline (no network) script: on load, records on <body> how many figures the page has and how many decoded, so a
+#: headless browser's DOM dump tells whether every figure loaded (prenet.report.browser.check_page).
+LOAD_CHECK = ("<script>window.addEventListener('load',function(){var i=Array.prototype.slice.call(document.images);"
+              "document.body.setAttribute('data-figures',i.length);"
+              "document.body.setAttribute('data-loaded',i.filter(function(x){return x.complete&&x.naturalWidth>0;}).length);});</script>")
+
+
 def page(title: str, sections: list[tuple[str, str]]) -> str:
-    body = "".join(f"<section><h2>{html.escape(h)}</h2>{content}</section>" for h, content in sections)
-    return f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>{body}</body></html>\n"
+    toc = "<nav><ol>" + "".join(f'<li><a href="#s{i}">{html.escape(h)}</a></li>' for i, (h, _) in enumerate(sections)) + "</ol></nav>"
+    body = "".join(f'<section id="s{i}"><h2>{html.escape(h)}</h2>{content}</section>' for i, (h, content) in enumerate(sections))
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{CSS}</style></head>"
+            f"<body><h1>{html.escape(title)}</h1>{toc}{body}{LOAD_CHECK}</body></html>\n")

@@ -1,0 +1,94 @@
+"""The report page in a real browser (headless Chromium): every figure loads, no console errors, nothing fetched
+from the network; and the README's Results section agrees with the metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from prenet.report.browser import check_page, find_chromium
+from prenet.report.results import current_block, replace_block, results_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """Debian's chromium (the test setup installs it: `make test-deps`, run by `make test` and .ci/run). Without it
+    the browser tests skip — unless PRENET_REQUIRE_CHROMIUM=1 (set by .ci/run), where they fail."""
+    exe = find_chromium()
+    if exe is None:
+        if os.environ.get("PRENET_REQUIRE_CHROMIUM") == "1":
+            pytest.fail("chromium is required (PRENET_REQUIRE_CHROMIUM=1) but not installed: apt-get install -y chromium")
+        pytest.skip("chromium not installed (apt-get install -y chromium, or `make test-deps`)")
+    return exe
+
+
+def test_report_renders_in_chromium_with_every_figure_and_no_console_error(tiny_run, chromium):
+    root, cfg, _ = tiny_run
+    page = Path(cfg.paths.report) / "index.html"
+    html = page.read_text()
+    assert "<script src=" not in html and "http://" not in html and "https://" not in html   # self-contained: no CDN
+    check = check_page(page, chromium=chromium)
+    assert check.figures >= 10, check
+    assert check.loaded == check.figures and not check.console_errors and not check.external_requests, check
+    files = {p.name for p in Path(cfg.paths.report).glob("*.png")}
+    assert {"holdout_scatter.png", "holdout_mape_by_hardware.png", "memory_scatter.png", "interval_ratios.png",
+            "convergence_curves.png", "outcome_by_epoch.png", "outcome_ablation.png", "outcome_importance.png"} <= files
+
+
+def test_the_browser_check_catches_a_broken_page(tmp_path, chromium):
+    bad = tmp_path / "bad.html"
+    bad.write_text('<!doctype html><html><body><img src="missing.png"><script>console.error("boom"); undefinedName();</script>'
+                   + __import__("prenet.report.html", fromlist=["LOAD_CHECK"]).LOAD_CHECK + "</body></html>")
+    check = check_page(bad, chromium=chromium)
+    assert check.figures == 1 and check.loaded == 0
+    assert any("boom" in e for e in check.console_errors) and any("undefinedName" in e for e in check.console_errors)
+    assert not check.ok
+
+
+def test_report_numbers_come_from_the_metrics_files(tiny_run):
+    root, cfg, _ = tiny_run
+    html = (Path(cfg.paths.report) / "index.html").read_text()
+    ev = json.loads((Path(cfg.paths.metrics) / "evaluate.json").read_text())
+    assert f"{ev['overall']['mape_pct']:.3g}" in html
+    import hashlib
+
+    md5 = hashlib.md5((Path(cfg.paths.metrics) / "evaluate.json").read_bytes()).hexdigest()
+    assert md5 in html                                                   # provenance table
+
+
+def test_readme_results_agree_with_the_metrics():
+    readme = (ROOT / "README.md").read_text()
+    block = current_block(readme)
+    assert block is not None, "README.md has no generated Results section; run `python scripts/write_results.py`"
+    assert block == results_markdown(ROOT / "data" / "metrics"), \
+        "README.md's Results section differs from data/metrics; run `python scripts/write_results.py`"
+
+
+def test_results_section_follows_a_changed_metric(tmp_path):
+    mdir = tmp_path / "metrics"
+    shutil.copytree(ROOT / "data" / "metrics", mdir)
+    before = results_markdown(mdir)
+    ev = json.loads((mdir / "evaluate.json").read_text())
+    ev["overall"]["mape_pct"] = 99.25
+    (mdir / "evaluate.json").write_text(json.dumps(ev))
+    after = results_markdown(mdir)
+    assert after != before and "99.2 %" in after
+    readme = "# x\n\n## Results\n\n" + before + "\n\nafter\n"
+    assert current_block(replace_block(readme, after)) == after and replace_block(readme, after).endswith("after\n")
+
+
+def test_prenet_report_command_renders_the_same_page(tiny_run, tmp_path, capsys):
+    from pipeline.cli import main
+    from tests.conftest import tiny_overrides
+
+    root, cfg, _ = tiny_run
+    out = tmp_path / "again"
+    assert main(["report", *tiny_overrides(root), f"paths.report={out}"]) == 0
+    assert (out / "index.html").is_file() and "self-contained" in capsys.readouterr().out
+    assert {p.name for p in out.glob("*.png")} == {p.name for p in Path(cfg.paths.report).glob("*.png")}
