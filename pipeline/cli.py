@@ -244,7 +244,16 @@ def _cmd_plan(args: argparse.Namespace) -> None:
     ovh = Path(args.models).parent.parent / "raw" / "step_overhead.json"
     if ovh.is_file():
         overhead = {"cpu": json.loads(ovh.read_text()).get("null_step_ms", {}).get(args.optimizer, 0.0)}
-    plan = make_plan(args.model, batch_size=args.batch_size, dataset_size=args.dataset_size, epochs=args.epochs, steps=args.steps,
+    zoo_kwargs = {}
+    for item in args.zoo_arg or []:
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            raise PrenetError(f"--zoo-arg {item!r}: expected KEY=INTEGER, e.g. --zoo-arg image_size=224")
+        try:
+            zoo_kwargs[key.strip()] = int(val)
+        except ValueError:
+            raise PrenetError(f"--zoo-arg {item!r}: the value must be an integer") from None
+    plan = make_plan(args.model, batch_size=args.batch_size, zoo_kwargs=zoo_kwargs or None, dataset_size=args.dataset_size, epochs=args.epochs, steps=args.steps,
                      target=target, target_value=value, finetune=finetune, hardware=args.hardware, optimizer=args.optimizer,
                      momentum=args.momentum, prices=_prices(args), models_dir=args.models, metrics_dir=args.metrics, threads=args.threads,
                      overhead_ms=overhead)
@@ -384,6 +393,8 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--model", required=True, help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, gpt2_small_like) "
                     "or path/to/file.py:function returning (module, example_batch)")
     pn.add_argument("--batch-size", type=int, required=True)
+    pn.add_argument("--zoo-arg", action="append", metavar="KEY=N", help="a zoo model's size (repeatable), e.g. image_size=224, "
+                    "layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)")
     pn.add_argument("--dataset-size", type=int, help="training samples (one epoch); default with a target: the fine-tuning set's size")
     how = pn.add_mutually_exclusive_group()
     how.add_argument("--epochs", type=float, help="epochs over --dataset-size samples")

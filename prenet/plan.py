@@ -346,30 +346,28 @@ def steps_target_key(target: str, value: float) -> str:
     return {"converge_eps": "relative_eps=0.1", "target_loss": "loss<=0.5*L0", "target_accuracy": "accuracy>=0.9"}[target]
 
 
-def _module_for_forecast(model: Any, batch_size: int) -> Any:
+def _module_for_forecast(model: Any, batch_size: int, zoo_kwargs: dict[str, Any] | None) -> Any:
     """The model with real weights (the forecast needs them): a zoo model freshly initialised, a file model as built."""
     import torch
 
     from prenet.steptime import predict as _p
-    from prenet.zoo import ZOO
 
     if isinstance(model, tuple):
         return model[0]
-    if model in ZOO:
-        torch.manual_seed(0)
-        return ZOO[model](batch_size=batch_size)[0]
-    return _p.build_model(str(model), batch_size)[0]
+    torch.manual_seed(0)
+    return _p.build_model(str(model), batch_size, zoo_kwargs, meta=False)[0]
 
 
 def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, epochs: float | None = None, steps: int | None = None,
               target: str | None = None, target_value: float | None = None, finetune: dict[str, Any] | None = None,
               hardware: list[str] | None = None, optimizer: str = "sgd", momentum: float = 0.0,
               prices: dict[str, dict[str, Any]] | None = None, models_dir: str | Path, metrics_dir: str | Path, threads: int = 1,
-              overhead_ms: dict[str, float] | None = None) -> Plan:
+              overhead_ms: dict[str, float] | None = None, zoo_kwargs: dict[str, Any] | None = None) -> Plan:
     """Plan a training job of ``model`` (zoo name, ``file.py:function`` or ``(module, example_batch)``) on every
     hardware in the catalog plus ``local`` (or the ``hardware`` list). Exactly one of ``steps``, ``epochs`` (with
     ``dataset_size``) or ``target`` (``converge_eps`` | ``target_loss`` | ``target_accuracy``, with ``target_value``
-    and ``finetune`` = {inputs, labels, loss, lr, max_steps, subset}) sets the number of steps."""
+    and ``finetune`` = {inputs, labels, loss, lr, max_steps, subset}) sets the number of steps. ``zoo_kwargs``: a
+    zoo model's size keywords (e.g. ``{"image_size": 224}``; the zoo's defaults are CPU-sized)."""
     import torch
 
     from prenet.hardware import catalog, resolve
@@ -391,8 +389,10 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
         raise PrenetError(f"--optimizer must be sgd or adam, got {optimizer!r}")
     names = list(hardware) if hardware else ["local", *sorted(catalog())]
     specs = {n: resolve(n, threads=threads) for n in names}  # unknown names fail here, before any work
-    module, batch = model if isinstance(model, tuple) else _p.build_model(str(model), batch_size)
+    module, batch = model if isinstance(model, tuple) else _p.build_model(str(model), batch_size, zoo_kwargs)
     label = model if isinstance(model, str) else type(module).__name__
+    if zoo_kwargs:
+        label += " (" + ", ".join(f"{k}={v}" for k, v in zoo_kwargs.items()) + ")"
     calls = _p.step_calls(module, batch)
     if not calls:
         raise PrenetError(f"{label}: the model has no layers prenet can time")
@@ -402,7 +402,7 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
     if target is not None:
         if target_value is None or not finetune:
             raise PrenetError("a convergence target needs its value and --finetune-data (the fine-tuning set the forecast runs on)")
-        fmod = _module_for_forecast(model, batch_size)
+        fmod = _module_for_forecast(model, batch_size, zoo_kwargs)
         fc_info = forecast_steps(fmod, finetune["inputs"], finetune["labels"], target=target, value=float(target_value),
                                  loss=finetune.get("loss", "cross_entropy"), lr=float(finetune["lr"]), momentum=momentum, batch_size=batch_size,
                                  max_steps=int(finetune.get("max_steps", 2000)), subset=int(finetune.get("subset", 128)),

@@ -122,6 +122,7 @@ def test_plan_from_a_convergence_target(tiny_run, tmp_path, capsys):
     ("no finetune data", GOOD, ("--target-loss", "0.1", "--lr", "0.1"), "give --finetune-data"),
     ("bad batch", GOOD, ("--batch-size", "0"), "--batch-size must be a positive integer"),
     ("epochs without size", GOOD, ("--epochs", "3"), "--epochs needs --dataset-size"),
+    ("zoo arg on a file model", GOOD, ("--zoo-arg", "image_size=224"), "--zoo-arg applies to zoo models only"),
 ])
 def test_plan_errors_are_one_line_and_exit_2(tiny_run, tmp_path, capsys, case, body, extra, message):
     root, _, _ = tiny_run
@@ -148,3 +149,14 @@ def test_render_table_marks_tight_and_missing_prices(tiny_run):
     assert np.isfinite([r.step_seconds for r in plan.rows]).all()
     with pytest.raises(PrenetError, match="--sort"):
         plan.sorted("price")
+
+
+def test_zoo_sizes_change_the_plan(tiny_run, capsys):
+    root, _, _ = tiny_run
+    small = _plan_json(capsys, root, "--model", "resnet18", "--batch-size", "8", "--steps", "10", "--hardware", "L4")
+    big = _plan_json(capsys, root, "--model", "resnet18", "--zoo-arg", "image_size=128", "--batch-size", "8", "--steps", "10", "--hardware", "L4")
+    assert big["model"] == "resnet18 (image_size=128)"
+    assert big["memory"]["activations_bytes"] == pytest.approx(4 * small["memory"]["activations_bytes"], rel=0.05)
+    assert big["rows"][0]["step_seconds"] > small["rows"][0]["step_seconds"]
+    assert main(_args(root, "--model", "resnet18", "--zoo-arg", "depth=3", "--batch-size", "8", "--steps", "10")) == 2
+    assert "its sizes are image_size" in capsys.readouterr().err

@@ -136,14 +136,23 @@ def load_model_function(spec: str) -> Callable[..., Any]:
     return fn
 
 
-def build_model(spec: str, batch_size: int) -> tuple[nn.Module, Any]:
+def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:
     """A zoo name or ``file.py:function``, called with ``batch_size=N`` when it accepts it; must return
-    ``(module, example_batch)``. Zoo models are built on the meta device (no weight memory)."""
+    ``(module, example_batch)``. Zoo models are built on the meta device (no weight memory) unless ``meta`` is
+    False, with the builder keywords ``zoo_kwargs`` (e.g. ``{"image_size": 224}``)."""
     from prenet.zoo import ZOO
 
     if spec in ZOO:
-        with torch.device("meta"):
-            return ZOO[spec](batch_size=batch_size)
+        try:
+            if meta:
+                with torch.device("meta"):
+                    return ZOO[spec](batch_size=batch_size, **(zoo_kwargs or {}))
+            return ZOO[spec](batch_size=batch_size, **(zoo_kwargs or {}))
+        except TypeError as e:
+            params = [p for p in inspect.signature(ZOO[spec]).parameters if p != "batch_size"]
+            raise PrenetError(f"zoo model {spec!r} does not take {zoo_kwargs}: {e}; its sizes are {', '.join(params)}") from e
+    if zoo_kwargs:
+        raise PrenetError(f"--zoo-arg applies to zoo models only; {spec} is a file model (set its sizes in the file)")
     fn = load_model_function(spec)
     accepts = "batch_size" in inspect.signature(fn).parameters
     try:
