@@ -53,12 +53,13 @@ class Intervals:
     memory_ratio_max: float | None  # largest measured / predicted peak memory of the zoo on the CPU
     coverage: float = 0.8
 
-    def bounds(self, kind: str) -> tuple[float, float]:
-        """(low, high) factors on a predicted wall time for hardware of ``kind`` (``cpu`` or ``gpu``)."""
+    def bounds(self, kind: str, *, with_steps: bool = True) -> tuple[float, float]:
+        """(low, high) factors on a predicted wall time (``with_steps``) or step time for hardware of ``kind``
+        (``cpu`` or ``gpu``)."""
         step = np.asarray(self.step_local if kind == "cpu" else self.step_gpu, float)
         if step.size == 0:
             step = np.asarray(self.step_gpu or self.step_local or [1.0], float)
-        total = step if not self.steps else np.outer(step, np.asarray(self.steps, float)).ravel()
+        total = step if not (self.steps and with_steps) else np.outer(step, np.asarray(self.steps, float)).ravel()
         lo, hi = (1 - self.coverage) / 2, (1 + self.coverage) / 2
         return float(np.quantile(total, lo)), float(np.quantile(total, hi))
 
@@ -200,7 +201,7 @@ def plan_rows(step_seconds: dict[str, float], specs: dict[str, HardwareSpec], *,
     for name, step_s in step_seconds.items():
         spec = specs[name]
         lo, hi = intervals.bounds(spec.kind)
-        slo, shi = Intervals(intervals.step_local, intervals.step_gpu, None, None, intervals.coverage).bounds(spec.kind)
+        slo, shi = intervals.bounds(spec.kind, with_steps=False)
         wall = step_s * steps
         price = lower_prices.get(name.lower()) or lower_prices.get(spec.hardware_id.lower())
         usd = price["usd_per_hour"] if price else None
