@@ -56,8 +56,10 @@ def check_page(html_path: str | Path, *, chromium: str | None = None, timeout_s:
     if not page.is_file():
         raise PrenetError(f"report {page} does not exist; render it with `prenet report` (or `dvc repro report`)")
     with tempfile.TemporaryDirectory(prefix="prenet-chromium-") as profile:
+        # background services (updates, sync, QUIC probes) stay off: on a closed network they only fail and log
         cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-               "--no-first-run", "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
+               "--no-first-run", "--disable-quic", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
                # any request leaving the machine fails (and is reported): the page must open offline
                "--host-resolver-rules=MAP * ~NOTFOUND", "--dump-dom", page.as_uri()]
         try:
