@@ -13,7 +13,7 @@ from pipeline.config import hydra_entry
 from pipeline.finetune import convergence_split_rule
 from pipeline.pretrain import convergence_tasks
 from prenet.convergence.baselines import ProbeRegressor, curve_fit_forecast
-from prenet.convergence.evaluation import auc, by_curve, curve_distance, dense, score, steps_for, target_list
+from prenet.convergence.evaluation import auc, by_curve, curve_distance, dense, score, seed_noise_floor, steps_for, target_list
 from prenet.data.io import read_table, write_json, write_table
 from prenet.data.schemas import ConvergenceTargets, FinetuneRuns, ForecastRuns, LossCurves
 from prenet.data.split import assert_no_holdout
@@ -78,6 +78,10 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
     headline: dict = {}
     for (kind, param, src), g in h.group_by(["target_kind", "target_param", "source"], maintain_order=True):
         headline.setdefault(_tkey(kind, param), {})[src] = score(g, within)
+    # measurement noise floor: the same configuration with other seeds (all configurations: nothing is fitted here)
+    real = (tgt.filter(pl.col("source") == "forecast").select("config_id", "target_kind", "target_param", "real_steps")
+            .join(runs.select("config_id", "task", "lr", "momentum", "batch_size", "loss", "seed"), on="config_id"))
+    noise = {_tkey(k, p): v for (k, p), v in seed_noise_floor(real, ["task", "lr", "momentum", "batch_size", "loss"]).items()}
     # the planner's intervals on steps (prenet plan): real / predicted steps of every holdout configuration where both reached the target
     intervals: dict = {}
     for (kind, param, src), g in h.filter(pl.col("source").is_in(["forecast", "corrected"])).group_by(
@@ -141,7 +145,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
                   "flagged_share": float((~runs["reliable"]).mean()) if runs.height else None,
                   "median_ape_pct_flagged": float(100 * pf.filter(~pl.col("reliable"))["ape"].median()) if pf.filter(~pl.col("reliable")).height else None,
                   "median_ape_pct_unflagged": float(100 * pf.filter(pl.col("reliable"))["ape"].median()) if pf.filter(pl.col("reliable")).height else None}
-    metrics = {"holdout_configs": hold.height, "configs": runs.height, "primary_target": primary, "holdout": headline, "intervals": intervals, "gaps": gaps,
+    metrics = {"holdout_configs": hold.height, "configs": runs.height, "primary_target": primary, "holdout": headline, "noise_floor": noise, "intervals": intervals, "gaps": gaps,
                "cost": cost, "cost_by_task": cost_by_task, "by_regime": by_regime, "by_task_lr": breaks, "drift_flag": drift_flag}
     write_json(metrics, Path(cfg.paths.metrics) / "convergence.json")
     # figures: predicted vs real loss curves of holdout configurations, and predicted vs real steps

@@ -96,7 +96,16 @@ def _convergence_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
     cv = json.loads((mdir / "convergence.json").read_text())
     fc = json.loads((mdir / "forecast.json").read_text())
     pre = json.loads((mdir / "pretrain.json").read_text())
-    head = "".join(f"<h3>{t}</h3>" + table(v, CONV_COLS, "source") for t, v in cv["holdout"].items())
+    noise = cv.get("noise_floor") or {}
+
+    def floor(t: str) -> str:
+        n = noise.get(t)
+        return (f"<p class=note>Measurement noise floor: the same configuration with another seed reaches this target "
+                f"{n['median_seed_spread_pct']:.1f} % sooner or later (median over {n['configs']} configurations).</p>" if n else
+                "<p class=note>Measurement noise floor: not measurable in this run (one seed per configuration; "
+                "<code>convergence=full</code> runs two).</p>")
+
+    head = "".join(f"<h3>{t}</h3>" + floor(t) + table(v, CONV_COLS, "source") for t, v in cv["holdout"].items())
     gaps = "".join(f"<h3>{g} — median curve distance {v['median_curve_distance'] if v['median_curve_distance'] is None else round(v['median_curve_distance'], 4)}</h3>"
                    + table(v["steps"], CONV_COLS, "target") for g, v in cv["gaps"].items())
     checks = {f"{t} projection k={k}": {"relative Frobenius error": v["relative_frobenius_error"], "seconds": v["seconds"]}

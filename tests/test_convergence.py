@@ -243,3 +243,17 @@ def test_convergence_split_is_keyed_by_configuration(tiny_run):
     for r in runs.iter_rows(named=True):
         c = RunConfig(r["task"], r["loss"], r["lr"], r["momentum"], r["batch_size"], r["seed"], r["steps"])
         assert c.config_id == r["config_id"] and assign(c.config_id, rule) == r["split"]
+
+
+def test_seed_noise_floor_is_the_spread_across_seeds_of_one_configuration():
+    import polars as pl
+
+    from prenet.convergence.evaluation import seed_noise_floor
+
+    rows = [{"task": "t", "lr": 0.1, "seed": s, "target_kind": "relative_eps", "target_param": 0.1, "real_steps": v}
+            for s, v in ((0, 90), (1, 110))]
+    rows += [{"task": "u", "lr": 0.1, "seed": s, "target_kind": "relative_eps", "target_param": 0.1, "real_steps": v}
+             for s, v in ((0, 100), (1, None))]                         # one seed did not reach it: no spread
+    out = seed_noise_floor(pl.DataFrame(rows), ["task", "lr"])
+    assert out == {("relative_eps", 0.1): {"median_seed_spread_pct": pytest.approx(20.0), "configs": 1}}
+    assert seed_noise_floor(pl.DataFrame(rows).filter(pl.col("seed") == 0), ["task", "lr"]) == {}

@@ -87,3 +87,22 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float | None:
         return None
     gt = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
     return float(gt / (len(pos) * len(neg)))
+
+
+def seed_noise_floor(real: pl.DataFrame, config_columns: list[str]) -> dict:
+    """The measurement noise floor of steps to a target: the same configuration fine-tuned with different seeds
+    (batch order, new head) reaches it after different numbers of steps. Per target: the median over
+    configurations of (max − min) / mean of the real steps across seeds, in %, and how many configurations had ≥ 2
+    seeds that reached it, keyed by (target kind, target parameter). ``real``: one row per (configuration, seed,
+    target) with ``real_steps``; returns {} with a single seed."""
+    if real.height == 0 or real["seed"].n_unique() < 2:
+        return {}
+    out: dict = {}
+    reached = real.filter(pl.col("real_steps").is_not_null())
+    for (kind, param), g in reached.group_by(["target_kind", "target_param"], maintain_order=True):
+        spread = (g.group_by(config_columns).agg(pl.col("real_steps").cast(pl.Float64).alias("s"), pl.len().alias("n"))
+                  .filter(pl.col("n") >= 2)
+                  .with_columns(((pl.col("s").list.max() - pl.col("s").list.min()) / pl.col("s").list.mean()).alias("rel")))
+        if spread.height:
+            out[(kind, float(param))] = {"median_seed_spread_pct": float(100 * spread["rel"].median()), "configs": int(spread.height)}
+    return out

@@ -73,6 +73,11 @@ def _step_time(ev: dict, bm: dict) -> list[str]:
     return rows
 
 
+def _seed_floor(cv: dict, target: str) -> str:
+    n = (cv.get("noise_floor") or {}).get(target)
+    return f"seed-to-seed noise floor {_pct(n['median_seed_spread_pct'])}" if n else "noise floor not measured: one seed"
+
+
 def _convergence(cv: dict, fc_cost: dict) -> list[str]:
     primary = cv.get("primary_target", "relative_eps=0.1")
     head = cv.get("holdout", {}).get(primary, {})
@@ -82,7 +87,8 @@ def _convergence(cv: dict, fc_cost: dict) -> list[str]:
         "| steps to converge (Zancato et al.) | this project | published |",
         "|---|---|---|",
         f"| median abs. error of steps to {primary}, holdout ({cv.get('holdout_configs')} of {cv.get('configs')} configurations): forecast / corrected | "
-        f"{_pct(f.get('median_ape_pct'))} / {_pct(c.get('median_ape_pct'))} (within ±20 %: {_pct(f.get('within_pct'), 0)}) | {PUBLISHED['zancato_error']} |",
+        f"{_pct(f.get('median_ape_pct'))} / {_pct(c.get('median_ape_pct'))} (within ±20 %: {_pct(f.get('within_pct'), 0)}; "
+        f"{_seed_floor(cv, primary)}) | {PUBLISHED['zancato_error']} |",
         f"| cost ratio (fine-tuning time / forecast time), small default tasks, median | {cost.get('median_ratio_forecast', float('nan')):.2f}× | {PUBLISHED['zancato_cost']} |",
     ]
     if fc_cost.get("enabled"):
