@@ -23,6 +23,7 @@ from prenet.data.split import assign
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
 from prenet.steptime import StepTimeModel, error_metrics
+from prenet.plan import loo_coverage
 from prenet.steptime.memory import predict_training_memory
 from prenet.steptime.predict import predict_step_time
 from prenet.steptime.unseen import leave_one_gpu_out, summarize
@@ -104,7 +105,8 @@ def intervals(whole: pl.DataFrame, logo: pl.DataFrame | None, coverage: float) -
     lo, hi = (1 - coverage) / 2, (1 + coverage) / 2
     out: dict = {"coverage": coverage}
     local = interval_ratios(whole["measured_ms"].to_numpy(), whole["prenet_ms"].to_numpy())
-    out["local_whole_model"] = {"ratios": local, "low": float(np.quantile(local, lo)), "high": float(np.quantile(local, hi)), "n": len(local)}
+    out["local_whole_model"] = {"ratios": local, "low": float(np.quantile(local, lo)), "high": float(np.quantile(local, hi)), "n": len(local),
+                                "loo_coverage": loo_coverage(local, coverage)}
     if logo is not None and "ratio_deciles" in logo.columns:
         r = [v for row in logo.filter(pl.col("recipe") == "prenet_recipe")["ratio_deciles"].to_list() for v in row]
         if r:

@@ -15,6 +15,7 @@ from pipeline.pretrain import convergence_tasks
 from prenet.convergence.baselines import ProbeRegressor, curve_fit_forecast
 from prenet.convergence.evaluation import auc, by_curve, curve_distance, dense, score, seed_noise_floor, steps_for, target_list
 from prenet.data.io import read_table, write_json, write_table
+from prenet.plan import loo_coverage
 from prenet.data.schemas import ConvergenceTargets, FinetuneRuns, ForecastRuns, LossCurves
 from prenet.data.split import assert_no_holdout
 from prenet.report import figures
@@ -88,7 +89,8 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
             ["target_kind", "target_param", "source"], maintain_order=True):
         both = g.filter(pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
         ratios = [round(float(r) / max(float(p), 1.0), 4) for r, p in zip(both["real_steps"].to_list(), both["pred_steps"].to_list())]
-        intervals.setdefault(_tkey(kind, param), {})[src] = {"ratios": ratios, "n": len(ratios)}
+        intervals.setdefault(_tkey(kind, param), {})[src] = {"ratios": ratios, "n": len(ratios),
+                                                            "loo_coverage": loo_coverage(ratios, float(cfg.evaluate.get("interval_coverage", 0.8)))}
     # gaps on the holdout: real → exact linearized SGD → ODE/SDE on all N → ODE/SDE on the subset (the forecast)
     gaps: dict = {}
     chain = [("linearization (real vs linearized SGD)", "real", "linear_sgd"), ("approximation (linearized SGD vs ODE/SDE, all N)", "linear_sgd", "dynamics_full"),

@@ -152,25 +152,29 @@ def _planner_section(ev: dict, cv: dict, zoo, out: Path) -> str:
                      f"(n = {mem['n']}); the planner calls a device 'tight' when the job fits only without the largest under-prediction.</p>"
                      + image(fig, "peak memory, predicted vs measured") + table(rows, ["measured MiB", "predicted MiB", "measured / predicted"], "zoo step"))
     iv = ev.get("intervals", {})
-    groups = {}
+    groups, loo = {}, {}
     if iv.get("local_whole_model"):
         groups["step time, local CPU (whole zoo steps)"] = iv["local_whole_model"]["ratios"]
+        loo["step time, local CPU (whole zoo steps)"] = iv["local_whole_model"].get("loo_coverage")
     if iv.get("unseen_gpu"):
         groups["step time, unseen GPU (layer deciles per fold)"] = iv["unseen_gpu"]["ratios"]
     for tkey, per in cv.get("intervals", {}).items():
         if per.get("forecast", {}).get("ratios"):
             groups[f"steps, forecast, {tkey}"] = per["forecast"]["ratios"]
+            loo[f"steps, forecast, {tkey}"] = per["forecast"].get("loo_coverage")
     if groups:
         cov = float(iv.get("coverage", 0.8))
         fig = summary_figures.interval_ratios(groups, cov, out / "interval_ratios.png")
         import numpy as np
 
-        rows = {k: {"n": len(v), "low": float(np.quantile(v, (1 - cov) / 2)), "median": float(np.median(v)), "high": float(np.quantile(v, (1 + cov) / 2))}
+        rows = {k: {"n": len(v), "low": float(np.quantile(v, (1 - cov) / 2)), "median": float(np.median(v)), "high": float(np.quantile(v, (1 + cov) / 2)),
+                    "leave-one-out coverage": "–" if loo.get(k) is None else f"{100 * loo[k]:.0f} %"}
                 for k, v in groups.items()}
         parts.append(f"<h3>Error ratios behind the planner's {round(cov * 100)} % intervals</h3><p class=note>`prenet plan` multiplies each "
                      "point prediction by the central quantiles of these measured / predicted ratios (wall time: of every product of a "
-                     "step-time ratio and a steps ratio). Few points make wide, uncertain intervals.</p>"
-                     + image(fig, "measured / predicted ratios") + table(rows, ["n", "low", "median", "high"], "source"))
+                     "step-time ratio and a steps ratio). Few points make wide, uncertain intervals; leave-one-out coverage = how often "
+                     "an interval built from all the other ratios held the one left out (the nominal share is the target).</p>"
+                     + image(fig, "measured / predicted ratios") + table(rows, ["n", "low", "median", "high", "leave-one-out coverage"], "source"))
     return "".join(parts) or "<p class=note>No memory measurements or interval ratios in this run's metrics.</p>"
 
 

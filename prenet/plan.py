@@ -64,6 +64,17 @@ class Intervals:
         return float(np.quantile(total, lo)), float(np.quantile(total, hi))
 
 
+def loo_coverage(ratios: list[float], coverage: float) -> float | None:
+    """Share of the ratios inside the central ``coverage`` interval built from all the others (leave one out): how
+    often an interval made from this few measured errors holds a new one. None below 3 ratios."""
+    r = np.asarray(ratios, float)
+    if r.size < 3:
+        return None
+    lo, hi = (1 - coverage) / 2, (1 + coverage) / 2
+    hits = [np.quantile(np.delete(r, i), lo) <= r[i] <= np.quantile(np.delete(r, i), hi) for i in range(r.size)]
+    return float(np.mean(hits))
+
+
 def load_intervals(metrics_dir: str | Path, *, steps_target: str | None = None, steps_source: str = "forecast") -> Intervals:
     """The error ratios recorded by the pipeline's ``evaluate`` (step time, memory) and ``evaluate_convergence``
     (steps to ``steps_target``, e.g. ``relative_eps=0.1``) stages in ``metrics_dir``."""

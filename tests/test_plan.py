@@ -12,7 +12,7 @@ import torch
 
 from pipeline.cli import main
 from prenet.errors import PrenetError
-from prenet.plan import Intervals, format_duration, make_plan, render_table, steps_interval
+from prenet.plan import Intervals, format_duration, loo_coverage, make_plan, render_table, steps_interval
 
 
 def _args(root, *extra):
@@ -31,6 +31,8 @@ def test_intervals_combine_the_measured_ratios():
     assert both.bounds("cpu") == (0.25, 6.0)            # the extreme products of the two ratio sets
     assert steps_interval(100, both) == (50, 300)
     assert steps_interval(100, iv) == (100, 100)         # given steps are exact
+    assert loo_coverage([1.0] * 9 + [5.0], 0.8) == 0.9                # the outlier falls outside what the others span
+    assert loo_coverage([1.0, 2.0], 0.8) is None
     assert format_duration(0.25) == "250ms" and format_duration(5400) == "1.5h" and format_duration(3 * 86400) == "3.0d"
 
 
