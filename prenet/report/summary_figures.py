@@ -68,7 +68,7 @@ def interval_ratios(groups: dict[str, list[float]], coverage: float, path: Path)
     """The measured / predicted ratios behind the planner's intervals, one strip per source, the central
     ``coverage`` share shaded."""
     names = [n for n, v in groups.items() if v]
-    fig, ax = plt.subplots(figsize=(7, 0.7 * len(names) + 1.6))
+    fig, ax = plt.subplots(figsize=(8, 0.7 * len(names) + 1.6))
     lo_q, hi_q = (1 - coverage) / 2, (1 + coverage) / 2
     for i, n in enumerate(names):
         r = np.asarray(groups[n], float)
@@ -76,9 +76,14 @@ def interval_ratios(groups: dict[str, list[float]], coverage: float, path: Path)
         ax.scatter(r, i + jitter, s=8, alpha=0.5)
         lo, hi = np.quantile(r, [lo_q, hi_q])
         ax.plot([lo, hi], [i, i], "k-", lw=3, alpha=0.4)
-        ax.text(hi, i + 0.25, f"[{lo:.2f}, {hi:.2f}]  n={r.size}", fontsize=7)
+        ax.text(1.01, i, f"[{lo:.2f}, {hi:.2f}] n={r.size}", fontsize=7, va="center", transform=ax.get_yaxis_transform())
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_xscale("log")
+    from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullFormatter
+
+    ax.xaxis.set_major_locator(FixedLocator([0.25, 0.5, 1, 2, 4, 8]))
+    ax.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.set(xlabel="measured / predicted", title=f"errors behind the planner's {round(coverage * 100)} % intervals")
     return _save(fig, path, 110)
