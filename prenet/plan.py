@@ -240,7 +240,7 @@ def steps_interval(steps: int, intervals: Intervals) -> tuple[int, int]:
 
 
 def format_duration(seconds: float) -> str:
-    """A compact duration: 850ms, 42s, 12m, 3.4h, 2.1d."""
+    """A compact duration: 850ms, 42s, 12m, 3.4h, 2.1d, 230d (at most 6 characters below 10,000 days)."""
     if seconds < 1:
         return f"{seconds * 1e3:.0f}ms"
     if seconds < 60:
@@ -249,7 +249,8 @@ def format_duration(seconds: float) -> str:
         return f"{seconds / 60:.0f}m" if seconds >= 600 else f"{seconds / 60:.1f}m"
     if seconds < 86400 * 2:
         return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
+    days = seconds / 86400
+    return f"{days:.1f}d" if days < 100 else f"{days:,.0f}d"
 
 
 def format_usd(v: float | None) -> str:

@@ -34,6 +34,7 @@ def test_intervals_combine_the_measured_ratios():
     assert loo_coverage([1.0] * 9 + [5.0], 0.8) == 0.9                # the outlier falls outside what the others span
     assert loo_coverage([1.0, 2.0], 0.8) is None
     assert format_duration(0.25) == "250ms" and format_duration(5400) == "1.5h" and format_duration(3 * 86400) == "3.0d"
+    assert format_duration(229.6 * 86400) == "230d"
 
 
 def test_plan_every_hardware_fits_80_columns_and_ranks_by_cost(tiny_run, capsys):
