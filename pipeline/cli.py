@@ -241,7 +241,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         x, y = load_finetune_data(args.finetune_data)
         finetune = {"inputs": x, "labels": y, "lr": args.lr, "loss": args.loss, "max_steps": args.max_steps, "subset": args.subset, "max_gib": args.max_gib}
     overhead = None
-    ovh = Path(args.models).parent.parent / "raw" / "step_overhead.json"
+    ovh = Path(args.overhead)
     if ovh.is_file():
         overhead = {"cpu": json.loads(ovh.read_text()).get("null_step_ms", {}).get(args.optimizer, 0.0)}
     zoo_kwargs = {}
@@ -416,6 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--sort", choices=["cost", "time", "name"], default="cost", help="ranking (default: cost; unpriced and not fitting last)")
     pn.add_argument("--models", default=str(DEFAULT_MODELS), help="trained step-time models (default: %(default)s)")
     pn.add_argument("--metrics", default="data/metrics", help="metrics of the run that trained them: the intervals (default: %(default)s)")
+    pn.add_argument("--overhead", default="data/raw/step_overhead.json",
+                    help="measured per-step overhead of the local CPU, added to its step time when the file exists (default: %(default)s)")
     pn.add_argument("--threads", type=int, default=1)
     pn.add_argument("--json", action="store_true", help="print the plan as JSON")
     pn.set_defaults(func=_cmd_plan)

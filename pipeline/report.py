@@ -180,24 +180,13 @@ def _planner_section(ev: dict, cv: dict, zoo, out: Path) -> str:
 
 def _glance(mdir: Path) -> str:
     """The README's Results tables (this run against the published figures), as HTML."""
-    import html as _html
+    from prenet.report.results import results_tables
 
-    from prenet.report.results import results_markdown
-
-    out, rows = [], []
-    for line in results_markdown(mdir).splitlines() + [""]:
-        if line.startswith("|---"):
-            continue
-        if line.startswith("|"):
-            rows.append([c.strip() for c in line.strip("|").split("|")])
-        elif rows:
-            head, body = rows[0], rows[1:]
-            out.append("<table><tr>" + "".join(f"<th>{_html.escape(h)}</th>" for h in head) + "</tr>"
-                       + "".join("<tr>" + "".join(f"<td style='text-align:left'>{_html.escape(c.replace('`', ''))}</td>" for c in r) + "</tr>" for r in body)
-                       + "</table>")
-            rows = []
+    tables = "".join(table({label: {"this project": ours.replace("`", ""), "published": pub} for label, ours, pub in rows[1:]},
+                           ["this project", "published"], rows[0][0]) for rows in results_tables(mdir))
     return ("<p class=note>This run's headline figures beside each method's published claim (on the authors' own data and "
-            "hardware: for scale, not reproduced). The same tables are the README's Results section.</p>" + "".join(out))
+            "hardware: for scale, not reproduced). The same tables are the README's Results section.</p>"
+            "<div class=glance>" + tables + "</div>")
 
 
 def _provenance(mdir: Path) -> str:

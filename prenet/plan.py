@@ -412,9 +412,12 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
     memory = predict_training_memory(module, batch, "sgd_momentum" if optimizer == "sgd" and momentum > 0 else optimizer)
     fc_info = None
     notes: list[str] = []
+    regressors = StepTimeModel.load(models_dir)  # what every plan needs is read before any forecast runs: a missing file fails fast
     if target is not None:
         if target_value is None or not finetune:
             raise PrenetError("a convergence target needs its value and --finetune-data (the fine-tuning set the forecast runs on)")
+        key = steps_target_key(target, float(target_value))
+        by_source = {src: load_intervals(metrics_dir, steps_target=key, steps_source=src) for src in ("forecast", "corrected")}
         fmod = _module_for_forecast(model, batch_size, zoo_kwargs)
         fc_info = forecast_steps(fmod, finetune["inputs"], finetune["labels"], target=target, value=float(target_value),
                                  loss=finetune.get("loss", "cross_entropy"), lr=float(finetune["lr"]), momentum=momentum, batch_size=batch_size,
@@ -422,7 +425,7 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
                                  max_gib=float(finetune.get("max_gib", 4.0)))
         n_steps, steps_from = fc_info["steps"], "forecast"
         dataset_size = dataset_size or fc_info["n_train"]
-        iv = load_intervals(metrics_dir, steps_target=steps_target_key(target, float(target_value)), steps_source=fc_info["answered_by"])
+        iv = by_source[fc_info["answered_by"]]
         if not fc_info["reliable"]:
             notes.append(f"the forecast's kernel drifted ({fc_info['drift']:.2f} > 0.1): the corrected forecast answers")
     else:
@@ -435,7 +438,6 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
             if epochs <= 0:
                 raise PrenetError(f"--epochs must be positive, got {epochs}")
             n_steps, steps_from = int(math.ceil(float(epochs) * math.ceil(dataset_size / batch_size))), "epochs"
-    regressors = StepTimeModel.load(models_dir)
     step_s = {}
     with torch.no_grad():
         for n, spec in specs.items():

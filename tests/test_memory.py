@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from prenet.steptime.memory import GIB, fits, measure_training_memory, predict_training_memory, saved_activation_storages
+from prenet.steptime.memory import GIB, fits, measure_training_memory, predict_training_memory, trace_saved
 
 
 def _convnet(batch: int = 32):
@@ -39,9 +39,10 @@ def test_components_scale_as_they_should():
 def test_saved_tensors_are_traced_on_meta_without_allocating():
     with torch.device("meta"):
         net, batch = _convnet(16)
-    sizes = saved_activation_storages(net, batch)
+    sizes, uses = trace_saved(net, batch)
     # conv1 input, its output (saved by batch norm), relu output, maxpool indices, conv2 input, relu, flatten/linear input, log-softmax
     assert len(sizes) >= 6 and all(s > 0 for s in sizes)
+    assert len(uses) == 4 and [pos for pos, _ in uses] == sorted(pos for pos, _ in uses)   # conv, bn, conv, linear, in call order
     assert all(p.device.type == "meta" for p in net.parameters())
 
 

@@ -43,7 +43,10 @@ def _ci(m: dict, key: str) -> str:
     return f"{v:.2f} [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else f"{v:.2f}"
 
 
-def _step_time(ev: dict, bm: dict) -> list[str]:
+Row = tuple[str, str, str]  # (figure, this project, published); a table's first row is its header
+
+
+def _step_time(ev: dict) -> list[Row]:
     rec = ev.get("recipes", {})
     jus = rec.get("justus_recipe", {}).get("overall", {}).get("mape_pct")
     pre = rec.get("prenet_recipe", {}).get("overall", {}).get("mape_pct")
@@ -52,24 +55,24 @@ def _step_time(ev: dict, bm: dict) -> list[str]:
     u = ev.get("unseen_hardware", {})
     mem = wm.get("memory", {})
     gain = f" ({100 * (jus - pre) / jus:.0f} % lower)" if jus and pre else ""
-    rows = [
-        "| step time (PreNeT) | this project | published |",
-        "|---|---|---|",
-        f"| layer MAPE, frozen holdout ({ev.get('overall', {}).get('n', 0):,} rows, {ev.get('predictor')}) | {_pct(ev.get('overall', {}).get('mape_pct'))} "
-        f"(noise floor: local {_pct(nf.get('local_median_spread_pct'))}, Justus {_pct(nf.get('justus2018_median_spread_pct'))}) | – |",
-        f"| computational features vs none: holdout MAPE, Justus recipe → PreNeT recipe | {_pct(jus)} → {_pct(pre)}{gain} | {PUBLISHED['prenet']} |",
+    rows: list[Row] = [
+        ("step time (PreNeT)", "this project", "published"),
+        (f"layer MAPE, frozen holdout ({ev.get('overall', {}).get('n', 0):,} rows, {ev.get('predictor')})",
+         f"{_pct(ev.get('overall', {}).get('mape_pct'))} (noise floor: local {_pct(nf.get('local_median_spread_pct'))}, "
+         f"Justus {_pct(nf.get('justus2018_median_spread_pct'))})", "–"),
+        ("computational features vs none: holdout MAPE, Justus recipe → PreNeT recipe", f"{_pct(jus)} → {_pct(pre)}{gain}", PUBLISHED["prenet"]),
     ]
     if u:
         m = u.get("mean_mape_pct", {})
-        rows.append(f"| unseen GPU (leave-one-GPU-out, {u.get('folds')} folds): mean layer MAPE, PreNeT recipe / roofline | "
-                    f"{_pct(m.get('prenet_recipe'))} / {_pct(m.get('roofline'))} | {PUBLISHED['neusight']} |")
+        rows.append((f"unseen GPU (leave-one-GPU-out, {u.get('folds')} folds): mean layer MAPE, PreNeT recipe / roofline",
+                     f"{_pct(m.get('prenet_recipe'))} / {_pct(m.get('roofline'))}", PUBLISHED["neusight"]))
     if wm:
-        rows.append(f"| whole-model training step, local CPU ({wm.get('prenet', {}).get('overall', {}).get('n', 0)} zoo steps): MAPE prenet / PreNeT recipe | "
-                    f"{_pct(wm.get('prenet', {}).get('overall', {}).get('mape_pct'))} / {_pct(wm.get('prenet_recipe', {}).get('overall', {}).get('mape_pct'))} "
-                    f"(noise floor {_pct(wm.get('noise_floor_median_spread_pct'))}) | – |")
+        rows.append((f"whole-model training step, local CPU ({wm.get('prenet', {}).get('overall', {}).get('n', 0)} zoo steps): MAPE prenet / PreNeT recipe",
+                     f"{_pct(wm.get('prenet', {}).get('overall', {}).get('mape_pct'))} / {_pct(wm.get('prenet_recipe', {}).get('overall', {}).get('mape_pct'))} "
+                     f"(noise floor {_pct(wm.get('noise_floor_median_spread_pct'))})", "–"))
     if mem:
-        rows.append(f"| peak training memory, zoo on the CPU ({mem.get('n')} steps): MAPE, measured/predicted range | {_pct(mem.get('mape_pct'))}, "
-                    f"{mem.get('ratio_min', 0):.2f}–{mem.get('ratio_max', 0):.2f} | – |")
+        rows.append((f"peak training memory, zoo on the CPU ({mem.get('n')} steps): MAPE, measured/predicted range",
+                     f"{_pct(mem.get('mape_pct'))}, {mem.get('ratio_min', 0):.2f}–{mem.get('ratio_max', 0):.2f}", "–"))
     return rows
 
 
@@ -78,70 +81,68 @@ def _seed_floor(cv: dict, target: str) -> str:
     return f"seed-to-seed noise floor {_pct(n['median_seed_spread_pct'])}" if n else "noise floor not measured: one seed"
 
 
-def _convergence(cv: dict, fc_cost: dict) -> list[str]:
+def _convergence(cv: dict, fc_cost: dict) -> list[Row]:
     primary = cv.get("primary_target", "relative_eps=0.1")
     head = cv.get("holdout", {}).get(primary, {})
     f, c = head.get("forecast", {}), head.get("corrected", {})
     cost = cv.get("cost", {})
-    rows = [
-        "| steps to converge (Zancato et al.) | this project | published |",
-        "|---|---|---|",
-        f"| median abs. error of steps to {primary}, holdout ({cv.get('holdout_configs')} of {cv.get('configs')} configurations): forecast / corrected | "
-        f"{_pct(f.get('median_ape_pct'))} / {_pct(c.get('median_ape_pct'))} (within ±20 %: {_pct(f.get('within_pct'), 0)}; "
-        f"{_seed_floor(cv, primary)}) | {PUBLISHED['zancato_error']} |",
-        f"| cost ratio (fine-tuning time / forecast time), small default tasks, median | {cost.get('median_ratio_forecast', float('nan')):.2f}× | {PUBLISHED['zancato_cost']} |",
+    rows: list[Row] = [
+        ("steps to converge (Zancato et al.)", "this project", "published"),
+        (f"median abs. error of steps to {primary}, holdout ({cv.get('holdout_configs')} of {cv.get('configs')} configurations): forecast / corrected",
+         f"{_pct(f.get('median_ape_pct'))} / {_pct(c.get('median_ape_pct'))} (within ±20 %: {_pct(f.get('within_pct'), 0)}; {_seed_floor(cv, primary)})",
+         PUBLISHED["zancato_error"]),
+        ("cost ratio (fine-tuning time / forecast time), small default tasks, median", f"{cost.get('median_ratio_forecast', float('nan')):.2f}×",
+         PUBLISHED["zancato_cost"]),
     ]
     if fc_cost.get("enabled"):
         for k, r in fc_cost.get("runs", {}).items():
             dyn = [d for d in ("ode", "sde") if d in r]
             ratios = ", ".join(f"{d.upper()} {r[d]['cost_ratio']:.1f}×" for d in dyn)
-            rows.append(f"| cost ratio, full-data fine-tune ({r.get('n_train'):,} samples, {r.get('steps'):,} steps) | {ratios} | {PUBLISHED['zancato_cost']} |")
+            rows.append((f"cost ratio, full-data fine-tune ({r.get('n_train'):,} samples, {r.get('steps'):,} steps)", ratios, PUBLISHED["zancato_cost"]))
     else:
-        rows.append("| cost ratio, full-data fine-tune | not run in this run (`convergence.cost_check.enabled=false`) | "
-                    f"{PUBLISHED['zancato_cost']} |")
+        rows.append(("cost ratio, full-data fine-tune", "not run in this run (`convergence.cost_check.enabled=false`)", PUBLISHED["zancato_cost"]))
     return rows
 
 
-def _outcome(oc: dict, cp: dict) -> list[str]:
+def _outcome(oc: dict, cp: dict) -> list[Row]:
     pooled = oc.get("results", {}).get("pooled", {})
     abl = oc.get("ablation", {})
     e1 = abl.get("pooled", {}).get("epoch_1", {}).get("r2", {})
     doms = [d for d in abl if d != "pooled"]
     sig = [d for d in doms if abl[d].get("epoch_1", {}).get("r2", {}).get("p_value", 1.0) < 0.05]
-    rows = [
-        "| early success (telemetry → XGBoost) | this project | published |",
-        "|---|---|---|",
-    ]
+    rows: list[Row] = [("early success (telemetry → XGBoost)", "this project", "published")]
     for ep, label, key, pub in (("epoch_2", "R² of final test accuracy at epoch 2", "r2", "outcome_r2"),
                                 ("epoch_3", "failure ROC AUC at epoch 3", "failure_auc", "outcome_auc")):
         t = pooled.get(ep, {}).get("telemetry", {})
         la = pooled.get(ep, {}).get("loss_acc", {})
-        rows.append(f"| {label}, pooled, holdout ({oc.get('holdout_runs')} of {cp.get('runs')} runs): telemetry / loss-acc only | "
-                    f"{_ci(t, key)} / {_ci(la, key)} | {PUBLISHED[pub]} |")
+        rows.append((f"{label}, pooled, holdout ({oc.get('holdout_runs')} of {cp.get('runs')} runs): telemetry / loss-acc only",
+                     f"{_ci(t, key)} / {_ci(la, key)}", PUBLISHED[pub]))
     if e1:
-        rows.append(f"| telemetry gain at epoch 1 (ΔR², paired bootstrap) | pooled {e1.get('difference', 0):+.2f} (p {_p(e1.get('p_value', 1.0))}); "
-                    f"significant in {len(sig)} of {len(doms)} domains | {PUBLISHED['outcome_ablation']} |")
+        rows.append(("telemetry gain at epoch 1 (ΔR², paired bootstrap)",
+                     f"pooled {e1.get('difference', 0):+.2f} (p {_p(e1.get('p_value', 1.0))}); significant in {len(sig)} of {len(doms)} domains",
+                     PUBLISHED["outcome_ablation"]))
     return rows
 
 
-def results_markdown(metrics_dir: str | Path) -> str:
-    """The generated block (markers included) from ``metrics_dir``'s evaluate, convergence, forecast_cost,
-    outcome and corpus metrics."""
+def results_tables(metrics_dir: str | Path) -> list[list[Row]]:
+    """The Results tables (step time, convergence, early success; each with its header row first) from
+    ``metrics_dir``'s evaluate, convergence, forecast_cost, outcome and corpus metrics; absent metrics, no table."""
     mdir = Path(metrics_dir)
-    ev, bm = _load(mdir, "evaluate.json"), _load(mdir, "benchmark.json")
-    cv, fcc = _load(mdir, "convergence.json"), _load(mdir, "forecast_cost.json")
+    ev, cv, fcc = _load(mdir, "evaluate.json"), _load(mdir, "convergence.json"), _load(mdir, "forecast_cost.json")
     oc, cp = _load(mdir, "outcome.json"), _load(mdir, "corpus.json")
+    return [t for t in (_step_time(ev) if ev else [], _convergence(cv, fcc) if cv else [], _outcome(oc, cp) if oc else []) if t]
+
+
+def results_markdown(metrics_dir: str | Path) -> str:
+    """The generated block (markers included): :func:`results_tables` as Markdown under a note on what was measured."""
+    bm = _load(Path(metrics_dir), "benchmark.json")
     lines = [BEGIN, "",
              f"Measured by the last `make run` on its default configuration ({bm.get('hardware_id', 'local CPU')}, {bm.get('threads', 1)} thread, "
              "no GPU), read from `data/metrics/*.json`; the published figures are each paper's own claim on its own data and "
              "hardware, quoted for scale, not reproduced here. Small default samples make some of these figures noisy: the "
              "larger runs are described in the sections below.", ""]
-    if ev:
-        lines += _step_time(ev, bm) + [""]
-    if cv:
-        lines += _convergence(cv, fcc) + [""]
-    if oc:
-        lines += _outcome(oc, cp) + [""]
+    for rows in results_tables(metrics_dir):
+        lines += [f"| {' | '.join(rows[0])} |", "|---|---|---|", *(f"| {' | '.join(r)} |" for r in rows[1:]), ""]
     lines.append(END)
     return "\n".join(lines)
 

@@ -119,11 +119,6 @@ def trace_saved(module: nn.Module, example_batch: Any) -> tuple[list[int], list[
     return list(seen.values()), uses
 
 
-def saved_activation_storages(module: nn.Module, example_batch: Any) -> list[int]:
-    """Bytes of each distinct storage autograd saves for backward in one training forward pass (see :func:`trace_saved`)."""
-    return trace_saved(module, example_batch)[0]
-
-
 def backward_live_peak(saved: list[int], uses: list[tuple[int, int]], unplaced_grad_bytes: int = 0) -> int:
     """Most bytes that saved tensors and gradients hold together during backward, which runs the forward in
     reverse: at cut k the saved tensors 0..k−1 are still alive and the gradients of every parameter first used at
@@ -217,7 +212,7 @@ def measure_training_memory(module: nn.Module, example_batch: Any, optimizer: st
     events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"), key=lambda e: e.start_ns())
     current = peak = 0
     for e in events:
-        if e.device_type() == torch.device("cpu").type or str(e.device_type()).endswith("CPU"):
+        if str(e.device_type()).endswith("CPU"):
             current += int(e.nbytes())
             peak = max(peak, current)
     return int(base + peak)
