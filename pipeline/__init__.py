@@ -8,5 +8,6 @@ Each stage is one function ``<stage>(cfg) -> dict`` in ``pipeline/<stage>.py``. 
 """
 
 STAGES: tuple[str, ...] = ("benchmark", "benchmark_models", "featurize", "validate", "split", "train", "evaluate",
+                           "benchmark_ops", "train_ops", "evaluate_ops",
                            "pretrain", "finetune", "forecast", "evaluate_convergence", "forecast_cost",
                            "corpus", "train_outcome", "evaluate_outcome", "report")

@@ -38,25 +38,60 @@ def _cmd_retrain(args: argparse.Namespace) -> None:
     print(f"retrain finished; dvc status: {result['dvc_status']}")
 
 
+def _zoo_kwargs(items: list[str] | None) -> dict[str, int] | None:
+    """``--zoo-arg KEY=N`` (repeatable) → builder keywords."""
+    out = {}
+    for item in items or []:
+        key, sep, val = item.partition("=")
+        if not sep or not key:
+            raise PrenetError(f"--zoo-arg {item!r}: expected KEY=INTEGER, e.g. --zoo-arg image_size=224")
+        try:
+            out[key.strip()] = int(val)
+        except ValueError:
+            raise PrenetError(f"--zoo-arg {item!r}: the value must be an integer") from None
+        if out[key.strip()] < 1:
+            raise PrenetError(f"--zoo-arg {item!r}: sizes must be positive integers")
+    return out or None
+
+
 def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     from prenet.api import predict_step_time
+    from prenet.hardware import resolve
+    from prenet.steptime import predict as _p
+    from prenet.steptime.memory import GIB, fits, predict_training_memory
 
     if args.batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {args.batch_size}")
-    p = predict_step_time(args.model, batch_size=args.batch_size, hardware=args.hardware, optimizer=args.optimizer,
+    hw = resolve(args.hardware, threads=args.threads)
+    module, batch = _p.build_model(args.model, args.batch_size, _zoo_kwargs(args.zoo_arg))
+    p = predict_step_time((module, batch), batch_size=args.batch_size, hardware=hw, optimizer=args.optimizer, precision=args.precision,
                           dataset_size=args.dataset_size, threads=args.threads, models_dir=args.models)
+    mem = predict_training_memory(module, batch, args.optimizer)
+    dev_gib = hw.mem_gb if hw.kind == "gpu" else None
+    fit = fits(mem.total_bytes, dev_gib, 1.0) if dev_gib else None
+    if fit is False:
+        p.notes.append(f"a step needs about {mem.total_bytes / GIB:.1f} GiB and {hw.hardware_id} has {dev_gib:g} GiB: it does not fit; "
+                       "use a smaller --batch-size")
     if args.json:
-        print(json.dumps(p.to_dict(), indent=2))
+        d = p.to_dict()
+        d["memory_bytes"] = mem.total_bytes
+        d["fits"] = fit
+        print(json.dumps(d, indent=2, default=float))
         return
-    hw = p.hardware["hardware_id"]
-    print(f"{args.model} · batch {args.batch_size} · {args.optimizer} · {hw}")
-    print(f"  step   {p.step_seconds * 1e3:10.2f} ms")
+    shape = "x".join(str(s) for s in p.input_shape)
+    print(f"{args.model} · input {shape} · {p.params / 1e6:.2f} M parameters · {args.precision} · {args.optimizer} · {hw.hardware_id}")
+    print(f"  step   {p.step_seconds * 1e3:10.2f} ms   ({p.ops} ops{f', + {p.overhead_ms:.2f} ms measured null step' if p.overhead_ms else ''})")
     if p.epoch_seconds is not None:
         print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} steps of {args.batch_size})")
-    top = sorted(p.layers, key=lambda r: -r["predicted_ms"])[:8]
-    print("  slowest layers:")
-    for r in top:
-        print(f"    {r['name'][:40]:40} {r['op']:13} {r['predicted_ms']:9.3f} ms")
+    print(f"  memory {mem.total_bytes / GIB:10.2f} GiB predicted peak" + ("" if fit is None else ("  (fits)" if fit else "  (DOES NOT FIT)")))
+    print("  time by op family:  " + ", ".join(f"{f} {100 * v:.0f} %" for f, v in p.family_share.items() if v >= 0.005))
+    how = ", ".join(f"{k} {100 * v:.0f} %" for k, v in sorted(p.estimate_share.items()))
+    print(f"  estimated by:       {how}  (model: a measured family; analogy: a related family's model; roofline: none)")
+    print("  slowest ops:")
+    for r in p.top_ops:
+        print(f"    {r['module'][:28]:28} {r['op'][:26]:26} {r['phase'][:8]:8} {r['predicted_ms']:9.3f} ms  {r['estimate']}")
+    for n in p.notes:
+        print(f"  note: {n}")
 
 
 def _cmd_predict_layers(args: argparse.Namespace) -> None:
@@ -240,23 +275,11 @@ def _cmd_plan(args: argparse.Namespace) -> None:
             raise PrenetError("the convergence forecast needs the fine-tuning learning rate: give --lr")
         x, y = load_finetune_data(args.finetune_data)
         finetune = {"inputs": x, "labels": y, "lr": args.lr, "loss": args.loss, "max_steps": args.max_steps, "subset": args.subset, "max_gib": args.max_gib}
-    overhead = None
-    ovh = Path(args.overhead)
-    if ovh.is_file():
-        overhead = {"cpu": json.loads(ovh.read_text()).get("null_step_ms", {}).get(args.optimizer, 0.0)}
-    zoo_kwargs = {}
-    for item in args.zoo_arg or []:
-        key, sep, val = item.partition("=")
-        if not sep or not key:
-            raise PrenetError(f"--zoo-arg {item!r}: expected KEY=INTEGER, e.g. --zoo-arg image_size=224")
-        try:
-            zoo_kwargs[key.strip()] = int(val)
-        except ValueError:
-            raise PrenetError(f"--zoo-arg {item!r}: the value must be an integer") from None
-    plan = make_plan(args.model, batch_size=args.batch_size, zoo_kwargs=zoo_kwargs or None, dataset_size=args.dataset_size, epochs=args.epochs, steps=args.steps,
+    zoo_kwargs = _zoo_kwargs(args.zoo_arg)
+    plan = make_plan(args.model, batch_size=args.batch_size, zoo_kwargs=zoo_kwargs, precision=args.precision, dataset_size=args.dataset_size, epochs=args.epochs, steps=args.steps,
                      target=target, target_value=value, finetune=finetune, hardware=args.hardware, optimizer=args.optimizer,
                      momentum=args.momentum, prices=_prices(args), models_dir=args.models, metrics_dir=args.metrics, threads=args.threads,
-                     overhead_ms=overhead)
+                     overhead_path=args.overhead)
     rows = plan.sorted(args.sort)
     if args.json:
         d = plan.to_dict()
@@ -336,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     hw.set_defaults(func=_cmd_hardware)
 
     from prenet.api import DEFAULT_MODELS
+    from prenet.ops import OPTIMIZERS, PRECISIONS
+    from prenet.steptime.step import DEFAULT_OP_MODELS
 
     pr = sub.add_parser("predict", help="predict step times or steps to converge")
     psub = pr.add_subparsers(dest="what", required=True)
@@ -344,10 +369,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "gpt2_small_like) or path/to/file.py:function returning (module, example_batch)")
     st.add_argument("--batch-size", type=int, required=True)
     st.add_argument("--hardware", default="local", help="catalog name, 'local' or spec.yaml (default: local)")
-    st.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    st.add_argument("--zoo-arg", action="append", metavar="KEY=N", help="a zoo model's size (repeatable), e.g. image_size=224, "
+                    "layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)")
+    st.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the step (default: sgd)")
+    st.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
+                    help="fp32 (strict, default) | tf32 (GEMM/conv on TF32 tensor cores) | fp16 / bf16 (autocast, FP32 master weights)")
     st.add_argument("--dataset-size", type=int, help="samples per epoch (gives epoch_seconds)")
     st.add_argument("--threads", type=int, default=1, help="CPU threads (for local)")
-    st.add_argument("--models", default=str(DEFAULT_MODELS), help="trained step-time models (default: %(default)s)")
+    st.add_argument("--models", default=str(DEFAULT_OP_MODELS), help="op-level step-time models (default: %(default)s)")
     st.add_argument("--json", action="store_true", help="print the prediction as JSON")
     st.set_defaults(func=_cmd_predict_step_time)
     pl_ = psub.add_parser("layers", help="one prediction per row of a layer CSV (format: README, 'Layer CSV')")
@@ -410,11 +439,13 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--subset", type=int, default=128, help="samples the NTK is computed on (default 128)")
     pn.add_argument("--max-gib", type=float, default=4.0, help="memory allowed for the NTK (GiB, default 4)")
     pn.add_argument("--hardware", nargs="+", help="hardware to plan for (default: local and the whole catalog; see `prenet hardware list`)")
-    pn.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd")
+    pn.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the job (default: sgd)")
+    pn.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
+                    help="fp32 (strict, default) | tf32 | fp16 | bf16 (autocast); GPUs without the unit are listed with a note")
     pn.add_argument("--pricing", default="on_demand", help="conf/pricing/ option or a YAML file of prices (default: %(default)s)")
     pn.add_argument("--price", action="append", metavar="NAME=USD", help="override one price per GPU-hour (repeatable)")
     pn.add_argument("--sort", choices=["cost", "time", "name"], default="cost", help="ranking (default: cost; unpriced and not fitting last)")
-    pn.add_argument("--models", default=str(DEFAULT_MODELS), help="trained step-time models (default: %(default)s)")
+    pn.add_argument("--models", default=str(DEFAULT_OP_MODELS), help="op-level step-time models (default: %(default)s)")
     pn.add_argument("--metrics", default="data/metrics", help="metrics of the run that trained them: the intervals (default: %(default)s)")
     pn.add_argument("--overhead", default="data/raw/step_overhead.json",
                     help="measured per-step overhead of the local CPU, added to its step time when the file exists (default: %(default)s)")

@@ -2,12 +2,13 @@
 
     >>> from prenet.api import predict_step_time, predict_layers
     >>> p = predict_step_time("resnet18", batch_size=32, hardware="H100 SXM5 80GB", dataset_size=50_000)
-    >>> p.step_seconds, p.epoch_seconds, p.layers[0]
+    >>> p.step_seconds, p.epoch_seconds, p.family_share, p.top_ops[0]
 
 ``model`` is a zoo name (:data:`prenet.zoo.ZOO`), ``path/to/file.py:function`` or an ``(nn.Module,
 example_batch)`` pair; ``hardware`` a catalog name, ``local``, a YAML spec path or a
-:class:`~prenet.hardware.HardwareSpec`. The trained regressors come from ``models_dir`` (default: the
-``train`` stage's output, ``data/models/steptime``).
+:class:`~prenet.hardware.HardwareSpec`. Step times come from the op-level efficiency models of ``train_ops``
+(``data/models/steptime_ops``); ``predict_layers`` answers layer rows with the PreNeT-recipe regressors of ``train``
+(``data/models/steptime``), the measured baseline.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from prenet.hardware import HardwareSpec, resolve
 from prenet.paths import REPO_ROOT
 from prenet.steptime.model import StepTimeModel
 from prenet.steptime import predict as _p
+from prenet.steptime.efficiency import EfficiencyModel
+from prenet.steptime.step import DEFAULT_OP_MODELS, StepPrediction, predict_step
 
 DEFAULT_MODELS = REPO_ROOT / "data" / "models" / "steptime"
 
@@ -30,12 +33,15 @@ def _hardware(hardware: str | HardwareSpec, threads: int) -> HardwareSpec:
 
 
 def predict_step_time(model: Any, *, batch_size: int, hardware: str | HardwareSpec = "local", optimizer: str = "sgd",
-                      dataset_size: int | None = None, threads: int = 1, models_dir: str | Path = DEFAULT_MODELS,
-                      overhead_ms: float = 0.0) -> _p.StepTimePrediction:
-    """Predicted time of one training step (and of an epoch with ``dataset_size``) of ``model``."""
-    module, batch = model if isinstance(model, tuple) else _p.build_model(str(model), batch_size)
-    return _p.predict_step_time(module, batch, hardware=_hardware(hardware, threads), model=StepTimeModel.load(models_dir),
-                                optimizer=optimizer, threads=threads, dataset_size=dataset_size, overhead_ms=overhead_ms)
+                      precision: str = "fp32", dataset_size: int | None = None, threads: int = 1,
+                      models_dir: str | Path = DEFAULT_OP_MODELS, overhead_ms: float | None = None,
+                      zoo_kwargs: dict[str, Any] | None = None) -> StepPrediction:
+    """Predicted time of one training step (and of an epoch with ``dataset_size``) of ``model`` in ``precision``
+    (fp32 | tf32 | fp16 | bf16), through the op-level path (:mod:`prenet.steptime.step`). ``overhead_ms`` None: the
+    measured null step of the local CPU."""
+    module, batch = model if isinstance(model, tuple) else _p.build_model(str(model), batch_size, zoo_kwargs)
+    return predict_step(module, batch, hardware=_hardware(hardware, threads), model=EfficiencyModel.load(models_dir), optimizer=optimizer,
+                        precision=precision, overhead_ms=overhead_ms, dataset_size=dataset_size)
 
 
 def predict_layers(table: pl.DataFrame, *, hardware: str | HardwareSpec, threads: int = 1,

@@ -83,7 +83,8 @@ def load_intervals(metrics_dir: str | Path, *, steps_target: str | None = None, 
     if not ev_path.is_file():
         raise PrenetError(f"{ev_path} does not exist: the intervals come from the step-time evaluation; run `dvc repro evaluate` (or `make run`)")
     ev = json.loads(ev_path.read_text())
-    iv = ev.get("intervals")
+    ops_path = mdir / "evaluate_ops.json"  # the op-level model answers step times: its measured errors bound them
+    iv = json.loads(ops_path.read_text()).get("intervals") if ops_path.is_file() else ev.get("intervals")
     if not iv:
         raise PrenetError(f"{ev_path} has no 'intervals' (written by an older prenet); rerun `dvc repro evaluate`")
     steps = None
@@ -375,18 +376,20 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
               target: str | None = None, target_value: float | None = None, finetune: dict[str, Any] | None = None,
               hardware: list[str] | None = None, optimizer: str = "sgd", momentum: float = 0.0,
               prices: dict[str, dict[str, Any]] | None = None, models_dir: str | Path, metrics_dir: str | Path, threads: int = 1,
-              overhead_ms: dict[str, float] | None = None, zoo_kwargs: dict[str, Any] | None = None) -> Plan:
+              overhead_path: str | Path | None = None, zoo_kwargs: dict[str, Any] | None = None, precision: str = "fp32") -> Plan:
     """Plan a training job of ``model`` (zoo name, ``file.py:function`` or ``(module, example_batch)``) on every
     hardware in the catalog plus ``local`` (or the ``hardware`` list). Exactly one of ``steps``, ``epochs`` (with
     ``dataset_size``) or ``target`` (``converge_eps`` | ``target_loss`` | ``target_accuracy``, with ``target_value``
     and ``finetune`` = {inputs, labels, loss, lr, max_steps, subset}) sets the number of steps. ``zoo_kwargs``: a
-    zoo model's size keywords (e.g. ``{"image_size": 224}``; the zoo's defaults are CPU-sized)."""
-    import torch
+    zoo model's size keywords (e.g. ``{"image_size": 224}``; the zoo's defaults are CPU-sized). Step times come from the one
+    step-time path (:mod:`prenet.steptime.step`) in ``precision``; a hardware without that unit gets a note, not a row."""
 
     from prenet.hardware import catalog, resolve
     from prenet.steptime import predict as _p
     from prenet.steptime.memory import predict_training_memory
-    from prenet.steptime.model import StepTimeModel
+    from prenet.ops import trace_step
+    from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError
+    from prenet.steptime.step import DEFAULT_OVERHEAD, default_overhead_ms, device_type, predict_trace
 
     if batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {batch_size}")
@@ -406,13 +409,10 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
     label = model if isinstance(model, str) else type(module).__name__
     if zoo_kwargs:
         label += " (" + ", ".join(f"{k}={v}" for k, v in zoo_kwargs.items()) + ")"
-    calls = _p.step_calls(module, batch)
-    if not calls:
-        raise PrenetError(f"{label}: the model has no layers prenet can time")
     memory = predict_training_memory(module, batch, "sgd_momentum" if optimizer == "sgd" and momentum > 0 else optimizer)
     fc_info = None
     notes: list[str] = []
-    regressors = StepTimeModel.load(models_dir)  # what every plan needs is read before any forecast runs: a missing file fails fast
+    op_model = EfficiencyModel.load(models_dir)  # what every plan needs is read before any forecast runs: a missing file fails fast
     if target is not None:
         if target_value is None or not finetune:
             raise PrenetError("a convergence target needs its value and --finetune-data (the fine-tuning set the forecast runs on)")
@@ -439,10 +439,25 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
                 raise PrenetError(f"--epochs must be positive, got {epochs}")
             n_steps, steps_from = int(math.ceil(float(epochs) * math.ceil(dataset_size / batch_size))), "epochs"
     step_s = {}
-    with torch.no_grad():
-        for n, spec in specs.items():
-            feats = _p.layer_rows(calls, hardware=spec, optimizer=optimizer, threads=threads)
-            step_s[n] = (float(regressors.predict_ms(feats).sum()) + (overhead_ms or {}).get(spec.kind, 0.0)) / 1e3
+    traces: dict[str, Any] = {}
+    for n, spec in specs.items():
+        dt = device_type(spec)
+        try:
+            if dt not in traces:
+                traces[dt] = trace_step(module, batch, optimizer=optimizer, precision=precision, device_type=dt)
+            pred, _ = predict_trace(traces[dt], spec, op_model, overhead_ms=default_overhead_ms(spec, optimizer, overhead_path or DEFAULT_OVERHEAD))
+        except UnsupportedPrecisionError as e:
+            notes.append(f"{n}: not planned: {e}")
+            continue
+        except PrenetError as e:
+            if precision == "tf32" and dt == "cpu":
+                notes.append(f"{n}: not planned: tf32 exists on NVIDIA GPUs only")
+                continue
+            raise
+        step_s[n] = pred.step_seconds
+    if not step_s:
+        raise PrenetError(f"no hardware considered runs {precision}: " + "; ".join(notes[:3]))
+    specs = {n: specs[n] for n in step_s}
     rows = plan_rows(step_s, specs, steps=n_steps, memory=memory, intervals=iv, prices=prices or {})
     known = [r for r in rows if r.fits is not None]
     if known and not any(r.fits for r in known):
@@ -452,5 +467,6 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
                           f"considered, {biggest.hardware}, has {biggest.device_memory_gib:g} GiB; use a smaller --batch-size "
                           f"(activations scale with it) or add larger hardware")
     lo, hi = steps_interval(n_steps, iv)
+    notes.append(f"precision {precision}" + (" (strict FP32)" if precision == "fp32" else ""))
     return Plan(model=label, batch_size=batch_size, optimizer=optimizer, dataset_size=dataset_size, steps=n_steps, steps_low=lo, steps_high=hi,
                 steps_from=steps_from, memory=memory, coverage=iv.coverage, rows=rows, forecast=fc_info, notes=notes)

@@ -186,9 +186,169 @@ def gpt2_small_like(batch_size: int = 32, vocab: int = 50257, layers: int = 2, s
     return model, (torch.randint(0, vocab, (batch_size, seq_len)), torch.randint(0, vocab, (batch_size * seq_len,)))
 
 
+# ---- architectures the op-level path must decompose (issue 11): none of them is measured by the op benchmark ----
+
+class _InvertedResidual(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
+        super().__init__()
+        hid = cin * expand
+        self.block = nn.Sequential(
+            nn.Conv2d(cin, hid, 1, bias=False), nn.BatchNorm2d(hid), nn.ReLU6(),
+            nn.Conv2d(hid, hid, 3, stride, 1, groups=hid, bias=False), nn.BatchNorm2d(hid), nn.ReLU6(),
+            nn.Conv2d(hid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.block(x) if self.residual else self.block(x)
+
+
+def mobilenet_v2_like(batch_size: int = 32, image_size: int = 64, classes: int = 10, width: int = 32) -> Example:
+    """MobileNetV2's inverted residuals (1×1 expand, 3×3 depthwise, ReLU6, 1×1 project) at ``width`` stem channels."""
+    cfg = [(1, width // 2, 1, 1), (6, width * 3 // 4, 2, 2), (6, width, 3, 2), (6, width * 2, 2, 2), (6, width * 3, 2, 1)]
+    layers: list[nn.Module] = [nn.Conv2d(3, width, 3, 2, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU6()]
+    cin = width
+    for t, c, n, s in cfg:
+        for i in range(n):
+            layers.append(_InvertedResidual(cin, c, s if i == 0 else 1, t))
+            cin = c
+    layers += [nn.Conv2d(cin, 4 * width, 1, bias=False), nn.BatchNorm2d(4 * width), nn.ReLU6(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+               nn.Linear(4 * width, classes)]
+    return nn.Sequential(*layers), (torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,)))
+
+
+class _ViT(nn.Module):
+    """A ViT whose top module owns parameters (class token, positional embedding)."""
+
+    def __init__(self, image_size: int, patch: int, d: int, layers: int, heads: int, classes: int) -> None:
+        super().__init__()
+        n = (image_size // patch) ** 2
+        self.patch = nn.Conv2d(3, d, patch, patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, d))
+        self.pos = nn.Parameter(torch.zeros(1, n + 1, d))
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.patch(x).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], 1) + self.pos
+        return self.head(self.norm(self.encoder(h))[:, 0])
+
+
+def vit_tiny(batch_size: int = 32, image_size: int = 32, patch: int = 4, d: int = 192, layers: int = 4, heads: int = 3, classes: int = 10) -> Example:
+    """ViT-Tiny-like (pre-norm encoder, GELU, class token and positional embedding owned by the top module)."""
+    return _ViT(image_size, patch, d, layers, heads, classes), (torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,)))
+
+
+def audio_cnn1d(batch_size: int = 32, samples: int = 8000, channels: int = 64, classes: int = 12) -> Example:
+    """A 1-D audio CNN on raw waveforms (Conv1d, BatchNorm1d, MaxPool1d), M5-like."""
+    c = channels
+    model = nn.Sequential(
+        nn.Conv1d(1, c, 80, 4), nn.BatchNorm1d(c), nn.ReLU(), nn.MaxPool1d(4),
+        nn.Conv1d(c, c, 3), nn.BatchNorm1d(c), nn.ReLU(), nn.MaxPool1d(4),
+        nn.Conv1d(c, 2 * c, 3), nn.BatchNorm1d(2 * c), nn.ReLU(), nn.MaxPool1d(4),
+        nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(2 * c, classes))
+    return model, (torch.randn(batch_size, 1, samples), torch.randint(0, classes, (batch_size,)))
+
+
+class _UNetBlock(nn.Module):
+    """A diffusion U-Net's residual block: GroupNorm, SiLU, 3×3 convolutions, a skip 1×1, then down- and up-sampling."""
+
+    def __init__(self, c: int, groups: int) -> None:
+        super().__init__()
+        self.n1, self.c1 = nn.GroupNorm(groups, c), nn.Conv2d(c, 2 * c, 3, padding=1)
+        self.n2, self.c2 = nn.GroupNorm(groups, 2 * c), nn.Conv2d(2 * c, 2 * c, 3, padding=1)
+        self.skip = nn.Conv2d(c, 2 * c, 1)
+        self.down = nn.Conv2d(2 * c, 2 * c, 3, 2, 1)
+        self.up = nn.ConvTranspose2d(2 * c, c, 4, 2, 1)
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c2(self.act(self.n2(self.c1(self.act(self.n1(x)))))) + self.skip(x)
+        return self.up(self.down(h))
+
+
+def unet_block(batch_size: int = 8, image_size: int = 32, channels: int = 64, groups: int = 32) -> Example:
+    """One U-Net resolution level (GroupNorm, SiLU, convolutions, strided down, transposed up); loss = mean output."""
+    return _UNetBlock(channels, groups), torch.randn(batch_size, channels, image_size, image_size)  # type: ignore[return-value]
+
+
+class _Tagger(nn.Module):
+    def __init__(self, vocab: int, d: int, hidden: int, tags: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.gru = nn.GRU(d, hidden, batch_first=True, bidirectional=True)
+        self.out = nn.Linear(2 * hidden, tags)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.gru(self.embed(x))[0]).flatten(0, 1)
+
+
+def gru_tagger(batch_size: int = 32, vocab: int = 5000, d: int = 128, hidden: int = 256, seq_len: int = 40, tags: int = 17) -> Example:
+    """A bidirectional GRU sequence tagger (one tag per token)."""
+    return _Tagger(vocab, d, hidden, tags), (torch.randint(0, vocab, (batch_size, seq_len)), torch.randint(0, tags, (batch_size * seq_len,)))
+
+
+class _GPTBlock(nn.Module):
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(a)
+        return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x))))
+
+
+class _GPT(nn.Module):
+    def __init__(self, vocab: int, d: int, layers: int, heads: int, seq_len: int) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Parameter(torch.zeros(1, seq_len, d))
+        self.blocks = nn.Sequential(*[_GPTBlock(d, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.ln(self.blocks(self.tok(x) + self.pos[:, : x.shape[1]]))).flatten(0, 1)
+
+
+def gpt_sdpa(batch_size: int = 8, vocab: int = 8192, d: int = 256, layers: int = 4, heads: int = 4, seq_len: int = 128) -> Example:
+    """A GPT with ``F.scaled_dot_product_attention`` (causal); ``d=2048, layers=24, heads=16, vocab=50257, seq_len=2048`` is
+    GPT-3 XL (1.3 B parameters)."""
+    return _GPT(vocab, d, layers, heads, seq_len), (torch.randint(0, vocab, (batch_size, seq_len)), torch.randint(0, vocab, (batch_size * seq_len,)))
+
+
+class _Functional(nn.Module):
+    """Parameters only; the forward is functional calls and chained ``@`` products."""
+
+    def __init__(self, din: int, hidden: int, classes: int) -> None:
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(din, hidden) * din**-0.5)
+        self.w2 = nn.Parameter(torch.randn(hidden, hidden) * hidden**-0.5)
+        self.w3 = nn.Parameter(torch.randn(hidden, classes) * hidden**-0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.silu(x @ self.w1)
+        h = torch.nn.functional.layer_norm(h @ self.w2, (h.shape[-1],))
+        return torch.softmax(h, -1) @ self.w2 @ self.w3
+
+
+def functional_mlp(batch_size: int = 64, din: int = 512, hidden: int = 1024, classes: int = 10) -> Example:
+    """A model whose ``forward`` uses only functional calls and chained matmuls (no ``nn.Linear``)."""
+    return _Functional(din, hidden, classes), (torch.randn(batch_size, din), torch.randint(0, classes, (batch_size,)))
+
+
 ZOO: dict[str, Callable[..., Example]] = {
     "mlp": mlp, "vgg16": vgg16, "resnet18": resnet18, "resnet50": resnet50, "lstm_lm": lstm_lm,
     "bert_base_like": bert_base_like, "gpt2_small_like": gpt2_small_like,
+    "mobilenet_v2_like": mobilenet_v2_like, "vit_tiny": vit_tiny, "audio_cnn1d": audio_cnn1d, "unet_block": unet_block,
+    "gru_tagger": gru_tagger, "gpt_sdpa": gpt_sdpa, "functional_mlp": functional_mlp,
 }
 
 

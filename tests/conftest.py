@@ -25,6 +25,7 @@ PATH_KEYS = {
     "forecast_curves": "convergence/forecast_curves.parquet", "convergence_targets": "convergence/targets.parquet",
     "outcome_shards": "outcome/shards", "outcome_runs": "outcome/runs.parquet", "outcome_telemetry": "outcome/telemetry.parquet",
     "outcome_models": "models/outcome", "outcome_predictions": "outcome/holdout_predictions.parquet",
+    "op_timings": "raw/op_timings.parquet", "gpu_op_timings": "features/gpu_ops.parquet", "models_ops": "models/steptime_ops",
 }
 
 

@@ -50,8 +50,14 @@ def test_stacked_lstm_becomes_one_call_per_layer():
     assert [c.shape["in_features"] for c in lstm] == [256, 512]
 
 
+#: The zoo models the layer walker (the PreNeT-recipe baseline) covers; the op-level tracer takes every zoo model
+#: (tests/test_ops.py), the walker refuses depthwise convolutions, Conv1d, GroupNorm and module-owned parameters.
+WALKABLE = ("mlp", "vgg16", "resnet18", "resnet50", "lstm_lm", "bert_base_like", "gpt2_small_like")
+
+
 def test_every_zoo_model_walks_into_registered_ops():
-    for name, build in ZOO.items():
+    for name in WALKABLE:
+        build = ZOO[name]
         with torch.device("meta"):
             m, (x, _) = build(batch_size=2)
         calls = walk(m, x)

@@ -6,28 +6,29 @@ from datetime import datetime, timezone
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from prenet.benchmark.steps import make_optimizer, unpack_example
 from prenet.benchmark.timer import Timing, time_callable
 
 
-def training_step(module: nn.Module, example_batch: Any, optimizer: str, opt: torch.optim.Optimizer | None = None):
-    """One step as prenet predicts it: forward, scalar loss (cross-entropy for logits + integer labels, else the
-    mean of the output), backward, optimizer step. Batch norm and dropout in train mode. ``opt``: an existing
-    optimizer over ``module``'s parameters (default: a new one of kind ``optimizer``)."""
+def training_step(module: nn.Module, example_batch: Any, optimizer: str, opt: torch.optim.Optimizer | None = None,
+                  precision: str = "fp32"):
+    """One step as prenet predicts it: forward, scalar loss (:func:`prenet.ops.training_loss`), backward, optimizer step.
+    Batch norm and dropout in train mode. ``opt``: an existing optimizer over ``module``'s parameters (default: a new one
+    of kind ``optimizer``). ``precision`` ``bf16``/``fp16``: forward and loss under ``torch.autocast`` of the module's device."""
+    from prenet.ops import training_loss
+
     inputs, labels = unpack_example(example_batch)
     module.train()
     opt = opt if opt is not None else make_optimizer(optimizer, module.parameters())
+    dev = inputs.device.type
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        out = module(inputs)
-        if labels is not None and out.dim() == 2 and labels.dim() == 1 and not labels.is_floating_point():
-            loss = F.cross_entropy(out, labels)
-        else:
-            loss = out.float().mean()
+        with torch.autocast(dev, dtype=low, enabled=low is not None):
+            loss = training_loss(module(inputs), labels)
         loss.backward()
         opt.step()
 
@@ -42,12 +43,12 @@ def to_device(module: nn.Module, example_batch: Any, device: str) -> tuple[nn.Mo
 
 
 def measure_model(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd", warmup: int = 1, repeats: int = 3,
-                  min_block_ms: float = 1.0, warmed_ms: float | None = None) -> Timing:
+                  min_block_ms: float = 1.0, warmed_ms: float | None = None, precision: str = "fp32") -> Timing:
     """Median wall time of one training step (ms) and its run-to-run spread. ``warmed_ms``: a step of this model
     already ran (e.g. the memory measurement) and took about this long — no warm-up step is made."""
     p = next(module.parameters(), None)
     sync = torch.cuda.synchronize if p is not None and p.is_cuda else None
-    return time_callable(training_step(module, example_batch, optimizer), warmup=warmup, repeats=repeats, min_block_ms=min_block_ms, sync=sync,
+    return time_callable(training_step(module, example_batch, optimizer, precision=precision), warmup=warmup, repeats=repeats, min_block_ms=min_block_ms, sync=sync,
                          warmed_ms=warmed_ms)
 
 

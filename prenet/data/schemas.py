@@ -351,3 +351,35 @@ KEYS: dict[str, tuple[str, ...]] = {
     "OutcomeRuns": ("run_id",),
     "OutcomeTelemetry": ("run_id", "epoch"),
 }
+
+
+class OpTimings(pa.DataFrameModel):
+    """Output of ``benchmark_ops`` and of the vendored GPU timings as ops (``train_ops`` input): one measured ATen op of a
+    training step — FLOPs, bytes moved, its GEMM view and its time per call (ms)."""
+
+    source: str
+    kind: str
+    hardware_id: str = pa.Field(str_length={"min_value": 1})
+    config_id: str = pa.Field(str_length={"min_value": 1})
+    precision: str = pa.Field(isin=["fp32", "tf32", "fp16", "bf16"])
+    threads: int = pa.Field(ge=0)
+    tf1: int = pa.Field(isin=[0, 1])
+    op: str
+    family: str = pa.Field(isin=["gemm", "conv", "conv_grouped", "conv_depthwise", "attention", "norm", "softmax", "elementwise",
+                                 "reduction", "embedding", "rnn", "copy", "loss", "optimizer", "other"])
+    phase: str = pa.Field(isin=["forward", "backward", "optimizer"])
+    flops: float = pa.Field(ge=0)
+    bytes: int = pa.Field(ge=0)
+    dtype: str
+    unit: str = pa.Field(isin=["fp32", "tf32", "fp16", "bf16"])
+    m: int = pa.Field(ge=0)
+    n: int = pa.Field(ge=0)
+    k: int = pa.Field(ge=0)
+    batch: int = pa.Field(ge=0)
+    groups: int = pa.Field(ge=1)
+    out_numel: int = pa.Field(ge=0)
+    measured_ms: float = pa.Field(gt=0)
+
+    @pa.check("measured_ms", "flops", name="is_finite")
+    def _finite(cls, data: PolarsData) -> pl.LazyFrame:
+        return _is_finite(data)

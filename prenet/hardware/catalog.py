@@ -46,6 +46,9 @@ ALIASES: dict[str, str] = {
 
 _JUSTUS_NAMES = {"GTX1080Ti": "GTX 1080 Ti", "M60": "Tesla M60 (half board)", "K40": "Tesla K40", "K80": "Tesla K80 (half board)"}
 _JUSTUS_MEM_GB = {"GTX1080Ti": 11.0, "M60": 8.0, "K40": 12.0, "K80": 12.0}
+#: SMs and L2 (MB) of the Justus-only GPUs (one die of the dual boards), from NVIDIA's Kepler/Maxwell/Pascal
+#: whitepapers as commonly cited; not in justus_gpu_specs.csv. Used only by the op-level efficiency features.
+_JUSTUS_SMS_L2 = {"GTX1080Ti": (28, 2.75), "M60": (16, 2.0), "K40": (15, 1.5), "K80": (13, 1.5)}
 
 
 def _norm(name: str) -> str:
@@ -81,6 +84,9 @@ def _load(root: str) -> dict[str, HardwareSpec]:
             sms=int(_first_number(r["sms"]) or 0) or None,
             peak_tensor_tflops=_first_number(r["bf16_tensor_dense_tflops"]) or _first_number(r["fp16_tensor_dense_tflops_fp32acc"]),
             source=f"gpu_specs.csv ({r['verification']})",
+            peak_tf32_tflops=_first_number(r["tf32_tensor_dense_tflops"]),
+            peak_fp16_tflops=_first_number(r["fp16_tensor_dense_tflops_fp32acc"]),
+            peak_bf16_tflops=_first_number(r["bf16_tensor_dense_tflops"]),
         )
     justus = pl.read_csv(base / "external" / "justus2018" / "justus_gpu_specs.csv")
     for r in justus.iter_rows(named=True):
@@ -95,6 +101,8 @@ def _load(root: str) -> dict[str, HardwareSpec]:
             cores=int(r["cores"]),
             clock_mhz=float(r["clock_mhz"]),
             mem_gb=_JUSTUS_MEM_GB.get(r["gpu_name"]),
+            sms=_JUSTUS_SMS_L2[r["gpu_name"]][0],
+            l2_mb=_JUSTUS_SMS_L2[r["gpu_name"]][1],
             source="justus_gpu_specs.csv (Justus et al. 2018)",
         )
     return specs

@@ -30,6 +30,10 @@ class HardwareSpec:
     sms: int | None = None
     peak_tensor_tflops: float | None = None
     source: str = ""
+    #: Dense tensor-core (GPU) or measured low-precision GEMM (CPU) peaks, TFLOP/s; None: the device has none.
+    peak_tf32_tflops: float | None = None
+    peak_fp16_tflops: float | None = None
+    peak_bf16_tflops: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -44,6 +48,12 @@ class HardwareSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def peak_tflops(self, unit: str) -> float | None:
+        """Peak TFLOP/s of arithmetic unit ``unit`` (fp32 | tf32 | fp16 | bf16); None where the spec sheet has no such
+        unit (e.g. bf16 on a V100, tf32 on a CPU)."""
+        return {"fp32": self.peak_fp32_tflops, "tf32": self.peak_tf32_tflops, "fp16": self.peak_fp16_tflops,
+                "bf16": self.peak_bf16_tflops}[unit]
 
     def features(self) -> dict[str, float]:
         """Hardware features used by the step-time regressors (PreNeT Table 1, hardware part)."""
@@ -72,6 +82,10 @@ def load_spec_yaml(path: str | Path) -> HardwareSpec:
         clock_mhz: 1800
         mem_gb: 48           # optional
         l2_mb: 96            # optional
+        sms: 84              # optional: streaming multiprocessors (GPU)
+        peak_tf32_tflops: 80     # optional dense tensor-core peaks; absent = the device has no such unit
+        peak_fp16_tflops: 160
+        peak_bf16_tflops: 160
     """
     p = Path(path)
     try:
@@ -103,6 +117,9 @@ def load_spec_yaml(path: str | Path) -> HardwareSpec:
         sms=raw.get("sms"),
         peak_tensor_tflops=_opt_float(raw.get("peak_tensor_tflops")),
         source=f"spec file {p}",
+        peak_tf32_tflops=_opt_float(raw.get("peak_tf32_tflops")),
+        peak_fp16_tflops=_opt_float(raw.get("peak_fp16_tflops")),
+        peak_bf16_tflops=_opt_float(raw.get("peak_bf16_tflops")),
     )
 
 

@@ -1,0 +1,144 @@
+"""Stage ``evaluate_ops``: the op-level step-time model, measured — per-op errors on the frozen holdout (CPU and the
+vendored GPU timings) beside the pure roofline; leave-one-GPU-out per family and GPU; whole zoo training steps on the
+local CPU in FP32 and BF16 autocast beside the PreNeT recipe and the noise floor; the share of each zoo step's
+predicted time that came from fallbacks (analogy, roofline) on the CPU and on an H100; the intervals of ``prenet plan``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.config import hydra_entry
+from pipeline.train_ops import all_ops, local_spec, specs_for
+from prenet import zoo
+from prenet.data.io import read_table, write_json, write_table
+from prenet.data.schemas import ModelTimings
+from prenet.hardware.catalog import get
+from prenet.ops import trace_step
+from prenet.plan import loo_coverage
+from prenet.steptime.efficiency import EfficiencyModel
+from prenet.steptime.op_evaluation import ape, leave_one_gpu_out, predict_rows
+from prenet.steptime.step import default_overhead_ms, device_type, predict_trace
+
+
+def _errors(df: pl.DataFrame, by: list[str]) -> list[dict]:
+    e = df.with_columns(pl.Series("ape", ape(df["predicted_ms"].to_numpy(), df["measured_ms"].to_numpy())),
+                        pl.Series("roof_ape", ape(df["roofline_ms"].to_numpy(), df["measured_ms"].to_numpy())))
+    out = e.group_by(by).agg(pl.len().alias("rows"), pl.col("ape").mean().alias("mape_pct"), pl.col("ape").median().alias("median_ape_pct"),
+                             pl.col("roof_ape").mean().alias("roofline_mape_pct"), (pl.col("spread_rel").median() * 100).alias("noise_floor_pct"))
+    return out.sort(by).to_dicts()
+
+
+def whole_models(cfg: DictConfig, model: EfficiencyModel, timings: pl.DataFrame, precision: str, hw) -> pl.DataFrame:
+    """Each measured zoo step predicted through the one step-time path (trace on meta → ops → sum + null step)."""
+    rows = []
+    for r in timings.iter_rows(named=True):
+        with torch.device("meta"):
+            module, batch = zoo.build(r["model"], int(r["batch_size"]), cfg.models.get("sizes"))
+        trace = trace_step(module, batch, optimizer=r["optimizer"], precision=precision, device_type="cpu")
+        pred, ops = predict_trace(trace, hw, model, overhead_ms=default_overhead_ms(hw, r["optimizer"], cfg.paths.step_overhead))
+        fallback = float(ops.filter(pl.col("estimate") != "model")["predicted_ms"].sum()) / max(float(ops["predicted_ms"].sum()), 1e-12)
+        rows.append({"model": r["model"], "batch_size": r["batch_size"], "precision": precision, "measured_ms": r["measured_ms"],
+                     "predicted_ms": pred.step_seconds * 1e3, "roofline_ms": float(ops["roofline_ms"].sum()) + pred.overhead_ms,
+                     "spread_rel": r["spread_rel"], "fallback_share": fallback, "ops": ops.height})
+    return pl.DataFrame(rows)
+
+
+def _summary(w: pl.DataFrame) -> dict:
+    if w.height == 0:
+        return {}
+    e = ape(w["predicted_ms"].to_numpy(), w["measured_ms"].to_numpy())
+    return {"mape_pct": float(e.mean()), "median_ape_pct": float(np.median(e)), "n": w.height,
+            "roofline_mape_pct": float(ape(w["roofline_ms"].to_numpy(), w["measured_ms"].to_numpy()).mean()),
+            "noise_floor_pct": float(100 * w["spread_rel"].median()),
+            "per_model": {f"{m} b{b}": round(float(x), 1) for m, b, x in zip(w["model"], w["batch_size"], e)}}
+
+
+def fallback_table(cfg: DictConfig, model: EfficiencyModel, cpu) -> list[dict]:
+    """Share of each zoo model's predicted step (batch 16) estimated without a model of the op's own family, on the local
+    CPU (fp32) and an H100 SXM (fp32 and bf16)."""
+    out = []
+    h100 = get("H100 SXM5 80GB")
+    for name in zoo.ZOO:
+        with torch.device("meta"):
+            module, batch = zoo.build(name, 16, cfg.models.get("sizes"))
+        for hw, prec in ((cpu, "fp32"), (h100, "fp32"), (h100, "bf16")):
+            pred, ops = predict_trace(trace_step(module, batch, precision=prec, device_type=device_type(hw)), hw, model)
+            out.append({"model": name, "hardware": hw.hardware_id, "precision": prec, "step_ms": round(pred.step_seconds * 1e3, 3),
+                        **{f"{k}_share": round(v, 3) for k, v in pred.estimate_share.items()}})
+    return out
+
+
+def evaluate_ops(cfg: DictConfig) -> dict:
+    """Write ``metrics/evaluate_ops.json`` and ``plots/op_holdout.csv``, ``plots/op_unseen_gpu.csv``, ``plots/op_zoo.csv``."""
+    t0 = time.monotonic()
+    model = EfficiencyModel.load(cfg.paths.models_ops)
+    cpu = local_spec(cfg.paths.hardware_record)
+    ops = all_ops(cfg)
+    hold = ops.filter(pl.col("split") == "holdout")
+    pred = predict_rows(model, hold, specs_for(hold, cpu))
+    kind = pl.when(pl.col("hardware_id") == cpu.hardware_id).then(pl.lit("cpu")).otherwise(pl.lit("gpu")).alias("device")
+    pred = pred.with_columns(kind)
+    write_table(pred.select("device", "hardware_id", "precision", "family", "op", "measured_ms", "predicted_ms", "roofline_ms", "estimate"),
+                Path(cfg.paths.plots) / "op_holdout.csv")
+    e_all = ape(pred["predicted_ms"].to_numpy(), pred["measured_ms"].to_numpy())
+    metrics: dict = {
+        "holdout": {"rows": pred.height, "mape_pct": float(e_all.mean()), "median_ape_pct": float(np.median(e_all)),
+                    "roofline_mape_pct": float(ape(pred["roofline_ms"].to_numpy(), pred["measured_ms"].to_numpy()).mean()),
+                    "by_device_precision": _errors(pred, ["device", "precision"]), "by_family": _errors(pred, ["device", "family"])},
+    }
+    logo = None
+    if cfg.ops.evaluate.unseen_gpu:
+        gpu_dev = ops.filter((pl.col("hardware_id") != cpu.hardware_id) & (pl.col("split") != "holdout"))
+        logo = leave_one_gpu_out(gpu_dev, params=OmegaConf.to_container(cfg.ops.efficiency.params, resolve=True), threads=int(cfg.threads))
+        write_table(logo.drop("ratio_deciles"), Path(cfg.paths.plots) / "op_unseen_gpu.csv")
+        per_gpu = logo.group_by("hardware_id").agg(((pl.col("mape") * pl.col("rows")).sum() / pl.col("rows").sum()).alias("mape")).sort("mape")
+        per_fam = logo.group_by("family").agg(pl.col("mape").mean(), pl.col("roofline_mape").mean()).sort("family")
+        worst = per_gpu.row(-1, named=True)
+        metrics["unseen_gpu"] = {"folds": per_gpu.height, "mean_mape_pct": float(per_gpu["mape"].mean()),
+                                 "roofline_mean_mape_pct": float(logo["roofline_mape"].mean()),
+                                 "per_gpu": {r["hardware_id"]: round(r["mape"], 1) for r in per_gpu.iter_rows(named=True)},
+                                 "per_family": {r["family"]: {"mape_pct": round(r["mape"], 1), "roofline_mape_pct": round(r["roofline_mape"], 1)}
+                                                for r in per_fam.iter_rows(named=True)},
+                                 "hardest": {"hardware_id": worst["hardware_id"], "mape_pct": round(worst["mape"], 1)}}
+    fp32 = read_table(cfg.paths.model_timings, ModelTimings)
+    bf16_path = Path(cfg.paths.model_timings).with_name(Path(cfg.paths.model_timings).stem + "_bf16.parquet")
+    bf16 = read_table(bf16_path, ModelTimings) if bf16_path.is_file() else fp32.head(0)
+    w = pl.concat([whole_models(cfg, model, fp32, "fp32", cpu), whole_models(cfg, model, bf16, "bf16", cpu)], how="vertical_relaxed")
+    zoo_old = Path(cfg.paths.plots) / "zoo_predictions.csv"
+    if zoo_old.is_file():
+        old = pl.read_csv(zoo_old).select("model", "batch_size", *[c for c in ("prenet_recipe_ms", "prenet_ms") if c in pl.read_csv(zoo_old).columns])
+        w = w.join(old, on=["model", "batch_size"], how="left")
+    write_table(w, Path(cfg.paths.plots) / "op_zoo.csv")
+    metrics["whole_model"] = {p: _summary(w.filter(pl.col("precision") == p)) for p in ("fp32", "bf16")}
+    if "prenet_recipe_ms" in w.columns:
+        f = w.filter(pl.col("precision") == "fp32")
+        metrics["whole_model"]["prenet_recipe_fp32_mape_pct"] = float(ape(f["prenet_recipe_ms"].to_numpy(), f["measured_ms"].to_numpy()).mean())
+    metrics["fallback"] = fallback_table(cfg, model, cpu)
+    cov = float(cfg.evaluate.get("interval_coverage", 0.8))
+    lo, hi = (1 - cov) / 2, (1 + cov) / 2
+    f32 = w.filter(pl.col("precision") == "fp32")
+    local = [round(float(v), 4) for v in (f32["measured_ms"] / f32["predicted_ms"]).to_list()]
+    iv: dict = {"coverage": cov, "local_whole_model": {"ratios": local, "low": float(np.quantile(local, lo)), "high": float(np.quantile(local, hi)),
+                                                       "n": len(local), "loo_coverage": loo_coverage(local, cov)}}
+    if logo is not None:
+        r = [v for row in logo["ratio_deciles"].to_list() for v in row]
+        iv["unseen_gpu"] = {"ratios": r, "low": float(np.quantile(r, lo)), "high": float(np.quantile(r, hi)), "folds": metrics["unseen_gpu"]["folds"]}
+    metrics["intervals"] = iv
+    metrics["wall_s"] = round(time.monotonic() - t0, 1)
+    metrics["threads"] = int(cfg.threads)
+    write_json(metrics, Path(cfg.paths.metrics) / "evaluate_ops.json")
+    u = metrics.get("unseen_gpu", {})
+    print(f"evaluate_ops: holdout op MAPE {metrics['holdout']['mape_pct']:.1f}% (roofline {metrics['holdout']['roofline_mape_pct']:.1f}%); "
+          f"zoo CPU fp32 {metrics['whole_model']['fp32'].get('mape_pct', float('nan')):.1f}%, bf16 {metrics['whole_model']['bf16'].get('mape_pct', float('nan')):.1f}%; "
+          f"unseen GPU mean {u.get('mean_mape_pct', float('nan')):.1f}%")
+    return metrics
+
+
+if __name__ == "__main__":
+    hydra_entry(evaluate_ops)()

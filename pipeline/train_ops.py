@@ -1,0 +1,71 @@
+"""Stage ``train_ops``: the op-level efficiency models (``prenet/steptime/efficiency.py``) on the development ops — the
+local CPU's op benchmark and the vendored GPU timings as ops — never the frozen holdout (keyed by configuration)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import polars as pl
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.config import hydra_entry
+from prenet.data.external_ops import load_gpu_ops
+from prenet.data.io import read_table, write_json, write_table
+from prenet.data.schemas import OpTimings
+from prenet.data.split import SplitRule, assert_no_holdout, assign_frame
+from prenet.hardware.catalog import get
+from prenet.hardware.spec import HardwareSpec
+from prenet.steptime.efficiency import EfficiencyModel
+from prenet.steptime.op_evaluation import by_device
+
+
+def op_split_rule(cfg: DictConfig) -> SplitRule:
+    """The frozen split of ``conf/split`` keyed by configuration (an op benchmark step, or a vendored shape on every GPU)."""
+    return SplitRule(key_column="config_id", salt=str(cfg.split.salt), holdout_fraction=float(cfg.split.holdout_fraction),
+                     val_fraction=float(cfg.split.val_fraction))
+
+
+def specs_for(ops: pl.DataFrame, local: HardwareSpec | None) -> dict[str, HardwareSpec]:
+    """The spec of every ``hardware_id`` in ``ops``: the local CPU's recorded detection, catalog GPUs by name."""
+    return {h: (local if local is not None and h == local.hardware_id else get(h)) for h in ops.get_column("hardware_id").unique().to_list()}
+
+
+def local_spec(path: str | Path) -> HardwareSpec:
+    import json
+
+    d = json.loads(Path(path).read_text())
+    return HardwareSpec(**{k: v for k, v in d.items() if k in HardwareSpec.__dataclass_fields__})
+
+
+def all_ops(cfg: DictConfig) -> pl.DataFrame:
+    """CPU op benchmark + vendored GPU ops, with the frozen ``split`` column."""
+    cpu = read_table(cfg.paths.op_timings, OpTimings)
+    gpu = read_table(cfg.paths.gpu_op_timings, OpTimings)
+    cols = [c for c in OpTimings.to_schema().columns] + ["spread_rel"]
+    both = pl.concat([cpu.select([c for c in cols if c in cpu.columns]), gpu.select([c for c in cols if c in gpu.columns])], how="diagonal_relaxed")
+    return assign_frame(both, op_split_rule(cfg))
+
+
+def train_ops(cfg: DictConfig) -> dict:
+    """Write ``paths.gpu_op_timings`` (vendored timings as ops), ``paths.models_ops`` and ``metrics/train_ops.json``."""
+    t0 = time.monotonic()
+    gpu = load_gpu_ops(int(cfg.ops.external.max_rows_per_gpu)).with_columns(pl.lit("fp32").alias("precision"), pl.lit(0, dtype=pl.Int64).alias("threads"))
+    write_table(gpu, cfg.paths.gpu_op_timings, OpTimings)
+    rule = op_split_rule(cfg)
+    ops = all_ops(cfg)
+    dev = ops.filter(pl.col("split") != "holdout")
+    assert_no_holdout(dev, rule, where="train_ops")
+    specs = specs_for(dev, local_spec(cfg.paths.hardware_record))
+    model = EfficiencyModel.fit(by_device(dev, specs), params=OmegaConf.to_container(cfg.ops.efficiency.params, resolve=True),
+                                min_rows=int(cfg.ops.efficiency.min_rows), threads=int(cfg.threads))
+    model.save(cfg.paths.models_ops)
+    metrics = {"rows": model.rows, "median_efficiency": model.median_efficiency, "dev_ops": dev.height, "holdout_ops": ops.height - dev.height,
+               "gpu_ops": gpu.height, "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads)}
+    write_json(metrics, Path(cfg.paths.metrics) / "train_ops.json")
+    print(f"train_ops: {len(model.boosters)} efficiency models -> {cfg.paths.models_ops}")
+    return metrics
+
+
+if __name__ == "__main__":
+    hydra_entry(train_ops)()

@@ -1,0 +1,157 @@
+"""The op benchmark: real training steps of sampled layers and blocks on the CPU, every ATen op timed in place.
+
+Configurations come from the layer registry's samplers (PreNeT's layer types, the spaces of ``conf/benchmark``)
+plus blocks the registry lacks — depthwise and grouped convolutions with ReLU6, Conv1d / BatchNorm1d / MaxPool1d,
+GroupNorm + SiLU, ``F.scaled_dot_product_attention``. Each configuration runs one training step (forward, the mean
+of the output as loss, backward to weights and input, an SGD or Adam step) under :func:`prenet.ops.measure_step`;
+a share of them also under ``torch.autocast("cpu", bfloat16)``. No zoo model is measured here: the zoo is the
+whole-model test set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any, Callable
+
+import numpy as np
+import polars as pl
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from prenet.layers import REGISTRY
+from prenet.layers.base import log_uniform_int
+from prenet.ops import measure_step
+
+
+class _DepthwiseBlock(nn.Module):
+    def __init__(self, c: int, k: int, stride: int, expand: int) -> None:
+        super().__init__()
+        self.expand = nn.Conv2d(c, c * expand, 1, bias=False)
+        self.dw = nn.Conv2d(c * expand, c * expand, k, stride=stride, padding=k // 2, groups=c * expand, bias=False)
+        self.bn = nn.BatchNorm2d(c * expand)
+        self.act = nn.ReLU6()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.bn(self.dw(self.expand(x))))
+
+
+class _Conv1dBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, k: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(cin, cout, k, padding=k // 2)
+        self.bn = nn.BatchNorm1d(cout)
+        self.pool = nn.MaxPool1d(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(F.relu(self.bn(self.conv(x))))
+
+
+class _GroupNormBlock(nn.Module):
+    def __init__(self, c: int, groups: int, conv_groups: int) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(groups, c)
+        self.conv = nn.Conv2d(c, c, 3, padding=1, groups=conv_groups)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.silu(self.norm(x)))
+
+
+class _SDPABlock(nn.Module):
+    def __init__(self, d: int, heads: int, causal: bool) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.heads = heads
+        self.causal = causal
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal).transpose(1, 2).reshape(b, t, d)
+
+
+def _blocks() -> dict[str, tuple[Callable[[np.random.Generator], dict[str, int]], Callable[[dict[str, int]], tuple[nn.Module, torch.Tensor]]]]:
+    def s_dw(r):
+        return {"batch": log_uniform_int(r, 1, 32), "channels": log_uniform_int(r, 8, 96), "input_size": log_uniform_int(r, 4, 56),
+                "kernel_size": int(r.choice([3, 5])), "stride": int(r.choice([1, 2])), "expand": int(r.choice([1, 4, 6]))}
+
+    def b_dw(c):
+        return _DepthwiseBlock(c["channels"], c["kernel_size"], c["stride"], c["expand"]), torch.randn(c["batch"], c["channels"], c["input_size"], c["input_size"])
+
+    def s_c1(r):
+        return {"batch": log_uniform_int(r, 1, 32), "in_channels": log_uniform_int(r, 1, 128), "out_channels": log_uniform_int(r, 8, 128),
+                "length": log_uniform_int(r, 16, 4000), "kernel_size": int(r.choice([3, 5, 9]))}
+
+    def b_c1(c):
+        return _Conv1dBlock(c["in_channels"], c["out_channels"], c["kernel_size"]), torch.randn(c["batch"], c["in_channels"], c["length"])
+
+    def s_gn(r):
+        g = int(r.choice([4, 8, 16, 32]))
+        return {"batch": log_uniform_int(r, 1, 16), "channels": g * log_uniform_int(r, 1, 8), "groups": g, "input_size": log_uniform_int(r, 4, 32),
+                "conv_groups": int(r.choice([1, 1, 2, 4]))}
+
+    def b_gn(c):
+        return _GroupNormBlock(c["channels"], c["groups"], c["conv_groups"]), torch.randn(c["batch"], c["channels"], c["input_size"], c["input_size"])
+
+    def s_sdpa(r):
+        h = int(r.choice([1, 2, 4, 8]))
+        return {"batch": log_uniform_int(r, 1, 16), "seq_len": log_uniform_int(r, 8, 256), "heads": h, "head_dim": int(r.choice([16, 32, 64])),
+                "causal": int(r.integers(0, 2))}
+
+    def b_sdpa(c):
+        d = c["heads"] * c["head_dim"]
+        return _SDPABlock(d, c["heads"], bool(c["causal"])), torch.randn(c["batch"], c["seq_len"], d)
+
+    return {"depthwise_block": (s_dw, b_dw), "conv1d_block": (s_c1, b_c1), "groupnorm_block": (s_gn, b_gn), "sdpa_block": (s_sdpa, b_sdpa)}
+
+
+BLOCKS = _blocks()
+
+
+def config_id(kind: str, cfg: dict[str, int]) -> str:
+    """Stable identity of a configuration (the frozen split's key)."""
+    return hashlib.sha256(f"{kind}|{json.dumps(cfg, sort_keys=True)}".encode()).hexdigest()[:16]
+
+
+def sample_configs(spaces: dict[str, Any], *, per_kind: int, seed: int, max_flops: float | None = None) -> list[tuple[str, dict[str, int]]]:
+    """``per_kind`` configurations of every registry layer (from ``spaces``: ``conf/benchmark``'s ``ops``, with their
+    ``max_flops`` lowered to ``max_flops``) and block."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for op, lt in REGISTRY.items():
+        space = dict(spaces[op]["space"]) if op in spaces else None
+        if space is None:
+            continue
+        if max_flops is not None and "max_flops" in space:
+            space["max_flops"] = min(float(space["max_flops"]), float(max_flops))
+        for _ in range(per_kind):
+            out.append((op, lt.complete(lt.sample(rng, space))))
+    for kind, (sample, _) in BLOCKS.items():
+        for _ in range(per_kind):
+            out.append((kind, sample(rng)))
+    return out
+
+
+def build_config(kind: str, cfg: dict[str, int]) -> tuple[nn.Module, torch.Tensor]:
+    if kind in BLOCKS:
+        return BLOCKS[kind][1](cfg)
+    return REGISTRY[kind].build(cfg, "cpu", torch.float32)
+
+
+def forward_flops(kind: str, cfg: dict[str, int]) -> float:
+    """Forward FLOPs of a registry layer (analytic); blocks: estimated from their sizes (used only to cap BF16 runs)."""
+    if kind in REGISTRY:
+        return REGISTRY[kind].cost(cfg, 4).forward_flops
+    return float(math.prod(v for k, v in cfg.items() if k not in ("stride", "causal", "groups", "conv_groups")))
+
+
+def measure_config(kind: str, cfg: dict[str, int], *, optimizer: str, precision: str, min_block_ms: float, repeats: int) -> pl.DataFrame:
+    """The timed ops of one training step of a configuration, with ``config_id``, ``kind``, ``optimizer`` and ``precision``."""
+    module, x = build_config(kind, cfg)
+    trace = measure_step(module, x, optimizer=optimizer, precision=precision, min_block_ms=min_block_ms, repeats=repeats,
+                         input_grad=x.is_floating_point())
+    return trace.frame().with_columns(pl.lit(config_id(kind, cfg)).alias("config_id"), pl.lit(kind).alias("kind"),
+                                      pl.lit(json.dumps(cfg, sort_keys=True)).alias("config"), pl.lit(optimizer).alias("optimizer"),
+                                      pl.lit(precision).alias("precision"))

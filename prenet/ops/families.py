@@ -1,0 +1,205 @@
+"""Operator families: which family an ATen op belongs to, its FLOPs and the bytes it moves.
+
+One rule per quantity, used by the tracer (:mod:`prenet.ops.trace`), the op benchmark and the external
+timings alike:
+
+* **FLOPs** — GEMM, convolution (forward and backward) and attention from their shapes (multiply-add = 2
+  FLOPs); every other op one FLOP per output element (memory-bound ops: the FLOPs never decide their roofline).
+* **Bytes** — every distinct tensor read plus every tensor written, once (an in-place op reads and writes its
+  first argument: it counts twice). Caches are not modelled here; the learned efficiency absorbs them.
+* **GEMM view** — ``m, n, k, batch`` of the matrix product an op performs (a convolution as its implicit GEMM:
+  m = N·H_out·W_out, n = C_out / groups, k = C_in / groups · kernel volume), the input of the tile/wave features.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+#: The families, in the order the report lists them.
+FAMILIES: tuple[str, ...] = (
+    "gemm", "conv", "conv_grouped", "conv_depthwise", "attention", "norm", "softmax", "elementwise", "reduction",
+    "embedding", "rnn", "copy", "loss", "optimizer", "other",
+)
+
+#: Families whose ops run on tensor cores under tf32 / fp16 / bf16 (everything else uses the FP32 units).
+TENSOR_CORE_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "attention", "rnn"})
+
+_GEMM = {"mm", "addmm", "bmm", "baddbmm", "linear", "matmul", "addbmm", "addmv", "mv", "dot", "_int_mm"}
+_CONV = {"convolution", "_convolution", "convolution_backward", "_slow_conv2d_forward", "_slow_conv2d_backward",
+         "mkldnn_convolution", "cudnn_convolution", "thnn_conv2d", "_conv_depthwise2d", "slow_conv3d_forward",
+         "slow_conv_dilated2d", "slow_conv_transpose2d"}
+_ATTENTION_PREFIX = ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "scaled_dot_product")
+_NORM = {"native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+         "_native_batch_norm_legit_no_training", "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
+         "native_group_norm_backward", "batch_norm_backward", "_batch_norm_with_update", "_batch_norm_no_update",
+         "cudnn_batch_norm", "cudnn_batch_norm_backward", "miopen_batch_norm", "_fused_rms_norm", "_fused_rms_norm_backward",
+         "batch_norm_stats", "batch_norm_elemt", "batch_norm_gather_stats"}
+_SOFTMAX = {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "softmax", "log_softmax"}
+_REDUCTION = {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "norm", "linalg_vector_norm", "var",
+              "std", "var_mean", "std_mean", "logsumexp", "cumsum", "all", "any", "_foreach_norm", "max_pool2d_with_indices",
+              "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward", "_adaptive_avg_pool2d",
+              "_adaptive_avg_pool2d_backward", "adaptive_max_pool2d", "adaptive_max_pool2d_backward", "max_pool1d",
+              "max_pool1d_with_indices", "avg_pool1d", "max_pool3d_with_indices", "avg_pool3d", "_adaptive_avg_pool3d"}
+_EMBEDDING = {"embedding", "embedding_dense_backward", "index_select", "gather", "scatter", "scatter_add", "index_add",
+              "index_put", "_index_put_impl", "index", "take", "embedding_renorm_", "_embedding_bag", "scatter_reduce",
+              "masked_scatter", "index_copy", "_unsafe_index", "_unsafe_index_put"}
+_COPY = {"clone", "_to_copy", "copy", "copy_", "contiguous", "cat", "stack", "constant_pad_nd", "repeat", "_unsafe_view",
+         "flip", "roll", "fill", "fill_", "zero", "zero_", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
+         "new_full", "masked_fill", "where", "tril", "triu", "_reshape_copy", "narrow_copy", "split_with_sizes_copy",
+         "reflection_pad2d", "replication_pad2d", "upsample_nearest2d", "upsample_bilinear2d",
+         "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "col2im", "im2col", "lift_fresh_copy"}
+_LOSS = {"nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward",
+         "binary_cross_entropy", "binary_cross_entropy_backward", "binary_cross_entropy_with_logits", "l1_loss",
+         "smooth_l1_loss", "smooth_l1_loss_backward", "huber_loss", "huber_loss_backward", "kl_div", "cross_entropy_loss"}
+_RNN_OPS = {"_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward",
+            "lstm", "gru", "rnn_tanh", "rnn_relu", "_cudnn_rnn", "_cudnn_rnn_backward", "mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"}
+#: Ops that allocate or alias and move no data: not timed, not listed.
+FREE = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias", "lift_fresh", "_local_scalar_dense",
+        "resize_", "set_", "_has_compatible_shallow_copy_type", "is_same_size", "_to_dense", "sym_size", "sym_stride", "sym_numel",
+        "record_stream", "_version", "equal", "size", "stride", "numel", "dim", "is_nonzero", "item",
+        # in-place metadata changes (they move no data, and repeating one while timing would undo it)
+        "t_", "transpose_", "squeeze_", "unsqueeze_", "as_strided_", "resize_as_", "swapaxes_", "swapdims_", "detach_"}
+
+#: Families that a trained efficiency model answers by analogy when its own family has no data on a device kind:
+#: the analogy is named in every answer (``estimate`` column).
+ANALOGY: dict[str, str] = {
+    "conv_grouped": "conv", "conv_depthwise": "elementwise", "attention": "gemm", "norm": "softmax", "reduction": "elementwise",
+    "embedding": "elementwise", "copy": "elementwise", "loss": "softmax", "optimizer": "elementwise", "rnn": "gemm",
+    "softmax": "elementwise", "other": "elementwise",
+}
+
+
+def base_name(func: Any) -> str:
+    """``aten.addmm.default`` → ``addmm``."""
+    name = getattr(func, "__name__", str(func))
+    packet = getattr(func, "_overloadpacket", None)
+    if packet is not None:
+        name = packet.__name__
+    return name.split(".")[0]
+
+
+def family_of(name: str, *, phase: str, in_rnn: bool, groups: int = 1, channels: int = 0) -> str:
+    """The family of ATen op ``name`` executed in ``phase`` (forward | backward | optimizer); ``in_rnn``: it runs inside a
+    recurrent module; ``groups``/``channels``: a convolution's groups and input channels."""
+    if phase == "optimizer" or name.startswith("_foreach") or name.startswith("_fused_adam") or name.startswith("_fused_sgd") \
+            or name.startswith("_amp_"):
+        return "optimizer"
+    if in_rnn or name in _RNN_OPS:
+        return "rnn"
+    if name in _CONV or name.startswith("conv"):
+        if groups > 1:
+            return "conv_depthwise" if groups == channels else "conv_grouped"
+        return "conv"
+    if name.startswith(_ATTENTION_PREFIX):
+        return "attention"
+    if name in _GEMM:
+        return "gemm"
+    if name in _NORM:
+        return "norm"
+    if name in _SOFTMAX:
+        return "softmax"
+    if name in _LOSS:
+        return "loss"
+    if name in _REDUCTION:
+        return "reduction"
+    if name in _EMBEDDING:
+        return "embedding"
+    if name in _COPY:
+        return "copy"
+    return "elementwise"
+
+
+def tensors(obj: Any) -> list[torch.Tensor]:
+    """Every tensor in an argument (nested lists/tuples, as foreach ops take)."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in tensors(o)]
+    return []
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return int(t.numel()) * t.element_size()
+
+
+def moved_bytes(args: tuple, kwargs: dict, out: Any) -> int:
+    """Bytes read (each distinct input tensor once) plus bytes written (every output tensor)."""
+    seen: set[int] = set()
+    total = 0
+    for t in tensors(list(args)) + tensors(list(kwargs.values())):
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += nbytes(t)
+    return total + sum(nbytes(t) for t in tensors(out))
+
+
+def _conv_dims(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, groups: int) -> tuple[int, int, int, int]:
+    """Implicit GEMM of a convolution: (batch = groups, m = N·spatial_out, n = C_out/groups, k = C_in/groups·kernel)."""
+    spatial = math.prod(int(s) for s in out.shape[2:]) if out.dim() > 2 else 1
+    m = int(out.shape[0]) * spatial
+    n = int(w.shape[0]) // max(groups, 1)
+    k = math.prod(int(s) for s in w.shape[1:])
+    return groups, m, n, k
+
+
+def gemm_view(name: str, args: tuple, out: Any) -> tuple[int, int, int, int]:
+    """(batch, m, n, k) of the product op ``name`` computes; (0, 0, 0, 0) for ops that are not products."""
+    a = [x for x in args if isinstance(x, torch.Tensor)]
+    try:
+        if name in ("mm", "_int_mm") and len(a) >= 2:
+            return 1, int(a[0].shape[0]), int(a[1].shape[1]), int(a[0].shape[1])
+        if name in ("addmm",) and len(a) >= 3:
+            return 1, int(a[1].shape[0]), int(a[2].shape[1]), int(a[1].shape[1])
+        if name == "bmm" and len(a) >= 2:
+            return int(a[0].shape[0]), int(a[0].shape[1]), int(a[1].shape[2]), int(a[0].shape[2])
+        if name == "baddbmm" and len(a) >= 3:
+            return int(a[1].shape[0]), int(a[1].shape[1]), int(a[2].shape[2]), int(a[1].shape[2])
+        if name in ("mv", "addmv"):
+            mat = a[0] if name == "mv" else a[1]
+            return 1, int(mat.shape[0]), 1, int(mat.shape[1])
+        if name in ("convolution", "_convolution", "mkldnn_convolution", "_slow_conv2d_forward", "cudnn_convolution"):
+            groups = int(args[8]) if name in ("convolution", "_convolution") and len(args) > 8 else 1
+            o = out if isinstance(out, torch.Tensor) else tensors(out)[0]
+            return _conv_dims(a[0], a[1], o, groups)
+        if name == "convolution_backward":
+            # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask)
+            groups = int(args[9]) if len(args) > 9 else 1
+            return _conv_dims(a[1], a[2], a[0], groups)
+        if name.startswith(_ATTENTION_PREFIX) and len(a) >= 3:
+            q, k = a[0], a[1]
+            bh = math.prod(int(s) for s in q.shape[:-2]) if q.dim() > 2 else 1
+            return bh, int(q.shape[-2]), int(k.shape[-2]), int(q.shape[-1])
+    except (IndexError, RuntimeError, TypeError):
+        pass
+    return 0, 0, 0, 0
+
+
+def op_flops(name: str, args: tuple, kwargs: dict, out: Any) -> float:
+    """FLOPs of one call (see the module docstring)."""
+    b, m, n, k = gemm_view(name, args, out)
+    if name == "convolution_backward":
+        mask = args[10] if len(args) > 10 else [True, True, True]
+        return 2.0 * b * m * n * k * (int(bool(mask[0])) + int(bool(mask[1])))
+    if name.startswith(_ATTENTION_PREFIX) and m:
+        # QKᵀ and PV: 2 products of B·H·Lq·Lk·D multiply-adds; backward recomputes P and forms dQ, dK, dV, dP (2.5×)
+        fwd = 4.0 * b * m * n * k
+        return 2.5 * fwd if "backward" in name else fwd
+    if m:
+        return 2.0 * b * m * n * k
+    outs = tensors(out)
+    return float(sum(t.numel() for t in outs)) if outs else float(sum(t.numel() for t in tensors(list(args))))
+
+
+def conv_groups(name: str, args: tuple) -> tuple[int, int]:
+    """(groups, input channels) of a convolution call; (1, 0) for other ops."""
+    try:
+        if name in ("convolution", "_convolution"):
+            return int(args[8]), int(args[0].shape[1])
+        if name == "convolution_backward":
+            return int(args[9]), int(args[1].shape[1])
+    except (IndexError, TypeError, AttributeError):
+        pass
+    return 1, 0

@@ -1,0 +1,349 @@
+"""Trace one whole training step — forward, loss, backward, optimizer step — at the ATen level.
+
+``trace_step`` runs the step on the ``meta`` device (shapes only: no weight memory, no compute) under a
+``TorchDispatchMode`` and records every op that moves data: its name, family, phase (forward | backward |
+optimizer), the module it ran in, FLOPs, bytes, dtype and GEMM view. ``measure_step`` runs the same step on real
+CPU tensors and also times every op in place (the op benchmark's ground truth). Views, allocations and host-side
+scalar bookkeeping (an optimizer's step counter) are not ops of the step and are not recorded.
+
+Precision (``PRECISIONS``): ``fp32`` strict FP32; ``tf32`` FP32 tensors with GEMMs and convolutions on TF32
+tensor cores; ``fp16``/``bf16`` autocast (torch's op lists, :mod:`prenet.ops.autocast`) with FP32 master weights;
+``fp16`` adds the GradScaler's unscale and inf check of every gradient.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from contextlib import ExitStack, nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import polars as pl
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from prenet.errors import PrenetError
+from prenet.ops.autocast import Autocast
+from prenet.ops.families import (FREE, TENSOR_CORE_FAMILIES, base_name, conv_groups, family_of, gemm_view, moved_bytes, nbytes,
+                                 op_flops, tensors)
+
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
+LOW_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
+_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64"}
+
+
+@dataclass
+class OpRecord:
+    """One ATen op of a training step. ``flops`` in FLOPs, ``bytes`` moved, ``measured_ms`` per call (measured
+    traces only); ``unit`` is the arithmetic unit its FLOPs run on (fp32 | tf32 | fp16 | bf16)."""
+
+    op: str
+    family: str
+    phase: str
+    module: str
+    flops: float
+    bytes: int
+    dtype: str
+    unit: str
+    batch: int = 0
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    groups: int = 1
+    out_numel: int = 0
+    shapes: str = ""
+    measured_ms: float | None = None
+    spread_rel: float | None = None
+
+
+@dataclass
+class StepTrace:
+    """The ops of one training step and what they were traced from."""
+
+    records: list[OpRecord]
+    precision: str
+    optimizer: str
+    device_type: str
+    input_shape: list[int]
+    params: int
+    notes: list[str] = field(default_factory=list)
+
+    def frame(self) -> pl.DataFrame:
+        """One row per op (columns of :class:`OpRecord`)."""
+        return pl.DataFrame([asdict(r) for r in self.records], schema=OP_SCHEMA, orient="row")
+
+
+OP_SCHEMA = {"op": pl.String, "family": pl.String, "phase": pl.String, "module": pl.String, "flops": pl.Float64, "bytes": pl.Int64,
+             "dtype": pl.String, "unit": pl.String, "batch": pl.Int64, "m": pl.Int64, "n": pl.Int64, "k": pl.Int64, "groups": pl.Int64,
+             "out_numel": pl.Int64, "shapes": pl.String, "measured_ms": pl.Float64, "spread_rel": pl.Float64}
+
+
+def unit_of(family: str, dtype: str, precision: str) -> str:
+    """The arithmetic unit of an op: tensor-core families in 16-bit dtypes use fp16/bf16 units, in FP32 under ``tf32``
+    the TF32 units; every other op runs on the FP32 units."""
+    if family in TENSOR_CORE_FAMILIES:
+        if dtype == "float16":
+            return "fp16"
+        if dtype == "bfloat16":
+            return "bf16"
+        if precision == "tf32" and dtype == "float32":
+            return "tf32"
+    return "fp32"
+
+
+def _shape_text(args: tuple) -> str:
+    shown = [f"{'x'.join(str(int(s)) for s in t.shape) or 'scalar'}" for t in tensors(list(args))[:4]]
+    return ", ".join(shown)
+
+
+class _Labels(TorchFunctionMode):
+    """Maps every autograd node created inside a module's forward to that module's path, so backward ops carry it."""
+
+    def __init__(self, tracer: "_Tracer") -> None:
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        where = self.tracer.where()
+        stack = [t.grad_fn for t in tensors(out) if t.grad_fn is not None]
+        nodes = self.tracer.node_module
+        while stack:
+            node = stack.pop()
+            if node is None or node in nodes:
+                continue
+            nodes[node] = where
+            stack.extend(n for n, _ in node.next_functions)
+        return out
+
+
+class _Tracer(TorchDispatchMode):
+    def __init__(self, *, precision: str, meta: bool, names: dict[int, tuple[str, bool]], timing: dict | None) -> None:
+        super().__init__()
+        self.precision = precision
+        self.meta = meta
+        self.names = names
+        self.timing = timing
+        self.phase = "forward"
+        self.stack: list[tuple[str, bool]] = []
+        self.node_module: dict[Any, tuple[str, bool]] = {}
+        self.records: list[OpRecord] = []
+
+    def where(self) -> tuple[str, bool]:
+        """(module path, inside a recurrent module) of the op running now."""
+        if self.phase == "backward":
+            node = torch._C._current_autograd_node()
+            return self.node_module.get(node, ("(backward)", False)) if node is not None else ("(backward)", False)
+        if self.phase == "optimizer":
+            return ("optimizer", False)
+        return self.stack[-1] if self.stack else ("(top)", False)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = base_name(func)
+        if name in FREE or getattr(func, "is_view", False):
+            return func(*args, **kwargs)
+        ins = tensors(list(args)) + tensors(list(kwargs.values()))
+        if self.meta and ins and all(t.device.type != "meta" for t in ins):
+            return func(*args, **kwargs)  # host-side scalars (an optimizer's step count): not part of the device's step
+        ms = spread = None
+        if self.timing is not None:
+            out, ms, spread = _timed(func, args, kwargs, **self.timing)
+        else:
+            out = func(*args, **kwargs)
+        outs = tensors(out)
+        if not ins and not outs:
+            return out
+        module, in_rnn = self.where()
+        groups, channels = conv_groups(name, args)
+        family = family_of(name, phase=self.phase, in_rnn=in_rnn, groups=groups, channels=channels)
+        floats = [t for t in ins + outs if t.is_floating_point()]
+        dtype = _DTYPE_NAMES.get(floats[0].dtype, str(floats[0].dtype)) if floats else "int64"
+        if name in ("_to_copy", "copy_") and outs:
+            dtype = _DTYPE_NAMES.get(outs[0].dtype, dtype)
+        b, m, n, k = gemm_view(name, args, out)
+        self.records.append(OpRecord(
+            op=name, family=family, phase=self.phase, module=module, flops=op_flops(name, args, kwargs, out),
+            bytes=moved_bytes(args, kwargs, out), dtype=dtype, unit=unit_of(family, dtype, self.precision), batch=b, m=m, n=n, k=k,
+            groups=groups, out_numel=int(sum(t.numel() for t in outs)), shapes=_shape_text(args), measured_ms=ms, spread_rel=spread))
+        return out
+
+
+def _timed(func, args, kwargs, *, min_block_ms: float, repeats: int) -> tuple[Any, float, float]:
+    """Run ``func`` once for its result, then ``repeats`` blocks of calls lasting ≥ ``min_block_ms``; the median per call (ms)
+    and the spread (IQR / median) of the blocks."""
+    t0 = time.perf_counter()
+    out = func(*args, **kwargs)
+    once = max((time.perf_counter() - t0) * 1e3, 1e-4)
+    number = max(1, min(200, math.ceil(min_block_ms / once)))
+    per = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            func(*args, **kwargs)
+        per.append((time.perf_counter() - t0) * 1e3 / number)
+    per.sort()
+    med = per[len(per) // 2]
+    q1, q3 = per[len(per) // 4], per[(3 * len(per)) // 4]
+    return out, med, (q3 - q1) / med if med > 0 else 0.0
+
+
+def training_loss(out: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
+    """The loss of a step as prenet times and predicts it: cross-entropy for logits [B, C] and integer labels [B],
+    else the mean of the output."""
+    if labels is not None and out.dim() == 2 and labels.dim() == 1 and not labels.is_floating_point():
+        return nn.functional.cross_entropy(out, labels)
+    return out.float().mean()
+
+
+def make_optimizer(name: str, params, *, foreach: bool | None = None) -> torch.optim.Optimizer:
+    """``sgd``: plain SGD; ``adam``: Adam with default betas (tiny learning rates: timed steps must not drift)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-6, foreach=foreach)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-6, foreach=foreach)
+    raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def _module_names(module: nn.Module) -> dict[int, tuple[str, bool]]:
+    return {id(m): (name or type(m).__name__, isinstance(m, nn.RNNBase)) for name, m in module.named_modules()}
+
+
+def _check(precision: str, optimizer: str) -> None:
+    if precision not in PRECISIONS:
+        raise PrenetError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if optimizer not in OPTIMIZERS:
+        raise PrenetError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def _run(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor | None, tracer: _Tracer, *, optimizer: str, precision: str,
+         device_type: str, real: bool, input_grad: bool = False) -> None:
+    """One step under ``tracer``: forward and loss (autocast when asked), backward, optimizer step."""
+    module.train()
+    params = [p for p in module.parameters() if p.requires_grad]
+    opt = make_optimizer(optimizer, params, foreach=(device_type == "cuda") or None) if params else None
+    if input_grad and inputs.is_floating_point():
+        inputs = inputs.detach().requires_grad_(True)
+    names = tracer.names
+
+    def pre(mod, args):
+        tracer.stack.append(names.get(id(mod), (type(mod).__name__, isinstance(mod, nn.RNNBase))))
+
+    def post(mod, args, out):
+        if tracer.stack:
+            tracer.stack.pop()
+
+    low = LOW_DTYPE.get(precision)
+    if low is None:
+        amp = nullcontext()
+    elif real:
+        amp = torch.autocast(device_type, dtype=low)
+    else:
+        amp = Autocast(device_type, low)
+    h1 = nn.modules.module.register_module_forward_pre_hook(pre)
+    h2 = nn.modules.module.register_module_forward_hook(post)
+    try:
+        with ExitStack() as stack:
+            stack.enter_context(tracer)
+            stack.enter_context(_Labels(tracer))
+            tracer.phase = "forward"
+            with amp:
+                try:
+                    out = module(inputs)
+                except PrenetError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - the user's model failed: say where
+                    where = tracer.stack[-1][0] if tracer.stack else "the top module"
+                    raise PrenetError(f"the model's forward failed in {where} ({tracer.records[-1].op if tracer.records else 'before any op'} "
+                                      f"was the last op): {type(e).__name__}: {e}") from e
+                if not isinstance(out, torch.Tensor):
+                    raise PrenetError(f"the model's forward returned {type(out).__name__}; prenet needs a tensor (logits or a value to average)")
+                loss = training_loss(out, labels)
+            tracer.stack.clear()
+            tracer.phase = "backward"
+            if precision == "fp16":
+                loss = loss * 65536.0  # GradScaler: the scaled loss is what backward starts from
+            loss.backward()
+            tracer.phase = "optimizer"
+            if precision == "fp16":
+                _unscale_records(tracer, module)
+            if opt is not None:
+                opt.step()
+    finally:
+        h1.remove()
+        h2.remove()
+
+
+def _unscale_records(tracer: _Tracer, module: nn.Module) -> None:
+    """GradScaler.unscale_: one fused pass reading and writing every gradient and checking it for inf/NaN."""
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    if not grads:
+        return
+    size = sum(nbytes(g) for g in grads)
+    tracer.records.append(OpRecord(op="_amp_foreach_non_finite_check_and_unscale_", family="optimizer", phase="optimizer",
+                                   module="GradScaler", flops=float(sum(g.numel() for g in grads)), bytes=2 * size, dtype="float32",
+                                   unit="fp32", out_numel=int(sum(g.numel() for g in grads)), shapes=f"{len(grads)} gradients"))
+
+
+def _split(example_batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    from prenet.benchmark.steps import unpack_example
+
+    return unpack_example(example_batch)
+
+
+def trace_step(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd", precision: str = "fp32",
+               device_type: str = "cpu") -> StepTrace:
+    """The ops of one training step of ``module`` on ``example_batch`` (a tensor, or ``(inputs, labels)``), traced on the
+    meta device. ``device_type`` (``cpu`` | ``cuda``) picks the autocast op lists and whether the optimizer uses foreach
+    kernels, as torch does on that device. The module is copied (its weights are never touched)."""
+    _check(precision, optimizer)
+    if precision == "tf32" and device_type != "cuda":
+        raise PrenetError("precision tf32 exists on NVIDIA GPUs only (Ampere and later); use fp32 or bf16 on a CPU")
+    inputs, labels = _split(example_batch)
+    meta = module if _on_meta(module) else copy.deepcopy(module).to("meta")
+    for p in meta.parameters():
+        p.grad = None
+    tracer = _Tracer(precision=precision, meta=True, names=_module_names(meta), timing=None)
+    _run(meta, inputs.to("meta"), None if labels is None else labels.to("meta"), tracer, optimizer=optimizer, precision=precision,
+         device_type=device_type, real=False)
+    return StepTrace(tracer.records, precision, optimizer, device_type, [int(s) for s in inputs.shape],
+                     sum(int(p.numel()) for p in meta.parameters()))
+
+
+def measure_step(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd", precision: str = "fp32", min_block_ms: float = 0.3,
+                 repeats: int = 3, warmup: bool = True, input_grad: bool = False) -> StepTrace:
+    """The ops of one real training step on the CPU, each timed in place (``measured_ms`` per call, median of
+    ``repeats`` blocks of ≥ ``min_block_ms``). ``bf16`` uses the real ``torch.autocast("cpu")``. ``warmup`` runs one
+    untimed step first (allocator and kernel caches as in a running job)."""
+    _check(precision, optimizer)
+    if precision in ("tf32", "fp16"):
+        raise PrenetError(f"precision {precision} cannot be measured on a CPU; measure fp32 or bf16")
+    inputs, labels = _split(example_batch)
+    if warmup:
+        probe = _Tracer(precision=precision, meta=False, names={}, timing=None)
+        _run(module, inputs, labels, probe, optimizer=optimizer, precision=precision, device_type="cpu", real=True, input_grad=input_grad)
+        module.zero_grad(set_to_none=True)
+    tracer = _Tracer(precision=precision, meta=False, names=_module_names(module), timing={"min_block_ms": min_block_ms, "repeats": repeats})
+    _run(module, inputs, labels, tracer, optimizer=optimizer, precision=precision, device_type="cpu", real=True, input_grad=input_grad)
+    module.zero_grad(set_to_none=True)
+    return StepTrace(tracer.records, precision, optimizer, "cpu", [int(s) for s in inputs.shape],
+                     sum(int(p.numel()) for p in module.parameters()))
+
+
+def _on_meta(module: nn.Module) -> bool:
+    ps = list(module.parameters()) + list(module.buffers())
+    return bool(ps) and all(p.device.type == "meta" for p in ps)
+
+
+def trace_call(fn: Any, *meta_args: torch.Tensor, precision: str = "fp32") -> list[OpRecord]:
+    """The forward ops of one call ``fn(*meta_args)`` on meta tensors (no autograd): how a single measured op of an
+    external dataset becomes the same record a traced model gives."""
+    tracer = _Tracer(precision=precision, meta=True, names={}, timing=None)
+    with torch.no_grad(), tracer:
+        fn(*meta_args)
+    return tracer.records

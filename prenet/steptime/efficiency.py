@@ -1,0 +1,217 @@
+"""Op-level step time: roofline time ÷ a learned efficiency in (0, 1), per operator family and device kind.
+
+    roofline_ms = max(FLOPs / peak of the op's unit, bytes / memory bandwidth)
+    time_ms     = roofline_ms / efficiency,   efficiency = sigmoid(z),  z = XGBoost(features)
+
+The efficiency is bounded, so no prediction beats the roofline, and a GPU never benchmarked follows its spec
+sheet: its peaks, bandwidth, SM count and L2 enter both the roofline and the features. Features: the op's FLOPs,
+bytes, arithmetic intensity against the device's ridge point, its GEMM view (m, n, k, batch, groups), the tile
+and wave count of a 128×128-tile schedule over the SMs (cores on a CPU) and the tail wave's occupancy, bytes
+against L2, the dtype and unit; the spec sheet enters through these (not as raw features, see ``FEATURES``).
+
+A family without a model on a device kind is answered by the model of an analogous family
+(:data:`prenet.ops.families.ANALOGY`), and without that by its roofline ÷ the median efficiency of every training
+op of that device kind; each answer names which (``estimate`` column: ``model``, ``analogy:<family>``,
+``roofline``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from prenet.errors import PrenetError
+from prenet.hardware.spec import HardwareSpec
+from prenet.ops.families import ANALOGY
+
+FEATURES: tuple[str, ...] = (
+    "log2_flops", "log2_bytes", "log2_intensity", "log2_ridge_ratio", "log2_roofline_ms", "log2_m", "log2_n", "log2_k",
+    "log2_batch", "log2_groups", "log2_tiles", "log2_waves", "tail_occupancy", "log2_bytes_per_l2", "log2_out_numel",
+    "dtype_bytes", "unit_code", "phase_code", "tf1", "hw_log2_l2",
+)
+# The spec sheet enters through the roofline, the ridge ratio, the waves over the SMs and bytes per L2. Raw peak,
+# bandwidth, SM count and clock as features of their own let the trees recognise the ~10 training GPUs instead of
+# generalising: leave-one-GPU-out mean MAPE 27.0 % with them, 24.9 % without (2026-11-30).
+TILE = 128
+_UNIT_CODE = {"fp32": 0.0, "tf32": 1.0, "fp16": 2.0, "bf16": 2.0}
+_PHASE_CODE = {"forward": 0.0, "backward": 1.0, "optimizer": 2.0}
+_DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "float64": 8.0, "int64": 8.0}
+EFF_MIN, EFF_MAX = 1e-6, 0.999
+
+
+class UnsupportedPrecisionError(PrenetError):
+    """The hardware has no arithmetic unit for the precision asked."""
+
+
+def peaks(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
+    """Peak FLOP/s of each op's unit on ``hw``; raises :class:`UnsupportedPrecisionError` naming the unit the spec lacks."""
+    out = np.empty(frame.height)
+    units = frame.get_column("unit").to_numpy()
+    for u in np.unique(units):
+        p = hw.peak_tflops(str(u))
+        if p is None:
+            what = {"tf32": "TF32 tensor cores", "fp16": "an FP16 tensor-core peak", "bf16": "a BF16 peak"}.get(str(u), str(u))
+            raise UnsupportedPrecisionError(f"{hw.hardware_id} has no {what} in its spec sheet; its GEMMs cannot run in {u} "
+                                            f"(choose another --precision, e.g. fp32{', fp16' if hw.peak_fp16_tflops else ''})")
+        out[units == u] = p * 1e12
+    return out
+
+
+def roofline_ms(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(compute-bound ms, memory-bound ms) of every op on ``hw``."""
+    compute = frame.get_column("flops").to_numpy().astype(float) / peaks(frame, hw) * 1e3
+    memory = frame.get_column("bytes").to_numpy().astype(float) / hw.mem_bw_bytes_per_s * 1e3
+    return compute, memory
+
+
+def _log2(x: np.ndarray) -> np.ndarray:
+    return np.log2(np.maximum(np.asarray(x, dtype=float), 0.0) + 1.0)
+
+
+def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(features [rows × FEATURES], roofline ms) of ``frame``'s ops on ``hw``."""
+    compute, memory = roofline_ms(frame, hw)
+    roof = np.maximum(compute, memory)
+    g = {c: frame.get_column(c).to_numpy().astype(float) for c in ("flops", "bytes", "m", "n", "k", "batch", "groups", "out_numel")}
+    sms = float(hw.sms or hw.cores or 1)
+    gemm = g["m"] > 0
+    tiles = np.where(gemm, np.maximum(g["batch"], 1) * np.ceil(g["m"] / TILE) * np.ceil(np.maximum(g["n"], 1) / TILE),
+                     np.ceil(np.maximum(g["out_numel"], 1) / (TILE * TILE)))
+    waves = np.ceil(tiles / sms)
+    l2_bytes = (hw.l2_mb or 1.0) * 2**20
+    tf1 = frame.get_column("tf1").to_numpy().astype(float) if "tf1" in frame.columns else np.zeros(frame.height)
+    cols = {
+        "log2_flops": _log2(g["flops"]), "log2_bytes": _log2(g["bytes"]),
+        "log2_intensity": np.log2((g["flops"] + 1) / (g["bytes"] + 1)),
+        "log2_ridge_ratio": np.log2((compute + 1e-9) / (memory + 1e-9)), "log2_roofline_ms": np.log2(roof + 1e-9),
+        "log2_m": _log2(g["m"]), "log2_n": _log2(g["n"]), "log2_k": _log2(g["k"]), "log2_batch": _log2(g["batch"]),
+        "log2_groups": _log2(g["groups"]), "log2_tiles": _log2(tiles), "log2_waves": _log2(waves),
+        "tail_occupancy": tiles / (waves * sms), "log2_bytes_per_l2": np.log2((g["bytes"] + 1) / l2_bytes),
+        "log2_out_numel": _log2(g["out_numel"]),
+        "dtype_bytes": np.array([_DTYPE_BYTES.get(d, 4.0) for d in frame.get_column("dtype").to_list()]),
+        "unit_code": np.array([_UNIT_CODE.get(u, 0.0) for u in frame.get_column("unit").to_list()]),
+        "phase_code": np.array([_PHASE_CODE.get(p, 0.0) for p in frame.get_column("phase").to_list()]),
+        "tf1": tf1,
+        "hw_log2_l2": np.full(frame.height, math.log2(hw.l2_mb or 1.0)),
+    }
+    return np.column_stack([cols[f] for f in FEATURES]), roof
+
+
+def _logit(eff: np.ndarray) -> np.ndarray:
+    e = np.clip(eff, EFF_MIN, EFF_MAX)
+    return np.log(e / (1 - e))
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+@dataclass
+class EfficiencyModel:
+    """Per (device kind, family) boosters predicting logit(efficiency), plus the median efficiency per device kind."""
+
+    boosters: dict[str, Any] = field(default_factory=dict)  # "gpu/gemm" → xgboost.Booster
+    median_efficiency: dict[str, float] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def fit(data: list[tuple[pl.DataFrame, HardwareSpec]], *, params: dict[str, Any], min_rows: int = 30, threads: int = 1) -> "EfficiencyModel":
+        """Train on measured ops: ``data`` = [(ops with ``measured_ms`` on one device, that device)]."""
+        import xgboost as xgb
+
+        feats: dict[str, list[np.ndarray]] = {}
+        targets: dict[str, list[np.ndarray]] = {}
+        effs: dict[str, list[np.ndarray]] = {}
+        for frame, hw in data:
+            frame = frame.filter(pl.col("measured_ms").is_not_null() & (pl.col("measured_ms") > 0))
+            if frame.height == 0:
+                continue
+            x, roof = feature_matrix(frame, hw)
+            eff = roof / frame.get_column("measured_ms").to_numpy()
+            effs.setdefault(hw.kind, []).append(eff)
+            fams = frame.get_column("family").to_numpy()
+            for fam in np.unique(fams):
+                key = f"{hw.kind}/{fam}"
+                sel = fams == fam
+                feats.setdefault(key, []).append(x[sel])
+                targets.setdefault(key, []).append(_logit(eff[sel]))
+        model = EfficiencyModel(params=dict(params))
+        for kind, e in effs.items():
+            model.median_efficiency[kind] = float(np.median(np.clip(np.concatenate(e), EFF_MIN, 1.0)))
+        p = {"objective": "reg:squarederror", "nthread": threads, "verbosity": 0, **{k: v for k, v in params.items() if k != "n_estimators"}}
+        for key in sorted(feats):
+            x = np.concatenate(feats[key])
+            y = np.concatenate(targets[key])
+            if len(y) < min_rows:
+                continue
+            model.boosters[key] = xgb.train(p, xgb.DMatrix(x, label=y, feature_names=list(FEATURES)),
+                                            num_boost_round=int(params.get("n_estimators", 300)))
+            model.rows[key] = int(len(y))
+        return model
+
+    def source_of(self, kind: str, family: str) -> str:
+        """How ops of ``family`` on a ``kind`` device are estimated: ``model``, ``analogy:<family>`` or ``roofline``."""
+        if f"{kind}/{family}" in self.boosters:
+            return "model"
+        seen = {family}
+        fam = family
+        while fam in ANALOGY and ANALOGY[fam] not in seen:
+            fam = ANALOGY[fam]
+            seen.add(fam)
+            if f"{kind}/{fam}" in self.boosters:
+                return f"analogy:{fam}"
+        return "roofline"
+
+    def predict(self, frame: pl.DataFrame, hw: HardwareSpec) -> pl.DataFrame:
+        """``frame`` plus ``roofline_ms``, ``efficiency``, ``predicted_ms`` (≥ roofline_ms) and ``estimate``."""
+        import xgboost as xgb
+
+        if frame.height == 0:
+            return frame.with_columns(pl.lit(0.0).alias("roofline_ms"), pl.lit(1.0).alias("efficiency"), pl.lit(0.0).alias("predicted_ms"),
+                                      pl.lit("").alias("estimate"))
+        x, roof = feature_matrix(frame, hw)
+        fams = frame.get_column("family").to_numpy()
+        eff = np.full(frame.height, self.median_efficiency.get(hw.kind, 0.5))
+        how = np.empty(frame.height, dtype=object)
+        for fam in np.unique(fams):
+            sel = fams == fam
+            src = self.source_of(hw.kind, str(fam))
+            how[sel] = src
+            if src == "roofline":
+                continue
+            key = f"{hw.kind}/{fam if src == 'model' else src.split(':', 1)[1]}"
+            eff[sel] = _sigmoid(self.boosters[key].predict(xgb.DMatrix(x[sel], feature_names=list(FEATURES))))
+        return frame.with_columns(pl.Series("roofline_ms", roof), pl.Series("efficiency", eff), pl.Series("predicted_ms", roof / eff),
+                                  pl.Series("estimate", how.astype(str)))
+
+    def save(self, directory: str | Path) -> None:
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        for key, b in self.boosters.items():
+            b.save_model(str(d / f"{key.replace('/', '__')}.json"))
+        (d / "manifest.json").write_text(json.dumps({"features": list(FEATURES), "models": sorted(self.boosters), "rows": self.rows,
+                                                     "median_efficiency": self.median_efficiency, "params": self.params}, indent=2))
+
+    @staticmethod
+    def load(directory: str | Path) -> "EfficiencyModel":
+        import xgboost as xgb
+
+        d = Path(directory)
+        if not (d / "manifest.json").exists():
+            raise PrenetError(f"no op-level step-time model in {d}; run `dvc repro train_ops` (or `make run`) first")
+        man = json.loads((d / "manifest.json").read_text())
+        if man.get("features") != list(FEATURES):
+            raise PrenetError(f"the op-level model in {d} was trained with other features; rerun `dvc repro train_ops`")
+        boosters = {}
+        for key in man["models"]:
+            b = xgb.Booster()
+            b.load_model(str(d / f"{key.replace('/', '__')}.json"))
+            boosters[key] = b
+        return EfficiencyModel(boosters, man["median_efficiency"], man.get("rows", {}), man.get("params", {}))

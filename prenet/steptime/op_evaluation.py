@@ -1,0 +1,49 @@
+"""Evaluation of the op-level model: per-op errors, leave-one-GPU-out, whole models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from prenet.hardware.catalog import get
+from prenet.hardware.spec import HardwareSpec
+from prenet.steptime.efficiency import EfficiencyModel
+
+
+def ape(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
+    """Absolute percentage errors (%)."""
+    return 100.0 * np.abs(np.asarray(pred) - np.asarray(true)) / np.asarray(true)
+
+
+def by_device(frame: pl.DataFrame, specs: dict[str, HardwareSpec]) -> list[tuple[pl.DataFrame, HardwareSpec]]:
+    """``frame`` split per ``hardware_id``, each with its spec."""
+    return [(frame.filter(pl.col("hardware_id") == h), specs[h]) for h in frame.get_column("hardware_id").unique().sort().to_list()]
+
+
+def predict_rows(model: EfficiencyModel, frame: pl.DataFrame, specs: dict[str, HardwareSpec]) -> pl.DataFrame:
+    """Predictions for rows of many devices (columns of :meth:`EfficiencyModel.predict`), in device order."""
+    return pl.concat([model.predict(f, hw) for f, hw in by_device(frame, specs)], how="vertical_relaxed")
+
+
+def leave_one_gpu_out(gpu_ops: pl.DataFrame, *, params: dict[str, Any], threads: int = 1) -> pl.DataFrame:
+    """For every GPU: train on the other GPUs' ops, predict this GPU's from its spec sheet. One row per (GPU, family):
+    ``mape`` (model), ``roofline_mape`` (pure roofline, efficiency 1), ``median_ape``, ``rows``, ``ratio_deciles`` (deciles of
+    measured / predicted: the planner's GPU interval)."""
+    specs = {h: get(h) for h in gpu_ops.get_column("hardware_id").unique().to_list()}
+    out = []
+    for held in sorted(specs):
+        train = gpu_ops.filter(pl.col("hardware_id") != held)
+        test = gpu_ops.filter(pl.col("hardware_id") == held)
+        model = EfficiencyModel.fit(by_device(train, specs), params=params, threads=threads)
+        pred = model.predict(test, specs[held])
+        for fam in pred.get_column("family").unique().sort().to_list():
+            p = pred.filter(pl.col("family") == fam)
+            t = p.get_column("measured_ms").to_numpy()
+            e = ape(p.get_column("predicted_ms").to_numpy(), t)
+            ratio = t / p.get_column("predicted_ms").to_numpy()
+            out.append({"hardware_id": held, "family": fam, "rows": p.height, "mape": float(e.mean()), "median_ape": float(np.median(e)),
+                        "roofline_mape": float(ape(p.get_column("roofline_ms").to_numpy(), t).mean()),
+                        "ratio_deciles": [round(float(v), 4) for v in np.quantile(ratio, np.linspace(0.1, 0.9, 9))]})
+    return pl.DataFrame(out)

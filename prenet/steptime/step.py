@@ -1,0 +1,110 @@
+"""THE step-time path: a traced training step → a predicted step. ``prenet predict step-time``, ``prenet plan``, the
+Python API and the ``evaluate_ops`` stage all call :func:`predict_trace` (through :func:`predict_step`), so one job
+gets one number everywhere.
+
+    step_ms = Σ over the step's ATen ops of roofline_ms / efficiency  +  the measured null-step overhead (local CPU)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from torch import nn
+
+from prenet.hardware.spec import HardwareSpec
+from prenet.ops import StepTrace, trace_step
+from prenet.paths import REPO_ROOT
+from prenet.steptime.efficiency import EfficiencyModel
+
+DEFAULT_OP_MODELS = REPO_ROOT / "data" / "models" / "steptime_ops"
+DEFAULT_OVERHEAD = REPO_ROOT / "data" / "raw" / "step_overhead.json"
+
+
+@dataclass
+class StepPrediction:
+    """One training step on one device: ``step_seconds`` (s), the share of time per op family, and how each share was
+    estimated (``model`` | ``analogy:<family>`` | ``roofline``: ``estimate_share``)."""
+
+    step_seconds: float
+    hardware: dict[str, Any]
+    optimizer: str
+    precision: str
+    batch_size: int | None
+    input_shape: list[int]
+    params: int
+    overhead_ms: float
+    family_ms: dict[str, float]
+    estimate_share: dict[str, float]
+    ops: int
+    notes: list[str] = field(default_factory=list)
+    top_ops: list[dict[str, Any]] = field(default_factory=list)
+    epoch_seconds: float | None = None
+    steps_per_epoch: int | None = None
+
+    @property
+    def family_share(self) -> dict[str, float]:
+        total = sum(self.family_ms.values()) or 1.0
+        return {k: v / total for k, v in self.family_ms.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["family_share"] = self.family_share
+        return d
+
+
+def device_type(hw: HardwareSpec) -> str:
+    """The torch device type a hardware runs (autocast lists, foreach optimizers)."""
+    return "cuda" if hw.kind == "gpu" else "cpu"
+
+
+def default_overhead_ms(hw: HardwareSpec, optimizer: str, path: str | Path = DEFAULT_OVERHEAD) -> float:
+    """The measured null-step overhead (``benchmark_models``) when ``hw`` is the CPU it was measured on, else 0."""
+    p = Path(path)
+    if hw.kind != "cpu" or not p.is_file():
+        return 0.0
+    rec = json.loads(p.read_text())
+    if rec.get("hardware_id") != hw.hardware_id:
+        return 0.0
+    return float(rec.get("null_step_ms", {}).get(optimizer, rec.get("null_step_ms", {}).get("sgd", 0.0)))
+
+
+def predict_trace(trace: StepTrace, hw: HardwareSpec, model: EfficiencyModel, *, overhead_ms: float = 0.0,
+                  top: int = 8) -> tuple[StepPrediction, pl.DataFrame]:
+    """The prediction of a traced step on ``hw`` and the per-op table it sums (raises
+    :class:`~prenet.steptime.efficiency.UnsupportedPrecisionError` when ``hw`` lacks the trace's precision)."""
+    ops = model.predict(trace.frame(), hw)
+    total_ms = float(ops.get_column("predicted_ms").sum())
+    fam = ops.group_by("family").agg(pl.col("predicted_ms").sum()).sort("predicted_ms", descending=True)
+    est = ops.with_columns(pl.col("estimate").str.replace(r":.*", "")).group_by("estimate").agg(pl.col("predicted_ms").sum())
+    notes = []
+    fallback = ops.filter(pl.col("estimate") != "model")
+    if fallback.height:
+        kinds = ", ".join(f"{f} ({e})" for f, e in fallback.select("family", "estimate").unique().sort("family").iter_rows())
+        notes.append(f"{100 * float(fallback['predicted_ms'].sum()) / max(total_ms, 1e-12):.1f} % of the time has no {hw.kind} "
+                     f"measurements of its own family: {kinds}")
+    top_rows = ops.sort("predicted_ms", descending=True).head(top).select("op", "family", "phase", "module", "shapes", "predicted_ms", "estimate")
+    pred = StepPrediction(
+        step_seconds=(total_ms + overhead_ms) / 1e3, hardware=hw.to_dict(), optimizer=trace.optimizer, precision=trace.precision,
+        batch_size=trace.input_shape[0] if trace.input_shape else None, input_shape=trace.input_shape, params=trace.params,
+        overhead_ms=overhead_ms, family_ms={f: float(t) for f, t in fam.iter_rows()},
+        estimate_share={e: float(t) / max(total_ms, 1e-12) for e, t in est.iter_rows()}, ops=ops.height, notes=notes + trace.notes,
+        top_ops=top_rows.to_dicts())
+    return pred, ops
+
+
+def predict_step(module: nn.Module, example_batch: Any, *, hardware: HardwareSpec, model: EfficiencyModel, optimizer: str = "sgd",
+                 precision: str = "fp32", overhead_ms: float | None = None, dataset_size: int | None = None) -> StepPrediction:
+    """Trace one training step of ``module`` for ``hardware``'s device type and precision, and predict it.
+    ``overhead_ms`` None: the measured null step of the local CPU (:func:`default_overhead_ms`)."""
+    trace = trace_step(module, example_batch, optimizer=optimizer, precision=precision, device_type=device_type(hardware))
+    ovh = default_overhead_ms(hardware, optimizer) if overhead_ms is None else overhead_ms
+    pred, _ = predict_trace(trace, hardware, model, overhead_ms=ovh)
+    if dataset_size is not None and pred.batch_size:
+        pred.steps_per_epoch = math.ceil(dataset_size / pred.batch_size)
+        pred.epoch_seconds = pred.steps_per_epoch * pred.step_seconds
+    return pred
