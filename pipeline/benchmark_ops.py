@@ -46,15 +46,13 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     ops = ops.filter(pl.col("measured_ms") > 0)
     write_table(ops, cfg.paths.op_timings, OpTimings)
     zrows = []
-    zb = b.zoo_bf16
-    for name in zb.names:
-        for bs in zb.batch_sizes:
-            torch.manual_seed(int(cfg.seed))
-            module, batch = zoo.build(name, int(bs), cfg.models.get("sizes"))
-            t = measure_model(module, batch, optimizer="sgd", warmup=1, repeats=int(cfg.models.repeats), min_block_ms=float(cfg.models.min_block_ms),
-                              precision="bf16")
-            row = model_timing_row(name, int(bs), "sgd", hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t)
-            zrows.append({**row, "dtype": "bf16"})
+    for name, bs in b.zoo_bf16:
+        torch.manual_seed(int(cfg.seed))
+        module, batch = zoo.build(str(name), int(bs), cfg.models.get("sizes"))
+        t = measure_model(module, batch, optimizer="sgd", warmup=1, repeats=int(cfg.models.repeats), min_block_ms=float(cfg.models.min_block_ms),
+                          precision="bf16")
+        row = model_timing_row(str(name), int(bs), "sgd", hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t)
+        zrows.append({**row, "dtype": "bf16"})
     zoo_path = Path(cfg.paths.model_timings).with_name(Path(cfg.paths.model_timings).stem + "_bf16.parquet")
     write_table(pl.DataFrame(zrows, schema=model_timing_schema(), orient="row"), zoo_path, ModelTimings)
     metrics = {"configurations": len(configs), "steps_measured": len(frames), "ops_measured": ops.height, "skipped": skipped,

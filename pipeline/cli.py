@@ -358,7 +358,6 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--threads", type=int, default=1, help="threads, for 'local' (default 1)")
     hw.set_defaults(func=_cmd_hardware)
 
-    from prenet.api import DEFAULT_MODELS
     from prenet.ops import OPTIMIZERS, PRECISIONS
     from prenet.steptime.step import DEFAULT_OP_MODELS
 
@@ -384,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl_.add_argument("--input", required=True, help="CSV: op, the op's shape columns, direction, dtype[, optimizer]")
     pl_.add_argument("--output", required=True, help="CSV written atomically: the input plus predicted_ms")
     pl_.add_argument("--threads", type=int, default=1)
-    pl_.add_argument("--models", default=str(DEFAULT_MODELS))
+    pl_.add_argument("--models", default=str(DEFAULT_OP_MODELS), help="op-level step-time models (default: %(default)s)")
     pl_.set_defaults(func=_cmd_predict_layers)
 
     cv = psub.add_parser("convergence", help="steps to a target loss/accuracy of fine-tuning, from the NTK (no training)")

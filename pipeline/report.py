@@ -178,6 +178,34 @@ def _planner_section(ev: dict, cv: dict, zoo, out: Path) -> str:
     return "".join(parts) or "<p class=note>No memory measurements or interval ratios in this run's metrics.</p>"
 
 
+def _ops_section(mdir: Path, plots: Path, out: Path) -> str:
+    """The op-level step-time model (``evaluate_ops``): holdout per op, unseen GPUs, whole zoo steps, fallback shares."""
+    eo = json.loads((mdir / "evaluate_ops.json").read_text())
+    h = eo["holdout"]
+    cols = ["rows", "mape_pct", "median_ape_pct", "roofline_mape_pct", "noise_floor_pct"]
+    parts = ["<p class=note>Each op of a traced training step: time = roofline ÷ efficiency, the efficiency learned per op family "
+             "and device kind in (0, 1), so no prediction beats the roofline. Frozen holdout keyed by configuration.</p>",
+             table({f"{r['device']} {r['precision']}": r for r in h["by_device_precision"]}, cols, "device / precision"),
+             table({f"{r['device']} {r['family']}": r for r in h["by_family"]}, cols, "device / family")]
+    zoo_csv, logo_csv = plots / "op_zoo.csv", plots / "op_unseen_gpu.csv"
+    if zoo_csv.is_file():
+        z = read_table(zoo_csv)
+        parts.append(image(summary_figures.op_zoo_scatter(z, out / "op_zoo_scatter.png"), "zoo steps on the local CPU, op model vs measured"))
+        parts.append(table({f"{r['model']} b{r['batch_size']} {r['precision']}": r for r in z.iter_rows(named=True)},
+                           ["measured_ms", "predicted_ms", "roofline_ms", *(["prenet_recipe_ms"] if "prenet_recipe_ms" in z.columns else []),
+                            "fallback_share"], "zoo step"))
+    if logo_csv.is_file():
+        parts.append(image(summary_figures.op_unseen_by_gpu(read_table(logo_csv), out / "op_unseen_by_gpu.png"), "op model per held-out GPU"))
+        u = eo.get("unseen_gpu", {})
+        parts.append(table(u.get("per_family", {}), ["mape_pct", "roofline_mape_pct"], "family (mean over held-out GPUs)"))
+    fb = eo.get("fallback", [])
+    if fb:
+        keys = sorted({k for r in fb for k in r if k.endswith("_share")})
+        parts.append("<h3>Share of each zoo step's predicted time by how it was estimated</h3>"
+                     + table({f"{r['model']} · {r['hardware']} · {r['precision']}": r for r in fb}, ["step_ms", *keys], "model · hardware · precision"))
+    return "".join(parts)
+
+
 def _glance(mdir: Path) -> str:
     """The README's Results tables (this run against the published figures), as HTML."""
     from prenet.report.results import results_tables
@@ -234,6 +262,7 @@ def report(cfg: DictConfig) -> dict:
         ("Run", table({"benchmark": bm}, ["hardware_id", "threads", "measured", "planned", "noise_floor_median_spread_pct", "wall_s"])
          + table({"split": sp}, ["train", "val", "holdout", "holdout_share"])
          + f"<p class=note>Predictor <b>{ev['predictor']}</b>, feature set <b>{ev['feature_set']}</b>, trained in {tr['train_wall_s']} s with {tr['threads']} thread(s).</p>"),
+        *([("Step time at the op level", _ops_section(mdir, Path(cfg.paths.plots), out))] if (mdir / "evaluate_ops.json").is_file() else []),
         ("Holdout errors (frozen 20 %)", f"<p class=note>Measurement noise floor (median run-to-run spread): {nf}. Errors below it are not meaningful.</p>"
          + table({"overall": ev["overall"]}, METRIC_COLS) + table(ev["by_op"], METRIC_COLS, "op")
          + table(ev["by_op_source"], METRIC_COLS, "op / source") + table(ev["by_hardware"], METRIC_COLS, "hardware")),

@@ -7,8 +7,8 @@
 ``model`` is a zoo name (:data:`prenet.zoo.ZOO`), ``path/to/file.py:function`` or an ``(nn.Module,
 example_batch)`` pair; ``hardware`` a catalog name, ``local``, a YAML spec path or a
 :class:`~prenet.hardware.HardwareSpec`. Step times come from the op-level efficiency models of ``train_ops``
-(``data/models/steptime_ops``); ``predict_layers`` answers layer rows with the PreNeT-recipe regressors of ``train``
-(``data/models/steptime``), the measured baseline.
+(``data/models/steptime_ops``), for whole models and for layer rows alike; the PreNeT-recipe regressors of ``train``
+(``data/models/steptime``) are the measured baseline the ``evaluate`` stage compares against.
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ import polars as pl
 
 from prenet.hardware import HardwareSpec, resolve
 from prenet.paths import REPO_ROOT
-from prenet.steptime.model import StepTimeModel
 from prenet.steptime import predict as _p
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.step import DEFAULT_OP_MODELS, StepPrediction, predict_step
 
-DEFAULT_MODELS = REPO_ROOT / "data" / "models" / "steptime"
 
 
 def _hardware(hardware: str | HardwareSpec, threads: int) -> HardwareSpec:
@@ -45,6 +43,6 @@ def predict_step_time(model: Any, *, batch_size: int, hardware: str | HardwareSp
 
 
 def predict_layers(table: pl.DataFrame, *, hardware: str | HardwareSpec, threads: int = 1,
-                   models_dir: str | Path = DEFAULT_MODELS) -> pl.DataFrame:
-    """``table`` (the ``prenet predict layers`` CSV format) plus ``predicted_ms``."""
-    return _p.predict_layers(table, hardware=_hardware(hardware, threads), model=StepTimeModel.load(models_dir), threads=threads)
+                   models_dir: str | Path = DEFAULT_OP_MODELS) -> pl.DataFrame:
+    """``table`` (the ``prenet predict layers`` CSV format) plus ``predicted_ms``, through the op-level path."""
+    return _p.predict_layers(table, hardware=_hardware(hardware, threads), model=models_dir)

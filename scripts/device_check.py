@@ -75,6 +75,37 @@ def zoo_models(out: Path, budget_s: float) -> None:
     log(f"zoo: {len(rows)} model steps in {time.time() - t0:.0f} s; null step {overhead}")
 
 
+def ops_by_precision(out: Path, budget_s: float) -> None:
+    """Whole training steps and every op of them timed in place (``prenet.ops.measure_step``) for the zoo models the op
+    path must handle, in fp32 (TF32 off), tf32, fp16 and bf16 autocast: GPU ground truth for the op-level model and for
+    the precision handling (JSONL, one op per line; one summary line per step)."""
+    from prenet import zoo
+    from prenet.ops import measure_step
+
+    t0 = time.time()
+    with (out / "h200_ops.jsonl").open("w") as f_ops, (out / "h200_steps_by_precision.jsonl").open("w") as f_steps:
+        for name, bs, kw in [("resnet50", 64, {"image_size": 224, "classes": 1000}), ("mobilenet_v2_like", 128, {"image_size": 224}),
+                             ("vit_tiny", 128, {"image_size": 224, "patch": 16}), ("gpt_sdpa", 8, {"d": 768, "layers": 12, "heads": 12, "seq_len": 1024}),
+                             ("bert_base_like", 32, {"layers": 12, "seq_len": 128}), ("unet_block", 16, {"image_size": 64, "channels": 128}),
+                             ("audio_cnn1d", 64, {}), ("gru_tagger", 64, {}), ("lstm_lm", 32, {})]:
+            for precision in ("fp32", "tf32", "fp16", "bf16"):
+                if time.time() - t0 > budget_s:
+                    break
+                torch.manual_seed(0)
+                module, batch = to_device(*zoo.build(name, bs, {name: kw}), DEV)
+                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+                t = measure_model(module, batch, optimizer="adam", warmup=2, repeats=5, min_block_ms=5.0, precision=precision)
+                trace = measure_step(module, batch, optimizer="adam", precision=precision, min_block_ms=0.5, repeats=3)
+                for r in trace.records:
+                    f_ops.write(json.dumps({"model": name, "batch_size": bs, "precision": precision, "hardware_id": HW_ID, **r.__dict__}) + "\n")
+                f_steps.write(json.dumps({"model": name, "batch_size": bs, "sizes": kw, "precision": precision, "hardware_id": HW_ID,
+                                          "measured_ms": t.median_ms, "spread_rel": t.spread_rel, "ops": len(trace.records),
+                                          "sum_of_ops_ms": sum(r.measured_ms or 0 for r in trace.records)}) + "\n")
+                del module, batch
+                torch.cuda.empty_cache()
+    log(f"ops by precision in {time.time() - t0:.0f} s")
+
+
 def convergence(out: Path) -> None:
     from prenet.convergence import finetune as ft
     from prenet.convergence import targets
@@ -158,7 +189,8 @@ def main() -> None:
     out, plans = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     log("torch", torch.__version__, torch.cuda.get_device_name(0) if DEV == "cuda" else "cpu")
-    steps = [("convergence", lambda: convergence(out)), ("zoo", lambda: zoo_models(out, 5 if SMOKE else 60)),
+    steps = [("ops by precision", lambda: ops_by_precision(out, 5 if SMOKE else 150)),
+             ("convergence", lambda: convergence(out)), ("zoo", lambda: zoo_models(out, 5 if SMOKE else 60)),
              ("layers quick", lambda: layers(out, plans / "bench_quick.json", "quick", 5 if SMOKE else 130)),
              ("layers large", lambda: layers(out, plans / "bench_large.json", "large", 5 if SMOKE else 110))]
     for name, fn in steps:

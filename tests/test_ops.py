@@ -143,3 +143,29 @@ def test_tensor_core_precision_changes_units_and_halves_activation_bytes():
     assert any(r.op == "_amp_foreach_non_finite_check_and_unscale_" for r in f16.records)
     gemm_bytes = lambda t: sum(r.bytes for r in t.records if r.family == "gemm" and r.phase == "forward")  # noqa: E731
     assert gemm_bytes(f16) < 0.6 * gemm_bytes(f32)
+
+
+def test_fused_kernels_as_the_device_runs_them():
+    """On meta, attention and an LSTM would decompose into their math; the trace uses the kernels a real device picks
+    (CPU: flash attention for CPUs and oneDNN's fused LSTM layer, as torch.autocast-free real runs show)."""
+    bert, batch = _meta("bert_base_like")
+    ops = {r.op for r in trace_step(bert, batch, device_type="cpu").records}
+    assert "_scaled_dot_product_flash_attention_for_cpu" in ops and "bmm" not in ops  # nn.MultiheadAttention's internal call too
+    ops16 = {(r.op, r.dtype) for r in trace_step(bert, batch, device_type="cuda", precision="fp16").records if r.family in ("gemm", "attention")}
+    assert all(d == "float16" for _, d in ops16)
+    lstm, batch = _meta("lstm_lm")
+    cpu = trace_step(lstm, batch, device_type="cpu").records
+    assert [r.op for r in cpu if r.family == "rnn" and r.op.startswith("mkldnn")] == ["mkldnn_rnn_layer"] * 2 + ["mkldnn_rnn_layer_backward"] * 2
+    real = torch.nn.LSTM(8, 4, num_layers=2, batch_first=True)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Names(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Names.seen.append(base_name(func))
+            return func(*args, **(kwargs or {}))
+
+    with Names():
+        real(torch.randn(2, 5, 8))[0].sum().backward()
+    assert Names.seen.count("mkldnn_rnn_layer") == 2  # what the emulation assumes a CPU does

@@ -16,7 +16,7 @@ from prenet.plan import Intervals, format_duration, load_intervals, loo_coverage
 
 
 def _args(root, *extra):
-    return ["plan", "--models", str(root / "models" / "steptime"), "--metrics", str(root / "metrics"), *extra]
+    return ["plan", "--models", str(root / "models" / "steptime_ops"), "--metrics", str(root / "metrics"), *extra]
 
 
 def _plan_json(capsys, root, *extra):
@@ -146,7 +146,7 @@ def test_plan_errors_are_one_line_and_exit_2(tiny_run, tmp_path, capsys, case, b
 
 def test_render_table_marks_tight_and_missing_prices(tiny_run):
     root, _, _ = tiny_run
-    plan = make_plan("mlp", batch_size=16, steps=50, hardware=["local", "RTX A4000"], prices={}, models_dir=root / "models" / "steptime",
+    plan = make_plan("mlp", batch_size=16, steps=50, hardware=["local", "RTX A4000"], prices={}, models_dir=root / "models" / "steptime_ops",
                      metrics_dir=root / "metrics")
     text = render_table(plan, plan.sorted("name"))
     assert "- (no price)" in text and "fits" in text

@@ -13,15 +13,16 @@ from prenet.errors import PrenetError
 
 @pytest.fixture
 def models_dir(tiny_run):
-    return tiny_run[1].paths.models
+    return tiny_run[1].paths.models_ops
 
 
-def test_step_time_of_a_zoo_model_sums_its_layers(models_dir):
-    p = predict_step_time("mlp", batch_size=32, hardware="local", models_dir=models_dir, dataset_size=1000)
+def test_step_time_of_a_zoo_model_sums_its_ops(models_dir):
+    p = predict_step_time("mlp", batch_size=32, hardware="local", models_dir=models_dir, dataset_size=1000, overhead_ms=0.0)
     assert p.step_seconds > 0 and p.steps_per_epoch == 32 and p.epoch_seconds == pytest.approx(32 * p.step_seconds)
-    assert p.step_seconds * 1e3 == pytest.approx(sum(r["predicted_ms"] for r in p.layers))
-    assert p.layers[-1]["op"] == "cross_entropy"  # the loss of the step
-    assert {r["direction"] for r in p.layers} == {"train_step", "forward_backward"}
+    assert p.step_seconds * 1e3 == pytest.approx(sum(p.family_ms.values()))
+    assert {"gemm", "loss", "optimizer"} <= set(p.family_ms)  # forward, the loss, backward and the update are all in the step
+    assert p.input_shape == [32, 784] and p.params > 0 and p.precision == "fp32"
+    assert sum(p.estimate_share.values()) == pytest.approx(1.0)
 
 
 def test_unseen_hardware_from_its_spec_sheet(models_dir, tmp_path):
@@ -38,7 +39,7 @@ def test_user_function_with_batch_size(models_dir, tmp_path):
                  "def build(batch_size):\n    return nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 3)), "
                  "(torch.randn(batch_size, 10), torch.randint(0, 3, (batch_size,)))\n")
     p = predict_step_time(f"{f}:build", batch_size=7, hardware="local", models_dir=models_dir)
-    assert p.batch_size == 7 and len(p.layers) == 4
+    assert p.batch_size == 7 and p.params == 10 * 20 + 20 + 20 * 3 + 3 and p.ops > 4
 
 
 @pytest.mark.parametrize("source,fn,message", [
@@ -58,7 +59,7 @@ def test_cli_step_time_json(models_dir, capsys):
     assert main(["predict", "step-time", "--model", "mlp", "--batch-size", "16", "--hardware", "T4", "--dataset-size", "160",
                  "--models", models_dir, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert {"step_seconds", "epoch_seconds", "hardware", "layers"} <= set(out)
+    assert {"step_seconds", "epoch_seconds", "hardware", "family_share", "estimate_share", "input_shape", "params", "precision"} <= set(out)
     assert out["hardware"]["hardware_id"] == "Tesla T4" and out["epoch_seconds"] == pytest.approx(10 * out["step_seconds"])
 
 
@@ -84,7 +85,7 @@ def test_layer_csv_invalid_rows_are_reported_and_nothing_is_written(models_dir, 
                    "linear,32,512,256,forward,float32\n"
                    "linear,-1,512,256,forward,float32\n"
                    "lineer,1,2,3,forward,float32\n"
-                   "linear,4,5,6,sideways,float16\n")
+                   "linear,4,5,6,sideways,float8\n")
     out = tmp_path / "pred.csv"
     assert main(["predict", "layers", "--hardware", "T4", "--input", str(src), "--output", str(out), "--models", models_dir]) == 2
     err = capsys.readouterr().err
@@ -100,3 +101,33 @@ def test_api_predict_layers(models_dir):
     assert out.columns[-1] == "predicted_ms" and out.height == 2
     with pytest.raises(PrenetError, match="lacks column"):
         predict_layers(df.drop("direction"), hardware="local", models_dir=models_dir)
+
+
+def test_layer_directions_are_consistent(models_dir):
+    df = pl.DataFrame({"op": ["conv2d"] * 3, "batch": ["8"] * 3, "in_channels": ["64"] * 3, "out_channels": ["64"] * 3, "kernel_size": ["3"] * 3,
+                       "input_size": ["32"] * 3, "stride": ["1"] * 3, "padding": ["1"] * 3,
+                       "direction": ["forward", "forward_backward", "train_step"], "dtype": ["float32"] * 3})
+    for hw in ("local", "A100 40GB PCIe"):
+        t = predict_layers(df, hardware=hw, models_dir=models_dir)["predicted_ms"].to_list()
+        assert t[0] < t[1] <= t[2], (hw, t)
+
+
+def test_cli_step_time_precision_and_unsupported_unit(models_dir, capsys):
+    assert main(["predict", "step-time", "--model", "mlp", "--batch-size", "16", "--hardware", "H100 SXM5 80GB", "--precision", "bf16",
+                 "--models", models_dir]) == 0
+    out = capsys.readouterr().out
+    assert "bf16" in out and "time by op family" in out and "input 16x784" in out
+    assert main(["predict", "step-time", "--model", "mlp", "--batch-size", "16", "--hardware", "V100 PCIe 16/32GB", "--precision", "bf16",
+                 "--models", models_dir]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "BF16" in err
+    with pytest.raises(SystemExit) as e:
+        main(["predict", "step-time", "--model", "mlp", "--batch-size", "16", "--precision", "fp8"])
+    assert e.value.code == 2 and "fp32, tf32, fp16, bf16" in capsys.readouterr().err.replace("'", "")
+
+
+def test_cli_step_time_zoo_arg_and_memory_warning(models_dir, capsys):
+    assert main(["predict", "step-time", "--model", "resnet50", "--zoo-arg", "image_size=224", "--batch-size", "256", "--hardware", "Tesla T4",
+                 "--precision", "fp16", "--models", models_dir]) == 0
+    out = capsys.readouterr().out
+    assert "input 256x3x224x224" in out and "DOES NOT FIT" in out

@@ -2,7 +2,7 @@
 
 Configurations come from the layer registry's samplers (PreNeT's layer types, the spaces of ``conf/benchmark``)
 plus blocks the registry lacks — depthwise and grouped convolutions with ReLU6, Conv1d / BatchNorm1d / MaxPool1d,
-GroupNorm + SiLU, ``F.scaled_dot_product_attention``. Each configuration runs one training step (forward, the mean
+GroupNorm + SiLU, ``F.scaled_dot_product_attention``, a language model's embedding and vocabulary head with its loss. Each configuration runs one training step (forward, the mean
 of the output as loss, backward to weights and input, an SGD or Adam step) under :func:`prenet.ops.measure_step`;
 a share of them also under ``torch.autocast("cpu", bfloat16)``. No zoo model is measured here: the zoo is the
 whole-model test set.
@@ -72,6 +72,20 @@ class _SDPABlock(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal).transpose(1, 2).reshape(b, t, d)
 
 
+class _LMHeadBlock(nn.Module):
+    """Token embedding → a vocabulary-sized output layer → cross-entropy: the shapes of a language model's ends (a 50k
+    vocabulary's GEMM, log-softmax and sparse embedding gradient), far beyond the registry's layer spaces."""
+
+    def __init__(self, vocab: int, d: int, tokens: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.register_buffer("labels", torch.randint(0, vocab, (tokens,)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.head(self.embed(x)), self.labels)
+
+
 def _blocks() -> dict[str, tuple[Callable[[np.random.Generator], dict[str, int]], Callable[[dict[str, int]], tuple[nn.Module, torch.Tensor]]]]:
     def s_dw(r):
         return {"batch": log_uniform_int(r, 1, 32), "channels": log_uniform_int(r, 8, 96), "input_size": log_uniform_int(r, 4, 56),
@@ -104,7 +118,14 @@ def _blocks() -> dict[str, tuple[Callable[[np.random.Generator], dict[str, int]]
         d = c["heads"] * c["head_dim"]
         return _SDPABlock(d, c["heads"], bool(c["causal"])), torch.randn(c["batch"], c["seq_len"], d)
 
-    return {"depthwise_block": (s_dw, b_dw), "conv1d_block": (s_c1, b_c1), "groupnorm_block": (s_gn, b_gn), "sdpa_block": (s_sdpa, b_sdpa)}
+    def s_lm(r):
+        return {"vocab": log_uniform_int(r, 2000, 50000), "d": log_uniform_int(r, 64, 768), "tokens": log_uniform_int(r, 16, 256)}
+
+    def b_lm(c):
+        return _LMHeadBlock(c["vocab"], c["d"], c["tokens"]), torch.randint(0, c["vocab"], (c["tokens"],))
+
+    return {"depthwise_block": (s_dw, b_dw), "conv1d_block": (s_c1, b_c1), "groupnorm_block": (s_gn, b_gn), "sdpa_block": (s_sdpa, b_sdpa),
+            "lm_head_block": (s_lm, b_lm)}
 
 
 BLOCKS = _blocks()

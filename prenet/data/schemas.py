@@ -378,6 +378,7 @@ class OpTimings(pa.DataFrameModel):
     batch: int = pa.Field(ge=0)
     groups: int = pa.Field(ge=1)
     out_numel: int = pa.Field(ge=0)
+    layout: int = pa.Field(isin=[0, 1, 2, 3])
     measured_ms: float = pa.Field(gt=0)
 
     @pa.check("measured_ms", "flops", name="is_finite")

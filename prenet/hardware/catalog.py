@@ -49,6 +49,8 @@ _JUSTUS_MEM_GB = {"GTX1080Ti": 11.0, "M60": 8.0, "K40": 12.0, "K80": 12.0}
 #: SMs and L2 (MB) of the Justus-only GPUs (one die of the dual boards), from NVIDIA's Kepler/Maxwell/Pascal
 #: whitepapers as commonly cited; not in justus_gpu_specs.csv. Used only by the op-level efficiency features.
 _JUSTUS_SMS_L2 = {"GTX1080Ti": (28, 2.75), "M60": (16, 2.0), "K40": (15, 1.5), "K80": (13, 1.5)}
+#: Board power (W) of the Justus-only GPUs, per die of the dual boards (K80 300 W, M60 300 W boards), as commonly cited.
+_JUSTUS_TDP_W = {"GTX1080Ti": 250.0, "M60": 150.0, "K40": 235.0, "K80": 150.0}
 
 
 def _norm(name: str) -> str:
@@ -87,6 +89,7 @@ def _load(root: str) -> dict[str, HardwareSpec]:
             peak_tf32_tflops=_first_number(r["tf32_tensor_dense_tflops"]),
             peak_fp16_tflops=_first_number(r["fp16_tensor_dense_tflops_fp32acc"]),
             peak_bf16_tflops=_first_number(r["bf16_tensor_dense_tflops"]),
+            tdp_w=_first_number(r["tdp_w"]),
         )
     justus = pl.read_csv(base / "external" / "justus2018" / "justus_gpu_specs.csv")
     for r in justus.iter_rows(named=True):
@@ -103,6 +106,7 @@ def _load(root: str) -> dict[str, HardwareSpec]:
             mem_gb=_JUSTUS_MEM_GB.get(r["gpu_name"]),
             sms=_JUSTUS_SMS_L2[r["gpu_name"]][0],
             l2_mb=_JUSTUS_SMS_L2[r["gpu_name"]][1],
+            tdp_w=_JUSTUS_TDP_W[r["gpu_name"]],
             source="justus_gpu_specs.csv (Justus et al. 2018)",
         )
     return specs

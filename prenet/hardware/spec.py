@@ -34,6 +34,11 @@ class HardwareSpec:
     peak_tf32_tflops: float | None = None
     peak_fp16_tflops: float | None = None
     peak_bf16_tflops: float | None = None
+    #: Board power (W): a GPU whose peak needs more power than it may draw (T4, L4) sustains less than its peak.
+    tdp_w: float | None = None
+    #: CPU only: measured bandwidth (GB/s) of a copy that stays in the last-level cache — the op roofline's bandwidth on a
+    #: CPU, where a working set of a few MB (an RNN's weights, a layer's activations) never reaches DRAM.
+    cache_bw_gbps: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -86,6 +91,7 @@ def load_spec_yaml(path: str | Path) -> HardwareSpec:
         peak_tf32_tflops: 80     # optional dense tensor-core peaks; absent = the device has no such unit
         peak_fp16_tflops: 160
         peak_bf16_tflops: 160
+        tdp_w: 300           # optional: board power (power-limited GPUs sustain less than their peak)
     """
     p = Path(path)
     try:
@@ -120,6 +126,7 @@ def load_spec_yaml(path: str | Path) -> HardwareSpec:
         peak_tf32_tflops=_opt_float(raw.get("peak_tf32_tflops")),
         peak_fp16_tflops=_opt_float(raw.get("peak_fp16_tflops")),
         peak_bf16_tflops=_opt_float(raw.get("peak_bf16_tflops")),
+        tdp_w=_opt_float(raw.get("tdp_w")),
     )
 
 

@@ -74,7 +74,6 @@ class Autocast(TorchFunctionMode):
         self.low = LOWER_PRECISION[device_type]
         self.fp32 = FP32[device_type]
         self.dtype = dtype
-        self.device_type = device_type
         self._cache: dict[int, torch.Tensor] = {}
 
     def _cast(self, obj: Any, to: torch.dtype) -> Any:
@@ -94,8 +93,6 @@ class Autocast(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = _name(func)
-        if name == "scaled_dot_product_attention" and self.device_type == "cuda":
-            return _sdpa_low(*self._cast(args, self.dtype), **kwargs)
         if name in self.low:
             args, kwargs = self._cast(args, self.dtype), {k: self._cast(v, self.dtype) for k, v in kwargs.items()}
         elif name in self.fp32:
@@ -113,18 +110,3 @@ def _flat(obj: Any) -> list:
         return [x for o in obj for x in _flat(o)]
     return [obj]
 
-
-def _sdpa_low(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-    """Attention in the inputs' (low) dtype, as a GPU kernel computes it. On meta the math SDPA would upcast to FP32 (the
-    CPU's rule); this keeps the products in FP16/BF16. Unfused: the L×L scores are materialized (a flash kernel keeps
-    them on chip, so the bytes are an upper bound)."""
-    s = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
-    if is_causal:
-        n, m = q.shape[-2], k.shape[-2]
-        s = s.masked_fill(torch.ones(n, m, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    if attn_mask is not None:
-        s = s + attn_mask
-    p = torch.softmax(s, -1)
-    if dropout_p:
-        p = torch.nn.functional.dropout(p, dropout_p)
-    return p @ v

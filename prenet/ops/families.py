@@ -168,6 +168,10 @@ def gemm_view(name: str, args: tuple, out: Any) -> tuple[int, int, int, int]:
             # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask)
             groups = int(args[9]) if len(args) > 9 else 1
             return _conv_dims(a[1], a[2], a[0], groups)
+        if name in ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward") and len(a) >= 3:
+            # one LSTM layer over T steps: [T·B, I+H] × [I+H, 4H] per step, as one implicit GEMM
+            x, w_ih, w_hh = a[0], a[1], a[2]
+            return 1, int(x.shape[0]) * int(x.shape[1]), int(w_ih.shape[0]), int(w_ih.shape[1]) + int(w_hh.shape[1])
         if name.startswith(_ATTENTION_PREFIX) and len(a) >= 3:
             q, k = a[0], a[1]
             bh = math.prod(int(s) for s in q.shape[:-2]) if q.dim() > 2 else 1
@@ -187,6 +191,8 @@ def op_flops(name: str, args: tuple, kwargs: dict, out: Any) -> float:
         # QKᵀ and PV: 2 products of B·H·Lq·Lk·D multiply-adds; backward recomputes P and forms dQ, dK, dV, dP (2.5×)
         fwd = 4.0 * b * m * n * k
         return 2.5 * fwd if "backward" in name else fwd
+    if name == "mkldnn_rnn_layer_backward" and m:
+        return 2.0 * 2.0 * b * m * n * k  # gradients of the input/hidden and of both weights
     if m:
         return 2.0 * b * m * n * k
     outs = tensors(out)

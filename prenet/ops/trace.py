@@ -56,6 +56,8 @@ class OpRecord:
     k: int = 0
     groups: int = 1
     out_numel: int = 0
+    #: GEMM operand layout: 1 if the first operand is transposed in memory (last stride ≠ 1), + 2 if the second is
+    layout: int = 0
     shapes: str = ""
     measured_ms: float | None = None
     spread_rel: float | None = None
@@ -80,7 +82,7 @@ class StepTrace:
 
 OP_SCHEMA = {"op": pl.String, "family": pl.String, "phase": pl.String, "module": pl.String, "flops": pl.Float64, "bytes": pl.Int64,
              "dtype": pl.String, "unit": pl.String, "batch": pl.Int64, "m": pl.Int64, "n": pl.Int64, "k": pl.Int64, "groups": pl.Int64,
-             "out_numel": pl.Int64, "shapes": pl.String, "measured_ms": pl.Float64, "spread_rel": pl.Float64}
+             "out_numel": pl.Int64, "layout": pl.Int64, "shapes": pl.String, "measured_ms": pl.Float64, "spread_rel": pl.Float64}
 
 
 def unit_of(family: str, dtype: str, precision: str) -> str:
@@ -122,17 +124,119 @@ class _Labels(TorchFunctionMode):
         return out
 
 
+def fused_attention(device_type: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
+                    dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` as the fused kernel torch picks on a real device (on ``meta`` it decomposes into
+    its math: more GEMMs, the L×L scores in memory, FP32 on a CPU): on a CPU the flash kernel for CPUs; on CUDA flash
+    attention for FP16/BF16 without a mask, else memory-efficient attention. Their backward ops follow through autograd."""
+    aten = torch.ops.aten
+    if enable_gqa or query.shape[-3:-2] != key.shape[-3:-2]:
+        return _SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+    if device_type == "cpu":
+        return aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, float(dropout_p), bool(is_causal), attn_mask=attn_mask,
+                                                                 scale=scale)[0]
+    if query.dtype in (torch.float16, torch.bfloat16) and attn_mask is None:
+        return aten._scaled_dot_product_flash_attention(query, key, value, float(dropout_p), bool(is_causal), scale=scale)[0]
+    return aten._scaled_dot_product_efficient_attention(query, key, value, attn_mask, True, float(dropout_p), bool(is_causal), scale=scale)[0]
+
+
+_SDPA = nn.functional.scaled_dot_product_attention
+
+
+def mkldnn_lstm(input: torch.Tensor, hx: Any, params: Any, has_biases: bool, num_layers: int, dropout: float, train: bool,
+                bidirectional: bool, batch_first: bool) -> Any:
+    """``_VF.lstm`` as a CPU runs it (one fused oneDNN ``mkldnn_rnn_layer`` per layer and direction; on ``meta`` the
+    LSTM would decompose into per-timestep products and gates). None where the CPU would not use oneDNN either
+    (projections, packed sequences)."""
+    d = 2 if bidirectional else 1
+    stride = 4 if has_biases else 2
+    if not isinstance(hx, (list, tuple)) or len(params) != stride * num_layers * d or params[1].shape[-1] != hx[0].shape[-1]:
+        return None
+    h0, c0 = hx
+    hidden = int(h0.shape[-1])
+    x = input.transpose(0, 1) if batch_first else input
+    hs, cs = [], []
+    for layer in range(num_layers):
+        outs = []
+        for k in range(d):
+            i = layer * d + k
+            w = params[i * stride:(i + 1) * stride]
+            b_ih, b_hh = (w[2], w[3]) if has_biases else (torch.zeros(4 * hidden, device=x.device), torch.zeros(4 * hidden, device=x.device))
+            out, hy, cy, _ = torch.ops.aten.mkldnn_rnn_layer(x, w[0], w[1], b_ih, b_hh, h0[i], c0[i], k == 1, [], 2, hidden, 1, has_biases,
+                                                             bidirectional, False, train)
+            outs.append(out)
+            hs.append(hy)
+            cs.append(cy)
+        x = outs[0] if d == 1 else torch.cat(outs, -1)
+    return (x.transpose(0, 1) if batch_first else x), torch.stack(hs), torch.stack(cs)
+
+
+class _FusedAttention(TorchFunctionMode):
+    """Routes every ``scaled_dot_product_attention`` of a meta trace to :func:`fused_attention`: calls made directly
+    (this mode) and calls made inside torch's Python composites such as ``F.multi_head_attention_forward`` (which the
+    mode cannot see: ``torch.nn.functional.scaled_dot_product_attention`` is replaced for the duration of the trace).
+    On a CPU an LSTM runs as oneDNN's fused layer (:func:`mkldnn_lstm`), as it does on a real CPU."""
+
+    def __init__(self, device_type: str) -> None:
+        super().__init__()
+        self.device_type = device_type
+
+    def __enter__(self):
+        nn.functional.scaled_dot_product_attention = lambda *a, **k: fused_attention(self.device_type, *a, **k)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        nn.functional.scaled_dot_product_attention = _SDPA
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name == "scaled_dot_product_attention":
+            return fused_attention(self.device_type, *args, **(kwargs or {}))
+        if name == "lstm" and self.device_type == "cpu" and not kwargs and len(args) == 9 and isinstance(args[1], (list, tuple)):
+            out = mkldnn_lstm(*args)
+            if out is not None:
+                return out
+        return func(*args, **(kwargs or {}))
+
+
+#: ATen ops (after decomposition) that autocast runs in FP16/BF16 on both device types: the dispatch-level safety net of
+#: the meta emulation, for products called inside Python composites the function-level lists cannot see
+#: (``F.multi_head_attention_forward``'s projections, for one).
+_LOW_ATEN = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "convolution", "_convolution",
+                       "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+                       "_scaled_dot_product_flash_attention", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"})
+
+
 class _Tracer(TorchDispatchMode):
     def __init__(self, *, precision: str, meta: bool, names: dict[int, tuple[str, bool]], timing: dict | None) -> None:
         super().__init__()
         self.precision = precision
         self.meta = meta
+        self.low = LOW_DTYPE.get(precision) if meta else None  # dispatch-level autocast (meta traces only)
+        self._casts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.names = names
         self.timing = timing
         self.phase = "forward"
         self.stack: list[tuple[str, bool]] = []
         self.node_module: dict[Any, tuple[str, bool]] = {}
         self.records: list[OpRecord] = []
+
+    def _to_low(self, a: Any) -> Any:
+        """An FP32 tensor argument of a low-precision op, cast as autocast casts it (once per tensor per step), the cast
+        recorded as the op it is."""
+        if not (isinstance(a, torch.Tensor) and a.dtype == torch.float32):
+            return a
+        hit = self._casts.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        low = a.to(self.low)
+        self._casts[id(a)] = (a, low)
+        module, _ = self.where()
+        self.records.append(OpRecord(op="_to_copy", family="copy", phase=self.phase, module=module, flops=float(a.numel()),
+                                     bytes=nbytes(a) + nbytes(low), dtype=_DTYPE_NAMES[self.low], unit="fp32", out_numel=int(a.numel()),
+                                     shapes=_shape_text((a,))))
+        return low
 
     def where(self) -> tuple[str, bool]:
         """(module path, inside a recurrent module) of the op running now."""
@@ -146,8 +250,10 @@ class _Tracer(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = base_name(func)
-        if name in FREE or getattr(func, "is_view", False):
+        if name in FREE or getattr(func, "is_view", False) or self.phase == "setup":
             return func(*args, **kwargs)
+        if self.low is not None and name in _LOW_ATEN and self.phase in ("forward", "backward"):
+            args = tuple(self._to_low(a) for a in args)
         ins = tensors(list(args)) + tensors(list(kwargs.values()))
         if self.meta and ins and all(t.device.type != "meta" for t in ins):
             return func(*args, **kwargs)  # host-side scalars (an optimizer's step count): not part of the device's step
@@ -170,22 +276,41 @@ class _Tracer(TorchDispatchMode):
         self.records.append(OpRecord(
             op=name, family=family, phase=self.phase, module=module, flops=op_flops(name, args, kwargs, out),
             bytes=moved_bytes(args, kwargs, out), dtype=dtype, unit=unit_of(family, dtype, self.precision), batch=b, m=m, n=n, k=k,
-            groups=groups, out_numel=int(sum(t.numel() for t in outs)), shapes=_shape_text(args), measured_ms=ms, spread_rel=spread))
+            groups=groups, out_numel=int(sum(t.numel() for t in outs)), layout=_layout(name, args) if m else 0, shapes=_shape_text(args),
+            measured_ms=ms, spread_rel=spread))
         return out
+
+
+def _layout(name: str, args: tuple) -> int:
+    """Transposition of a GEMM's two matrix operands (see :attr:`OpRecord.layout`)."""
+    mats = [t for t in args if isinstance(t, torch.Tensor) and t.dim() >= 2]
+    if name in ("addmm", "baddbmm"):
+        mats = mats[-2:]
+    code = 0
+    for bit, t in zip((1, 2), mats[:2]):
+        if t.stride(-1) != 1:
+            code += bit
+    return code
 
 
 def _timed(func, args, kwargs, *, min_block_ms: float, repeats: int) -> tuple[Any, float, float]:
     """Run ``func`` once for its result, then ``repeats`` blocks of calls lasting ≥ ``min_block_ms``; the median per call (ms)
-    and the spread (IQR / median) of the blocks."""
+    and the spread (IQR / median) of the blocks. CUDA work is synchronized before every clock read."""
+    cuda = any(t.is_cuda for t in tensors(list(args)))
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync()
     t0 = time.perf_counter()
     out = func(*args, **kwargs)
+    sync()
     once = max((time.perf_counter() - t0) * 1e3, 1e-4)
     number = max(1, min(200, math.ceil(min_block_ms / once)))
     per = []
     for _ in range(repeats):
+        sync()
         t0 = time.perf_counter()
         for _ in range(number):
             func(*args, **kwargs)
+        sync()
         per.append((time.perf_counter() - t0) * 1e3 / number)
     per.sort()
     med = per[len(per) // 2]
@@ -221,10 +346,18 @@ def _check(precision: str, optimizer: str) -> None:
         raise PrenetError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
+DIRECTIONS: tuple[str, ...] = ("forward", "forward_backward", "train_step")
+
+
 def _run(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor | None, tracer: _Tracer, *, optimizer: str, precision: str,
-         device_type: str, real: bool, input_grad: bool = False) -> None:
-    """One step under ``tracer``: forward and loss (autocast when asked), backward, optimizer step."""
-    module.train()
+         device_type: str, real: bool, input_grad: bool = False, direction: str = "train_step") -> None:
+    """One step under ``tracer``: forward and loss (autocast when asked), backward, optimizer step. ``direction``
+    ``forward``: the forward alone (eval mode, no grad); ``forward_backward``: forward, then backward from a gradient of
+    the output's shape (no loss op: a layer inside a network) to weights and input; ``train_step``: the full step."""
+    if direction not in DIRECTIONS:
+        raise PrenetError(f"unknown direction {direction!r}; choose one of {', '.join(DIRECTIONS)}")
+    layer = direction != "train_step" or input_grad
+    module.train(direction != "forward")
     params = [p for p in module.parameters() if p.requires_grad]
     opt = make_optimizer(optimizer, params, foreach=(device_type == "cuda") or None) if params else None
     if input_grad and inputs.is_floating_point():
@@ -251,8 +384,10 @@ def _run(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor | None, t
         with ExitStack() as stack:
             stack.enter_context(tracer)
             stack.enter_context(_Labels(tracer))
+            if not real:
+                stack.enter_context(_FusedAttention(device_type))
             tracer.phase = "forward"
-            with amp:
+            with amp, torch.set_grad_enabled(direction != "forward"):
                 try:
                     out = module(inputs)
                 except PrenetError:
@@ -263,12 +398,23 @@ def _run(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor | None, t
                                       f"was the last op): {type(e).__name__}: {e}") from e
                 if not isinstance(out, torch.Tensor):
                     raise PrenetError(f"the model's forward returned {type(out).__name__}; prenet needs a tensor (logits or a value to average)")
-                loss = training_loss(out, labels)
+                loss = None if layer or direction == "forward" else training_loss(out, labels)
             tracer.stack.clear()
+            if direction == "forward":
+                return
             tracer.phase = "backward"
-            if precision == "fp16":
-                loss = loss * 65536.0  # GradScaler: the scaled loss is what backward starts from
-            loss.backward()
+            if loss is None:
+                tracer.phase = "setup"  # the output gradient is given, as to a layer inside a network: not an op of the step
+                with torch.no_grad():
+                    seed = torch.ones_like(out)
+                tracer.phase = "backward"
+                out.backward(seed)
+            else:
+                if precision == "fp16":
+                    loss = loss * 65536.0  # GradScaler: the scaled loss is what backward starts from
+                loss.backward()
+            if direction == "forward_backward":
+                return
             tracer.phase = "optimizer"
             if precision == "fp16":
                 _unscale_records(tracer, module)
@@ -297,10 +443,12 @@ def _split(example_batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 def trace_step(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd", precision: str = "fp32",
-               device_type: str = "cpu") -> StepTrace:
+               device_type: str = "cpu", direction: str = "train_step", input_grad: bool = False) -> StepTrace:
     """The ops of one training step of ``module`` on ``example_batch`` (a tensor, or ``(inputs, labels)``), traced on the
     meta device. ``device_type`` (``cpu`` | ``cuda``) picks the autocast op lists and whether the optimizer uses foreach
-    kernels, as torch does on that device. The module is copied (its weights are never touched)."""
+    kernels, as torch does on that device. The module is copied (its weights are never touched). ``direction`` other
+    than ``train_step``, or ``input_grad``, traces one layer as the benchmarks time it: the input requires grad and backward
+    starts from a given output gradient (see :func:`_run`)."""
     _check(precision, optimizer)
     if precision == "tf32" and device_type != "cuda":
         raise PrenetError("precision tf32 exists on NVIDIA GPUs only (Ampere and later); use fp32 or bf16 on a CPU")
@@ -310,28 +458,33 @@ def trace_step(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd",
         p.grad = None
     tracer = _Tracer(precision=precision, meta=True, names=_module_names(meta), timing=None)
     _run(meta, inputs.to("meta"), None if labels is None else labels.to("meta"), tracer, optimizer=optimizer, precision=precision,
-         device_type=device_type, real=False)
+         device_type=device_type, real=False, input_grad=input_grad or direction != "train_step",
+         direction=direction)
     return StepTrace(tracer.records, precision, optimizer, device_type, [int(s) for s in inputs.shape],
                      sum(int(p.numel()) for p in meta.parameters()))
 
 
 def measure_step(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd", precision: str = "fp32", min_block_ms: float = 0.3,
                  repeats: int = 3, warmup: bool = True, input_grad: bool = False) -> StepTrace:
-    """The ops of one real training step on the CPU, each timed in place (``measured_ms`` per call, median of
-    ``repeats`` blocks of ≥ ``min_block_ms``). ``bf16`` uses the real ``torch.autocast("cpu")``. ``warmup`` runs one
-    untimed step first (allocator and kernel caches as in a running job)."""
+    """The ops of one real training step on the module's device (CPU or CUDA), each timed in place (``measured_ms`` per
+    call, median of ``repeats`` blocks of ≥ ``min_block_ms``). ``fp16``/``bf16`` use the real ``torch.autocast`` of that
+    device; on CUDA ``fp32`` turns TF32 off in cuBLAS and cuDNN and ``tf32`` on. ``warmup`` runs one untimed step first
+    (allocator and kernel caches as in a running job)."""
     _check(precision, optimizer)
-    if precision in ("tf32", "fp16"):
-        raise PrenetError(f"precision {precision} cannot be measured on a CPU; measure fp32 or bf16")
     inputs, labels = _split(example_batch)
+    dev = inputs.device.type
+    if dev == "cpu" and precision in ("tf32", "fp16"):
+        raise PrenetError(f"precision {precision} cannot be measured on a CPU; measure fp32 or bf16")
+    if dev == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    kw = dict(optimizer=optimizer, precision=precision, device_type=dev, real=True, input_grad=input_grad)
     if warmup:
-        probe = _Tracer(precision=precision, meta=False, names={}, timing=None)
-        _run(module, inputs, labels, probe, optimizer=optimizer, precision=precision, device_type="cpu", real=True, input_grad=input_grad)
+        _run(module, inputs, labels, _Tracer(precision=precision, meta=False, names={}, timing=None), **kw)
         module.zero_grad(set_to_none=True)
     tracer = _Tracer(precision=precision, meta=False, names=_module_names(module), timing={"min_block_ms": min_block_ms, "repeats": repeats})
-    _run(module, inputs, labels, tracer, optimizer=optimizer, precision=precision, device_type="cpu", real=True, input_grad=input_grad)
+    _run(module, inputs, labels, tracer, **kw)
     module.zero_grad(set_to_none=True)
-    return StepTrace(tracer.records, precision, optimizer, "cpu", [int(s) for s in inputs.shape],
+    return StepTrace(tracer.records, precision, optimizer, dev, [int(s) for s in inputs.shape],
                      sum(int(p.numel()) for p in module.parameters()))
 
 

@@ -76,6 +76,38 @@ def _step_time(ev: dict) -> list[Row]:
     return rows
 
 
+def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
+    """The op-level model (issue 11): per-op holdout, unseen GPUs, whole zoo steps in FP32 and BF16, fallbacks."""
+    h = eo.get("holdout", {})
+    by = {(r["device"], r["precision"]): r for r in h.get("by_device_precision", [])}
+    u = eo.get("unseen_gpu", {})
+    wm = eo.get("whole_model", {})
+    f32, b16 = wm.get("fp32", {}), wm.get("bf16", {})
+    pre_logo = ev.get("unseen_hardware", {}).get("mean_mape_pct", {}).get("prenet_recipe")
+    cells = "; ".join(f"{d} {p} {_pct(r['mape_pct'])} (roofline {_pct(r['roofline_mape_pct'])}, {r['rows']:,} ops)" for (d, p), r in sorted(by.items()))
+    rows: list[Row] = [
+        ("step time v2: ops, roofline ÷ learned efficiency", "this project", "published"),
+        ("per-op MAPE, frozen holdout (by device and precision)", cells or "–", "–"),
+    ]
+    if u:
+        rows.append((f"unseen GPU (leave-one-GPU-out over {u.get('folds')} GPUs, forward ops): mean MAPE, op model / roofline; hardest GPU",
+                     f"{_pct(u.get('mean_mape_pct'))} / {_pct(u.get('roofline_mean_mape_pct'))}; {u.get('hardest', {}).get('hardware_id')} "
+                     f"{_pct(u.get('hardest', {}).get('mape_pct'))} (PreNeT recipe on layer rows: {_pct(pre_logo)}; target ≤ 12 %)", PUBLISHED["neusight"]))
+    if f32:
+        rows.append((f"whole-model training step, local CPU, FP32 ({f32.get('n')} zoo steps): MAPE op model / PreNeT recipe / roofline",
+                     f"{_pct(f32.get('mape_pct'))} / {_pct(wm.get('prenet_recipe_fp32_mape_pct'))} / {_pct(f32.get('roofline_mape_pct'))} "
+                     f"(noise floor {_pct(f32.get('noise_floor_pct'))}; target ≤ 10 %)", "–"))
+    if b16:
+        rows.append((f"whole-model training step, local CPU, BF16 autocast ({b16.get('n')} zoo steps): MAPE op model / roofline",
+                     f"{_pct(b16.get('mape_pct'))} / {_pct(b16.get('roofline_mape_pct'))} (noise floor {_pct(b16.get('noise_floor_pct'))})", "–"))
+    fb = eo.get("fallback", [])
+    if fb:
+        worst = max(fb, key=lambda r: 1 - r.get("model_share", 0.0))
+        rows.append(("share of a zoo step's predicted time not from its own family's model (analogy or roofline), worst case",
+                     f"{_pct(100 * (1 - worst.get('model_share', 0.0)))} ({worst['model']}, {worst['hardware']}, {worst['precision']})", "–"))
+    return rows
+
+
 def _seed_floor(cv: dict, target: str) -> str:
     n = (cv.get("noise_floor") or {}).get(target)
     return f"seed-to-seed noise floor {_pct(n['median_seed_spread_pct'])}" if n else "noise floor not measured: one seed"
@@ -125,12 +157,14 @@ def _outcome(oc: dict, cp: dict) -> list[Row]:
 
 
 def results_tables(metrics_dir: str | Path) -> list[list[Row]]:
-    """The Results tables (step time, convergence, early success; each with its header row first) from
-    ``metrics_dir``'s evaluate, convergence, forecast_cost, outcome and corpus metrics; absent metrics, no table."""
+    """The Results tables (step time at the op level, the PreNeT-recipe baseline, convergence, early success; each with its
+    header row first) from ``metrics_dir``'s evaluate_ops, evaluate, convergence, forecast_cost, outcome and corpus metrics;
+    absent metrics, no table."""
     mdir = Path(metrics_dir)
     ev, cv, fcc = _load(mdir, "evaluate.json"), _load(mdir, "convergence.json"), _load(mdir, "forecast_cost.json")
-    oc, cp = _load(mdir, "outcome.json"), _load(mdir, "corpus.json")
-    return [t for t in (_step_time(ev) if ev else [], _convergence(cv, fcc) if cv else [], _outcome(oc, cp) if oc else []) if t]
+    oc, cp, eo = _load(mdir, "outcome.json"), _load(mdir, "corpus.json"), _load(mdir, "evaluate_ops.json")
+    return [t for t in (_step_time_ops(eo, ev) if eo else [], _step_time(ev) if ev else [], _convergence(cv, fcc) if cv else [],
+                        _outcome(oc, cp) if oc else []) if t]
 
 
 def results_markdown(metrics_dir: str | Path) -> str:

@@ -115,3 +115,38 @@ def importances(per_epoch: dict[str, dict[str, float]], path: Path, top: int = 1
         ax.tick_params(axis="y", labelsize=7)
     fig.suptitle("feature importance (gain share), pooled telemetry model")
     return _save(fig, path, 110)
+
+
+def op_zoo_scatter(zoo: pl.DataFrame, path: Path) -> Path:
+    """Whole zoo training steps on the local CPU, predicted through the op-level path vs measured, per precision (and the
+    PreNeT recipe's FP32 predictions where the evaluate stage made them)."""
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    marks = {"fp32": ("o", "#1f77b4"), "bf16": ("s", "#d62728")}
+    for prec, (m, c) in marks.items():
+        sub = zoo.filter(pl.col("precision") == prec)
+        if sub.height:
+            ax.scatter(sub["measured_ms"], sub["predicted_ms"], marker=m, color=c, label=f"op model, {prec}")
+    if "prenet_recipe_ms" in zoo.columns:
+        sub = zoo.filter((pl.col("precision") == "fp32") & pl.col("prenet_recipe_ms").is_not_null())
+        ax.scatter(sub["measured_ms"], sub["prenet_recipe_ms"], marker="x", color="#777", label="PreNeT recipe, fp32")
+    lo = float(zoo["measured_ms"].min()) / 2
+    hi = float(zoo["measured_ms"].max()) * 2
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+    ax.set(xscale="log", yscale="log", xlabel="measured step (ms)", ylabel="predicted step (ms)", title="zoo training steps, local CPU")
+    ax.legend(fontsize=8, loc="upper left")
+    return _save(fig, path, 110)
+
+
+def op_unseen_by_gpu(folds: pl.DataFrame, path: Path) -> Path:
+    """Leave-one-GPU-out of the op model: MAPE of each family on each held-out GPU, beside the pure roofline's."""
+    per = folds.group_by("hardware_id").agg(((pl.col("mape") * pl.col("rows")).sum() / pl.col("rows").sum()).alias("op model"),
+                                            ((pl.col("roofline_mape") * pl.col("rows")).sum() / pl.col("rows").sum()).alias("roofline")).sort("op model")
+    gpus = per["hardware_id"].to_list()
+    fig, ax = plt.subplots(figsize=(max(7, 0.8 * len(gpus) + 2), 4.2))
+    x = np.arange(len(gpus))
+    ax.bar(x - 0.2, per["op model"], 0.4, label="op model (roofline ÷ efficiency)")
+    ax.bar(x + 0.2, per["roofline"], 0.4, label="roofline alone", color="#bbb")
+    ax.set_xticks(x, gpus, rotation=35, ha="right", fontsize=8)
+    ax.set(ylabel="MAPE (%) on the held-out GPU", title="op model on unseen GPUs (forward ops, spec sheet only)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(fig, path, 110)

@@ -1,6 +1,6 @@
 """Op-level step time: roofline time ÷ a learned efficiency in (0, 1), per operator family and device kind.
 
-    roofline_ms = max(FLOPs / peak of the op's unit, bytes / memory bandwidth)
+    roofline_ms = max(FLOPs / peak of the op's unit, bytes / memory bandwidth)   (CPU: last-level-cache bandwidth)
     time_ms     = roofline_ms / efficiency,   efficiency = sigmoid(z),  z = XGBoost(features)
 
 The efficiency is bounded, so no prediction beats the roofline, and a GPU never benchmarked follows its spec
@@ -33,11 +33,12 @@ from prenet.ops.families import ANALOGY
 FEATURES: tuple[str, ...] = (
     "log2_flops", "log2_bytes", "log2_intensity", "log2_ridge_ratio", "log2_roofline_ms", "log2_m", "log2_n", "log2_k",
     "log2_batch", "log2_groups", "log2_tiles", "log2_waves", "tail_occupancy", "log2_bytes_per_l2", "log2_out_numel",
-    "dtype_bytes", "unit_code", "phase_code", "tf1", "hw_log2_l2",
+    "dtype_bytes", "unit_code", "phase_code", "tf1", "hw_log2_l2", "layout",
 )
 # The spec sheet enters through the roofline, the ridge ratio, the waves over the SMs and bytes per L2. Raw peak,
 # bandwidth, SM count and clock as features of their own let the trees recognise the ~10 training GPUs instead of
-# generalising: leave-one-GPU-out mean MAPE 27.0 % with them, 24.9 % without (2026-11-30).
+# generalising: leave-one-GPU-out mean MAPE 27.0 % with them, 24.9 % without; peak FLOP/s per board watt (power
+# headroom: T4, L4) made it 26.4 % (2026-11-30).
 TILE = 128
 _UNIT_CODE = {"fp32": 0.0, "tf32": 1.0, "fp16": 2.0, "bf16": 2.0}
 _PHASE_CODE = {"forward": 0.0, "backward": 1.0, "optimizer": 2.0}
@@ -63,10 +64,16 @@ def peaks(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
     return out
 
 
+def roofline_bandwidth_gbps(hw: HardwareSpec) -> float:
+    """The bandwidth of the memory roofline: a GPU's DRAM (HBM/GDDR) bandwidth from its spec sheet; a CPU's measured
+    last-level-cache bandwidth when known (no op beats it; DRAM-bound ops show as lower efficiency)."""
+    return hw.cache_bw_gbps if hw.kind == "cpu" and hw.cache_bw_gbps else hw.mem_bw_gbps
+
+
 def roofline_ms(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray]:
     """(compute-bound ms, memory-bound ms) of every op on ``hw``."""
     compute = frame.get_column("flops").to_numpy().astype(float) / peaks(frame, hw) * 1e3
-    memory = frame.get_column("bytes").to_numpy().astype(float) / hw.mem_bw_bytes_per_s * 1e3
+    memory = frame.get_column("bytes").to_numpy().astype(float) / (roofline_bandwidth_gbps(hw) * 1e9) * 1e3
     return compute, memory
 
 
@@ -98,6 +105,7 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
         "unit_code": np.array([_UNIT_CODE.get(u, 0.0) for u in frame.get_column("unit").to_list()]),
         "phase_code": np.array([_PHASE_CODE.get(p, 0.0) for p in frame.get_column("phase").to_list()]),
         "tf1": tf1,
+        "layout": frame.get_column("layout").to_numpy().astype(float) if "layout" in frame.columns else np.zeros(frame.height),
         "hw_log2_l2": np.full(frame.height, math.log2(hw.l2_mb or 1.0)),
     }
     return np.column_stack([cols[f] for f in FEATURES]), roof
