@@ -49,11 +49,21 @@ def whole_models(cfg: DictConfig, model: EfficiencyModel, timings: pl.DataFrame,
     return pl.DataFrame(rows)
 
 
+def mean_ci(values: np.ndarray, *, seed: int = 0, n_boot: int = 2000) -> list[float]:
+    """95 % bootstrap interval of the mean of ``values`` (resampling the items: zoo steps, held-out GPUs)."""
+    v = np.asarray(values, float)
+    if v.size < 2:
+        return [float(v.mean()), float(v.mean())] if v.size else []
+    idx = np.random.default_rng(seed).integers(0, v.size, (n_boot, v.size))
+    m = v[idx].mean(axis=1)
+    return [round(float(np.quantile(m, 0.025)), 2), round(float(np.quantile(m, 0.975)), 2)]
+
+
 def _summary(w: pl.DataFrame) -> dict:
     if w.height == 0:
         return {}
     e = ape(w["predicted_ms"].to_numpy(), w["measured_ms"].to_numpy())
-    return {"mape_pct": float(e.mean()), "median_ape_pct": float(np.median(e)), "n": w.height,
+    return {"mape_pct": float(e.mean()), "mape_ci95": mean_ci(e), "median_ape_pct": float(np.median(e)), "n": w.height,
             "roofline_mape_pct": float(ape(w["roofline_ms"].to_numpy(), w["measured_ms"].to_numpy()).mean()),
             "noise_floor_pct": float(100 * w["spread_rel"].median()),
             "per_model": {f"{m} b{b}": round(float(x), 1) for m, b, x in zip(w["model"], w["batch_size"], e)}}
@@ -72,6 +82,16 @@ def fallback_table(cfg: DictConfig, model: EfficiencyModel, cpu) -> list[dict]:
             out.append({"model": name, "hardware": hw.hardware_id, "precision": prec, "step_ms": round(pred.step_seconds * 1e3, 3),
                         **{f"{k}_share": round(v, 3) for k, v in pred.estimate_share.items()}})
     return out
+
+
+def trace_seconds() -> dict:
+    """Wall time (s) of tracing one training step of a 1.3 B-parameter GPT (GPT-3 XL sizes, batch 8 × 2048 tokens, Adam,
+    bf16 for a GPU) on the meta device: no weight memory, no compute."""
+    t0 = time.perf_counter()
+    with torch.device("meta"):
+        module, batch = zoo.gpt_sdpa(batch_size=8, vocab=50257, d=2048, layers=24, heads=16, seq_len=2048)
+    trace = trace_step(module, batch, optimizer="adam", precision="bf16", device_type="cuda")
+    return {"gpt_1p3b_s": round(time.perf_counter() - t0, 2), "params": trace.params, "ops": len(trace.records)}
 
 
 def evaluate_ops(cfg: DictConfig) -> dict:
@@ -101,6 +121,7 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         per_fam = logo.group_by("family").agg(pl.col("mape").mean(), pl.col("roofline_mape").mean()).sort("family")
         worst = per_gpu.row(-1, named=True)
         metrics["unseen_gpu"] = {"folds": per_gpu.height, "mean_mape_pct": float(per_gpu["mape"].mean()),
+                                 "mean_mape_ci95": mean_ci(per_gpu["mape"].to_numpy()),
                                  "roofline_mean_mape_pct": float(logo["roofline_mape"].mean()),
                                  "per_gpu": {r["hardware_id"]: round(r["mape"], 1) for r in per_gpu.iter_rows(named=True)},
                                  "per_family": {r["family"]: {"mape_pct": round(r["mape"], 1), "roofline_mape_pct": round(r["roofline_mape"], 1)}
@@ -120,6 +141,7 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         f = w.filter(pl.col("precision") == "fp32")
         metrics["whole_model"]["prenet_recipe_fp32_mape_pct"] = float(ape(f["prenet_recipe_ms"].to_numpy(), f["measured_ms"].to_numpy()).mean())
     metrics["fallback"] = fallback_table(cfg, model, cpu)
+    metrics["trace_seconds"] = trace_seconds()
     cov = float(cfg.evaluate.get("interval_coverage", 0.8))
     lo, hi = (1 - cov) / 2, (1 + cov) / 2
     f32 = w.filter(pl.col("precision") == "fp32")

@@ -156,6 +156,7 @@ class PlanRow:
     fits: bool | None  # None: the device's memory is unknown
     fits_upper: bool | None  # also at the largest measured memory under-prediction
     price_source: str | None = None
+    family_share: dict[str, float] = field(default_factory=dict)  # share of the predicted step per op family
 
 
 @dataclass
@@ -175,6 +176,9 @@ class Plan:
     rows: list[PlanRow] = field(default_factory=list)
     forecast: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    precision: str = "fp32"
+    input_shape: list[int] = field(default_factory=list)
+    params: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -206,7 +210,7 @@ def host_memory_gib() -> float | None:
 
 
 def plan_rows(step_seconds: dict[str, float], specs: dict[str, HardwareSpec], *, steps: int, memory: MemoryEstimate,
-              intervals: Intervals, prices: dict[str, dict[str, Any]]) -> list[PlanRow]:
+              intervals: Intervals, prices: dict[str, dict[str, Any]], family_share: dict[str, dict[str, float]] | None = None) -> list[PlanRow]:
     """One row per hardware from its predicted step time (s)."""
     lower_prices = {k.lower(): v for k, v in prices.items()}
     rows = []
@@ -227,7 +231,8 @@ def plan_rows(step_seconds: dict[str, float], specs: dict[str, HardwareSpec], *,
             cost_low=wall * lo / 3600 * usd if usd is not None else None,
             cost_high=wall * hi / 3600 * usd if usd is not None else None,
             device_memory_gib=mem_gib, fits=fits(memory.total_bytes, mem_gib, reserve),
-            fits_upper=fits(memory.total_bytes * ratio, mem_gib, reserve), price_source=price.get("source") if price else None))
+            fits_upper=fits(memory.total_bytes * ratio, mem_gib, reserve), price_source=price.get("source") if price else None,
+            family_share=(family_share or {}).get(name, {})))
     return rows
 
 
@@ -275,9 +280,14 @@ def render_table(plan: Plan, rows: list[PlanRow]) -> str:
     """The plan as text no wider than 80 columns."""
     pct = round(plan.coverage * 100)
     m = plan.memory
+    shape = "x".join(str(v) for v in plan.input_shape)
+    top = rows[0] if rows else None
+    mix = ", ".join(f"{f} {100 * v:.0f}%" for f, v in sorted((top.family_share if top else {}).items(), key=lambda kv: -kv[1])[:4])
     lines = [
-        f"{plan.model[:40]} · batch {plan.batch_size} · {plan.optimizer}"
+        f"{plan.model[:40]} · batch {plan.batch_size} · {plan.optimizer} · {plan.precision}"
         + (f" · {plan.dataset_size:,} samples" if plan.dataset_size else ""),
+        f"input {shape} · {plan.params / 1e6:,.1f} M parameters",
+        *([f"time by op family on {top.hardware[:18]}: {mix}"] if mix else []),
         f"steps: {plan.steps:,} ({plan.steps_from})" + (f", {pct}% interval {plan.steps_low:,}–{plan.steps_high:,}" if plan.steps_from == "forecast" else ""),
         f"peak training memory: {m.total_bytes / GIB:.2f} GiB",
         f"  (weights {m.weights_bytes / GIB:.2f}, gradients {m.gradients_bytes / GIB:.2f}, optimizer {m.optimizer_bytes / GIB:.2f}, "
@@ -438,7 +448,7 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
             if epochs <= 0:
                 raise PrenetError(f"--epochs must be positive, got {epochs}")
             n_steps, steps_from = int(math.ceil(float(epochs) * math.ceil(dataset_size / batch_size))), "epochs"
-    step_s = {}
+    step_s, shares = {}, {}
     traces: dict[str, Any] = {}
     for n, spec in specs.items():
         dt = device_type(spec)
@@ -446,8 +456,8 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
             if dt not in traces:
                 traces[dt] = trace_step(module, batch, optimizer=optimizer, precision=precision, device_type=dt)
             pred, _ = predict_trace(traces[dt], spec, op_model, overhead_ms=default_overhead_ms(spec, optimizer, overhead_path or DEFAULT_OVERHEAD))
-        except UnsupportedPrecisionError as e:
-            notes.append(f"{n}: not planned: {e}")
+        except UnsupportedPrecisionError:
+            notes.append(f"{n}: not planned, no {precision} unit in its spec sheet")
             continue
         except PrenetError as e:
             if precision == "tf32" and dt == "cpu":
@@ -455,10 +465,11 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
                 continue
             raise
         step_s[n] = pred.step_seconds
+        shares[n] = {k: round(v, 4) for k, v in pred.family_share.items()}
     if not step_s:
         raise PrenetError(f"no hardware considered runs {precision}: " + "; ".join(notes[:3]))
     specs = {n: specs[n] for n in step_s}
-    rows = plan_rows(step_s, specs, steps=n_steps, memory=memory, intervals=iv, prices=prices or {})
+    rows = plan_rows(step_s, specs, steps=n_steps, memory=memory, intervals=iv, prices=prices or {}, family_share=shares)
     known = [r for r in rows if r.fits is not None]
     if known and not any(r.fits for r in known):
         biggest = max(known, key=lambda r: r.device_memory_gib or 0)
@@ -467,6 +478,7 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
                           f"considered, {biggest.hardware}, has {biggest.device_memory_gib:g} GiB; use a smaller --batch-size "
                           f"(activations scale with it) or add larger hardware")
     lo, hi = steps_interval(n_steps, iv)
-    notes.append(f"precision {precision}" + (" (strict FP32)" if precision == "fp32" else ""))
+    trace = next(iter(traces.values()))
     return Plan(model=label, batch_size=batch_size, optimizer=optimizer, dataset_size=dataset_size, steps=n_steps, steps_low=lo, steps_high=hi,
-                steps_from=steps_from, memory=memory, coverage=iv.coverage, rows=rows, forecast=fc_info, notes=notes)
+                steps_from=steps_from, memory=memory, coverage=iv.coverage, rows=rows, forecast=fc_info, notes=notes, precision=precision,
+                input_shape=trace.input_shape, params=trace.params)

@@ -164,3 +164,16 @@ def test_zoo_sizes_change_the_plan(tiny_run, capsys):
     assert big["rows"][0]["step_seconds"] > small["rows"][0]["step_seconds"]
     assert main(_args(root, "--model", "resnet18", "--zoo-arg", "depth=3", "--batch-size", "8", "--steps", "10")) == 2
     assert "its sizes are image_size" in capsys.readouterr().err
+
+
+def test_plan_states_precision_shape_params_and_family_shares(tiny_run, capsys):
+    root, _, _ = tiny_run
+    out = _plan_json(capsys, root, "--model", "resnet18", "--batch-size", "8", "--steps", "10", "--precision", "bf16",
+                     "--hardware", "H100 SXM5 80GB", "V100 PCIe 16/32GB")
+    assert out["precision"] == "bf16" and out["input_shape"] == [8, 3, 64, 64] and out["params"] > 1e6
+    assert [r["hardware"] for r in out["rows"]] == ["H100 SXM5 80GB"]  # the V100 has no BF16 unit: a note, not a row
+    assert any("V100 PCIe 16/32GB: not planned, no bf16 unit" in n for n in out["notes"])
+    assert sum(out["rows"][0]["family_share"].values()) == pytest.approx(1.0, abs=1e-3) and "conv" in out["rows"][0]["family_share"]
+    assert main(_args(root, "--model", "resnet18", "--batch-size", "8", "--steps", "10", "--hardware", "local")) == 0
+    text = capsys.readouterr().out
+    assert "input 8x3x64x64" in text and "fp32" in text and "time by op family on local" in text

@@ -119,7 +119,7 @@ def _blocks() -> dict[str, tuple[Callable[[np.random.Generator], dict[str, int]]
         return _SDPABlock(d, c["heads"], bool(c["causal"])), torch.randn(c["batch"], c["seq_len"], d)
 
     def s_lm(r):
-        return {"vocab": log_uniform_int(r, 2000, 50000), "d": log_uniform_int(r, 64, 768), "tokens": log_uniform_int(r, 16, 256)}
+        return {"vocab": log_uniform_int(r, 2000, 50000), "d": log_uniform_int(r, 64, 768), "tokens": log_uniform_int(r, 16, 192)}
 
     def b_lm(c):
         return _LMHeadBlock(c["vocab"], c["d"], c["tokens"]), torch.randint(0, c["vocab"], (c["tokens"],))

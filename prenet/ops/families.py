@@ -24,8 +24,10 @@ FAMILIES: tuple[str, ...] = (
     "embedding", "rnn", "copy", "loss", "optimizer", "other",
 )
 
-#: Families whose ops run on tensor cores under tf32 / fp16 / bf16 (everything else uses the FP32 units).
+#: Families whose ops run on tensor cores in fp16 / bf16 (everything else uses the FP32 units) ...
 TENSOR_CORE_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "attention", "rnn"})
+#: ... and the ones TF32 applies to (cuBLAS GEMMs and cuDNN convolutions/RNNs; attention kernels stay FP32).
+TF32_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "rnn"})
 
 _GEMM = {"mm", "addmm", "bmm", "baddbmm", "linear", "matmul", "addbmm", "addmv", "mv", "dot", "_int_mm"}
 _CONV = {"convolution", "_convolution", "convolution_backward", "_slow_conv2d_forward", "_slow_conv2d_backward",
@@ -50,7 +52,9 @@ _COPY = {"clone", "_to_copy", "copy", "copy_", "contiguous", "cat", "stack", "co
          "flip", "roll", "fill", "fill_", "zero", "zero_", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
          "new_full", "masked_fill", "where", "tril", "triu", "_reshape_copy", "narrow_copy", "split_with_sizes_copy",
          "reflection_pad2d", "replication_pad2d", "upsample_nearest2d", "upsample_bilinear2d",
-         "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "col2im", "im2col", "lift_fresh_copy"}
+         "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "col2im", "im2col", "lift_fresh_copy",
+         "select_backward", "slice_backward", "select_scatter", "slice_scatter", "as_strided_scatter", "diagonal_backward",
+         "unfold_backward", "permute_copy", "transpose_copy", "expand_copy", "view_copy"}
 _LOSS = {"nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward",
          "binary_cross_entropy", "binary_cross_entropy_backward", "binary_cross_entropy_with_logits", "l1_loss",
          "smooth_l1_loss", "smooth_l1_loss_backward", "huber_loss", "huber_loss_backward", "kl_div", "cross_entropy_loss"}
@@ -68,8 +72,8 @@ FREE = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"
 ANALOGY: dict[str, str] = {
     "conv_grouped": "conv", "conv_depthwise": "elementwise", "attention": "gemm", "norm": "softmax", "reduction": "elementwise",
     "embedding": "elementwise", "copy": "elementwise", "loss": "softmax", "optimizer": "elementwise", "rnn": "gemm",
-    "softmax": "elementwise", "other": "elementwise",
-}
+    "softmax": "elementwise",
+}  # "other" has no analogy: an op of no family is estimated by its roofline alone
 
 
 def base_name(func: Any) -> str:
@@ -81,9 +85,17 @@ def base_name(func: Any) -> str:
     return name.split(".")[0]
 
 
-def family_of(name: str, *, phase: str, in_rnn: bool, groups: int = 1, channels: int = 0) -> str:
+#: Elementwise ops torch does not tag ``pointwise`` (random fills, comparisons' outputs, dropout).
+_ELEMENTWISE_EXTRA = {"native_dropout", "native_dropout_backward", "bernoulli", "bernoulli_", "uniform_", "normal_", "rand_like",
+                      "randn_like", "where", "masked_fill_", "clamp_min_", "clamp_max_", "sign", "lerp_", "threshold",
+                      "hardtanh_backward", "silu_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "elu_backward",
+                      "leaky_relu_backward", "softplus_backward", "hardswish_backward", "hardsigmoid_backward", "mish_backward"}
+
+
+def family_of(name: str, *, phase: str, in_rnn: bool, groups: int = 1, channels: int = 0, pointwise: bool = True) -> str:
     """The family of ATen op ``name`` executed in ``phase`` (forward | backward | optimizer); ``in_rnn``: it runs inside a
-    recurrent module; ``groups``/``channels``: a convolution's groups and input channels."""
+    recurrent module; ``groups``/``channels``: a convolution's groups and input channels; ``pointwise``: torch tags the op
+    ``pointwise``. An op of no family is ``other``: estimated by its roofline alone (and said so)."""
     if phase == "optimizer" or name.startswith("_foreach") or name.startswith("_fused_adam") or name.startswith("_fused_sgd") \
             or name.startswith("_amp_"):
         return "optimizer"
@@ -109,7 +121,9 @@ def family_of(name: str, *, phase: str, in_rnn: bool, groups: int = 1, channels:
         return "embedding"
     if name in _COPY:
         return "copy"
-    return "elementwise"
+    if pointwise or name in _ELEMENTWISE_EXTRA:
+        return "elementwise"
+    return "other"
 
 
 def tensors(obj: Any) -> list[torch.Tensor]:

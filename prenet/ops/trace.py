@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from prenet.errors import PrenetError
 from prenet.ops.autocast import Autocast
-from prenet.ops.families import (FREE, TENSOR_CORE_FAMILIES, base_name, conv_groups, family_of, gemm_view, moved_bytes, nbytes,
+from prenet.ops.families import (FREE, TENSOR_CORE_FAMILIES, TF32_FAMILIES, base_name, conv_groups, family_of, gemm_view, moved_bytes, nbytes,
                                  op_flops, tensors)
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
@@ -59,6 +59,8 @@ class OpRecord:
     #: GEMM operand layout: 1 if the first operand is transposed in memory (last stride ≠ 1), + 2 if the second is
     layout: int = 0
     shapes: str = ""
+    out_shapes: str = ""
+    strides: str = ""
     measured_ms: float | None = None
     spread_rel: float | None = None
 
@@ -82,7 +84,8 @@ class StepTrace:
 
 OP_SCHEMA = {"op": pl.String, "family": pl.String, "phase": pl.String, "module": pl.String, "flops": pl.Float64, "bytes": pl.Int64,
              "dtype": pl.String, "unit": pl.String, "batch": pl.Int64, "m": pl.Int64, "n": pl.Int64, "k": pl.Int64, "groups": pl.Int64,
-             "out_numel": pl.Int64, "layout": pl.Int64, "shapes": pl.String, "measured_ms": pl.Float64, "spread_rel": pl.Float64}
+             "out_numel": pl.Int64, "layout": pl.Int64, "shapes": pl.String,
+             "out_shapes": pl.String, "strides": pl.String, "measured_ms": pl.Float64, "spread_rel": pl.Float64}
 
 
 def unit_of(family: str, dtype: str, precision: str) -> str:
@@ -93,13 +96,17 @@ def unit_of(family: str, dtype: str, precision: str) -> str:
             return "fp16"
         if dtype == "bfloat16":
             return "bf16"
-        if precision == "tf32" and dtype == "float32":
+        if precision == "tf32" and dtype == "float32" and family in TF32_FAMILIES:
             return "tf32"
     return "fp32"
 
 
-def _shape_text(args: tuple) -> str:
-    shown = [f"{'x'.join(str(int(s)) for s in t.shape) or 'scalar'}" for t in tensors(list(args))[:4]]
+def _stride_text(args: tuple) -> str:
+    return ", ".join("x".join(str(int(v)) for v in t.stride()) or "scalar" for t in tensors(list(args))[:4])
+
+
+def _shape_text(args: Any) -> str:
+    shown = [f"{'x'.join(str(int(s)) for s in t.shape) or 'scalar'}" for t in tensors(list(args) if isinstance(args, tuple) else args)[:4]]
     return ", ".join(shown)
 
 
@@ -267,7 +274,8 @@ class _Tracer(TorchDispatchMode):
             return out
         module, in_rnn = self.where()
         groups, channels = conv_groups(name, args)
-        family = family_of(name, phase=self.phase, in_rnn=in_rnn, groups=groups, channels=channels)
+        family = family_of(name, phase=self.phase, in_rnn=in_rnn, groups=groups, channels=channels,
+                           pointwise=torch.Tag.pointwise in getattr(func, "tags", ()))
         floats = [t for t in ins + outs if t.is_floating_point()]
         dtype = _DTYPE_NAMES.get(floats[0].dtype, str(floats[0].dtype)) if floats else "int64"
         if name in ("_to_copy", "copy_") and outs:
@@ -277,7 +285,7 @@ class _Tracer(TorchDispatchMode):
             op=name, family=family, phase=self.phase, module=module, flops=op_flops(name, args, kwargs, out),
             bytes=moved_bytes(args, kwargs, out), dtype=dtype, unit=unit_of(family, dtype, self.precision), batch=b, m=m, n=n, k=k,
             groups=groups, out_numel=int(sum(t.numel() for t in outs)), layout=_layout(name, args) if m else 0, shapes=_shape_text(args),
-            measured_ms=ms, spread_rel=spread))
+            out_shapes=_shape_text(outs), strides=_stride_text(args), measured_ms=ms, spread_rel=spread))
         return out
 
 

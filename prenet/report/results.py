@@ -83,23 +83,32 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
     u = eo.get("unseen_gpu", {})
     wm = eo.get("whole_model", {})
     f32, b16 = wm.get("fp32", {}), wm.get("bf16", {})
+
+    def ci(d: dict, key: str) -> str:
+        lo_hi = d.get(key) or []
+        return f" [{lo_hi[0]:.1f}, {lo_hi[1]:.1f}]" if len(lo_hi) == 2 else ""
+
     pre_logo = ev.get("unseen_hardware", {}).get("mean_mape_pct", {}).get("prenet_recipe")
     cells = "; ".join(f"{d} {p} {_pct(r['mape_pct'])} (roofline {_pct(r['roofline_mape_pct'])}, {r['rows']:,} ops)" for (d, p), r in sorted(by.items()))
     rows: list[Row] = [
-        ("step time v2: ops, roofline ÷ learned efficiency", "this project", "published"),
+        ("step time v2: ops, roofline ÷ learned efficiency (MAPE [95 % bootstrap interval])", "this project", "published"),
         ("per-op MAPE, frozen holdout (by device and precision)", cells or "–", "–"),
     ]
     if u:
         rows.append((f"unseen GPU (leave-one-GPU-out over {u.get('folds')} GPUs, forward ops): mean MAPE, op model / roofline; hardest GPU",
-                     f"{_pct(u.get('mean_mape_pct'))} / {_pct(u.get('roofline_mean_mape_pct'))}; {u.get('hardest', {}).get('hardware_id')} "
+                     f"{_pct(u.get('mean_mape_pct'))}{ci(u, 'mean_mape_ci95')} / {_pct(u.get('roofline_mean_mape_pct'))}; {u.get('hardest', {}).get('hardware_id')} "
                      f"{_pct(u.get('hardest', {}).get('mape_pct'))} (PreNeT recipe on layer rows: {_pct(pre_logo)}; target ≤ 12 %)", PUBLISHED["neusight"]))
     if f32:
         rows.append((f"whole-model training step, local CPU, FP32 ({f32.get('n')} zoo steps): MAPE op model / PreNeT recipe / roofline",
-                     f"{_pct(f32.get('mape_pct'))} / {_pct(wm.get('prenet_recipe_fp32_mape_pct'))} / {_pct(f32.get('roofline_mape_pct'))} "
+                     f"{_pct(f32.get('mape_pct'))}{ci(f32, 'mape_ci95')} / {_pct(wm.get('prenet_recipe_fp32_mape_pct'))} / {_pct(f32.get('roofline_mape_pct'))} "
                      f"(noise floor {_pct(f32.get('noise_floor_pct'))}; target ≤ 10 %)", "–"))
     if b16:
         rows.append((f"whole-model training step, local CPU, BF16 autocast ({b16.get('n')} zoo steps): MAPE op model / roofline",
-                     f"{_pct(b16.get('mape_pct'))} / {_pct(b16.get('roofline_mape_pct'))} (noise floor {_pct(b16.get('noise_floor_pct'))})", "–"))
+                     f"{_pct(b16.get('mape_pct'))}{ci(b16, 'mape_ci95')} / {_pct(b16.get('roofline_mape_pct'))} (noise floor {_pct(b16.get('noise_floor_pct'))})", "–"))
+    ts = eo.get("trace_seconds", {})
+    if ts:
+        rows.append(("trace of one training step of a 1.3 B-parameter GPT on the meta device (Adam, bf16, 8 × 2048 tokens)",
+                     f"{ts.get('gpt_1p3b_s')} s, {ts.get('ops'):,} ops, no weight memory (target < 10 s)", "–"))
     fb = eo.get("fallback", [])
     if fb:
         worst = max(fb, key=lambda r: 1 - r.get("model_share", 0.0))

@@ -57,7 +57,7 @@ def peaks(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
     for u in np.unique(units):
         p = hw.peak_tflops(str(u))
         if p is None:
-            what = {"tf32": "TF32 tensor cores", "fp16": "an FP16 tensor-core peak", "bf16": "a BF16 peak"}.get(str(u), str(u))
+            what = {"tf32": "TF32 tensor cores", "fp16": "FP16 tensor-core peak", "bf16": "BF16 peak"}.get(str(u), str(u))
             raise UnsupportedPrecisionError(f"{hw.hardware_id} has no {what} in its spec sheet; its GEMMs cannot run in {u} "
                                             f"(choose another --precision, e.g. fp32{', fp16' if hw.peak_fp16_tflops else ''})")
         out[units == u] = p * 1e12
