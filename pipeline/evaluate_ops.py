@@ -71,10 +71,10 @@ def _summary(w: pl.DataFrame) -> dict:
 
 def fallback_table(cfg: DictConfig, model: EfficiencyModel, cpu) -> list[dict]:
     """Share of each zoo model's predicted step (batch 16) estimated without a model of the op's own family, on the local
-    CPU (fp32) and an H100 SXM (fp32 and bf16)."""
+    CPU (fp32) and an H100 SXM (fp32 and bf16); ``ops.evaluate.fallback_models`` (null: the whole zoo)."""
     out = []
     h100 = get("H100 SXM5 80GB")
-    for name in zoo.ZOO:
+    for name in cfg.ops.evaluate.get("fallback_models") or list(zoo.ZOO):
         with torch.device("meta"):
             module, batch = zoo.build(name, 16, cfg.models.get("sizes"))
         for hw, prec in ((cpu, "fp32"), (h100, "fp32"), (h100, "bf16")):
@@ -141,7 +141,8 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         f = w.filter(pl.col("precision") == "fp32")
         metrics["whole_model"]["prenet_recipe_fp32_mape_pct"] = float(ape(f["prenet_recipe_ms"].to_numpy(), f["measured_ms"].to_numpy()).mean())
     metrics["fallback"] = fallback_table(cfg, model, cpu)
-    metrics["trace_seconds"] = trace_seconds()
+    if cfg.ops.evaluate.get("trace_1p3b", True):
+        metrics["trace_seconds"] = trace_seconds()
     cov = float(cfg.evaluate.get("interval_coverage", 0.8))
     lo, hi = (1 - cov) / 2, (1 + cov) / 2
     f32 = w.filter(pl.col("precision") == "fp32")
