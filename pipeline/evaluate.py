@@ -97,21 +97,24 @@ def interval_ratios(measured: np.ndarray, predicted: np.ndarray) -> list[float]:
     return [round(float(v), 4) for v in np.asarray(measured, float) / np.asarray(predicted, float)]
 
 
+def ratio_summary(ratios: list[float], coverage: float) -> dict:
+    """The ratios (rounded) with the central ``coverage`` share's bounds: the record behind one of the planner's intervals."""
+    lo, hi = (1 - coverage) / 2, (1 + coverage) / 2
+    return {"ratios": [round(float(v), 4) for v in ratios], "low": float(np.quantile(ratios, lo)), "high": float(np.quantile(ratios, hi))}
+
+
 def intervals(whole: pl.DataFrame, logo: pl.DataFrame | None, coverage: float) -> dict:
     """The error distributions behind the planner's intervals (``prenet.plan``): measured / predicted step time of
     every whole zoo step on the local CPU (recipe ``prenet``), and, for GPUs, the deciles of measured / predicted
     per layer on each held-out GPU of the leave-one-GPU-out evaluation (recipe ``prenet_recipe``: the same
     features and target as ``prenet``), pooled over folds."""
-    lo, hi = (1 - coverage) / 2, (1 + coverage) / 2
     out: dict = {"coverage": coverage}
     local = interval_ratios(whole["measured_ms"].to_numpy(), whole["prenet_ms"].to_numpy())
-    out["local_whole_model"] = {"ratios": local, "low": float(np.quantile(local, lo)), "high": float(np.quantile(local, hi)), "n": len(local),
-                                "loo_coverage": loo_coverage(local, coverage)}
+    out["local_whole_model"] = {**ratio_summary(local, coverage), "n": len(local), "loo_coverage": loo_coverage(local, coverage)}
     if logo is not None and "ratio_deciles" in logo.columns:
         r = [v for row in logo.filter(pl.col("recipe") == "prenet_recipe")["ratio_deciles"].to_list() for v in row]
         if r:
-            out["unseen_gpu"] = {"ratios": [round(float(v), 4) for v in r], "low": float(np.quantile(r, lo)), "high": float(np.quantile(r, hi)),
-                                 "folds": int(logo.filter(pl.col("recipe") == "prenet_recipe").height)}
+            out["unseen_gpu"] = {**ratio_summary(r, coverage), "folds": int(logo.filter(pl.col("recipe") == "prenet_recipe").height)}
     return out
 
 

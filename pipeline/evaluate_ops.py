@@ -14,6 +14,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
+from pipeline.evaluate import interval_ratios, ratio_summary
 from pipeline.train_ops import all_ops, local_spec, specs_for
 from prenet import zoo
 from prenet.data.io import read_table, write_json, write_table
@@ -133,8 +134,9 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     w = pl.concat([whole_models(cfg, model, fp32, "fp32", cpu), whole_models(cfg, model, bf16, "bf16", cpu)], how="vertical_relaxed")
     zoo_old = Path(cfg.paths.plots) / "zoo_predictions.csv"
     if zoo_old.is_file():
-        old = pl.read_csv(zoo_old).select("model", "batch_size", *[c for c in ("prenet_recipe_ms", "prenet_ms") if c in pl.read_csv(zoo_old).columns])
-        w = w.join(old, on=["model", "batch_size"], how="left")
+        old = pl.read_csv(zoo_old)
+        w = w.join(old.select("model", "batch_size", *[c for c in ("prenet_recipe_ms", "prenet_ms") if c in old.columns]), on=["model", "batch_size"],
+                   how="left")
     write_table(w, Path(cfg.paths.plots) / "op_zoo.csv")
     metrics["whole_model"] = {p: _summary(w.filter(pl.col("precision") == p)) for p in ("fp32", "bf16")}
     if "prenet_recipe_ms" in w.columns:
@@ -144,14 +146,12 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     if cfg.ops.evaluate.get("trace_1p3b", True):
         metrics["trace_seconds"] = trace_seconds()
     cov = float(cfg.evaluate.get("interval_coverage", 0.8))
-    lo, hi = (1 - cov) / 2, (1 + cov) / 2
     f32 = w.filter(pl.col("precision") == "fp32")
-    local = [round(float(v), 4) for v in (f32["measured_ms"] / f32["predicted_ms"]).to_list()]
-    iv: dict = {"coverage": cov, "local_whole_model": {"ratios": local, "low": float(np.quantile(local, lo)), "high": float(np.quantile(local, hi)),
-                                                       "n": len(local), "loo_coverage": loo_coverage(local, cov)}}
+    local = interval_ratios(f32["measured_ms"].to_numpy(), f32["predicted_ms"].to_numpy())
+    iv: dict = {"coverage": cov, "local_whole_model": {**ratio_summary(local, cov), "n": len(local), "loo_coverage": loo_coverage(local, cov)}}
     if logo is not None:
         r = [v for row in logo["ratio_deciles"].to_list() for v in row]
-        iv["unseen_gpu"] = {"ratios": r, "low": float(np.quantile(r, lo)), "high": float(np.quantile(r, hi)), "folds": metrics["unseen_gpu"]["folds"]}
+        iv["unseen_gpu"] = {**ratio_summary(r, cov), "folds": metrics["unseen_gpu"]["folds"]}
     metrics["intervals"] = iv
     metrics["wall_s"] = round(time.monotonic() - t0, 1)
     metrics["threads"] = int(cfg.threads)
