@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 
 from pipeline.config import hydra_entry
 from prenet.benchmark.models import measure_model, model_timing_row, model_timing_schema
-from prenet.benchmark.ops import forward_flops, measure_config, sample_configs
+from prenet.benchmark.ops import forward_flops, measure_config, sample_configs, sample_wide
 from prenet.data.io import write_json, write_table
 from prenet.data.schemas import ModelTimings, OpTimings
 from prenet.errors import PrenetError
@@ -29,9 +29,13 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     hw = detect_local(threads=int(cfg.threads), device="cpu")
     configs = sample_configs(OmegaConf.to_container(cfg.benchmark.ops, resolve=True), per_kind=int(b.configs_per_kind), seed=int(b.seed),
                              max_flops=float(b.max_flops))
-    todo = [(kind, c, ("sgd", "adam")[i % 2], "fp32") for i, (kind, c) in enumerate(configs)]
+    wide = sample_wide(OmegaConf.to_container(b.get("wide") or {}, resolve=True), seed=int(b.seed), aligned_share=float(b.get("aligned_share", 0.0)))
+    todo = [(kind, c, ("sgd", "adam")[i % 2], "fp32") for i, (kind, c) in enumerate(configs + wide)]
     todo += [(kind, c, "sgd", "bf16") for i, (kind, c) in enumerate(configs)
              if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.bf16_max_flops) and kind not in ("lstm", "gru", "rnn")]
+    wide_bf16 = set(b.get("wide_bf16_kinds") or [])
+    todo += [(kind, c, "sgd", "bf16") for i, (kind, c) in enumerate(wide)
+             if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.get("wide_bf16_max_flops", b.bf16_max_flops)) and kind in wide_bf16]
     frames, skipped = [], []
     t0 = time.monotonic()
     for kind, c, opt, prec in tqdm(todo, desc="benchmark ops", unit="step", disable=not cfg.progress):
@@ -55,7 +59,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         zrows.append({**row, "dtype": "bf16"})
     zoo_path = Path(cfg.paths.model_timings).with_name(Path(cfg.paths.model_timings).stem + "_bf16.parquet")
     write_table(pl.DataFrame(zrows, schema=model_timing_schema(), orient="row"), zoo_path, ModelTimings)
-    metrics = {"configurations": len(configs), "steps_measured": len(frames), "ops_measured": ops.height, "skipped": skipped,
+    metrics = {"configurations": len(configs) + len(wide), "wide_configurations": len(wide), "steps_measured": len(frames), "ops_measured": ops.height, "skipped": skipped,
                "by_precision": {p: int(n) for p, n in ops.group_by("precision").len().iter_rows()}, "threads": int(cfg.threads),
                "hardware_id": hw.hardware_id, "peak_fp32_tflops": hw.peak_fp32_tflops, "peak_bf16_tflops": hw.peak_bf16_tflops,
                "noise_floor_median_spread_pct": float(100 * ops["spread_rel"].median()), "zoo_bf16_steps": len(zrows),

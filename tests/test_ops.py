@@ -169,3 +169,43 @@ def test_fused_kernels_as_the_device_runs_them():
     with Names():
         real(torch.randn(2, 5, 8))[0].sum().backward()
     assert Names.seen.count("mkldnn_rnn_layer") == 2  # what the emulation assumes a CPU does
+
+
+def test_roofline_knows_winograd_alignment_and_per_element_work():
+    from prenet.ops.families import op_class, winograd_3x3
+    from prenet.steptime.efficiency import algorithmic_gain, alignment
+
+    assert winograd_3x3("convolution", "16x64x32x32, 128x64x3x3", "16x128x32x32", 1)
+    assert winograd_3x3("convolution_backward", "16x128x32x32, 16x64x32x32, 128x64x3x3", "16x64x32x32, 128x64x3x3", 1)
+    assert not winograd_3x3("convolution", "16x64x32x32, 128x64x3x3", "16x128x16x16", 1)  # stride 2
+    assert not winograd_3x3("convolution", "16x64x32x32, 128x64x1x1", "16x128x32x32", 1)  # 1×1
+    assert not winograd_3x3("convolution", "16x64x32x32, 64x1x3x3", "16x64x32x32", 64)  # depthwise
+    assert list(alignment(np.array([768, 3072, 2220, 425, 16, 0]))) == [6, 6, 2, 0, 4, 0]
+    assert op_class("add") < op_class("div") < op_class("gelu") < op_class("bernoulli_")
+    # the gain applies on GPUs only, and a Winograd convolution's GPU roofline is 2.25× lower than its direct FLOPs'
+    trace = trace_step(*_meta("resnet18", 2), device_type="cuda")
+    frame = trace.frame().filter(pl.col("family") == "conv")
+    gain = algorithmic_gain(frame, get("A100 80GB SXM4"))
+    assert set(np.unique(gain)) == {1.0, 2.25}
+    from prenet.hardware.local import detect_cpu
+
+    assert (algorithmic_gain(frame, detect_cpu(1)) == 1.0).all()
+
+
+def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():
+    from prenet.benchmark.ops import sample_wide, snap_aligned
+    from prenet.layers import REGISTRY
+
+    rng = np.random.default_rng(0)
+    assert snap_aligned({"in_features": 2220, "out_features": 70, "batch": 3}, rng, 1.0) == {"in_features": 2240, "out_features": 64, "batch": 3}
+    wide = {"linear": {"configs": 40, "space": {"batch": [1, 4096], "in_features": [8, 4096], "out_features": [8, 4096], "max_flops": 6e9}}}
+    cfgs = sample_wide(wide, seed=7, aligned_share=0.6)
+    assert len(cfgs) == 40 and {k for k, _ in cfgs} == {"linear"}
+    sizes = [c[k] for _, c in cfgs for k in ("in_features", "out_features") if c[k] >= 128]
+    assert 0.3 < np.mean([s % 64 == 0 for s in sizes]) < 0.95  # a share aligned, not all
+    assert max(REGISTRY["linear"].cost(c, 4).forward_flops for _, c in cfgs) <= 6e9 * 1.2  # the cap holds (after rounding)
+
+
+def test_justus_peaks_follow_cores_times_clock():
+    for name, tflops in (("Tesla M60 (half board)", 4.825), ("Tesla K80 (half board)", 4.368), ("GTX 1080 Ti", 11.34)):
+        assert get(name).peak_fp32_tflops == pytest.approx(tflops, rel=1e-3)

@@ -155,6 +155,36 @@ def sample_configs(spaces: dict[str, Any], *, per_kind: int, seed: int, max_flop
     return out
 
 
+#: Size keys a real model tends to set to multiples of 16 / 64 (widths, channels, batch); ``sample_wide`` snaps a share.
+_ALIGNABLE = ("batch", "in_features", "out_features", "in_channels", "out_channels", "hidden_size", "hidden", "embedding_dim")
+
+
+def snap_aligned(cfg: dict[str, int], rng: np.random.Generator, share: float) -> dict[str, int]:
+    """``cfg`` with each size in :data:`_ALIGNABLE` (≥ 16) rounded, with probability ``share``, to a multiple of 64 (sizes
+    ≥ 128) or 16: real models use 768 and 3072, log-uniform sampling almost never does, and CPU GEMM kernels run
+    aligned shapes faster (``prenet.steptime.efficiency.alignment``)."""
+    out = dict(cfg)
+    for k in _ALIGNABLE:
+        if k in out and out[k] >= 16 and rng.random() < share:
+            q = 64 if out[k] >= 128 else 16
+            out[k] = max(q, int(round(out[k] / q)) * q)
+    return out
+
+
+def sample_wide(wide: dict[str, Any], *, seed: int, aligned_share: float) -> list[tuple[str, dict[str, int]]]:
+    """Extra configurations of registry layers over wider spaces (``ops.benchmark.wide``: kind → {configs, space}), sized
+    like the zoo's layers (GEMMs to ~6 GFLOP, 22 MB activations, LSTM layers of 1024 units) so that no zoo op lies
+    beyond the measured range; a share of sizes aligned (:func:`snap_aligned`)."""
+    rng = np.random.default_rng(seed + 1)
+    out = []
+    for kind in sorted(wide):
+        spec = wide[kind]
+        lt = REGISTRY[kind]
+        for _ in range(int(spec["configs"])):
+            out.append((kind, lt.complete(snap_aligned(lt.sample(rng, dict(spec["space"])), rng, aligned_share))))
+    return out
+
+
 def build_config(kind: str, cfg: dict[str, int]) -> tuple[nn.Module, torch.Tensor]:
     if kind in BLOCKS:
         return BLOCKS[kind][1](cfg)

@@ -53,6 +53,13 @@ _JUSTUS_SMS_L2 = {"GTX1080Ti": (28, 2.75), "M60": (16, 2.0), "K40": (15, 1.5), "
 _JUSTUS_TDP_W = {"GTX1080Ti": 250.0, "M60": 150.0, "K40": 235.0, "K80": 150.0}
 
 
+#: justus_gpu_specs.csv's ``peak_gflops_fp32`` disagrees with its own ``cores`` and ``clock_mhz`` for the M60 (7365 vs
+#: 2048 × 2 × 1178 MHz = 4825 GFLOP/s per die), the K80 (5591, the whole board at base clock, vs 4368 per die) and the
+#: K40 and 1080 Ti (base-clock figures beside a boost clock). prenet uses 2 × cores × boost clock for all four, the
+#: rule the V100 row and NVIDIA's spec sheets follow.
+_JUSTUS_PEAK_NOTE = "peak FP32 = 2 × cores × boost clock"
+
+
 def _norm(name: str) -> str:
     return re.sub(r"[\s_\-]+", "", name.strip().lower())
 
@@ -99,7 +106,7 @@ def _load(root: str) -> dict[str, HardwareSpec]:
         specs[name] = HardwareSpec(
             hardware_id=name,
             kind="gpu",
-            peak_fp32_tflops=r["peak_gflops_fp32"] / 1000.0,
+            peak_fp32_tflops=2.0 * int(r["cores"]) * float(r["clock_mhz"]) / 1e6,  # see _JUSTUS_PEAK_NOTE
             mem_bw_gbps=float(r["mem_bw_gbs"]),
             cores=int(r["cores"]),
             clock_mhz=float(r["clock_mhz"]),
@@ -107,7 +114,7 @@ def _load(root: str) -> dict[str, HardwareSpec]:
             sms=_JUSTUS_SMS_L2[r["gpu_name"]][0],
             l2_mb=_JUSTUS_SMS_L2[r["gpu_name"]][1],
             tdp_w=_JUSTUS_TDP_W[r["gpu_name"]],
-            source="justus_gpu_specs.csv (Justus et al. 2018)",
+            source=f"justus_gpu_specs.csv (Justus et al. 2018; {_JUSTUS_PEAK_NOTE})",
         )
     return specs
 

@@ -92,6 +92,45 @@ _ELEMENTWISE_EXTRA = {"native_dropout", "native_dropout_backward", "bernoulli", 
                       "leaky_relu_backward", "softplus_backward", "hardswish_backward", "hardsigmoid_backward", "mish_backward"}
 
 
+#: Work per element of an elementwise op beyond moving it (the ``op_class`` feature of the efficiency model): 0 = a
+#: load/add/compare/select, 1 = a division or square root, 2 = a transcendental (exp, log, tanh, erf: sigmoid, GELU,
+#: SiLU and their backwards), 3 = a random draw (dropout masks: a counter-based RNG per element). The classes
+#: order the arithmetic cost per element; ops not listed are 0.
+_OP_CLASS: dict[str, int] = {
+    **dict.fromkeys(("div", "div_", "sqrt", "rsqrt", "reciprocal", "addcdiv", "addcdiv_", "_foreach_div", "_foreach_sqrt",
+                     "_foreach_addcdiv_", "_foreach_div_", "_foreach_sqrt_", "remainder", "fmod"), 1),
+    **dict.fromkeys(("exp", "exp_", "log", "log1p", "expm1", "tanh", "tanh_backward", "sigmoid", "sigmoid_backward", "gelu",
+                     "gelu_backward", "silu", "silu_backward", "erf", "erfinv", "pow", "pow_", "sin", "cos", "softplus",
+                     "softplus_backward", "mish", "mish_backward", "elu", "elu_backward", "log_sigmoid_forward",
+                     "log_sigmoid_backward", "_foreach_pow", "_foreach_exp"), 2),
+    **dict.fromkeys(("bernoulli", "bernoulli_", "native_dropout", "uniform_", "normal_", "rand_like", "randn_like", "randint_like",
+                     "exponential_", "multinomial"), 3),
+}
+
+
+def _dims(shapes: str | None) -> list[list[int]]:
+    return [[int(v) for v in p.strip().split("x")] for p in (shapes or "").split(",") if "x" in p]
+
+
+def winograd_3x3(name: str, shapes: str, out_shapes: str | None, groups: int) -> bool:
+    """Whether a convolution (forward or backward, as recorded: ``shapes`` ``"NxCxHxW, OxCx3x3"``) is a dense 3×3,
+    stride-1 convolution that keeps its spatial size — the case cuDNN runs with Winograd's algorithm, which needs
+    2.25× fewer multiplies (F(2×2, 3×3)) than the direct FLOPs counted here."""
+    if groups > 1 or not (name.startswith("conv") or name in _CONV):
+        return False
+    dims = _dims(shapes)
+    weights = [d for d in dims if len(d) == 4 and d[2:] == [3, 3]]
+    if not dims or len(dims[0]) != 4 or not weights:
+        return False
+    others = [d for d in dims[1:] + _dims(out_shapes) if len(d) == 4 and d is not weights[0] and d != weights[0]]
+    return any(d[2:] == dims[0][2:] for d in others)
+
+
+def op_class(name: str) -> int:
+    """The per-element work class of ATen op ``name`` (:data:`_OP_CLASS`; 0 when not listed)."""
+    return _OP_CLASS.get(name, 0)
+
+
 def family_of(name: str, *, phase: str, in_rnn: bool, groups: int = 1, channels: int = 0, pointwise: bool = True) -> str:
     """The family of ATen op ``name`` executed in ``phase`` (forward | backward | optimizer); ``in_rnn``: it runs inside a
     recurrent module; ``groups``/``channels``: a convolution's groups and input channels; ``pointwise``: torch tags the op

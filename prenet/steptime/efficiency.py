@@ -1,13 +1,15 @@
 """Op-level step time: roofline time ÷ a learned efficiency in (0, 1), per operator family and device kind.
 
-    roofline_ms = max(FLOPs / peak of the op's unit, bytes / memory bandwidth)   (CPU: last-level-cache bandwidth)
+    roofline_ms = max(FLOPs / (peak of the op's unit × algorithmic gain), bytes / memory bandwidth)
+                  (CPU: last-level-cache bandwidth; gain: 2.25 for Winograd 3×3 convolutions on GPUs, else 1)
     time_ms     = roofline_ms / efficiency,   efficiency = sigmoid(z),  z = XGBoost(features)
 
 The efficiency is bounded, so no prediction beats the roofline, and a GPU never benchmarked follows its spec
 sheet: its peaks, bandwidth, SM count and L2 enter both the roofline and the features. Features: the op's FLOPs,
 bytes, arithmetic intensity against the device's ridge point, its GEMM view (m, n, k, batch, groups), the tile
 and wave count of a 128×128-tile schedule over the SMs (cores on a CPU) and the tail wave's occupancy, bytes
-against L2, the dtype and unit; the spec sheet enters through these (not as raw features, see ``FEATURES``).
+against L2, the alignment of m, n, k (powers of two dividing them), the per-element work class of elementwise
+ops (add < divide < transcendental < random draw), the dtype and unit; the spec sheet enters through these (not as raw features, see ``FEATURES``).
 
 A family without a model on a device kind is answered by the model of an analogous family
 (:data:`prenet.ops.families.ANALOGY`), and without that by its roofline ÷ the median efficiency of every training
@@ -28,12 +30,12 @@ import polars as pl
 
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
-from prenet.ops.families import ANALOGY
+from prenet.ops.families import ANALOGY, op_class, winograd_3x3
 
 FEATURES: tuple[str, ...] = (
     "log2_flops", "log2_bytes", "log2_intensity", "log2_ridge_ratio", "log2_roofline_ms", "log2_m", "log2_n", "log2_k",
     "log2_batch", "log2_groups", "log2_tiles", "log2_waves", "tail_occupancy", "log2_bytes_per_l2", "log2_out_numel",
-    "dtype_bytes", "unit_code", "phase_code", "tf1", "hw_log2_l2", "layout",
+    "dtype_bytes", "unit_code", "phase_code", "tf1", "hw_log2_l2", "layout", "align_m", "align_n", "align_k", "op_class",
 )
 # The spec sheet enters through the roofline, the ridge ratio, the waves over the SMs and bytes per L2. Raw peak,
 # bandwidth, SM count and clock as features of their own let the trees recognise the ~10 training GPUs instead of
@@ -70,15 +72,41 @@ def roofline_bandwidth_gbps(hw: HardwareSpec) -> float:
     return hw.cache_bw_gbps if hw.kind == "cpu" and hw.cache_bw_gbps else hw.mem_bw_gbps
 
 
+#: Multiplies saved by Winograd's F(2×2, 3×3) on dense 3×3 stride-1 convolutions, which cuDNN picks on GPUs: the
+#: direct FLOPs at peak are no bound for them (up to 2× faster than that in NeuSight's and Justus' timings). CPUs
+#: (oneDNN's direct/GEMM convolutions here) get no such gain.
+WINOGRAD_GAIN = 2.25
+
+
+def algorithmic_gain(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
+    """Per op, by how much the device's fastest algorithm cuts the direct FLOPs (1 but for GPU Winograd convolutions)."""
+    gain = np.ones(frame.height)
+    if hw.kind != "gpu" or "shapes" not in frame.columns:
+        return gain
+    fams = frame.get_column("family").to_numpy()
+    for i in np.flatnonzero(fams == "conv"):
+        r = frame.row(int(i), named=True)
+        if winograd_3x3(r["op"], r["shapes"], r.get("out_shapes"), int(r.get("groups") or 1)):
+            gain[i] = WINOGRAD_GAIN
+    return gain
+
+
 def roofline_ms(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray]:
     """(compute-bound ms, memory-bound ms) of every op on ``hw``."""
-    compute = frame.get_column("flops").to_numpy().astype(float) / peaks(frame, hw) * 1e3
+    compute = frame.get_column("flops").to_numpy().astype(float) / (peaks(frame, hw) * algorithmic_gain(frame, hw)) * 1e3
     memory = frame.get_column("bytes").to_numpy().astype(float) / (roofline_bandwidth_gbps(hw) * 1e9) * 1e3
     return compute, memory
 
 
 def _log2(x: np.ndarray) -> np.ndarray:
     return np.log2(np.maximum(np.asarray(x, dtype=float), 0.0) + 1.0)
+
+
+def alignment(dim: np.ndarray, cap: int = 64) -> np.ndarray:
+    """log2 of the largest power of two (≤ ``cap``) dividing each GEMM dimension: 0 for odd sizes, 6 for multiples of
+    64. Vector units and GEMM micro-kernels run aligned shapes faster (real models use 64, 768, 3072, not 2220)."""
+    d = np.maximum(np.asarray(dim, dtype=np.int64), 0)
+    return np.where(d > 0, np.log2(np.gcd(d, cap)), 0.0)
 
 
 def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -107,6 +135,8 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
         "tf1": tf1,
         "layout": frame.get_column("layout").to_numpy().astype(float) if "layout" in frame.columns else np.zeros(frame.height),
         "hw_log2_l2": np.full(frame.height, math.log2(hw.l2_mb or 1.0)),
+        "align_m": alignment(g["m"]), "align_n": alignment(g["n"]), "align_k": alignment(g["k"]),
+        "op_class": np.array([float(op_class(o)) for o in frame.get_column("op").to_list()]),
     }
     return np.column_stack([cols[f] for f in FEATURES]), roof
 
