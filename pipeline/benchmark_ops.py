@@ -29,7 +29,8 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     hw = detect_local(threads=int(cfg.threads), device="cpu")
     configs = sample_configs(OmegaConf.to_container(cfg.benchmark.ops, resolve=True), per_kind=int(b.configs_per_kind), seed=int(b.seed),
                              max_flops=float(b.max_flops))
-    wide = sample_wide(OmegaConf.to_container(b.get("wide") or {}, resolve=True), seed=int(b.seed), aligned_share=float(b.get("aligned_share", 0.0)))
+    wide_spaces = OmegaConf.to_container(b.wide, resolve=True) if b.get("wide") is not None else {}
+    wide = sample_wide(wide_spaces, seed=int(b.seed), aligned_share=float(b.get("aligned_share", 0.0)))
     todo = [(kind, c, ("sgd", "adam")[i % 2], "fp32") for i, (kind, c) in enumerate(configs + wide)]
     todo += [(kind, c, "sgd", "bf16") for i, (kind, c) in enumerate(configs)
              if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.bf16_max_flops) and kind not in ("lstm", "gru", "rnn")]

@@ -156,6 +156,41 @@ def test_sde_noise_slows_mse_convergence(digits_small):
     assert L_sde[-1] > L_ode[-1]
 
 
+@pytest.mark.parametrize("loss", ["mse", "cross_entropy"])
+def test_momentum_ode_sde_and_exact_sgd_agree_and_beat_the_effective_lr_shortcut(digits_small, loss):
+    """The three momentum dynamics on one problem small enough for all of them: the heavy-ball ODE against exact
+    full-batch momentum GD, the velocity-carrying SDE against the exact linearized SGD averaged over batch orders —
+    and the η/(1−m) first-order flow (the old shortcut) is farther from the exact curve than the second-order ODE."""
+    x, y = digits_small
+    model = _mlp()
+    theta = empirical_ntk(model, x, method="exact").theta
+    F0 = model(x).detach().double().numpy()
+    n, m, steps = len(y), 0.9, 80
+    lr = 0.02 if loss == "cross_entropy" else 0.002
+    kw = dict(kind=loss, lr=lr, momentum=m)
+    L_gd, _ = dynamics.linear_sgd(theta, F0, y.numpy(), batches=[np.arange(n)] * steps, **kw)
+    L_ode, _ = dynamics.ode(theta, F0, y.numpy(), steps=steps, **kw)
+    L_flat, _ = dynamics.ode(theta, F0, y.numpy(), kind=loss, lr=dynamics.effective_lr(lr, m), momentum=0.0, steps=steps)
+    d_ode, d_flat = np.abs(L_ode - L_gd).max() / L_gd[0], np.abs(L_flat - L_gd).max() / L_gd[0]
+    assert d_ode < 0.05 and d_ode < d_flat / 3
+    L_exact, _ = dynamics.exact_sgd(theta, F0, y.numpy(), batch_size=12, steps=steps, paths=48, seed=0, **kw)
+    L_sde, _ = dynamics.sde(theta, F0, y.numpy(), batch_size=12, steps=steps, paths=48, seed=0, **kw)
+    assert np.abs(L_sde - L_exact).max() / L_exact[0] < 0.05
+    # targets: the first step below half the initial loss agrees within a step or two
+    tau = 0.5 * L_gd[0]
+    assert abs(targets.steps_to_loss(L_ode, tau) - targets.steps_to_loss(L_gd, tau)) <= 2
+    assert targets.steps_to_loss(L_flat, tau) < targets.steps_to_loss(L_gd, tau) - 2   # the shortcut is early
+
+
+def test_heavy_ball_mode_decay_is_a_damped_oscillator():
+    ts = np.arange(6.0)
+    assert np.allclose(dynamics.heavy_ball_decay(np.array([0.3]), 0.0, ts)[:, 0], np.exp(-0.3 * ts))
+    a, m = np.array([0.0, 0.01, 0.0025, 0.5]), 0.9        # a = (1−m)²/(4m) = 0.00278 is near-critical
+    r = dynamics.heavy_ball_decay(a, m, np.array([0.0, 1e-4, 200.0]))
+    assert np.allclose(r[0], 1.0) and np.allclose(r[1], 1.0, atol=1e-6)   # r(0) = 1, r'(0) = 0
+    assert r[2, 0] == pytest.approx(1.0) and (np.abs(r[2, 1:]) < 0.1).all()
+
+
 def test_batch_schedule_is_epochs_of_permutations():
     b = dynamics.batch_schedule(10, 4, 5, seed=0)
     assert [len(i) for i in b] == [4] * 5
@@ -194,7 +229,11 @@ def test_forecast_api_contract(digits_small):
     assert fc.steps_to_loss(0.0) is None and fc.steps_to_accuracy(1.01) is None
     assert fc.steps_to_loss(float(fc.loss[0])) == 0
     assert fc.drift is not None and fc.corrected is not None and len(fc.corrected.loss) == 81
-    assert fc.dynamics == "sde" and fc.n_used == 48
+    assert fc.dynamics == "exact" and fc.n_used == 48   # all samples, N·C = 144: the exact linearized SGD
+    from prenet.convergence.forecast import auto_dynamics
+
+    assert [auto_dynamics(256, 256, 10, 256), auto_dynamics(256, 256, 5, 32), auto_dynamics(256, 128, 5, 32),
+            auto_dynamics(1000, 1000, 10, 32)] == ["ode", "exact", "sde", "sde"]
 
 
 def test_forecast_predicts_real_fine_tuning_of_a_small_net(digits_small):

@@ -4,18 +4,27 @@ State: the outputs F (N × C) on the N training samples; Θ (N·C × N·C) the e
 weights; G(F) = ∂lᵢ/∂Fᵢ the per-sample loss gradients (``losses.grad``). Time t counts SGD steps; η is the
 learning rate, m the heavy-ball momentum, η̃ = η / (1 − m) the effective learning rate, B the batch size.
 
-* :func:`ode` — gradient flow dF/dt = −(η̃/N) Θ G(F). MSE: closed form through Θ = V Λ Vᵀ,
-  F(t) − Y = V exp(−η̃ Λ t / N) Vᵀ (F₀ − Y). Cross-entropy: integrated with LSODA (SciPy) and the analytic
-  Jacobian −(η̃/N) Θ · blockdiag(diag(pᵢ) − pᵢ pᵢᵀ).
-* :func:`sde` — adds the mini-batch noise: Euler–Maruyama with dt = 1 step,
-  F_{t+1} = F_t − (η̃/N) Θ G(F_t) + η̃ ξ_t (split into sub-steps of dt < 1 when η̃ λ_max(Θ)/N > 1.5,
-  so that the explicit scheme stays stable), ξ_t ~ N(0, Σ(F_t) · (N_full − B) / (B (N_full − 1))), Σ the covariance
+* :func:`ode` — the deterministic (full-batch) dynamics. Without momentum the gradient flow
+  dF/dt = −(η/N) Θ G(F). With heavy-ball momentum m > 0 the second-order system the update
+  F_{t+1} − F_t = m (F_t − F_{t−1}) − (η/N) Θ G(F_t) approximates to second order in time:
+  m F'' + (1 − m) F' = −(η/N) Θ G(F), F'(0) = 0 — the velocity builds up over ~1/(1 − m) steps and only then
+  moves F at the effective rate η/(1 − m) (the η/(1 − m) shortcut skips that build-up and reaches every target
+  about twice as early at m = 0.9). MSE: closed form per eigenmode of Θ = V Λ Vᵀ (a damped oscillator
+  m r'' + (1 − m) r' + (ηλ/N) r = 0). Cross-entropy: LSODA (SciPy) with the analytic Jacobian, through
+  −(η/N) Θ · blockdiag(diag(pᵢ) − pᵢ pᵢᵀ).
+* :func:`sde` — adds the mini-batch noise, ξ_t ~ N(0, Σ(F_t) · (N_full − B) / (B (N_full − 1))), Σ the covariance
   over samples of the per-sample function-space updates gᵢ = Θ[:, i] Gᵢ (finite-population factor: batches are
-  drawn without replacement). The loss is averaged over ``paths`` sample paths.
+  drawn without replacement). Without momentum: Euler–Maruyama with dt = 1 step, split into sub-steps when
+  η λ_max(Θ)/N > 1.5 (explicit Euler is unstable above 2), at most ``MAX_SUBSTEPS``. With momentum the velocity
+  is carried: u_{t+1} = m u_t + (Θ G(F_t)/N + ξ_t), F_{t+1} = F_t − η u_{t+1}, one step per SGD step (the
+  discrete heavy-ball is stable exactly when the real linearized SGD is: η λ_max/N < 2 (1 + m)).
+  The loss is averaged over ``paths`` sample paths.
 * :func:`linear_sgd` — the exact linearized model trained by mini-batch SGD with heavy-ball momentum on a
   given batch sequence: u_{t+1} = m u_t + (1/B) Σ_{i∈b_t} Θ[:, i] Gᵢ(F_t), F_{t+1} = F_t − η u_{t+1}
   (u = J·v is the momentum buffer mapped to function space; identical to ``torch.optim.SGD`` with
-  dampening 0 applied to the linearized network).
+  dampening 0 applied to the linearized network). :func:`exact_sgd` averages it over seeded batch orders: the
+  ``forecast`` default when the kernel covers all N samples and N·C ≤ ``EXACT_MAX_NC`` (its per-step cost is
+  N·C × B·C against the SDE's N·C × N·C, and it has no continuous-time approximation at all).
 
 On a subset of n < N samples the same equations run with Θ_n and n in place of N: Θ_n/n is a Monte-Carlo
 (Nyström) estimate of the kernel operator Θ_N/N — its leading eigenvalues estimate λ_k(Θ_N)·n/N — so the
@@ -29,6 +38,12 @@ from __future__ import annotations
 import numpy as np
 
 from prenet.convergence import losses
+
+#: Largest N·C for which ``forecast`` runs :func:`exact_sgd` (the exact linearized SGD over batch orders) by default.
+EXACT_MAX_NC = 2048
+#: Cap on the Euler–Maruyama sub-steps per SGD step of the momentum-free SDE (a stiffer problem is on the edge of
+#: divergence, which ``forecast`` decides up front).
+MAX_SUBSTEPS = 16
 
 
 def batch_schedule(n: int, batch_size: int, steps: int, seed: int) -> list[np.ndarray]:
@@ -53,36 +68,70 @@ def _curves(Fs: list[np.ndarray], Y: np.ndarray, y: np.ndarray, kind: str) -> tu
     return (np.array([losses.value(F, Y, kind) for F in Fs]), np.array([losses.accuracy(F, y) for F in Fs]))
 
 
+def heavy_ball_decay(a: np.ndarray, momentum: float, ts: np.ndarray) -> np.ndarray:
+    """r(t)/r(0) of the mode equation m r'' + (1 − m) r' + a r = 0 with r'(0) = 0, for every rate ``a`` (= ηλ/N, per
+    step) at times ``ts``: (T, len(a)). m = 0: exp(−a t)."""
+    a = np.asarray(a, dtype=float)
+    t = np.asarray(ts, dtype=float)[:, None]
+    if momentum == 0:
+        return np.exp(-t * a[None])
+    m = float(momentum)
+    disc = np.sqrt(((1 - m) ** 2 - 4 * m * a).astype(complex))
+    s1, s2 = (-(1 - m) + disc) / (2 * m), (-(1 - m) - disc) / (2 * m)
+    close = np.abs(disc) < 1e-9
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        distinct = (s2 * np.exp(s1 * t) - s1 * np.exp(s2 * t)) / np.where(close, 1.0, s2 - s1)
+    s0 = -(1 - m) / (2 * m)
+    critical = (1 - s0 * t) * np.exp(s0 * t)
+    return np.where(close[None], critical, distinct.real)
+
+
 def ode(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: float, momentum: float, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gradient flow at the effective learning rate, evaluated at t = 0, 1, …, steps."""
+    """The full-batch dynamics (gradient flow, or the heavy-ball second-order system when ``momentum`` > 0), evaluated
+    at t = 0, 1, …, steps."""
     n, c = F0.shape
     Y = losses.onehot(y, c)
-    rate = effective_lr(lr, momentum) / n
+    rate = lr / n
+    m = float(momentum)
     ts = np.arange(steps + 1, dtype=float)
     if kind == "mse":
         lam, V = np.linalg.eigh(theta)
         lam = np.clip(lam, 0.0, None)
         r0 = V.T @ (F0 - Y).reshape(-1)
-        decay = np.exp(-rate * np.outer(ts, lam))            # (T, NC)
-        R = (decay * r0) @ V.T                                # residuals (T, NC)
+        R = (heavy_ball_decay(rate * lam, m, ts) * r0) @ V.T   # residuals (T, NC)
         Fs = [Y + R[i].reshape(n, c) for i in range(len(ts))]
         return _curves(Fs, Y, y, kind)
     from scipy.integrate import solve_ivp
 
-    def rhs(_t: float, f: np.ndarray) -> np.ndarray:
+    nc = n * c
+    theta3 = theta.reshape(nc, n, c)
+
+    def force(f: np.ndarray) -> np.ndarray:
         return -rate * (theta @ losses.grad(f.reshape(n, c), Y, kind).reshape(-1))
 
-    theta3 = theta.reshape(n * c, n, c)
-
-    def jac(_t: float, f: np.ndarray) -> np.ndarray:
+    def force_jac(f: np.ndarray) -> np.ndarray:
         p = losses.softmax(f.reshape(n, c))
         H = np.einsum("ic,cd->icd", p, np.eye(c)) - np.einsum("ic,id->icd", p, p)   # blocks diag(pᵢ) − pᵢpᵢᵀ
-        return -rate * np.einsum("aic,icd->aid", theta3, H).reshape(n * c, n * c)
+        return -rate * np.einsum("aic,icd->aid", theta3, H).reshape(nc, nc)
 
-    sol = solve_ivp(rhs, (0.0, float(steps)), F0.reshape(-1), method="LSODA", t_eval=ts, jac=jac, rtol=1e-6, atol=1e-8)
+    if m == 0:
+        rhs, jac, z0 = (lambda _t, f: force(f)), (lambda _t, f: force_jac(f)), F0.reshape(-1)
+    else:
+        def rhs(_t: float, z: np.ndarray) -> np.ndarray:          # z = (F, F')
+            return np.concatenate([z[nc:], (force(z[:nc]) - (1 - m) * z[nc:]) / m])
+
+        def jac(_t: float, z: np.ndarray) -> np.ndarray:
+            J = np.zeros((2 * nc, 2 * nc))
+            J[:nc, nc:] = np.eye(nc)
+            J[nc:, :nc] = force_jac(z[:nc]) / m
+            J[nc:, nc:] = -(1 - m) / m * np.eye(nc)
+            return J
+
+        z0 = np.concatenate([F0.reshape(-1), np.zeros(nc)])
+    sol = solve_ivp(rhs, (0.0, float(steps)), z0, method="LSODA", t_eval=ts, jac=jac, rtol=1e-6, atol=1e-8)
     if not sol.success:
         raise RuntimeError(f"LSODA failed: {sol.message}")
-    Fs = [sol.y[:, i].reshape(n, c) for i in range(sol.y.shape[1])]
+    Fs = [sol.y[:nc, i].reshape(n, c) for i in range(sol.y.shape[1])]
     return _curves(Fs, Y, y, kind)
 
 
@@ -93,14 +142,16 @@ def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
     N = n_full or n
     B = min(batch_size, N)
     Y = losses.onehot(y, c)
-    eta = effective_lr(lr, momentum)
+    m = float(momentum)
     fpc = (N - B) / (B * max(N - 1, 1))          # variance of a without-replacement batch mean, per sample variance
     rng = np.random.default_rng(seed)
-    # Euler–Maruyama sub-steps per SGD step keep dt · η̃ λ_max(Θ)/n ≤ 1.5 (explicit Euler is unstable above 2)
-    stiffness = eta * float(np.linalg.eigvalsh(theta)[-1]) / n
-    substeps = max(1, int(np.ceil(stiffness / 1.5)))
+    # without momentum, Euler–Maruyama sub-steps keep dt · η λ_max(Θ)/n ≤ 1.5 (explicit Euler is unstable above 2);
+    # with momentum the discrete heavy-ball itself is simulated, one step per SGD step
+    stiffness = lr * float(np.linalg.eigvalsh(theta)[-1]) / n
+    substeps = 1 if m > 0 else min(MAX_SUBSTEPS, max(1, int(np.ceil(stiffness / 1.5))))
     dt = 1.0 / substeps
     F = np.repeat(F0.reshape(1, n, c), paths, axis=0)            # (paths, n, C)
+    u = np.zeros((paths, n * c))                                 # the velocity (momentum buffer in function space)
     loss = np.zeros((steps + 1, paths))
     acc = np.zeros((steps + 1, paths))
     for t in range(steps + 1):
@@ -120,7 +171,11 @@ def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
             prod = (theta @ rhs).T
             mean = prod[:paths] / n
             noise = (prod[paths:] - mean * z.sum(axis=(1, 2))[:, None]) / np.sqrt(n)
-            F = F - (eta * dt * mean + eta * np.sqrt(fpc * dt) * noise).reshape(paths, n, c)
+            if m > 0:
+                u = m * u + mean + np.sqrt(fpc) * noise
+                F = F - lr * u.reshape(paths, n, c)
+            else:
+                F = F - (lr * dt * mean + lr * np.sqrt(fpc * dt) * noise).reshape(paths, n, c)
     return loss.mean(1), acc.mean(1)
 
 
@@ -133,10 +188,21 @@ def linear_sgd(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, l
     u = np.zeros_like(F)
     Gb = np.zeros((n, c))
     Fs = [F0]
+    theta3 = theta.reshape(n * c, n, c)
     for b in batches:
-        Gb[:] = 0.0
-        Gb[b] = losses.grad(F.reshape(n, c)[b], Y[b], kind)          # (B, C) on the batch, zero elsewhere
-        u = momentum * u + theta @ Gb.reshape(-1) / len(b)
+        Gb = losses.grad(F.reshape(n, c)[b], Y[b], kind)             # (B, C): only the batch's columns of Θ are used
+        u = momentum * u + theta3[:, b, :].reshape(n * c, -1) @ Gb.reshape(-1) / len(b)
         F = F - lr * u
         Fs.append(F.reshape(n, c).copy())
     return _curves(Fs, Y, y, kind)
+
+
+def exact_sgd(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: float, momentum: float, batch_size: int,
+              steps: int, paths: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`linear_sgd` averaged over ``paths`` seeded batch orders (:func:`batch_schedule`): the expected curve of the
+    exact linearized SGD, for a kernel on all N samples."""
+    n = F0.shape[0]
+    runs = [linear_sgd(theta, F0, y, kind=kind, lr=lr, momentum=momentum, batches=batch_schedule(n, batch_size, steps, seed + 7919 * p))
+            for p in range(paths)]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.mean([r[0] for r in runs], axis=0), np.mean([r[1] for r in runs], axis=0)

@@ -4,7 +4,10 @@ Steps (all timed into ``Forecast.seconds``):
 
 1. the empirical NTK Θ at the given weights on the fine-tuning samples, or on a seeded subset of ``subset``
    of them (see :mod:`prenet.convergence.dynamics` for why the subset's dynamics estimate the full set's);
-2. the function-space dynamics: the ODE (gradient flow) when the batch is the whole set, else the SDE;
+2. the function-space dynamics (``dynamics_kind="auto"``): the ODE when the batch is the whole set; else the exact
+   linearized SGD averaged over batch orders when the kernel covers all N samples and N·C ≤
+   ``dynamics.EXACT_MAX_NC``; else the SDE. With momentum, the ODE is the heavy-ball second-order system and the SDE
+   carries the velocity (:mod:`prenet.convergence.dynamics`);
 3. the reliability probe (``probe_fraction`` > 0): a short real fine-tuning of a copy of the network for
    k = ⌈probe_fraction · steps⌉ steps, Θ recomputed at the probed weights, and the kernel drift
    ‖Θ_k − Θ_0‖_F / ‖Θ_0‖_F reported. A drift above ``drift_threshold`` marks the plain forecast unreliable:
@@ -28,7 +31,7 @@ from prenet.convergence import dynamics, losses, targets
 from prenet.convergence.ntk import DEFAULT_MAX_BYTES, empirical_ntk, outputs
 from prenet.errors import PrenetError
 
-DYNAMICS = ("auto", "ode", "sde")
+DYNAMICS = ("auto", "ode", "sde", "exact")
 
 
 @dataclass
@@ -87,8 +90,21 @@ def run_dynamics(kind: str, theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *,
         return np.array([losses.value(F0, losses.onehot(y, F0.shape[1]), loss)]), np.array([losses.accuracy(F0, y)])
     if kind == "ode":
         return dynamics.ode(theta, F0, y, kind=loss, lr=lr, momentum=momentum, steps=steps)
+    if kind == "exact":
+        return dynamics.exact_sgd(theta, F0, y, kind=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
+                                  paths=sde_paths, seed=seed)
     return dynamics.sde(theta, F0, y, kind=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
                         n_full=n_full, paths=sde_paths, seed=seed)
+
+
+def auto_dynamics(n_full: int, n_used: int, classes: int, batch_size: int) -> str:
+    """The default dynamics: ``ode`` for full-batch training; ``exact`` (linearized SGD over batch orders) when the
+    kernel covers all samples and N·C ≤ ``dynamics.EXACT_MAX_NC``; else ``sde``."""
+    if batch_size >= n_full:
+        return "ode"
+    if n_used == n_full and n_full * classes <= dynamics.EXACT_MAX_NC:
+        return "exact"
+    return "sde"
 
 
 def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.ndarray, *, loss: str = "cross_entropy",
@@ -121,7 +137,7 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
     if y_all.max() >= C:
         raise PrenetError(f"targets hold class {int(y_all.max())} but the model has {C} outputs; give it a head with ≥ {y_all.max() + 1} outputs")
     F0 = outputs(model, x).double().cpu().numpy()
-    kind = dynamics_kind if dynamics_kind != "auto" else ("ode" if batch_size >= N else "sde")
+    kind = dynamics_kind if dynamics_kind != "auto" else auto_dynamics(N, len(idx), C, batch_size)
     L, A = run_dynamics(kind, kernel.theta, F0, y, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
                         n_full=N, seed=seed, sde_paths=sde_paths)
     fc = Forecast(L, A, 0.0, kind, kernel.method, N, len(idx), kernel.n_params, kernel.seconds,
