@@ -165,34 +165,45 @@ def _cmd_predict_convergence(args: argparse.Namespace) -> None:
         save(model, rec, folder)
     data = task.finetune_data()
     with_new_head(model, int(data.y.max()) + 1, seed=args.seed)
+    from prenet.convergence.targets import check_target
+
+    check_target("relative_eps", args.eps)   # targets are checked before any work
+    if args.target_loss is not None:
+        check_target("loss", args.target_loss)
+    if args.target_accuracy is not None:
+        check_target("accuracy", args.target_accuracy)
     fc = forecast(model, data.x, data.y, loss=opt["loss"], lr=float(opt["lr"]), momentum=float(opt["momentum"]), batch_size=int(opt["batch_size"]),
                   steps=int(opt["steps"]), seed=args.seed, subset=args.subset, probe_fraction=args.probe, ntk=args.ntk,
                   max_bytes=int(args.max_gib * 2**30))
-    best = fc.best()
+    plain = fc.plain
     res = {"task": task.name, **opt, "n_train": len(data), "n_used": fc.n_used, "dynamics": fc.dynamics, "ntk": fc.ntk_method,
-           "seconds": fc.seconds, "drift": fc.drift, "reliable": fc.reliable,
-           "steps_to_converge": {"eps": args.eps, "forecast": fc.steps_to_converge(args.eps), "corrected": fc.corrected.steps_to_converge(args.eps) if fc.corrected else None},
+           "seconds": fc.seconds, "drift": fc.drift, "reliable": fc.reliable, "variant": fc.variant,
+           "steps_to_converge": {"eps": args.eps, "answer": fc.steps_to_converge(args.eps), "plain": plain.steps_to_converge(args.eps),
+                                 "corrected": fc.corrected.steps_to_converge(args.eps) if fc.corrected else None},
            "loss": {str(t): float(fc.loss[t]) for t in sorted({0, fc.steps // 4, fc.steps // 2, fc.steps})}}
     if args.target_loss is not None:
-        res["steps_to_loss"] = {"tau": args.target_loss, "forecast": fc.steps_to_loss(args.target_loss), "best": best.steps_to_loss(args.target_loss)}
+        res["steps_to_loss"] = {"tau": args.target_loss, "answer": fc.steps_to_loss(args.target_loss), "plain": plain.steps_to_loss(args.target_loss)}
     if args.target_accuracy is not None:
-        res["steps_to_accuracy"] = {"a": args.target_accuracy, "forecast": fc.steps_to_accuracy(args.target_accuracy), "best": best.steps_to_accuracy(args.target_accuracy)}
+        res["steps_to_accuracy"] = {"a": args.target_accuracy, "answer": fc.steps_to_accuracy(args.target_accuracy),
+                                    "plain": plain.steps_to_accuracy(args.target_accuracy)}
     if args.json:
         print(json.dumps(res, indent=2, default=float))
         return
     print(f"{task.name}: fine-tune {fc.n_params:,} parameters on {len(data)} samples · {opt['loss']} · lr {opt['lr']} · momentum {opt['momentum']} · "
           f"batch {opt['batch_size']} · {opt['steps']} steps")
-    print(f"  forecast: {fc.dynamics.upper()} on an {fc.ntk_method} NTK of {fc.n_used} samples, {fc.seconds:.2f} s")
+    print(f"  forecast: {fc.dynamics.upper()} on an {fc.ntk_method} NTK of {fc.n_used} samples, {fc.seconds:.2f} s; "
+          f"answered by the {fc.variant} forecast")
     print("  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss"].items()))
     sc = res["steps_to_converge"]
-    print(f"  steps to converge (|L_t - L_T| <= {args.eps} (L_0 - L_T)): {sc['forecast'] if sc['forecast'] is not None else 'not within the horizon'}")
+    print(f"  steps to converge (|L_t - L_T| <= {args.eps} (L_0 - L_T)): {sc['answer'] if sc['answer'] is not None else 'not within the horizon'}")
     if fc.drift is not None:
-        verdict = "reliable" if fc.reliable else "UNRELIABLE: fine-tuning moves the features; prefer the corrected forecast"
-        print(f"  kernel drift after a {fc.probe_steps}-step probe: {fc.drift:.3f} ({verdict}); corrected: {sc['corrected']}")
+        verdict = ("reliable: the plain forecast answers" if fc.reliable else
+                   "UNRELIABLE: fine-tuning moves the features; the corrected (re-linearized) forecast answers")
+        print(f"  kernel drift after a {fc.probe_steps}-step probe: {fc.drift:.3f} ({verdict}); plain: {sc['plain']}, corrected: {sc['corrected']}")
     for key, label in (("steps_to_loss", "loss <= {tau}"), ("steps_to_accuracy", "training accuracy >= {a}")):
         if key in res:
             r = res[key]
-            v = r["best"]
+            v = r["answer"]
             print(f"  steps to {label.format(**r)}: {v if v is not None else 'not reached within ' + str(opt['steps']) + ' steps'}")
 
 

@@ -20,7 +20,7 @@ from prenet.data.schemas import ConvergenceTargets, FinetuneRuns, ForecastRuns, 
 from prenet.data.split import assert_no_holdout
 from prenet.report import figures
 
-PRED_SOURCES = ("forecast", "forecast_ode", "corrected", "curve_fit", "probe_regressor")
+PRED_SOURCES = ("default", "forecast", "forecast_ode", "corrected", "curve_fit", "probe_regressor")
 GAP_SOURCES = ("linear_sgd", "dynamics_full")
 
 
@@ -43,7 +43,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
         real = dense(curves, cid, "real", T)
         if real is None:
             continue
-        srcs = {s: dense(curves, cid, s, T) for s in ("forecast", "forecast_ode", "corrected", *GAP_SOURCES)}
+        srcs = {s: dense(curves, cid, s, T) for s in ("default", "forecast", "forecast_ode", "corrected", *GAP_SOURCES)}
         srcs["curve_fit"] = (curve_fit_forecast(real[0], T, float(ev["curve_fit_fraction"])), None)
         dense_cache.update({(cid, s): v for s, v in srcs.items()})
         dense_cache[(cid, "real")] = real
@@ -141,6 +141,13 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
     for (reg, src), g in ape.group_by(["regime", "source"], maintain_order=True):
         by_regime.setdefault(reg, {})[f"{src}_median_ape_pct"] = float(100 * g["ape"].median())
         by_regime[reg]["n"] = g.height
+    # momentum: plain / default forecast error per momentum and target (all configurations, as above)
+    every = (tgt.filter(pl.col("source").is_in(["forecast", "default"]) & pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
+             .with_columns(((pl.col("pred_steps") - pl.col("real_steps")).abs() / pl.max_horizontal(pl.col("real_steps"), pl.lit(1))).alias("ape"))
+             .join(runs.select("config_id", "momentum"), on="config_id"))
+    by_momentum: dict = {}
+    for (m, kind, param, src), g in every.group_by(["momentum", "target_kind", "target_param", "source"], maintain_order=True):
+        by_momentum.setdefault(f"m={m:g}", {}).setdefault(_tkey(kind, param), {})[f"{src}_median_ape_pct"] = float(100 * g["ape"].median())
     pf = ape.filter(pl.col("source") == "forecast")
     drift_flag = {"threshold": float(cfg.convergence.forecast.drift_threshold),
                   "auc_drift_for_error_over_20pct": auc(pf["drift"].fill_null(0).to_numpy(), pf["ape"].to_numpy() > within) if pf.height else None,
@@ -148,7 +155,8 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
                   "median_ape_pct_flagged": float(100 * pf.filter(~pl.col("reliable"))["ape"].median()) if pf.filter(~pl.col("reliable")).height else None,
                   "median_ape_pct_unflagged": float(100 * pf.filter(pl.col("reliable"))["ape"].median()) if pf.filter(pl.col("reliable")).height else None}
     metrics = {"holdout_configs": hold.height, "configs": runs.height, "primary_target": primary, "holdout": headline, "noise_floor": noise, "intervals": intervals, "gaps": gaps,
-               "cost": cost, "cost_by_task": cost_by_task, "by_regime": by_regime, "by_task_lr": breaks, "drift_flag": drift_flag}
+               "cost": cost, "cost_by_task": cost_by_task, "by_regime": by_regime, "by_task_lr": breaks, "by_momentum": by_momentum,
+               "drift_flag": drift_flag}
     write_json(metrics, Path(cfg.paths.metrics) / "convergence.json")
     # figures: predicted vs real loss curves of holdout configurations, and predicted vs real steps
     plots = Path(cfg.paths.plots)

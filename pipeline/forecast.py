@@ -18,6 +18,7 @@ from pipeline.config import hydra_entry
 from pipeline.finetune import convergence_split_rule
 from pipeline.pretrain import convergence_tasks
 from prenet.convergence import dynamics, losses
+from prenet.convergence.dynamics import DivergenceError
 from prenet.convergence.forecast import forecast as run_forecast
 from prenet.convergence.forecast import run_dynamics
 from prenet.convergence.ntk import empirical_ntk, outputs, relative_error
@@ -80,23 +81,30 @@ def forecast(cfg: DictConfig) -> dict:
                                   proj_dims=list(fc_cfg.projection_check.proj_dims), subset=subset, seed=int(cfg.seed))
     rule = convergence_split_rule(cfg)
     full_kernels: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
-    runs, curves = [], []
+    runs, curves, diverged = [], [], []
     t0 = time.monotonic()
     for c in tqdm(configs, desc="forecast", unit="config", disable=not cfg.progress):
         task, d = tasks[c.task], data[c.task]
         model = finetune_model(task, cfg.paths.pretrained, seed=c.seed, head_init_scale=float(sw.head_init_scale))
-        fc = run_forecast(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps, seed=c.seed,
-                          subset=subset, ntk=str(fc_cfg.ntk), proj_dim=int(fc_cfg.proj_dim), sde_paths=int(fc_cfg.sde_paths),
-                          probe_fraction=float(fc_cfg.probe_fraction), drift_threshold=float(fc_cfg.drift_threshold), max_bytes=int(fc_cfg.max_bytes),
-                          also_ode=True)
+        try:
+            fc = run_forecast(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps, seed=c.seed,
+                              subset=subset, ntk=str(fc_cfg.ntk), proj_dim=int(fc_cfg.proj_dim), sde_paths=int(fc_cfg.sde_paths),
+                              probe_fraction=float(fc_cfg.probe_fraction), drift_threshold=float(fc_cfg.drift_threshold), max_bytes=int(fc_cfg.max_bytes),
+                              also_ode=True, progress=False, raise_on_probe_divergence=False)
+        except DivergenceError as e:   # decided up front: no curve to score, said in the log and counted in the metrics
+            print(f"forecast: {c.config_id}: {e}")
+            diverged.append(c.config_id)
+            continue
+        plain = fc.plain
         probe_s = float(fc.details.get("probe_seconds", 0.0))
         ode, ode_s = fc.ode, fc.ode.seconds
         init_loss, gnorm = _one_batch_features(model, d.x, d.y, loss=c.loss, batch_size=c.batch_size, seed=c.seed)
         runs.append({"config_id": c.config_id, "dynamics": fc.dynamics, "ntk_method": fc.ntk_method, "n_used": fc.n_used,
-                     "plain_seconds": fc.seconds - probe_s, "ode_seconds": ode_s, "probe_seconds": probe_s, "ntk_seconds": fc.ntk_seconds, "probe_steps": fc.probe_steps,
+                     "plain_seconds": fc.seconds - probe_s, "ode_seconds": ode_s, "probe_seconds": probe_s, "ntk_seconds": plain.ntk_seconds, "probe_steps": fc.probe_steps,
                      "drift": None if fc.drift is None else float(fc.drift), "reliable": bool(fc.reliable) if fc.reliable is not None else True,
                      "init_loss": init_loss, "grad_norm": gnorm if np.isfinite(gnorm) else None, "lam_max_over_n": fc.details["theta_max_eig_over_n"]})
-        curves += _curve_rows(c.config_id, "forecast", fc.loss, fc.accuracy)
+        curves += _curve_rows(c.config_id, "forecast", plain.loss, plain.accuracy)
+        curves += _curve_rows(c.config_id, "default", fc.loss, fc.accuracy)   # what forecast() answers: the corrected one when flagged
         curves += _curve_rows(c.config_id, "forecast_ode", ode.loss, ode.accuracy)
         if fc.corrected is not None:
             curves += _curve_rows(c.config_id, "corrected", fc.corrected.loss, fc.corrected.accuracy)
@@ -119,7 +127,7 @@ def forecast(cfg: DictConfig) -> dict:
     write_table(pl.DataFrame(curves), cfg.paths.forecast_curves, LossCurves)
     metrics = {"configs": df.height, "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads),
                "median_plain_seconds": float(df["plain_seconds"].median()), "median_probe_seconds": float(df["probe_seconds"].median()),
-               "unreliable": int((~df["reliable"]).sum()), "ntk_checks": checks}
+               "unreliable": int((~df["reliable"]).sum()), "diverged_up_front": diverged, "ntk_checks": checks}
     write_json(metrics, Path(cfg.paths.metrics) / "forecast.json")
     print(f"forecast: {df.height} configurations ({metrics['unreliable']} flagged unreliable) -> {cfg.paths.forecast_runs}")
     return metrics

@@ -57,7 +57,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
         curves[key] = {"real": (L, None)}
         for dyn in cc.dynamics:
             fc = run_forecast(model, data.x, data.y, loss=r["loss"], lr=float(r["lr"]), momentum=float(r["momentum"]), batch_size=B, steps=steps,
-                              seed=int(cfg.seed), subset=int(cc.subset), dynamics_kind=str(dyn), probe_fraction=0.0)
+                              seed=int(cfg.seed), subset=int(cc.subset), dynamics_kind=str(dyn), probe_fraction=0.0, progress=False)
             p = fc.steps_to_converge(float(cc.eps))
             entry[dyn] = {"seconds": fc.seconds, "ntk_seconds": fc.ntk_seconds, "ntk_method": fc.ntk_method, "pred_steps_to_converge": p,
                           "pred_final_loss": float(fc.loss[-1]), "cost_ratio": real.train_seconds / fc.seconds,

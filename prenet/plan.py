@@ -346,6 +346,9 @@ def forecast_steps(module: Any, inputs: Any, labels: Any, *, target: str, value:
 
     if target not in TARGETS:
         raise PrenetError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
+    from prenet.convergence.targets import check_target
+
+    check_target({"converge_eps": "relative_eps", "target_loss": "loss", "target_accuracy": "accuracy"}[target], value)
     try:
         fc = forecast(module, inputs, labels, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=max_steps, seed=seed,
                       subset=min(subset, len(inputs)), max_bytes=int(max_gib * GIB))
@@ -362,7 +365,7 @@ def forecast_steps(module: Any, inputs: Any, labels: Any, *, target: str, value:
                           f"raise --max-steps, relax the target, or change --lr (now {lr})")
     return {"steps": int(steps), "target": target, "value": value, "loss": loss, "lr": lr, "momentum": momentum, "n_train": int(len(inputs)),
             "n_used": fc.n_used, "dynamics": fc.dynamics, "ntk": fc.ntk_method, "seconds": fc.seconds, "drift": fc.drift,
-            "reliable": fc.reliable, "answered_by": "corrected" if best is not fc else "forecast", "max_steps": max_steps}
+            "reliable": fc.reliable, "answered_by": "corrected" if fc.variant == "corrected" else "forecast", "max_steps": max_steps}
 
 
 def steps_target_key(target: str, value: float) -> str:

@@ -58,8 +58,12 @@ def test_predict_convergence_from_a_config_file(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["task"] == "tiny_digits" and out["steps"] == 30 and out["n_train"] == 48 and out["drift"] is not None
     assert (tmp_path / "pt" / "tiny_digits.pt").exists()   # pre-trained on first use, reused afterwards
-    assert main(["predict", "convergence", "--config", str(f), "--pretrained", str(tmp_path / "pt"), "--target-accuracy", "1.01"]) == 0
+    assert main(["predict", "convergence", "--config", str(f), "--pretrained", str(tmp_path / "pt"), "--target-loss", "1e-9"]) == 0
     assert "not reached within 30 steps" in capsys.readouterr().out
+    # a target no curve can reach is one line, exit 2, before any work
+    assert main(["predict", "convergence", "--config", str(f), "--pretrained", str(tmp_path / "pt"), "--target-accuracy", "95"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: target accuracy = 95") and "an accuracy in (0, 1]" in err and err.count("\n") == 1
 
 
 def test_predict_convergence_errors_are_one_line(tmp_path, capsys):

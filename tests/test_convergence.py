@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -191,6 +192,50 @@ def test_heavy_ball_mode_decay_is_a_damped_oscillator():
     assert r[2, 0] == pytest.approx(1.0) and (np.abs(r[2, 1:]) < 0.1).all()
 
 
+def test_divergence_is_decided_up_front_with_the_largest_stable_lr(digits_small):
+    x, y = digits_small
+    model = _mlp()
+    theta = empirical_ntk(model, x, method="exact").theta
+    F0 = model(x).detach().double().numpy()
+    lam = float(np.linalg.eigvalsh(theta)[-1]) / len(y)
+    bound = dynamics.max_stable_lr(lam, 0.9)
+    assert bound == pytest.approx(2 * 1.9 / lam)
+    dynamics.check_stable(theta, F0, kind="mse", lr=0.99 * bound, momentum=0.9)
+    with pytest.raises(dynamics.DivergenceError, match=r"the largest stable lr is"):
+        dynamics.check_stable(theta, F0, kind="mse", lr=1.01 * bound, momentum=0.9)
+    # the bound is the real one: exact full-batch momentum GD on the linearized model diverges just above it, not below
+    for f, grows in ((0.95, False), (1.05, True)):
+        L, _ = dynamics.linear_sgd(theta, F0, y.numpy(), kind="mse", lr=f * bound, momentum=0.9, batches=[np.arange(len(y))] * 400)
+        assert (not np.isfinite(L[-1]) or L[-1] > L[0]) == grows
+    t0 = time.perf_counter()
+    with pytest.raises(PrenetError, match="diverges"):
+        forecast(model, x, y, loss="mse", lr=1e6, momentum=0.9, batch_size=8, steps=10**6, probe_fraction=0.0)
+    assert time.perf_counter() - t0 < 5   # answered at once, not after a million SDE steps
+
+
+def test_targets_are_checked_before_any_work(digits_small):
+    for kind, bad in (("accuracy", 0.0), ("accuracy", 90), ("loss", 0.0), ("loss", -1), ("relative_eps", 1.0)):
+        with pytest.raises(PrenetError, match="cannot be reached"):
+            targets.check_target(kind, bad)
+    assert targets.check_target("accuracy", 1.0) == 1.0
+    x, y = digits_small
+    fc = forecast(_mlp(), x, y, loss="cross_entropy", lr=0.05, batch_size=48, steps=5, probe_fraction=0.0)
+    with pytest.raises(PrenetError, match="an accuracy in"):
+        fc.steps_to_accuracy(95)
+
+
+def test_the_default_answer_is_the_most_reliable_variant(digits_small):
+    x, y = digits_small
+    kw = dict(loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=48, steps=60, seed=0)
+    flagged = forecast(_mlp(), x, y, drift_threshold=0.0, **kw)    # every drift is above 0: the probe flags it
+    assert flagged.variant == "corrected" and flagged.reliable is False and flagged.plain.variant == "plain"
+    assert np.array_equal(flagged.loss, flagged.corrected.loss) and not np.array_equal(flagged.loss, flagged.plain.loss)
+    assert flagged.steps_to_loss(0.5 * flagged.loss[0]) == targets.steps_to_loss(flagged.corrected.loss, 0.5 * flagged.loss[0])
+    assert flagged.best() is flagged and flagged.drift == flagged.plain.drift
+    trusted = forecast(_mlp(), x, y, drift_threshold=1e9, **kw)
+    assert trusted.variant == "plain" and trusted.plain is trusted and trusted.corrected is not None
+
+
 def test_batch_schedule_is_epochs_of_permutations():
     b = dynamics.batch_schedule(10, 4, 5, seed=0)
     assert [len(i) for i in b] == [4] * 5
@@ -226,7 +271,7 @@ def test_forecast_api_contract(digits_small):
     assert fc.ode is not None and fc.ode.dynamics == "ode" and len(fc.ode.loss) == 81 and 0 < fc.ode.seconds
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())), "forecast must not modify the model"
     assert len(fc.loss) == 81 and len(fc.accuracy) == 81 and fc.seconds > 0
-    assert fc.steps_to_loss(0.0) is None and fc.steps_to_accuracy(1.01) is None
+    assert fc.steps_to_loss(1e-12) is None   # 0 itself is refused: test_targets_are_checked_before_any_work
     assert fc.steps_to_loss(float(fc.loss[0])) == 0
     assert fc.drift is not None and fc.corrected is not None and len(fc.corrected.loss) == 81
     assert fc.dynamics == "exact" and fc.n_used == 48   # all samples, N·C = 144: the exact linearized SGD

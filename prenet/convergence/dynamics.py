@@ -38,12 +38,53 @@ from __future__ import annotations
 import numpy as np
 
 from prenet.convergence import losses
+from prenet.errors import PrenetError
 
 #: Largest N·C for which ``forecast`` runs :func:`exact_sgd` (the exact linearized SGD over batch orders) by default.
 EXACT_MAX_NC = 2048
 #: Cap on the Euler–Maruyama sub-steps per SGD step of the momentum-free SDE (a stiffer problem is on the edge of
 #: divergence, which ``forecast`` decides up front).
 MAX_SUBSTEPS = 16
+
+
+class DivergenceError(PrenetError):
+    """The linearized dynamics are unstable at this learning rate: real fine-tuning would diverge."""
+
+
+def curvature_max(F0: np.ndarray, kind: str) -> float:
+    """Largest eigenvalue of the loss Hessian in the outputs, per sample, at ``F0``: 1 for MSE; for cross-entropy that of
+    diag(p) − p pᵀ (≤ 1/2), the largest over the samples."""
+    if kind == "mse":
+        return 1.0
+    p = losses.softmax(F0)
+    H = np.einsum("ic,cd->icd", p, np.eye(p.shape[1])) - np.einsum("ic,id->icd", p, p)
+    return float(np.linalg.eigvalsh(H)[:, -1].max())
+
+
+def max_stable_lr(lam_max_over_n: float, momentum: float, curvature: float = 1.0) -> float:
+    """The linearized stability bound of SGD with heavy-ball momentum m: a mode of rate a = η·λ·h/N is stable iff
+    a < 2 (1 + m), so the largest stable learning rate is 2 (1 + m) / (λ_max(Θ)/N · h), h the loss curvature."""
+    return 2.0 * (1.0 + momentum) / max(lam_max_over_n * curvature, 1e-300)
+
+
+def check_stable(theta: np.ndarray, F0: np.ndarray, *, kind: str, lr: float, momentum: float) -> float:
+    """λ_max(Θ)/n of the kernel; raises :class:`DivergenceError` (with the largest stable learning rate) when ``lr``
+    breaks the stability bound at the starting outputs — decided before any dynamics run."""
+    n = F0.shape[0]
+    lam = float(np.linalg.eigvalsh(theta)[-1]) / n
+    h = curvature_max(F0, kind)
+    bound = max_stable_lr(lam, momentum, h)
+    if lr >= bound:
+        raise DivergenceError(f"lr {lr:g} diverges: the linearized SGD (momentum {momentum:g}) is stable only for lr · λ_max(Θ)/N · h < 2 (1 + m) "
+                              f"(λ_max(Θ)/N = {lam:.4g}, loss curvature h = {h:.3g}); the largest stable lr is {bound:.4g} — lower --lr below it")
+    return lam
+
+
+def progress_bar(total: int, desc: str, enabled: bool):
+    """A progress bar on stderr that appears only when the loop runs longer than 3 s (``tqdm``'s ``delay``)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", delay=3.0, disable=not enabled, leave=False)
 
 
 def batch_schedule(n: int, batch_size: int, steps: int, seed: int) -> list[np.ndarray]:
@@ -136,7 +177,7 @@ def ode(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
 
 
 def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: float, momentum: float, batch_size: int, steps: int,
-        n_full: int | None = None, paths: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        n_full: int | None = None, paths: int = 8, seed: int = 0, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Euler–Maruyama on the SDE; the loss and accuracy averaged over ``paths`` sample paths."""
     n, c = F0.shape
     N = n_full or n
@@ -154,7 +195,9 @@ def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
     u = np.zeros((paths, n * c))                                 # the velocity (momentum buffer in function space)
     loss = np.zeros((steps + 1, paths))
     acc = np.zeros((steps + 1, paths))
+    bar = progress_bar(steps, "forecast (SDE)", progress)
     for t in range(steps + 1):
+        bar.update(1 if t else 0)
         with np.errstate(over="ignore", invalid="ignore"):
             for p in range(paths):
                 loss[t, p] = losses.value(F[p], Y, kind) if np.isfinite(F[p]).all() else np.inf
@@ -176,6 +219,7 @@ def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
                 F = F - lr * u.reshape(paths, n, c)
             else:
                 F = F - (lr * dt * mean + lr * np.sqrt(fpc * dt) * noise).reshape(paths, n, c)
+    bar.close()
     return loss.mean(1), acc.mean(1)
 
 
@@ -198,11 +242,14 @@ def linear_sgd(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, l
 
 
 def exact_sgd(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: float, momentum: float, batch_size: int,
-              steps: int, paths: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+              steps: int, paths: int = 8, seed: int = 0, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """:func:`linear_sgd` averaged over ``paths`` seeded batch orders (:func:`batch_schedule`): the expected curve of the
     exact linearized SGD, for a kernel on all N samples."""
     n = F0.shape[0]
-    runs = [linear_sgd(theta, F0, y, kind=kind, lr=lr, momentum=momentum, batches=batch_schedule(n, batch_size, steps, seed + 7919 * p))
-            for p in range(paths)]
+    runs = []
+    with progress_bar(steps * paths, "forecast (exact linearized SGD)", progress) as bar:
+        for p in range(paths):
+            runs.append(linear_sgd(theta, F0, y, kind=kind, lr=lr, momentum=momentum, batches=batch_schedule(n, batch_size, steps, seed + 7919 * p)))
+            bar.update(steps)
     with np.errstate(over="ignore", invalid="ignore"):
         return np.mean([r[0] for r in runs], axis=0), np.mean([r[1] for r in runs], axis=0)

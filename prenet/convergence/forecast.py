@@ -14,11 +14,17 @@ Steps (all timed into ``Forecast.seconds``):
    fine-tuning is moving the features, so the static kernel misjudges the time scale. ``corrected`` is the
    forecast re-linearized at the probed weights: the probe's real losses for steps 0..k, then the dynamics from
    (F_k, Θ_k) for the remaining steps.
+
+**The best answer is the default.** ``forecast()`` returns the corrected forecast when the probe flags the plain one
+(``variant == "corrected"``), else the plain one (``variant == "plain"``); both curves stay available as ``.plain`` and
+``.corrected``, with ``.drift``. Before any dynamics run, the learning rate is checked against the linearized stability
+bound (:func:`prenet.convergence.dynamics.check_stable`): a diverging lr is one error naming the largest stable lr.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -55,25 +61,34 @@ class Forecast:
     corrected: "Forecast | None" = None
     ode: "Forecast | None" = None
     details: dict = field(default_factory=dict)
+    variant: str = "plain"
+    plain_forecast: "Forecast | None" = None
 
     @property
     def steps(self) -> int:
         return len(self.loss) - 1
 
+    @property
+    def plain(self) -> "Forecast":
+        """The plain (static-kernel) forecast, whichever variant answers."""
+        return self.plain_forecast if self.plain_forecast is not None else self
+
     def steps_to_loss(self, tau: float) -> int | None:
-        """First step with predicted loss ≤ ``tau``; ``None`` if not within ``steps``."""
-        return targets.steps_to_loss(self.loss, tau)
+        """First step with predicted loss ≤ ``tau`` (> 0); ``None`` if not within ``steps``."""
+        return targets.steps_to_loss(self.loss, targets.check_target("loss", tau))
 
     def steps_to_accuracy(self, a: float) -> int | None:
-        """First step with predicted training accuracy ≥ ``a``; ``None`` if not within ``steps``."""
-        return targets.steps_to_accuracy(self.accuracy, a)
+        """First step with predicted training accuracy ≥ ``a`` (in (0, 1]); ``None`` if not within ``steps``."""
+        return targets.steps_to_accuracy(self.accuracy, targets.check_target("accuracy", a))
 
     def steps_to_converge(self, eps: float) -> int | None:
-        """First step with |L_t − L_T| ≤ eps·(L_0 − L_T) (relative ε); ``None`` if the curve does not descend."""
-        return targets.steps_to_converge(self.loss, eps)
+        """First step with |L_t − L_T| ≤ eps·(L_0 − L_T) (relative ε in (0, 1)); ``None`` if the curve does not descend."""
+        return targets.steps_to_converge(self.loss, targets.check_target("relative_eps", eps))
 
     def best(self) -> "Forecast":
-        """The corrected forecast when the probe found the plain one unreliable, else this one."""
+        """The most reliable variant: ``forecast()`` already returns it (kept for callers of earlier versions)."""
+        if self.variant == "corrected":
+            return self
         return self.corrected if (self.reliable is False and self.corrected is not None) else self
 
 
@@ -85,16 +100,16 @@ def _labels(targets_: torch.Tensor | np.ndarray, n: int) -> np.ndarray:
 
 
 def run_dynamics(kind: str, theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, loss: str, lr: float, momentum: float,
-                 batch_size: int, steps: int, n_full: int, seed: int, sde_paths: int) -> tuple[np.ndarray, np.ndarray]:
+                 batch_size: int, steps: int, n_full: int, seed: int, sde_paths: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     if steps <= 0:
         return np.array([losses.value(F0, losses.onehot(y, F0.shape[1]), loss)]), np.array([losses.accuracy(F0, y)])
     if kind == "ode":
         return dynamics.ode(theta, F0, y, kind=loss, lr=lr, momentum=momentum, steps=steps)
     if kind == "exact":
         return dynamics.exact_sgd(theta, F0, y, kind=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
-                                  paths=sde_paths, seed=seed)
+                                  paths=sde_paths, seed=seed, progress=progress)
     return dynamics.sde(theta, F0, y, kind=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
-                        n_full=n_full, paths=sde_paths, seed=seed)
+                        n_full=n_full, paths=sde_paths, seed=seed, progress=progress)
 
 
 def auto_dynamics(n_full: int, n_used: int, classes: int, batch_size: int) -> str:
@@ -111,12 +126,15 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
              lr: float, momentum: float = 0.0, batch_size: int, steps: int, seed: int = 0, subset: int | None = None,
              ntk: str = "auto", proj_dim: int = 2000, dynamics_kind: str = "auto", sde_paths: int = 8,
              probe_fraction: float = 0.05, drift_threshold: float = 0.1, max_bytes: int = DEFAULT_MAX_BYTES,
-             also_ode: bool = False) -> Forecast:
+             also_ode: bool = False, progress: bool = True, raise_on_probe_divergence: bool = True) -> Forecast:
     """Predict the full-training-set loss (and accuracy) of fine-tuning *all* parameters of ``model`` on
     (``inputs``, integer ``targets``) with SGD (``lr``, heavy-ball ``momentum``, ``batch_size``) for ``steps``
     steps. ``model`` is not modified. ``also_ode``: when the SDE answers, also run the noise-free ODE on the same
     kernel (``.ode``; its ``seconds`` = the kernel's plus its own dynamics). Raises :class:`~prenet.convergence.ntk.ProblemTooLargeError` before any
-    work when Θ (or the Jacobian behind it) would not fit in ``max_bytes`` bytes."""
+    work when Θ (or the Jacobian behind it) would not fit in ``max_bytes`` bytes, and
+    :class:`~prenet.convergence.dynamics.DivergenceError` when ``lr`` breaks the linearized stability bound (before the
+    dynamics) or, with ``raise_on_probe_divergence``, when the probe's real fine-tuning diverges. ``progress``: a
+    progress bar on stderr for dynamics running longer than 3 s. Returns the most reliable variant (module docstring)."""
     losses.check_loss(loss)
     if dynamics_kind not in DYNAMICS:
         raise PrenetError(f"unknown dynamics {dynamics_kind!r}; choose one of {', '.join(DYNAMICS)}")
@@ -137,9 +155,10 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
     if y_all.max() >= C:
         raise PrenetError(f"targets hold class {int(y_all.max())} but the model has {C} outputs; give it a head with ≥ {y_all.max() + 1} outputs")
     F0 = outputs(model, x).double().cpu().numpy()
+    dynamics.check_stable(kernel.theta, F0, kind=loss, lr=lr, momentum=momentum)
     kind = dynamics_kind if dynamics_kind != "auto" else auto_dynamics(N, len(idx), C, batch_size)
     L, A = run_dynamics(kind, kernel.theta, F0, y, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
-                        n_full=N, seed=seed, sde_paths=sde_paths)
+                        n_full=N, seed=seed, sde_paths=sde_paths, progress=progress)
     fc = Forecast(L, A, 0.0, kind, kernel.method, N, len(idx), kernel.n_params, kernel.seconds,
                   details={"effective_lr": dynamics.effective_lr(lr, momentum), "theta_max_eig_over_n": float(np.linalg.eigvalsh(kernel.theta)[-1] / len(idx))})
     if also_ode:
@@ -157,6 +176,9 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
         res = finetune(probed, inputs, torch.as_tensor(y_all, device=inputs.device), loss=loss, lr=lr, momentum=momentum,
                        batch_size=batch_size, steps=k, seed=seed, log_x=x, log_y=torch.as_tensor(y, device=inputs.device))
         if res.diverged:
+            if raise_on_probe_divergence:
+                raise dynamics.DivergenceError(f"the real fine-tuning diverged within the {k}-step probe at lr {lr:g} (momentum {momentum:g}): "
+                                               f"the network leaves its linear regime; lower lr or the momentum")
             fc.drift, fc.reliable = float("inf"), False
         else:
             kernel_k = empirical_ntk(probed, x, method=kernel.method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes)
@@ -176,4 +198,9 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
             fc.seconds -= ode_dyn_s   # the plain forecast's own cost excludes the optional ODE variant
     if fc.corrected is not None:
         fc.corrected.seconds = fc.seconds
+    fc.details["variant"] = "corrected" if (fc.reliable is False and fc.corrected is not None) else "plain"
+    if fc.details["variant"] == "corrected":
+        c = fc.corrected
+        return dataclasses.replace(c, drift=fc.drift, reliable=False, probe_steps=fc.probe_steps, corrected=c, ode=fc.ode,
+                                   details=fc.details, variant="corrected", plain_forecast=fc, n_params=fc.n_params)
     return fc

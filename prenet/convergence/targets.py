@@ -10,7 +10,23 @@ from __future__ import annotations
 
 import numpy as np
 
+from prenet.errors import PrenetError
+
 TARGET_KINDS = ("relative_eps", "loss", "accuracy")
+
+
+def check_target(kind: str, value: float) -> float:
+    """``value`` when it is a target a curve can reach: relative ε in (0, 1), loss > 0, accuracy in (0, 1]; else a
+    :class:`PrenetError` saying what to give (checked before any work)."""
+    v = float(value)
+    ok = {"relative_eps": 0 < v < 1, "loss": v > 0 and np.isfinite(v), "accuracy": 0 < v <= 1}
+    if kind not in ok:
+        raise PrenetError(f"unknown target kind {kind!r}; choose one of {', '.join(TARGET_KINDS)}")
+    if not ok[kind]:
+        need = {"relative_eps": "a relative ε in (0, 1), e.g. 0.1", "loss": "a loss above 0 (cross-entropy and MSE cannot reach 0 or below)",
+                "accuracy": "an accuracy in (0, 1], e.g. 0.9 (a fraction, not a percentage)"}[kind]
+        raise PrenetError(f"target {kind} = {value} cannot be reached; give {need}")
+    return v
 
 
 def steps_to_converge(loss: np.ndarray, eps: float) -> int | None:

@@ -178,7 +178,7 @@ class ModelTimings(pa.DataFrameModel):
 
 
 LOSS_KINDS = ("mse", "cross_entropy")
-CURVE_SOURCES = ("real", "forecast", "forecast_ode", "corrected", "linear_sgd", "dynamics_full")
+CURVE_SOURCES = ("real", "forecast", "default", "forecast_ode", "corrected", "linear_sgd", "dynamics_full")
 
 
 class FinetuneRuns(pa.DataFrameModel):

@@ -135,6 +135,16 @@ def _convergence(cv: dict, fc_cost: dict) -> list[Row]:
         ("cost ratio (fine-tuning time / forecast time), small default tasks, median", f"{cost.get('median_ratio_forecast', float('nan')):.2f}×",
          PUBLISHED["zancato_cost"]),
     ]
+    for key, per in (cv.get("holdout") or {}).items():   # every target kind, answered by the default (most reliable) variant
+        d, fc = per.get("default", {}), per.get("forecast", {})
+        if d:
+            rows.append((f"median abs. error of steps to {key}, holdout: default answer (plain forecast)",
+                         f"{_pct(d.get('median_ape_pct'))} ({_pct(fc.get('median_ape_pct'))}); within ±20 %: {_pct(d.get('within_pct'), 0)}; "
+                         f"miss rate {_pct(100 * d['miss_rate'] if d.get('miss_rate') is not None else None, 0)}; {_seed_floor(cv, key)}", "—"))
+    mom = cv.get("by_momentum") or {}
+    if mom:
+        cells = "; ".join(f"{m}: {_pct(v.get(primary, {}).get('forecast_median_ape_pct'))}" for m, v in sorted(mom.items()))
+        rows.append((f"median abs. error of steps to {primary} by momentum, all configurations (plain forecast)", cells, "—"))
     if fc_cost.get("enabled"):
         for k, r in fc_cost.get("runs", {}).items():
             dyn = [d for d in ("ode", "sde") if d in r]
