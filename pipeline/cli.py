@@ -146,8 +146,12 @@ def _cmd_predict_convergence(args: argparse.Namespace) -> None:
 
     from prenet.convergence import forecast
     from prenet.convergence.nets import with_new_head
+    from prenet.convergence.targets import OPTION_KIND, check_target
     from prenet.convergence.tasks import load_pretrained, pretrain, save
 
+    for key in ("eps", "target_loss", "target_accuracy"):   # targets are checked before any work
+        if getattr(args, key, None) is not None:
+            check_target(OPTION_KIND[key], getattr(args, key))
     task, run = _convergence_task(args)
     opt = {k: getattr(args, k) if getattr(args, k) is not None else run.get(k) for k in ("loss", "lr", "momentum", "batch_size", "steps")}
     opt["lr"] = opt["lr"] if opt["lr"] is not None else task.lrs[0]
@@ -165,13 +169,6 @@ def _cmd_predict_convergence(args: argparse.Namespace) -> None:
         save(model, rec, folder)
     data = task.finetune_data()
     with_new_head(model, int(data.y.max()) + 1, seed=args.seed)
-    from prenet.convergence.targets import check_target
-
-    check_target("relative_eps", args.eps)   # targets are checked before any work
-    if args.target_loss is not None:
-        check_target("loss", args.target_loss)
-    if args.target_accuracy is not None:
-        check_target("accuracy", args.target_accuracy)
     fc = forecast(model, data.x, data.y, loss=opt["loss"], lr=float(opt["lr"]), momentum=float(opt["momentum"]), batch_size=int(opt["batch_size"]),
                   steps=int(opt["steps"]), seed=args.seed, subset=args.subset, probe_fraction=args.probe, ntk=args.ntk,
                   max_bytes=int(args.max_gib * 2**30))

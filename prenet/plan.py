@@ -346,9 +346,9 @@ def forecast_steps(module: Any, inputs: Any, labels: Any, *, target: str, value:
 
     if target not in TARGETS:
         raise PrenetError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
-    from prenet.convergence.targets import check_target
+    from prenet.convergence.targets import OPTION_KIND, check_target
 
-    check_target({"converge_eps": "relative_eps", "target_loss": "loss", "target_accuracy": "accuracy"}[target], value)
+    check_target(OPTION_KIND[target], value)
     try:
         fc = forecast(module, inputs, labels, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=max_steps, seed=seed,
                       subset=min(subset, len(inputs)), max_bytes=int(max_gib * GIB))

@@ -6,8 +6,9 @@ learning rate, m the heavy-ball momentum, η̃ = η / (1 − m) the effective le
 
 * :func:`ode` — the deterministic (full-batch) dynamics. Without momentum the gradient flow
   dF/dt = −(η/N) Θ G(F). With heavy-ball momentum m > 0 the second-order system the update
-  F_{t+1} − F_t = m (F_t − F_{t−1}) − (η/N) Θ G(F_t) approximates to second order in time:
-  m F'' + (1 − m) F' = −(η/N) Θ G(F), F'(0) = 0 — the velocity builds up over ~1/(1 − m) steps and only then
+  F_{t+1} − F_t = m (F_t − F_{t−1}) − (η/N) Θ G(F_t) is approximated by the second-order system
+  m F'' + (1 − m) F' = −(η/N) Θ G(F), F'(0) = 0 (first order in the step; the modified equation's coefficient of F''
+  is (1 + m)/2, which matched exact momentum GD no better on the modes tested, while m keeps m = 0 the gradient flow) — the velocity builds up over ~1/(1 − m) steps and only then
   moves F at the effective rate η/(1 − m) (the η/(1 − m) shortcut skips that build-up and reaches every target
   about twice as early at m = 0.9). MSE: closed form per eigenmode of Θ = V Λ Vᵀ (a damped oscillator
   m r'' + (1 − m) r' + (ηλ/N) r = 0). Cross-entropy: LSODA (SciPy) with the analytic Jacobian, through
@@ -51,33 +52,49 @@ class DivergenceError(PrenetError):
     """The linearized dynamics are unstable at this learning rate: real fine-tuning would diverge."""
 
 
-def curvature_max(F0: np.ndarray, kind: str) -> float:
-    """Largest eigenvalue of the loss Hessian in the outputs, per sample, at ``F0``: 1 for MSE; for cross-entropy that of
-    diag(p) − p pᵀ (≤ 1/2), the largest over the samples."""
+def top_eigenvalue(matvec, size: int) -> float:
+    """The largest eigenvalue of a symmetric PSD operator given by ``matvec`` (Lanczos, SciPy's ``eigsh``)."""
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    if size <= 64:
+        return float(np.linalg.eigvalsh(np.column_stack([matvec(e) for e in np.eye(size)]))[-1])
+    op = LinearOperator((size, size), matvec=matvec, dtype=float)
+    return float(eigsh(op, k=1, which="LA", tol=1e-6, return_eigenvectors=False)[0])
+
+
+def max_stable_lr(lam_max_over_n: float, momentum: float) -> float:
+    """The linearized stability bound of gradient descent with heavy-ball momentum m: a mode of rate a = η λ/N (λ an
+    eigenvalue of Θ for MSE, of H^½ Θ H^½ for cross-entropy) is stable iff a < 2 (1 + m), so the largest stable
+    learning rate is 2 (1 + m) N / λ_max."""
+    return 2.0 * (1.0 + momentum) / max(lam_max_over_n, 1e-300)
+
+
+def check_stable(theta: np.ndarray, F0: np.ndarray, *, kind: str, lr: float, momentum: float) -> tuple[float, float]:
+    """(λ_max(Θ)/n, λ_max of the dynamics' Jacobian scale /n) at the starting outputs ``F0``; raises
+    :class:`DivergenceError` (with the largest stable learning rate) when ``lr`` breaks the stability bound — decided
+    before any dynamics run. The bound is that of the mean (full-batch) dynamics at ``F0``: for MSE it holds
+    everywhere; for cross-entropy the curvature H = blockdiag(diag pᵢ − pᵢpᵢᵀ) is taken at ``F0`` (it shrinks as the
+    predictions sharpen); mini-batch noise can destabilise a run below it."""
+    n, c = F0.shape
+    lam_theta = top_eigenvalue(lambda v: theta @ v, n * c) / n
     if kind == "mse":
-        return 1.0
-    p = losses.softmax(F0)
-    H = np.einsum("ic,cd->icd", p, np.eye(p.shape[1])) - np.einsum("ic,id->icd", p, p)
-    return float(np.linalg.eigvalsh(H)[:, -1].max())
+        lam = lam_theta
+    else:
+        p = losses.softmax(F0)
+        H = np.einsum("ic,cd->icd", p, np.eye(c)) - np.einsum("ic,id->icd", p, p)
+        w, U = np.linalg.eigh(H)                                                   # per-sample C×C blocks
+        Hs = np.einsum("icd,id,ied->ice", U, np.sqrt(np.clip(w, 0, None)), U)      # H^½ per block
 
+        def hs(v: np.ndarray) -> np.ndarray:
+            return np.einsum("icd,id->ic", Hs, v.reshape(n, c)).reshape(-1)
 
-def max_stable_lr(lam_max_over_n: float, momentum: float, curvature: float = 1.0) -> float:
-    """The linearized stability bound of SGD with heavy-ball momentum m: a mode of rate a = η·λ·h/N is stable iff
-    a < 2 (1 + m), so the largest stable learning rate is 2 (1 + m) / (λ_max(Θ)/N · h), h the loss curvature."""
-    return 2.0 * (1.0 + momentum) / max(lam_max_over_n * curvature, 1e-300)
-
-
-def check_stable(theta: np.ndarray, F0: np.ndarray, *, kind: str, lr: float, momentum: float) -> float:
-    """λ_max(Θ)/n of the kernel; raises :class:`DivergenceError` (with the largest stable learning rate) when ``lr``
-    breaks the stability bound at the starting outputs — decided before any dynamics run."""
-    n = F0.shape[0]
-    lam = float(np.linalg.eigvalsh(theta)[-1]) / n
-    h = curvature_max(F0, kind)
-    bound = max_stable_lr(lam, momentum, h)
+        lam = top_eigenvalue(lambda v: hs(theta @ hs(v)), n * c) / n
+    bound = max_stable_lr(lam, momentum)
     if lr >= bound:
-        raise DivergenceError(f"lr {lr:g} diverges: the linearized SGD (momentum {momentum:g}) is stable only for lr · λ_max(Θ)/N · h < 2 (1 + m) "
-                              f"(λ_max(Θ)/N = {lam:.4g}, loss curvature h = {h:.3g}); the largest stable lr is {bound:.4g} — lower --lr below it")
-    return lam
+        what = "λ_max(Θ)/N" if kind == "mse" else "λ_max(H^½ Θ H^½)/N (H: the cross-entropy curvature at the starting outputs)"
+        raise DivergenceError(f"lr {lr:g} diverges: the linearized gradient descent (momentum {momentum:g}) is stable only for lr · {what} < 2 (1 + m), "
+                              f"here {lam:.4g}; the largest stable lr is {bound:.4g} — lower --lr below it")
+    return lam_theta, lam
 
 
 def progress_bar(total: int, desc: str, enabled: bool):
@@ -177,7 +194,8 @@ def ode(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
 
 
 def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: float, momentum: float, batch_size: int, steps: int,
-        n_full: int | None = None, paths: int = 8, seed: int = 0, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        n_full: int | None = None, paths: int = 8, seed: int = 0, progress: bool = False,
+        lam_max: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Euler–Maruyama on the SDE; the loss and accuracy averaged over ``paths`` sample paths."""
     n, c = F0.shape
     N = n_full or n
@@ -188,7 +206,7 @@ def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
     rng = np.random.default_rng(seed)
     # without momentum, Euler–Maruyama sub-steps keep dt · η λ_max(Θ)/n ≤ 1.5 (explicit Euler is unstable above 2);
     # with momentum the discrete heavy-ball itself is simulated, one step per SGD step
-    stiffness = lr * float(np.linalg.eigvalsh(theta)[-1]) / n
+    stiffness = lr * (lam_max if lam_max is not None else top_eigenvalue(lambda v: theta @ v, n * c)) / n
     substeps = 1 if m > 0 else min(MAX_SUBSTEPS, max(1, int(np.ceil(stiffness / 1.5))))
     dt = 1.0 / substeps
     F = np.repeat(F0.reshape(1, n, c), paths, axis=0)            # (paths, n, C)

@@ -24,7 +24,6 @@ bound (:func:`prenet.convergence.dynamics.check_stable`): a diverging lr is one 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -86,10 +85,8 @@ class Forecast:
         return targets.steps_to_converge(self.loss, targets.check_target("relative_eps", eps))
 
     def best(self) -> "Forecast":
-        """The most reliable variant: ``forecast()`` already returns it (kept for callers of earlier versions)."""
-        if self.variant == "corrected":
-            return self
-        return self.corrected if (self.reliable is False and self.corrected is not None) else self
+        """This forecast: ``forecast()`` already returns the most reliable variant (kept for callers of earlier versions)."""
+        return self
 
 
 def _labels(targets_: torch.Tensor | np.ndarray, n: int) -> np.ndarray:
@@ -155,12 +152,16 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
     if y_all.max() >= C:
         raise PrenetError(f"targets hold class {int(y_all.max())} but the model has {C} outputs; give it a head with ≥ {y_all.max() + 1} outputs")
     F0 = outputs(model, x).double().cpu().numpy()
-    dynamics.check_stable(kernel.theta, F0, kind=loss, lr=lr, momentum=momentum)
+    lam_theta, lam_dyn = dynamics.check_stable(kernel.theta, F0, kind=loss, lr=lr, momentum=momentum)
     kind = dynamics_kind if dynamics_kind != "auto" else auto_dynamics(N, len(idx), C, batch_size)
+    if kind == "exact" and len(idx) < N:
+        raise PrenetError(f"dynamics 'exact' simulates SGD on the samples themselves and needs all {N} of them; "
+                          f"drop subset={len(idx)} or choose dynamics 'sde'")
     L, A = run_dynamics(kind, kernel.theta, F0, y, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
                         n_full=N, seed=seed, sde_paths=sde_paths, progress=progress)
     fc = Forecast(L, A, 0.0, kind, kernel.method, N, len(idx), kernel.n_params, kernel.seconds,
-                  details={"effective_lr": dynamics.effective_lr(lr, momentum), "theta_max_eig_over_n": float(np.linalg.eigvalsh(kernel.theta)[-1] / len(idx))})
+                  details={"effective_lr": dynamics.effective_lr(lr, momentum), "theta_max_eig_over_n": lam_theta,
+                           "max_stable_lr": dynamics.max_stable_lr(lam_dyn, momentum)})
     if also_ode:
         t_ode = time.perf_counter()
         Lo, Ao = (L, A) if kind == "ode" else run_dynamics("ode", kernel.theta, F0, y, loss=loss, lr=lr, momentum=momentum,
@@ -188,7 +189,8 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
             Lk, Ak = run_dynamics(kind, kernel_k.theta, Fk, y, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size,
                                   steps=steps - k, n_full=N, seed=seed + 1, sde_paths=sde_paths)
             fc.corrected = Forecast(np.concatenate([res.loss[:-1], Lk]), np.concatenate([res.accuracy[:-1], Ak]), 0.0, kind,
-                                    kernel.method, N, len(idx), kernel.n_params, kernel.seconds + kernel_k.seconds, probe_steps=k)
+                                    kernel.method, N, len(idx), kernel.n_params, kernel.seconds + kernel_k.seconds, probe_steps=k,
+                                    variant="corrected", plain_forecast=fc)
         fc.details["probe_seconds"] = time.perf_counter() - t_probe
     fc.seconds = time.perf_counter() - t0
     if also_ode:
@@ -196,11 +198,12 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
         fc.ode = Forecast(Lo, Ao, ode_s, "ode", kernel.method, N, len(idx), kernel.n_params, kernel.seconds)
         if kind != "ode":
             fc.seconds -= ode_dyn_s   # the plain forecast's own cost excludes the optional ODE variant
-    if fc.corrected is not None:
-        fc.corrected.seconds = fc.seconds
-    fc.details["variant"] = "corrected" if (fc.reliable is False and fc.corrected is not None) else "plain"
-    if fc.details["variant"] == "corrected":
-        c = fc.corrected
-        return dataclasses.replace(c, drift=fc.drift, reliable=False, probe_steps=fc.probe_steps, corrected=c, ode=fc.ode,
-                                   details=fc.details, variant="corrected", plain_forecast=fc, n_params=fc.n_params)
+    c = fc.corrected
+    if c is None:
+        return fc
+    # the corrected variant carries the probe's verdict too; it answers when the probe flags the plain forecast
+    c.seconds, c.drift, c.reliable, c.ode, c.details = fc.seconds, fc.drift, fc.reliable, fc.ode, dict(fc.details)
+    if fc.reliable is False:
+        c.corrected = c
+        return c
     return fc

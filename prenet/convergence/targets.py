@@ -13,6 +13,8 @@ import numpy as np
 from prenet.errors import PrenetError
 
 TARGET_KINDS = ("relative_eps", "loss", "accuracy")
+#: ``prenet plan`` / ``predict convergence`` option → target kind.
+OPTION_KIND = {"converge_eps": "relative_eps", "eps": "relative_eps", "target_loss": "loss", "target_accuracy": "accuracy"}
 
 
 def check_target(kind: str, value: float) -> float:

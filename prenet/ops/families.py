@@ -116,19 +116,22 @@ def winograd_3x3(name: str, shapes: str, out_shapes: str | None, groups: int) ->
     """Whether a convolution (forward or backward, as recorded: ``shapes`` ``"NxCxHxW, OxCx3x3"``) is a dense 3×3,
     stride-1 convolution that keeps its spatial size — the case cuDNN runs with Winograd's algorithm, which needs
     2.25× fewer multiplies (F(2×2, 3×3)) than the direct FLOPs counted here."""
-    if groups > 1 or not (name.startswith("conv") or name in _CONV):
+    if groups > 1 or "dilated" in name or not (name.startswith("conv") or name in _CONV):
         return False
-    dims = _dims(shapes)
-    weights = [d for d in dims if len(d) == 4 and d[2:] == [3, 3]]
-    if not dims or len(dims[0]) != 4 or not weights:
+    four = [d for d in _dims(shapes) if len(d) == 4]          # forward: x, weight; backward: grad_out, x, weight
+    if len(four) < 2 or four[-1][2:] != [3, 3]:
         return False
-    others = [d for d in dims[1:] + _dims(out_shapes) if len(d) == 4 and d is not weights[0] and d != weights[0]]
-    return any(d[2:] == dims[0][2:] for d in others)
+    acts = four[:-1]
+    if len(acts) == 1:                                         # forward: compare the input with the output
+        outs = [d for d in _dims(out_shapes) if len(d) == 4]
+        acts = acts + outs[:1]
+    return len(acts) >= 2 and acts[0][2:] == acts[1][2:]
 
 
 def op_class(name: str) -> int:
-    """The per-element work class of ATen op ``name`` (:data:`_OP_CLASS`; 0 when not listed)."""
-    return _OP_CLASS.get(name, 0)
+    """The per-element work class of ATen op ``name`` (:data:`_OP_CLASS`, in-place variants ``op_`` as ``op``; 0 when not
+    listed)."""
+    return _OP_CLASS.get(name, _OP_CLASS.get(name.rstrip("_"), 0))
 
 
 def family_of(name: str, *, phase: str, in_rnn: bool, groups: int = 1, channels: int = 0, pointwise: bool = True) -> str:
