@@ -253,10 +253,11 @@ def linear_sgd(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, l
     u = np.zeros_like(F)
     Gb = np.zeros((n, c))
     Fs = [F0]
-    theta3 = theta.reshape(n * c, n, c)
+    cls = np.arange(c)
     for b in batches:
-        Gb = losses.grad(F.reshape(n, c)[b], Y[b], kind)             # (B, C): only the batch's columns of Θ are used
-        u = momentum * u + theta3[:, b, :].reshape(n * c, -1) @ Gb.reshape(-1) / len(b)
+        Gb = losses.grad(F.reshape(n, c)[b], Y[b], kind)             # (B, C): only the batch's columns of Θ are used,
+        rows = (b[:, None] * c + cls).reshape(-1)                    # read as rows (Θ is symmetric: contiguous)
+        u = momentum * u + Gb.reshape(-1) @ theta[rows] / len(b)
         F = F - lr * u
         Fs.append(F.reshape(n, c).copy())
     return _curves(Fs, Y, y, kind)
