@@ -83,9 +83,7 @@ def check_stable(theta: np.ndarray, F0: np.ndarray, *, kind: str, lr: float, mom
     if kind == "mse":
         lam = lam_theta
     else:
-        p = losses.softmax(F0)
-        H = np.einsum("ic,cd->icd", p, np.eye(c)) - np.einsum("ic,id->icd", p, p)
-        w, U = np.linalg.eigh(H)                                                   # per-sample C×C blocks
+        w, U = np.linalg.eigh(losses.ce_hessian_blocks(F0))                                                   # per-sample C×C blocks
         Hs = np.einsum("icd,id,ied->ice", U, np.sqrt(np.clip(w, 0, None)), U)      # H^½ per block
 
         def hs(v: np.ndarray) -> np.ndarray:
@@ -171,8 +169,7 @@ def ode(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
         return -rate * (theta @ losses.grad(f.reshape(n, c), Y, kind).reshape(-1))
 
     def force_jac(f: np.ndarray) -> np.ndarray:
-        p = losses.softmax(f.reshape(n, c))
-        H = np.einsum("ic,cd->icd", p, np.eye(c)) - np.einsum("ic,id->icd", p, p)   # blocks diag(pᵢ) − pᵢpᵢᵀ
+        H = losses.ce_hessian_blocks(f.reshape(n, c))
         return -rate * np.einsum("aic,icd->aid", theta3, H).reshape(nc, nc)
 
     if m == 0:

@@ -97,7 +97,9 @@ def _labels(targets_: torch.Tensor | np.ndarray, n: int) -> np.ndarray:
 
 
 def run_dynamics(kind: str, theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, loss: str, lr: float, momentum: float,
-                 batch_size: int, steps: int, n_full: int, seed: int, sde_paths: int, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                 batch_size: int, steps: int, n_full: int, seed: int, sde_paths: int, progress: bool = False,
+                 lam_max: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The curve of dynamics ``kind``; ``lam_max``: λ_max(Θ) when the caller has it (the SDE's sub-stepping needs it)."""
     if steps <= 0:
         return np.array([losses.value(F0, losses.onehot(y, F0.shape[1]), loss)]), np.array([losses.accuracy(F0, y)])
     if kind == "ode":
@@ -106,7 +108,7 @@ def run_dynamics(kind: str, theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *,
         return dynamics.exact_sgd(theta, F0, y, kind=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
                                   paths=sde_paths, seed=seed, progress=progress)
     return dynamics.sde(theta, F0, y, kind=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
-                        n_full=n_full, paths=sde_paths, seed=seed, progress=progress)
+                        n_full=n_full, paths=sde_paths, seed=seed, progress=progress, lam_max=lam_max)
 
 
 def auto_dynamics(n_full: int, n_used: int, classes: int, batch_size: int) -> str:
@@ -158,7 +160,7 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
         raise PrenetError(f"dynamics 'exact' simulates SGD on the samples themselves and needs all {N} of them; "
                           f"drop subset={len(idx)} or choose dynamics 'sde'")
     L, A = run_dynamics(kind, kernel.theta, F0, y, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
-                        n_full=N, seed=seed, sde_paths=sde_paths, progress=progress)
+                        n_full=N, seed=seed, sde_paths=sde_paths, progress=progress, lam_max=lam_theta * len(idx))
     fc = Forecast(L, A, 0.0, kind, kernel.method, N, len(idx), kernel.n_params, kernel.seconds,
                   details={"effective_lr": dynamics.effective_lr(lr, momentum), "theta_max_eig_over_n": lam_theta,
                            "max_stable_lr": dynamics.max_stable_lr(lam_dyn, momentum)})

@@ -58,5 +58,11 @@ def grad(F: np.ndarray, Y: np.ndarray, kind: str) -> np.ndarray:
     return F - Y if kind == "mse" else softmax(F) - Y
 
 
+def ce_hessian_blocks(F: np.ndarray) -> np.ndarray:
+    """The cross-entropy Hessian in the outputs, per sample: blocks diag(pᵢ) − pᵢpᵢᵀ (N × C × C), p = softmax(F)."""
+    p = softmax(F)
+    return np.einsum("ic,cd->icd", p, np.eye(p.shape[1])) - np.einsum("ic,id->icd", p, p)
+
+
 def accuracy(F: np.ndarray, y: np.ndarray) -> float:
     return float((F.argmax(-1) == y).mean())
