@@ -12,7 +12,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: install run test test-deps test-slow params lint clean-data help results
+.PHONY: install data-deps run test test-deps test-slow params lint clean-data help results
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
@@ -23,12 +23,22 @@ $(STAMP): requirements.lock pyproject.toml
 	@! $(BIN)/python -m pip list 2>/dev/null | grep -iE '^(nvidia|triton)' || (echo "error: CUDA packages were resolved; see README" && false)
 	@touch $@
 
-install: $(STAMP)  ## create/reuse .venv with the pinned dependencies (CPU torch 2.13.0, xgboost-cpu)
+install: $(STAMP) data-deps  ## create/reuse .venv with the pinned dependencies (CPU torch 2.13.0, xgboost-cpu) and the datasets
+
+FASHION_DIR ?= $(or $(PRENET_FASHION_MNIST_DIR),/usr/share/datasets/fashion-mnist)
+data-deps: $(STAMP)  ## Debian's dataset-fashion-mnist (apt-get where this user may), then its pinned SHA-256s checked
+	@test -f $(FASHION_DIR)/t10k-labels-idx1-ubyte.gz || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing dataset-fashion-mnist (apt-get)"; \
+	    apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1 || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1; } \
+	      || echo "warning: could not install dataset-fashion-mnist; stages that need Fashion-MNIST will stop and say how to install it"; \
+	  else echo "note: dataset-fashion-mnist is not installed and this user cannot apt-get it (sudo apt-get install dataset-fashion-mnist)"; fi; }
+	@python -c "from prenet import datasets as d; d.fashion_mnist_available() and d.verify_fashion_mnist()"
 
 params: $(STAMP)  ## regenerate params.yaml from conf/ (Hydra compose; never edit params.yaml by hand)
 	python -m pipeline.compose
 
-run: $(STAMP)  ## the main job: dvc repro on the embedded defaults, then the README's Results section from its metrics
+run: $(STAMP) data-deps  ## the main job: dvc repro on the embedded defaults, then the README's Results section from its metrics
 	dvc repro
 	python scripts/write_results.py
 	@echo
@@ -37,7 +47,7 @@ run: $(STAMP)  ## the main job: dvc repro on the embedded defaults, then the REA
 	@echo "  metrics  data/metrics/*.json   (dvc metrics show)"
 	@echo "  models   data/models/steptime/"
 
-test: $(STAMP) test-deps  ## the test suite (slow tests excluded; see test-slow)
+test: $(STAMP) test-deps data-deps  ## the test suite (slow tests excluded; see test-slow)
 	python -m pytest -q
 
 test-deps:  ## Debian's chromium for the report's browser test (installed when this user may; else that test skips)

@@ -22,7 +22,8 @@ from prenet.benchmark.runner import read_shards
 from prenet.data.io import write_json, write_table
 from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.split import SplitRule, assign_frame
-from prenet.outcome.corpus import RunSpec, domain_data, plan_domain, train_run
+from prenet.datasets import require_datasets
+from prenet.outcome.corpus import SOURCE_DATASET, RunSpec, domain_data, plan_domain, train_run
 from prenet.telemetry.recorder import telemetry_schema
 
 _DATA: dict = {}
@@ -78,6 +79,7 @@ def corpus(cfg: DictConfig) -> dict:
     """Train every planned run (prior phase, then boundary phase) and write ``paths.outcome_runs``,
     ``paths.outcome_telemetry`` and ``metrics/corpus.json``."""
     c = cfg.outcome.corpus
+    require_datasets({SOURCE_DATASET[str(d).split('_')[1]] for d in c.domains})
     space = OmegaConf.to_container(c.space, resolve=True)
     shard_dir = Path(cfg.paths.outcome_shards)
     shard_dir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,8 @@ Fashion-MNIST is looked up in ``$PRENET_FASHION_MNIST_DIR`` or ``/usr/share/data
 (``apt-get install dataset-fashion-mnist``). The Debian package re-compresses the upstream files, so the
 upstream MD5s of the ``.gz`` files do not apply; the SHA-256 of each *decompressed* IDX payload is pinned
 below (identical to upstream's content) and checked on every load. When the files are absent,
-:func:`load` falls back to scikit-learn's digits (upsampled to 28×28) and warns that it did so.
+:func:`load` raises :class:`PrenetError` saying how to install them: it never substitutes another dataset
+under Fashion-MNIST's name. A configuration that wants digits chooses ``digits`` explicitly.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -35,6 +35,10 @@ FASHION_SHA256 = {
     "t10k-labels-idx1-ubyte.gz": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
 }
 DATASETS = ("digits", "fashion_mnist")
+#: The one-line error when Fashion-MNIST is needed and absent (``make install`` installs it where it can).
+FASHION_MISSING = ("Fashion-MNIST is not installed in {dir}: run `sudo apt-get install dataset-fashion-mnist` (or "
+                   "`make install` as root), or set PRENET_FASHION_MNIST_DIR to a folder with its four .gz files, or "
+                   "choose digits domains/tasks in conf/")
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,22 @@ def fashion_mnist_available() -> bool:
     return all((d / f).exists() for f in FASHION_SHA256)
 
 
+def verify_fashion_mnist() -> bool:
+    """Check the pinned SHA-256 of all four Fashion-MNIST files (raises :class:`PrenetError` on a mismatch)."""
+    for split in ("train", "test"):
+        _fashion(split)
+    return True
+
+
+def require_datasets(names: set[str] | list[str]) -> None:
+    """Raise :class:`PrenetError` (one line, how to install) before any work when a needed dataset is absent."""
+    for name in sorted(names):
+        if name not in DATASETS:
+            raise PrenetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
+        if name == "fashion_mnist" and not fashion_mnist_available():
+            raise PrenetError(FASHION_MISSING.format(dir=_fashion_dir()))
+
+
 @lru_cache(maxsize=4)
 def _fashion(split: str) -> tuple[np.ndarray, np.ndarray]:
     d = _fashion_dir()
@@ -133,11 +153,7 @@ def load(name: str, split: str = "train", *, digits_test_fraction: float = 0.25)
         return ImageData("digits", _standardise(x[sel], train_x), torch.from_numpy(y[sel]), "scikit-learn load_digits")
     if name == "fashion_mnist":
         if not fashion_mnist_available():
-            warnings.warn(f"Fashion-MNIST not found in {_fashion_dir()} (apt-get install dataset-fashion-mnist); "
-                          "falling back to scikit-learn's digits upsampled to 28x28", stacklevel=2)
-            d = load("digits", split)
-            x = torch.nn.functional.interpolate(d.x, size=(28, 28), mode="bilinear", align_corners=False)
-            return ImageData("fashion_mnist", x, d.y, "fallback: scikit-learn digits upsampled to 28x28")
+            raise PrenetError(FASHION_MISSING.format(dir=_fashion_dir()))
         xi, yi = _fashion(split)
         ref, _ = _fashion("train")
         return ImageData("fashion_mnist", _standardise(xi.astype(np.float32) / 255.0, ref.astype(np.float32) / 255.0),

@@ -57,11 +57,24 @@ def test_fashion_checksum_mismatch_is_reported(tmp_path, monkeypatch):
     datasets._fashion.cache_clear()
 
 
-def test_fashion_falls_back_to_digits_with_a_warning(tmp_path, monkeypatch):
+def test_absent_fashion_is_an_error_never_a_substitute(tmp_path, monkeypatch):
     monkeypatch.setenv("PRENET_FASHION_MNIST_DIR", str(tmp_path / "absent"))
-    with pytest.warns(UserWarning, match="falling back"):
-        d = datasets.load("fashion_mnist", "test")
-    assert d.x.shape[1:] == (1, 28, 28) and "fallback" in d.source
+    with pytest.raises(PrenetError, match="not installed .* apt-get install dataset-fashion-mnist"):
+        datasets.load("fashion_mnist", "test")
+    with pytest.raises(PrenetError, match="not installed"):
+        datasets.require_datasets({"digits", "fashion_mnist"})
+    datasets.require_datasets({"digits"})
+
+
+def test_corpus_stage_stops_before_work_without_fashion(tiny_cfg, tmp_path, monkeypatch):
+    from pipeline.corpus import corpus
+
+    monkeypatch.setenv("PRENET_FASHION_MNIST_DIR", str(tmp_path / "absent"))
+    cfg = copy.deepcopy(tiny_cfg)
+    cfg.outcome.corpus.domains = ["mlp_digits", "mlp_fashion"]
+    with pytest.raises(PrenetError, match="dataset-fashion-mnist"):
+        corpus(cfg)
+    assert not any(tmp_path.rglob("*.jsonl"))
 
 
 @pytest.mark.skipif(not datasets.fashion_mnist_available(), reason="dataset-fashion-mnist not installed")

@@ -90,6 +90,7 @@ def test_plan_is_deterministic_and_enriches_after_the_prior():
     assert len(full) == 10 and [ph for _, ph in full[5:]] == ["boundary"] * 5
 
 
+@pytest.mark.skipif(not datasets.fashion_mnist_available(), reason="dataset-fashion-mnist not installed (make install)")
 def test_fashion_domain_data_is_a_fixed_downsampled_subset():
     tr, te = domain_data("fashion", fashion_train=50, fashion_test=20)
     assert tr.x.shape == (50, 1, 14, 14) and len(te) == 20

@@ -35,6 +35,8 @@ from prenet.telemetry import Recorder
 
 DOMAIN_ARCHS = ("mlp", "cnn", "resnet")
 DOMAIN_DATASETS = ("digits", "fashion")
+#: the prenet.datasets name each domain dataset is drawn from
+SOURCE_DATASET = {"digits": "digits", "fashion": "fashion_mnist"}
 
 
 @dataclass(frozen=True)
@@ -113,8 +115,8 @@ def domain_data(dataset: str, *, fashion_train: int, fashion_test: int, image_si
     """(train, test) of a dataset as the corpus uses it (a fixed subset of Fashion-MNIST, downsampled)."""
     if dataset == "digits":
         return datasets.load("digits", "train"), datasets.load("digits", "test")
-    tr = datasets.load("fashion_mnist", "train").select(None, limit=fashion_train, seed=7)
-    te = datasets.load("fashion_mnist", "test").select(None, limit=fashion_test, seed=7)
+    tr = datasets.load(SOURCE_DATASET[dataset], "train").select(None, limit=fashion_train, seed=7)
+    te = datasets.load(SOURCE_DATASET[dataset], "test").select(None, limit=fashion_test, seed=7)
 
     def down(d: datasets.ImageData) -> datasets.ImageData:
         x = torch.nn.functional.adaptive_avg_pool2d(d.x, image_size) if d.x.shape[-1] != image_size else d.x
