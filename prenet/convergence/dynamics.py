@@ -209,6 +209,7 @@ def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
     stiffness = lr * (lam_max if lam_max is not None else top_eigenvalue(lambda v: theta @ v, n * c)) / n
     substeps = 1 if m > 0 else min(MAX_SUBSTEPS, max(1, int(np.ceil(stiffness / 1.5))))
     dt = 1.0 / substeps
+    theta32 = theta.astype(np.float32)   # the product with Θ in float32: ~2.5x faster on CPU; F accumulates in float64
     F = np.repeat(F0.reshape(1, n, c), paths, axis=0)            # (paths, n, C)
     u = np.zeros((paths, n * c))                                 # the velocity (momentum buffer in function space)
     loss = np.zeros((steps + 1, paths))
@@ -217,9 +218,9 @@ def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
     for t in range(steps + 1):
         bar.update(1 if t else 0)
         with np.errstate(over="ignore", invalid="ignore"):
-            for p in range(paths):
-                loss[t, p] = losses.value(F[p], Y, kind) if np.isfinite(F[p]).all() else np.inf
-                acc[t, p] = losses.accuracy(F[p], y)
+            finite = np.isfinite(F).all(axis=(1, 2))
+            loss[t] = np.where(finite, losses.values(F, Y[None], kind), np.inf)
+            acc[t] = losses.accuracies(F, y)
         if t == steps or not np.isfinite(loss[t]).all():
             loss[t + 1:] = np.inf
             break
@@ -229,7 +230,7 @@ def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
             # Σᵢ (gᵢ − ḡ) zᵢ / √n = (Θ vec(z ⊙ G) − ḡ Σᵢ zᵢ) / √n, both from one product with Θ
             z = rng.standard_normal((paths, n, 1)) if fpc > 0 else np.zeros((paths, n, 1))
             rhs = np.concatenate([G.reshape(paths, -1), (z * G).reshape(paths, -1)]).T  # (NC, 2·paths)
-            prod = (theta @ rhs).T
+            prod = (theta32 @ rhs.astype(np.float32)).T.astype(np.float64)
             mean = prod[:paths] / n
             noise = (prod[paths:] - mean * z.sum(axis=(1, 2))[:, None]) / np.sqrt(n)
             if m > 0:

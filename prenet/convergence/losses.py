@@ -44,13 +44,18 @@ def softmax(F: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def value(F: np.ndarray, Y: np.ndarray, kind: str) -> float:
-    """Mean loss over the rows of ``F`` (N × C) against one-hot ``Y``."""
+def values(F: np.ndarray, Y: np.ndarray, kind: str) -> np.ndarray:
+    """Mean loss over the samples of ``F`` (… × N × C, any leading axes such as SDE paths) against one-hot ``Y``."""
     if kind == "mse":
-        return float(0.5 * ((F - Y) ** 2).sum(-1).mean())
+        return 0.5 * ((F - Y) ** 2).sum(-1).mean(-1)
     z = F - F.max(axis=-1, keepdims=True)
     logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
-    return float(-(logp * Y).sum(-1).mean())
+    return -(logp * Y).sum(-1).mean(-1)
+
+
+def value(F: np.ndarray, Y: np.ndarray, kind: str) -> float:
+    """Mean loss over the rows of ``F`` (N × C) against one-hot ``Y``."""
+    return float(values(F, Y, kind))
 
 
 def grad(F: np.ndarray, Y: np.ndarray, kind: str) -> np.ndarray:
@@ -64,5 +69,10 @@ def ce_hessian_blocks(F: np.ndarray) -> np.ndarray:
     return np.einsum("ic,cd->icd", p, np.eye(p.shape[1])) - np.einsum("ic,id->icd", p, p)
 
 
+def accuracies(F: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Share of samples whose largest output is the label, over the samples of ``F`` (… × N × C)."""
+    return (F.argmax(-1) == y).mean(-1)
+
+
 def accuracy(F: np.ndarray, y: np.ndarray) -> float:
-    return float((F.argmax(-1) == y).mean())
+    return float(accuracies(F, y))
