@@ -9,49 +9,71 @@ from pathlib import Path
 import polars as pl
 import torch
 from omegaconf import DictConfig
-from tqdm.auto import tqdm
 
 from pipeline.config import hydra_entry
+from pipeline.pool import run_items
 from pipeline.pretrain import convergence_tasks
 from pipeline.split import split_rule
 from prenet.convergence.finetune import finetune as run_finetune
 from prenet.convergence.nets import n_params
-from prenet.convergence.sweep import enumerate_sweep, task_sweep
-from prenet.convergence.tasks import finetune_model
+from prenet.convergence.sweep import RunConfig, enumerate_sweep, task_sweep
+from prenet.convergence.tasks import Task, finetune_model
 from prenet.data.io import write_json, write_table
 from prenet.data.schemas import FinetuneRuns, LossCurves
 from prenet.data.split import SplitRule, assign_frame
 
 
 def convergence_split_rule(cfg: DictConfig) -> SplitRule:
-    return split_rule(cfg, key_column="config_id")
+    """The frozen rule keyed by ``group_id``: the seeds of one setting fall on the same side of the split."""
+    return split_rule(cfg, key_column="group_id")
+
+
+_DATA: dict = {}
+
+
+def task_data(task: Task):
+    """The fine-tuning data of ``task``, loaded once per process (keyed by the whole task definition)."""
+    key = repr(task)
+    if key not in _DATA:
+        _DATA[key] = task.finetune_data()
+    return _DATA[key]
+
+
+def _finetune_one(item: tuple[Task, RunConfig, str, float, int]) -> tuple[dict, list[dict]]:
+    task, c, pretrained, head_init_scale, log_every = item
+    d = task_data(task)
+    model = finetune_model(task, pretrained, seed=c.seed, head_init_scale=head_init_scale)
+    res = run_finetune(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps,
+                       seed=c.seed, log_every=log_every)
+    row = {**c.as_row(), "arch": task.arch, "n_train": len(d), "classes": int(d.y.max()) + 1, "n_params": n_params(model),
+           "train_seconds": res.train_seconds, "diverged": res.diverged, "device": "cpu"}
+    curves = [{"config_id": c.config_id, "source": "real", "step": int(s), "loss": float(v), "accuracy": float(a)}
+              for s, v, a in zip(res.logged_steps, res.loss, res.accuracy)]
+    return row, curves
 
 
 def finetune(cfg: DictConfig) -> dict:
-    """Fine-tune every sweep configuration; write ``paths.finetune_runs``, ``paths.finetune_curves`` (source
-    ``real``) and ``metrics/finetune.json``."""
+    """Fine-tune every sweep configuration (``convergence.workers`` processes); write ``paths.finetune_runs``,
+    ``paths.finetune_curves`` (source ``real``) and ``metrics/finetune.json``."""
     torch.set_num_threads(int(cfg.threads))
     sw = cfg.convergence.sweep
     tasks = {t.name: t for t in convergence_tasks(cfg)}
     configs = enumerate_sweep(list(tasks.values()), sw)
-    data = {name: t.finetune_data() for name, t in tasks.items()}
+    workers = int(cfg.convergence.workers)
+    items = [(tasks[c.task], c, str(cfg.paths.pretrained), float(sw.head_init_scale), int(task_sweep(tasks[c.task], sw)["log_every"]))
+             for c in configs]
     runs, curves = [], []
     t0 = time.monotonic()
-    for c in tqdm(configs, desc="finetune", unit="run", disable=not cfg.progress):
-        task, d = tasks[c.task], data[c.task]
-        model = finetune_model(task, cfg.paths.pretrained, seed=c.seed, head_init_scale=float(sw.head_init_scale))
-        res = run_finetune(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps,
-                           seed=c.seed, log_every=int(task_sweep(task, sw)["log_every"]))
-        runs.append({**c.as_row(), "arch": task.arch, "n_train": len(d), "classes": int(d.y.max()) + 1, "n_params": n_params(model),
-                     "train_seconds": res.train_seconds, "diverged": res.diverged, "threads": int(cfg.threads), "device": "cpu"})
-        curves += [{"config_id": c.config_id, "source": "real", "step": int(s), "loss": float(v), "accuracy": float(a)}
-                   for s, v, a in zip(res.logged_steps, res.loss, res.accuracy)]
+    for row, rows in run_items(_finetune_one, items, workers=workers, threads=int(cfg.threads), desc="finetune", progress=bool(cfg.progress)):
+        runs.append({**row, "threads": int(cfg.threads), "workers": workers})
+        curves += rows
     df = assign_frame(pl.DataFrame(runs), convergence_split_rule(cfg))
     cols = list(FinetuneRuns.to_schema().columns)
     write_table(df.select(cols), cfg.paths.finetune_runs, FinetuneRuns)
     write_table(pl.DataFrame(curves), cfg.paths.finetune_curves, LossCurves)
-    metrics = {"runs": df.height, "holdout": int((df["split"] == "holdout").sum()), "diverged": int(df["diverged"].sum()),
-               "train_seconds_total": float(df["train_seconds"].sum()), "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads)}
+    metrics = {"runs": df.height, "holdout": int((df["split"] == "holdout").sum()), "holdout_settings": int(df.filter(pl.col("split") == "holdout")["group_id"].n_unique()),
+               "diverged": int(df["diverged"].sum()), "train_seconds_total": float(df["train_seconds"].sum()), "wall_s": round(time.monotonic() - t0, 1),
+               "threads": int(cfg.threads), "workers": workers}
     write_json(metrics, Path(cfg.paths.metrics) / "finetune.json")
     print(f"finetune: {df.height} runs ({metrics['holdout']} in the frozen holdout, {metrics['diverged']} diverged) -> {cfg.paths.finetune_runs}")
     return metrics

@@ -12,10 +12,10 @@ import numpy as np
 import polars as pl
 import torch
 from omegaconf import DictConfig
-from tqdm.auto import tqdm
 
 from pipeline.config import hydra_entry
-from pipeline.finetune import convergence_split_rule
+from pipeline.finetune import convergence_split_rule, task_data
+from pipeline.pool import run_items
 from pipeline.pretrain import convergence_tasks
 from prenet.convergence import dynamics, losses
 from prenet.convergence.dynamics import DivergenceError
@@ -66,8 +66,54 @@ def ntk_checks(model: torch.nn.Module, x: torch.Tensor, *, samples: int, proj_di
     return out
 
 
+_FULL: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _forecast_one(item: tuple) -> tuple:
+    """One configuration: (run row, curve rows, None), or (config_id, [], reason) when lr is beyond the
+    linearized stability bound."""
+    task, c, pretrained, head_init_scale, subset, fs, gap = item
+    d = task_data(task)
+    model = finetune_model(task, pretrained, seed=c.seed, head_init_scale=head_init_scale)
+    try:
+        fc = run_forecast(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps, seed=c.seed,
+                          subset=subset, ntk=str(fs["ntk"]), proj_dim=int(fs["proj_dim"]), sde_paths=int(fs["sde_paths"]),
+                          probe_fraction=float(fs["probe_fraction"]), drift_threshold=float(fs["drift_threshold"]), max_bytes=int(fs["max_bytes"]),
+                          also_ode=True, progress=False, raise_on_probe_divergence=False)
+    except DivergenceError as e:
+        return c.config_id, [], f"{c.config_id}: {e}"
+    plain = fc.plain
+    probe_s = float(fc.details.get("probe_seconds", 0.0))
+    ode, ode_s = fc.ode, fc.ode.seconds
+    init_loss, gnorm = _one_batch_features(model, d.x, d.y, loss=c.loss, batch_size=c.batch_size, seed=c.seed)
+    row = {"config_id": c.config_id, "dynamics": fc.dynamics, "ntk_method": fc.ntk_method, "n_used": fc.n_used,
+           "plain_seconds": fc.seconds - probe_s, "ode_seconds": ode_s, "probe_seconds": probe_s, "ntk_seconds": plain.ntk_seconds, "probe_steps": fc.probe_steps,
+           "drift": None if fc.drift is None else float(fc.drift), "reliable": bool(fc.reliable) if fc.reliable is not None else True,
+           "init_loss": init_loss, "grad_norm": gnorm if np.isfinite(gnorm) else None, "lam_max_over_n": fc.details["theta_max_eig_over_n"]}
+    curves = _curve_rows(c.config_id, "forecast", plain.loss, plain.accuracy)
+    curves += _curve_rows(c.config_id, "default", fc.loss, fc.accuracy)   # what forecast() answers: the corrected one when flagged
+    curves += _curve_rows(c.config_id, "forecast_ode", ode.loss, ode.accuracy)
+    if fc.corrected is not None:
+        curves += _curve_rows(c.config_id, "corrected", fc.corrected.loss, fc.corrected.accuracy)
+    if gap:
+        key = (repr(task), pretrained, c.seed, head_init_scale)   # the kernel at the pre-trained weights with this seed's head
+        if key not in _FULL:
+            _FULL[key] = (empirical_ntk(model, d.x, method="exact", max_bytes=int(fs["max_bytes"])).theta, outputs(model, d.x).double().numpy())
+        theta, F0 = _FULL[key]
+        y = d.y.numpy()
+        with np.errstate(over="ignore", invalid="ignore"):
+            L, A = dynamics.linear_sgd(theta, F0, y, kind=c.loss, lr=c.lr, momentum=c.momentum,
+                                       batches=dynamics.batch_schedule(len(y), c.batch_size, c.steps, c.seed))
+            curves += _curve_rows(c.config_id, "linear_sgd", L, A)
+            kind = "ode" if c.batch_size >= len(y) else "sde"
+            L, A = run_dynamics(kind, theta, F0, y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps,
+                                n_full=len(y), seed=c.seed, sde_paths=int(fs["full_kernel_sde_paths"]))
+        curves += _curve_rows(c.config_id, "dynamics_full", L, A)
+    return row, curves, None
+
+
 def forecast(cfg: DictConfig) -> dict:
-    """Forecast every sweep configuration; write ``paths.forecast_runs``, ``paths.forecast_curves`` and
+    """Forecast every sweep configuration (``convergence.workers`` processes); write ``paths.forecast_runs``, ``paths.forecast_curves`` and
     ``metrics/forecast.json``."""
     torch.set_num_threads(int(cfg.threads))
     fc_cfg, sw = cfg.convergence.forecast, cfg.convergence.sweep
@@ -80,52 +126,24 @@ def forecast(cfg: DictConfig) -> dict:
         checks[name] = ntk_checks(finetune_model(t, cfg.paths.pretrained, seed=0), data[name].x, samples=int(fc_cfg.projection_check.samples),
                                   proj_dims=list(fc_cfg.projection_check.proj_dims), subset=subset, seed=int(cfg.seed))
     rule = convergence_split_rule(cfg)
-    full_kernels: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+    settings = {k: fc_cfg[k] for k in ("ntk", "proj_dim", "sde_paths", "probe_fraction", "drift_threshold", "max_bytes", "full_kernel", "full_kernel_sde_paths")}
+    items = [(tasks[c.task], c, str(cfg.paths.pretrained), float(sw.head_init_scale), subset, settings,
+              fc_cfg.full_kernel == "all" or (fc_cfg.full_kernel == "holdout" and assign(c.group_id, rule) == "holdout")) for c in configs]
+    workers = int(cfg.convergence.workers)
+    _FULL.clear()   # in-process runs (workers=1): no kernel from an earlier call's weights
     runs, curves, diverged = [], [], []
     t0 = time.monotonic()
-    for c in tqdm(configs, desc="forecast", unit="config", disable=not cfg.progress):
-        task, d = tasks[c.task], data[c.task]
-        model = finetune_model(task, cfg.paths.pretrained, seed=c.seed, head_init_scale=float(sw.head_init_scale))
-        try:
-            fc = run_forecast(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps, seed=c.seed,
-                              subset=subset, ntk=str(fc_cfg.ntk), proj_dim=int(fc_cfg.proj_dim), sde_paths=int(fc_cfg.sde_paths),
-                              probe_fraction=float(fc_cfg.probe_fraction), drift_threshold=float(fc_cfg.drift_threshold), max_bytes=int(fc_cfg.max_bytes),
-                              also_ode=True, progress=False, raise_on_probe_divergence=False)
-        except DivergenceError as e:   # decided up front: no curve to score, said in the log and counted in the metrics
-            print(f"forecast: {c.config_id}: {e}")
-            diverged.append(c.config_id)
+    for row, rows, err in run_items(_forecast_one, items, workers=workers, threads=int(cfg.threads), desc="forecast", progress=bool(cfg.progress)):
+        if err is not None:   # decided up front: no curve to score, said in the log and counted in the metrics
+            print(f"forecast: {err}")
+            diverged.append(row)
             continue
-        plain = fc.plain
-        probe_s = float(fc.details.get("probe_seconds", 0.0))
-        ode, ode_s = fc.ode, fc.ode.seconds
-        init_loss, gnorm = _one_batch_features(model, d.x, d.y, loss=c.loss, batch_size=c.batch_size, seed=c.seed)
-        runs.append({"config_id": c.config_id, "dynamics": fc.dynamics, "ntk_method": fc.ntk_method, "n_used": fc.n_used,
-                     "plain_seconds": fc.seconds - probe_s, "ode_seconds": ode_s, "probe_seconds": probe_s, "ntk_seconds": plain.ntk_seconds, "probe_steps": fc.probe_steps,
-                     "drift": None if fc.drift is None else float(fc.drift), "reliable": bool(fc.reliable) if fc.reliable is not None else True,
-                     "init_loss": init_loss, "grad_norm": gnorm if np.isfinite(gnorm) else None, "lam_max_over_n": fc.details["theta_max_eig_over_n"]})
-        curves += _curve_rows(c.config_id, "forecast", plain.loss, plain.accuracy)
-        curves += _curve_rows(c.config_id, "default", fc.loss, fc.accuracy)   # what forecast() answers: the corrected one when flagged
-        curves += _curve_rows(c.config_id, "forecast_ode", ode.loss, ode.accuracy)
-        if fc.corrected is not None:
-            curves += _curve_rows(c.config_id, "corrected", fc.corrected.loss, fc.corrected.accuracy)
-        if fc_cfg.full_kernel == "all" or (fc_cfg.full_kernel == "holdout" and assign(c.config_id, rule) == "holdout"):
-            key = (c.task, c.seed)
-            if key not in full_kernels:
-                full_kernels[key] = (empirical_ntk(model, d.x, method="exact", max_bytes=int(fc_cfg.max_bytes)).theta, outputs(model, d.x).double().numpy())
-            theta, F0 = full_kernels[key]
-            y = d.y.numpy()
-            with np.errstate(over="ignore", invalid="ignore"):
-                L, A = dynamics.linear_sgd(theta, F0, y, kind=c.loss, lr=c.lr, momentum=c.momentum,
-                                           batches=dynamics.batch_schedule(len(y), c.batch_size, c.steps, c.seed))
-                curves += _curve_rows(c.config_id, "linear_sgd", L, A)
-                kind = "ode" if c.batch_size >= len(y) else "sde"
-                L, A = run_dynamics(kind, theta, F0, y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps,
-                                    n_full=len(y), seed=c.seed, sde_paths=int(fc_cfg.full_kernel_sde_paths))
-            curves += _curve_rows(c.config_id, "dynamics_full", L, A)
+        runs.append(row)
+        curves += rows
     df = pl.DataFrame(runs)
     write_table(df, cfg.paths.forecast_runs, ForecastRuns)
     write_table(pl.DataFrame(curves), cfg.paths.forecast_curves, LossCurves)
-    metrics = {"configs": df.height, "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads),
+    metrics = {"configs": df.height, "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads), "workers": workers,
                "median_plain_seconds": float(df["plain_seconds"].median()), "median_probe_seconds": float(df["probe_seconds"].median()),
                "unreliable": int((~df["reliable"]).sum()), "diverged_up_front": diverged, "ntk_checks": checks}
     write_json(metrics, Path(cfg.paths.metrics) / "forecast.json")

@@ -335,7 +335,7 @@ def test_convergence_stages_write_validated_outputs(tiny_run):
     assert all(isinstance(v, torch.Tensor) for v in sd.values())
 
 
-def test_convergence_split_is_keyed_by_configuration(tiny_run):
+def test_convergence_split_is_keyed_by_setting_with_seeds_together(tiny_run):
     from pipeline.finetune import convergence_split_rule
     from prenet.convergence.sweep import RunConfig
     from prenet.data.split import assign
@@ -345,7 +345,9 @@ def test_convergence_split_is_keyed_by_configuration(tiny_run):
     runs = pl.read_parquet(cfg.paths.finetune_runs)
     for r in runs.iter_rows(named=True):
         c = RunConfig(r["task"], r["loss"], r["lr"], r["momentum"], r["batch_size"], r["seed"], r["steps"])
-        assert c.config_id == r["config_id"] and assign(c.config_id, rule) == r["split"]
+        assert c.config_id == r["config_id"] and c.group_id == r["group_id"] and assign(c.group_id, rule) == r["split"]
+    other_seed = RunConfig("t", "mse", 0.1, 0.9, 32, 0, 200), RunConfig("t", "mse", 0.1, 0.9, 32, 1, 200)
+    assert other_seed[0].config_id != other_seed[1].config_id and other_seed[0].group_id == other_seed[1].group_id
 
 
 def test_seed_noise_floor_is_the_spread_across_seeds_of_one_configuration():

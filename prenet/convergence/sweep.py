@@ -1,5 +1,5 @@
 """The ground-truth sweep: task × learning rate × momentum × batch size × loss × seed, each keyed by a stable
-``config_id`` (the frozen split's key)."""
+``config_id``; the frozen split is keyed by ``group_id`` (the configuration without its seed)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,15 @@ class RunConfig:
         key = f"{self.task}|{self.loss}|lr={self.lr:.6g}|m={self.momentum:.6g}|B={self.batch_size}|seed={self.seed}|T={self.steps}"
         return hashlib.sha256(key.encode()).hexdigest()[:16]
 
+    @property
+    def group_id(self) -> str:
+        """sha256 of the configuration without its seed, 16 hex digits: the frozen split's key, so that the seeds
+        of one setting are all on the same side of the split."""
+        key = f"{self.task}|{self.loss}|lr={self.lr:.6g}|m={self.momentum:.6g}|B={self.batch_size}|T={self.steps}"
+        return hashlib.sha256(key.encode()).hexdigest()[:16]
+
     def as_row(self) -> dict[str, Any]:
-        return {"config_id": self.config_id, **asdict(self)}
+        return {"config_id": self.config_id, "group_id": self.group_id, **asdict(self)}
 
 
 def task_sweep(task: Task, sweep: Mapping[str, Any]) -> dict[str, Any]:

@@ -183,10 +183,12 @@ CURVE_SOURCES = ("real", "forecast", "default", "forecast_ode", "corrected", "li
 
 class FinetuneRuns(pa.DataFrameModel):
     """Output of ``finetune``: one real fine-tuning run per sweep configuration (ground truth of the
-    convergence predictor). ``config_id`` keys the frozen split; ``train_seconds``: wall time of the SGD steps
-    only (s)."""
+    convergence predictor). ``group_id`` (the configuration without its seed) keys the frozen split;
+    ``train_seconds``: wall time of the SGD steps only (s), measured with ``workers`` processes of ``threads``
+    threads sharing the machine."""
 
     config_id: str = pa.Field(unique=True, str_length={"min_value": 8})
+    group_id: str = pa.Field(str_length={"min_value": 8})
     task: str
     arch: str
     loss: str = pa.Field(isin=list(LOSS_KINDS))
@@ -201,6 +203,7 @@ class FinetuneRuns(pa.DataFrameModel):
     train_seconds: float = pa.Field(ge=0)
     diverged: bool
     threads: int = pa.Field(ge=1)
+    workers: int = pa.Field(ge=1)
     device: str
     split: str = pa.Field(isin=list(SPLITS))
 

@@ -1,0 +1,36 @@
+"""Independent work items of a stage run in ``workers`` spawned processes of ``threads`` threads each, results in
+input order. ``workers=1`` runs in this process. Used by the convergence stages, whose sweep configurations are
+independent; timings taken inside the items then share the machine with ``workers - 1`` other processes, so every
+stage that uses this records ``workers`` next to ``threads``."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, TypeVar
+
+import torch
+from tqdm.auto import tqdm
+
+T = TypeVar("T")
+
+
+def _init(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def run_items(fn: Callable[[T], Any], items: Iterable[T], *, workers: int, threads: int, desc: str, progress: bool) -> Iterator[Any]:
+    """``fn(item)`` for every item (``fn`` a module-level function, items picklable), in input order."""
+    items = list(items)
+    with tqdm(total=len(items), desc=desc, unit="config", disable=not progress) as bar:
+        if workers <= 1:
+            _init(threads)
+            for it in items:
+                yield fn(it)
+                bar.update()
+            return
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init, initargs=(threads,)) as ex:
+            for r in ex.map(fn, items):
+                yield r
+                bar.update()
