@@ -1,6 +1,10 @@
-"""Stage ``forecast_cost``: the convergence forecast where its cost matters — a full-data fine-tune (thousands of
-samples, several epochs) against its forecast from an NTK on a subset. Off by default (minutes of CPU); run with
-``dvc exp run -S convergence.cost_check.enabled=true`` or ``python -m pipeline.forecast_cost convergence.cost_check.enabled=true``."""
+"""Stage ``forecast_cost``: the convergence forecast where its cost matters — full-data fine-tunes (tens of thousands
+of samples, thousands of steps) against forecasts from an NTK on a subset, for each forecast variant of
+``convergence.cost_check.variants`` (subset size, probe). Off in the default run (about 12 minutes of CPU); on with
+``convergence=full``. The README's figure comes from::
+
+    python -m pipeline.forecast_cost convergence=full paths.metrics=data/reference paths.plots=data/reference
+"""
 
 from __future__ import annotations
 
@@ -13,65 +17,88 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
-from prenet.convergence import targets
+from prenet.convergence.evaluation import steps_for, target_list
 from prenet.convergence.finetune import dense_curve, finetune
 from prenet.convergence.forecast import forecast as run_forecast
 from prenet.convergence.nets import n_params, with_new_head
 from prenet.convergence.tasks import Task, pretrain
 from prenet.data.io import write_json
+from prenet.datasets import require_datasets
 from prenet.report import figures
+
+REPRODUCE = "python -m pipeline.forecast_cost convergence=full paths.metrics=data/reference paths.plots=data/reference"
+
+
+def _ape(pred: int | None, real: int | None) -> float | None:
+    """Absolute error in % of the real steps; a target one side reaches and the other does not counts as 100 %."""
+    if real is None and pred is None:
+        return None
+    if real is None or pred is None:
+        return 100.0
+    return 100.0 * abs(pred - real) / max(real, 1)
 
 
 def forecast_cost(cfg: DictConfig) -> dict:
-    """Pre-train, fine-tune on all ``n_train`` samples for ``epochs`` epochs (loss logged on a fixed sample of
-    the training set), forecast from a ``subset``-sample NTK (ODE and SDE); write ``metrics/forecast_cost.json``
-    and ``plots/forecast_cost.png``."""
+    """For each task of ``convergence.cost_check.tasks``: pre-train, fine-tune on all ``n_train`` samples (loss logged
+    on a fixed sample of the training set), forecast with each variant; write ``metrics/forecast_cost.json`` (per task
+    and variant: seconds, cost ratio = SGD seconds / forecast seconds, steps and error per target) and
+    ``plots/forecast_cost.png``."""
     cc = cfg.convergence.cost_check
     out = Path(cfg.paths.metrics) / "forecast_cost.json"
     fig = Path(cfg.paths.plots) / "forecast_cost.png"
     if not cc.enabled:
         write_json({"enabled": False}, out)
         figures.loss_curves({}, {}, fig)
-        print("forecast_cost: disabled (convergence.cost_check.enabled=false)")
+        print("forecast_cost: disabled (convergence.cost_check.enabled=false; on with convergence=full)")
         return {"enabled": False}
     torch.set_num_threads(int(cfg.threads))
-    task = Task.from_cfg(str(cc.task.name), OmegaConf.to_container(cc.task, resolve=True))
-    t0 = time.perf_counter()
-    model, rec = pretrain(task, seed=int(cfg.seed))
-    pre_s = time.perf_counter() - t0
-    data = task.finetune_data()
-    with_new_head(model, int(data.y.max()) + 1, seed=int(cfg.seed))
-    g = torch.Generator().manual_seed(int(cfg.seed))
-    log_idx = torch.randperm(len(data), generator=g)[: int(cc.log_samples)]
+    tasks = {name: Task.from_cfg(str(name), OmegaConf.to_container(t, resolve=True)) for name, t in cc.tasks.items()}
+    require_datasets({t.dataset for t in tasks.values()})
+    tcfg = OmegaConf.to_container(cfg.convergence.evaluate.targets, resolve=True)
     results, curves = {}, {}
-    for run in cc.runs:
-        r = OmegaConf.to_container(run, resolve=True)
-        B = int(r["batch_size"])
-        steps = int(r["epochs"]) * (len(data) // B)
-        key = f"{r['loss']} lr={r['lr']:g} m={r['momentum']:g} B={B}"
-        real = finetune(copy.deepcopy(model), data.x, data.y, loss=r["loss"], lr=float(r["lr"]), momentum=float(r["momentum"]), batch_size=B,
-                        steps=steps, seed=int(cfg.seed), log_every=max(1, steps // int(cc.log_points)), log_x=data.x[log_idx], log_y=data.y[log_idx])
-        L, _ = dense_curve(real, steps)
-        entry = {"steps": steps, "epochs": int(r["epochs"]), "n_train": len(data), "n_params": n_params(model), "train_seconds": real.train_seconds,
-                 "real_steps_to_converge": targets.steps_to_converge(L, float(cc.eps)), "real_final_loss": float(L[-1])}
-        curves[key] = {"real": (L, None)}
-        for dyn in cc.dynamics:
-            fc = run_forecast(model, data.x, data.y, loss=r["loss"], lr=float(r["lr"]), momentum=float(r["momentum"]), batch_size=B, steps=steps,
-                              seed=int(cfg.seed), subset=int(cc.subset), dynamics_kind=str(dyn), probe_fraction=0.0, progress=False)
-            p = fc.steps_to_converge(float(cc.eps))
-            entry[dyn] = {"seconds": fc.seconds, "ntk_seconds": fc.ntk_seconds, "ntk_method": fc.ntk_method, "pred_steps_to_converge": p,
-                          "pred_final_loss": float(fc.loss[-1]), "cost_ratio": real.train_seconds / fc.seconds,
-                          "abs_pct_error": None if p is None or not entry["real_steps_to_converge"] else
-                          100 * abs(p - entry["real_steps_to_converge"]) / entry["real_steps_to_converge"]}
-            curves[key][f"forecast_{dyn}" if dyn != "sde" else "forecast"] = (fc.loss, None)
-        results[key] = entry
-        print(f"forecast_cost: {key}: {steps} steps, real {real.train_seconds:.1f} s; " +
-              ", ".join(f"{d}: {entry[d]['seconds']:.1f} s ({entry[d]['cost_ratio']:.1f}x), steps {entry[d]['pred_steps_to_converge']} vs {entry['real_steps_to_converge']}"
-                        for d in cc.dynamics))
-    metrics = {"enabled": True, "task": task.name, "dataset_source": rec["data_source"], "pretrain_seconds": pre_s, "subset": int(cc.subset),
-               "eps": float(cc.eps), "threads": int(cfg.threads), "log_samples": int(cc.log_samples), "runs": results}
+    for name, task in tasks.items():
+        t0 = time.perf_counter()
+        model, rec = pretrain(task, seed=int(cfg.seed))
+        pre_s = time.perf_counter() - t0
+        data = task.finetune_data()
+        with_new_head(model, int(data.y.max()) + 1, seed=int(cfg.seed))
+        g = torch.Generator().manual_seed(int(cfg.seed))
+        log_idx = torch.randperm(len(data), generator=g)[: int(cc.log_samples)]
+        for run in (OmegaConf.to_container(r, resolve=True) for r in cc.runs):
+            B = int(run["batch_size"])
+            steps = int(run["epochs"]) * (len(data) // B)
+            key = f"{name} lr={run['lr']:g} m={run['momentum']:g} B={B}"
+            real = finetune(copy.deepcopy(model), data.x, data.y, loss=run["loss"], lr=float(run["lr"]), momentum=float(run["momentum"]), batch_size=B,
+                            steps=steps, seed=int(cfg.seed), log_every=max(1, steps // int(cc.log_points)), log_x=data.x[log_idx], log_y=data.y[log_idx])
+            L, A = dense_curve(real, steps)
+            tlist = target_list(tcfg, float(L[0]))
+            entry = {"task": name, "regime": task.regime, **run, "steps": steps, "n_train": len(data), "n_params": n_params(model),
+                     "pretrain_seconds": pre_s, "pretrain_test_accuracy": rec["test_accuracy"], "data_source": rec["data_source"],
+                     "train_seconds": real.train_seconds, "real_final_loss": float(L[-1]), "variants": {},
+                     "real_steps": {f"{k}={p:g}": steps_for(k, v, L, A) for k, p, v in tlist}}
+            curves[key] = {"real": (L, None)}
+            for var in cc.variants:
+                v = OmegaConf.to_container(var, resolve=True)
+                fc = run_forecast(model, data.x, data.y, loss=run["loss"], lr=float(run["lr"]), momentum=float(run["momentum"]), batch_size=B,
+                                  steps=steps, seed=int(cfg.seed), subset=int(v["subset"]), probe_fraction=float(v["probe_fraction"]),
+                                  progress=False, raise_on_probe_divergence=False)
+                pred = {f"{k}={p:g}": steps_for(k, val, fc.loss, fc.accuracy) for k, p, val in tlist}
+                errs = {t: _ape(pred[t], entry["real_steps"][t]) for t in pred}
+                ok = [e for e in errs.values() if e is not None]
+                entry["variants"][v["name"]] = {
+                    "subset": int(v["subset"]), "probe_fraction": float(v["probe_fraction"]), "answered_by": fc.variant, "dynamics": fc.dynamics,
+                    "drift": fc.drift, "seconds": fc.seconds, "ntk_seconds": fc.ntk_seconds, "probe_seconds": fc.details.get("probe_seconds", 0.0),
+                    "cost_ratio": real.train_seconds / fc.seconds, "pred_steps": pred, "abs_pct_error": errs,
+                    "median_abs_pct_error": float(np.median(ok)) if ok else None}
+                curves[key][v["name"]] = (fc.loss, None)
+                print(f"forecast_cost: {key}: {v['name']}: {fc.seconds:.1f} s ({real.train_seconds / fc.seconds:.1f}x cheaper than "
+                      f"{real.train_seconds:.0f} s of SGD), median error over {len(ok)} targets {entry['variants'][v['name']]['median_abs_pct_error']}", flush=True)
+            results[key] = entry
+    metrics = {"enabled": True, "threads": int(cfg.threads), "log_samples": int(cc.log_samples), "tasks": results,
+               "reproduce": REPRODUCE, "measured": time.strftime("%Y-%m-%d")}
     write_json(metrics, out)
-    figures.loss_curves(curves, {k: k for k in curves}, fig)
+    figures.loss_curves(curves, {k: f"{k} ({results[k]['regime']} regime)" for k in curves}, fig)
+    print(f"forecast_cost: {len(results)} full-data fine-tunes -> {out}")
     return metrics
 
 

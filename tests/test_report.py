@@ -92,3 +92,19 @@ def test_prenet_report_command_renders_the_same_page(tiny_run, tmp_path, capsys)
     assert main(["report", *tiny_overrides(root), f"paths.report={out}"]) == 0
     assert (out / "index.html").is_file() and "self-contained" in capsys.readouterr().out
     assert {p.name for p in out.glob("*.png")} == {p.name for p in Path(cfg.paths.report).glob("*.png")}
+
+
+def test_cost_check_row_comes_from_this_run_or_is_labelled_as_the_reference(tmp_path):
+    mdir = tmp_path / "metrics"
+    shutil.copytree(ROOT / "data" / "metrics", mdir)
+    (mdir / "forecast_cost.json").write_text(json.dumps({"enabled": False}))
+    assert "cost ratio, full-data fine-tune | not run" in results_markdown(mdir)
+    run = {"regime": "in", "n_train": 30000, "steps": 2340, "train_seconds": 250.0, "real_steps": {"relative_eps=0.1": 300},
+           "variants": {"plain_subset128": {"cost_ratio": 80.0, "median_abs_pct_error": 12.5, "drift": None}}}
+    ref = {"enabled": True, "measured": "2026-11-30", "reproduce": "python -m pipeline.forecast_cost convergence=full", "tasks": {"t lr=0.005": run}}
+    (tmp_path / "reference").mkdir()
+    (tmp_path / "reference" / "forecast_cost.json").write_text(json.dumps(ref))
+    md = results_markdown(mdir)
+    assert "plain_subset128: 80×, 12.5 %" in md and "reference run of 2026-11-30" in md
+    (mdir / "forecast_cost.json").write_text(json.dumps(ref))        # enabled in this run: no reference label
+    assert "plain_subset128: 80×" in results_markdown(mdir) and "reference run" not in results_markdown(mdir)

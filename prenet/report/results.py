@@ -145,13 +145,22 @@ def _convergence(cv: dict, fc_cost: dict) -> list[Row]:
     if mom:
         cells = "; ".join(f"{m}: {_pct(v.get(primary, {}).get('forecast_median_ape_pct'))}" for m, v in sorted(mom.items()))
         rows.append((f"median abs. error of steps to {primary} by momentum, all configurations (plain forecast)", cells, "—"))
-    if fc_cost.get("enabled"):
-        for k, r in fc_cost.get("runs", {}).items():
-            dyn = [d for d in ("ode", "sde") if d in r]
-            ratios = ", ".join(f"{d.upper()} {r[d]['cost_ratio']:.1f}×" for d in dyn)
-            rows.append((f"cost ratio, full-data fine-tune ({r.get('n_train'):,} samples, {r.get('steps'):,} steps)", ratios, PUBLISHED["zancato_cost"]))
-    else:
-        rows.append(("cost ratio, full-data fine-tune", "not run in this run (`convergence.cost_check.enabled=false`)", PUBLISHED["zancato_cost"]))
+    rows += _cost_check(fc_cost)
+    return rows
+
+
+def _cost_check(fc_cost: dict) -> list[Row]:
+    """Rows of the full-data cost check (stage forecast_cost): per fine-tune, each forecast variant's cost ratio and
+    median error over the targets; from this run, or from the reference run under data/reference (said so)."""
+    if not fc_cost.get("tasks"):
+        return [("cost ratio, full-data fine-tune", "not run (`convergence.cost_check.enabled=false`; on with `convergence=full`)", PUBLISHED["zancato_cost"])]
+    where = "this run" if not fc_cost.get("reference") else f"reference run of {fc_cost.get('measured')}, `{fc_cost.get('reproduce')}`"
+    rows: list[Row] = []
+    for key, r in fc_cost["tasks"].items():
+        cells = "; ".join(f"{name}: {v['cost_ratio']:.0f}×, {_pct(v.get('median_abs_pct_error'))}"
+                          + (f" (drift {v['drift']:.2g})" if v.get("drift") is not None else "") for name, v in r["variants"].items())
+        rows.append((f"full-data fine-tune {key} ({r['regime']} regime, {r['n_train']:,} samples, {r['steps']:,} steps, {r['train_seconds']:.0f} s of SGD): "
+                     f"cost ratio, median error over {len(r['real_steps'])} targets ({where})", cells, PUBLISHED["zancato_cost"]))
     return rows
 
 
@@ -181,6 +190,9 @@ def results_tables(metrics_dir: str | Path) -> list[list[Row]]:
     absent metrics, no table."""
     mdir = Path(metrics_dir)
     ev, cv, fcc = _load(mdir, "evaluate.json"), _load(mdir, "convergence.json"), _load(mdir, "forecast_cost.json")
+    if not fcc.get("enabled"):   # the default run leaves the cost check off: show the reference run's, labelled as such
+        ref = _load(mdir.parent / "reference", "forecast_cost.json")
+        fcc = {**ref, "reference": True} if ref.get("enabled") else fcc
     oc, cp, eo = _load(mdir, "outcome.json"), _load(mdir, "corpus.json"), _load(mdir, "evaluate_ops.json")
     return [t for t in (_step_time_ops(eo, ev) if eo else [], _step_time(ev) if ev else [], _convergence(cv, fcc) if cv else [],
                         _outcome(oc, cp) if oc else []) if t]
