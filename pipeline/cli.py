@@ -210,7 +210,7 @@ def _cmd_predict_outcome(args: argparse.Namespace) -> None:
     import polars as pl
 
     from prenet.outcome import predict
-    from prenet.telemetry.recorder import telemetry_schema
+    from prenet.outcome.telemetry_input import check_telemetry
 
     src = Path(args.telemetry)
     if not src.is_file():
@@ -219,17 +219,9 @@ def _cmd_predict_outcome(args: argparse.Namespace) -> None:
         table = pl.read_parquet(src) if src.suffix == ".parquet" else pl.read_csv(src)
     except Exception as e:  # noqa: BLE001
         raise PrenetError(f"{src} is not a readable CSV or parquet file: {e}") from e
-    need = {"epoch", "train_loss", "train_accuracy"}
-    if not need <= set(table.columns):
-        raise PrenetError(f"{src} lacks column(s) {', '.join(sorted(need - set(table.columns)))}; it needs one row per epoch with "
-                          f"epoch, train_loss, train_accuracy and the recorder's telemetry columns")
-    missing = [c for c in telemetry_schema() if c not in table.columns]
-    if missing:
-        print(f"warning: {src} has no {', '.join(missing)}; the prediction uses what is there", file=sys.stderr)
-    table = table.with_columns([pl.lit(None, dtype=t).alias(c) for c, t in telemetry_schema().items() if c not in table.columns])
-    table = table.select([pl.col(c).cast(t) for c, t in telemetry_schema().items()])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        table = check_telemetry(table, source=str(src))
         out = predict(table, domain=args.domain, models_dir=args.models)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)

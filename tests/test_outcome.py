@@ -132,6 +132,45 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
     assert main(["predict", "outcome", "--telemetry", str(tmp_path / "missing.csv"), "--models", cfg.paths.outcome_models]) == 2
     assert capsys.readouterr().err.startswith("error: telemetry file")
     bad = tmp_path / "bad.csv"
-    bad.write_text("epoch,foo\n1,2\n")
+    bad.write_text("epoch,train_accuracy\n1,0.5\n")
     assert main(["predict", "outcome", "--telemetry", str(bad), "--models", cfg.paths.outcome_models]) == 2
-    assert "lacks column(s) train_accuracy, train_loss" in capsys.readouterr().err
+    assert "column 'train_loss': required column is missing" in capsys.readouterr().err
+    text = tmp_path / "text.csv"
+    text.write_text("epoch,train_loss,train_accuracy\n1,2.3,0.1\n2,abc,0.2\n")
+    assert main(["predict", "outcome", "--telemetry", str(text), "--models", cfg.paths.outcome_models]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "column 'train_loss', row 2: 'abc' is not a number" in err
+
+
+def _good_table() -> pl.DataFrame:
+    from prenet.telemetry.recorder import telemetry_schema
+
+    rows = [{c: (e if c == "epoch" else 10 if c == "minibatches" else 0.5) for c in telemetry_schema()} for e in (1, 2, 3)]
+    return pl.DataFrame(rows, schema=telemetry_schema())
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.with_columns(pl.Series("grad_norm", [1.0, float("nan"), 1.0])), "column 'grad_norm', row 2: nan is not finite"),
+    (lambda t: t.with_columns(pl.Series("train_loss", [1.0, 1.0, float("inf")])), "column 'train_loss', row 3: inf is not finite"),
+    (lambda t: t.with_columns(pl.Series("train_accuracy", [0.2, 1.7, 0.5])), "column 'train_accuracy', row 2: 1.7 breaks the rule train_accuracy <= 1"),
+    (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 2])), "column 'epoch', row 3: epoch 2 repeats row 2"),
+    (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 4])), "column 'epoch': epoch 3 is missing"),
+    (lambda t: t.with_columns(pl.lit(1.0).alias("val_loss")), "column 'val_loss': unknown column"),
+    (lambda t: t.with_columns(pl.Series("train_loss", ["1.0", "x", "2"])), "column 'train_loss', row 2: 'x' is not a number"),
+    (lambda t: t.head(0), "the table has no rows"),
+])
+def test_bad_telemetry_is_one_line_naming_column_row_and_rule(edit, message):
+    from prenet.outcome.telemetry_input import TelemetryError, check_telemetry
+
+    assert check_telemetry(_good_table()).height == 3
+    with pytest.raises(TelemetryError) as e:
+        check_telemetry(edit(_good_table()), source="run.csv")
+    assert message in str(e.value) and "\n" not in str(e.value) and str(e.value).startswith("run.csv: ")
+
+
+def test_absent_optional_telemetry_columns_warn_and_are_empty():
+    from prenet.outcome.telemetry_input import check_telemetry
+
+    with pytest.warns(UserWarning, match="has no grad_norm"):
+        out = check_telemetry(_good_table().drop("grad_norm"))
+    assert out["grad_norm"].null_count() == 3

@@ -15,6 +15,7 @@ import polars as pl
 from prenet.errors import PrenetError
 from prenet.outcome.features import single_run
 from prenet.outcome.models import load
+from prenet.outcome.telemetry_input import check_telemetry
 from prenet.paths import REPO_ROOT
 
 DEFAULT_MODELS = REPO_ROOT / "data" / "models" / "outcome"
@@ -47,9 +48,11 @@ class Outcome:
 def predict(table: pl.DataFrame, *, domain: str | None = None, models_dir: str | Path = DEFAULT_MODELS) -> Outcome:
     """Predict from a recorder table (``Recorder.table()``: one row per epoch seen so far). Uses the model of the
     largest trained epoch ≤ the epochs seen; a domain the models never saw (or ``None``) gets the pooled model,
-    with a warning when a name was given."""
-    if "epoch" not in table.columns or table.height == 0:
-        raise PrenetError("the telemetry table is empty or has no 'epoch' column; record at least one epoch (Recorder.end_epoch)")
+    with a warning when a name was given. The table is checked first (:func:`check_telemetry`): a broken rule is one
+    :class:`~prenet.outcome.telemetry_input.TelemetryError` naming the column, the row and the rule."""
+    if not isinstance(table, pl.DataFrame):
+        raise PrenetError(f"predict() needs a polars DataFrame (Recorder.table()), got {type(table).__name__}")
+    table = check_telemetry(table, source="predict(table)")
     models, manifest = load(models_dir)
     seen = int(table["epoch"].max())
     usable = [e for e in manifest["epochs"] if e <= seen]

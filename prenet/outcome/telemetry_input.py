@@ -1,0 +1,99 @@
+"""A user's telemetry table checked before any prediction: one line per problem, naming the column, the row and the
+rule, raised as :class:`TelemetryError` (exit 2 from the CLI).
+
+The rules are those of :class:`prenet.data.schemas.Telemetry` (types, nullability, bounds, one row per epoch), read
+from the schema itself, plus what the schema cannot say: values must be finite (the recorder writes a non-finite
+value as empty), epochs run 1, 2, …, k without a gap, and no column is unknown. Rows are numbered from 1, header
+excluded (the CSV's line number minus one)."""
+
+from __future__ import annotations
+
+import warnings
+
+import polars as pl
+
+from prenet.errors import PrenetError
+
+#: Columns a prediction cannot do without; the other telemetry columns may be absent (predicted from what is there).
+REQUIRED = ("epoch", "train_loss", "train_accuracy")
+#: Columns that may come along and are ignored (a corpus table's run key).
+IGNORED = ("run_id",)
+
+
+class TelemetryError(PrenetError):
+    """The telemetry table breaks a rule: which column, which row, which rule."""
+
+
+def _rules() -> dict[str, tuple[pl.DataType, bool, list[tuple[str, float]]]]:
+    from prenet.data.schemas import Telemetry
+
+    out = {}
+    for name, col in Telemetry.to_schema().columns.items():
+        bounds = []
+        for ch in col.checks:
+            if ch.name == "greater_than_or_equal_to":
+                bounds.append((">=", float(ch.statistics["min_value"])))
+            elif ch.name == "less_than_or_equal_to":
+                bounds.append(("<=", float(ch.statistics["max_value"])))
+        out[name] = (pl.Int64 if "Int" in str(col.dtype) else pl.Float64, bool(col.nullable), bounds)
+    return out
+
+
+def _fail(source: str, col: str, row: int | None, rule: str) -> TelemetryError:
+    where = f"column {col!r}" + (f", row {row}" if row is not None else "")
+    return TelemetryError(f"{source}: {where}: {rule}")
+
+
+def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.DataFrame:
+    """``table`` cast to the telemetry schema (absent optional columns added as empty, with a warning naming them),
+    or :class:`TelemetryError` on the first broken rule."""
+    rules = _rules()
+    if table.height == 0:
+        raise TelemetryError(f"{source}: the table has no rows; record at least one epoch (Recorder.end_epoch)")
+    unknown = [c for c in table.columns if c not in rules and c not in IGNORED]
+    if unknown:
+        raise _fail(source, unknown[0], None, f"unknown column (known: {', '.join(rules)}); rename or drop it")
+    for c in REQUIRED:
+        if c not in table.columns:
+            raise _fail(source, c, None, "required column is missing (one row per epoch with epoch, train_loss, train_accuracy)")
+    missing = [c for c in rules if c not in table.columns]
+    if missing:
+        warnings.warn(f"{source} has no {', '.join(missing)}; the prediction uses what is there", stacklevel=3)
+    cols = []
+    for c, (dtype, nullable, bounds) in rules.items():
+        if c not in table.columns:
+            cols.append(pl.lit(None, dtype=dtype).alias(c))
+            continue
+        raw = table[c]
+        cast = raw.cast(dtype, strict=False)
+        bad = (cast.is_null() & raw.is_not_null()).arg_true()
+        if len(bad):
+            i = int(bad[0])
+            raise _fail(source, c, i + 1, f"{raw[i]!r} is not {'an integer' if dtype == pl.Int64 else 'a number'}")
+        if dtype == pl.Float64:
+            nonfinite = (cast.is_nan() | cast.is_infinite()).fill_null(False).arg_true()
+            if len(nonfinite):
+                i = int(nonfinite[0])
+                raise _fail(source, c, i + 1, f"{cast[i]} is not finite (leave a value that was not finite empty)")
+        if not nullable:
+            nulls = cast.is_null().arg_true()
+            if len(nulls):
+                raise _fail(source, c, int(nulls[0]) + 1, "is empty; this column needs a value in every row")
+        for op, v in bounds:
+            viol = (cast < v if op == ">=" else cast > v).fill_null(False).arg_true()
+            if len(viol):
+                i = int(viol[0])
+                raise _fail(source, c, i + 1, f"{cast[i]:g} breaks the rule {c} {op} {v:g}")
+        cols.append(cast.alias(c))
+    out = table.select(cols)
+    ep = out["epoch"].to_list()
+    seen: dict[int, int] = {}
+    for i, e in enumerate(ep):
+        if e in seen:
+            raise _fail(source, "epoch", i + 1, f"epoch {e} repeats row {seen[e] + 1}; one row per epoch")
+        seen[e] = i
+    expected = set(range(1, max(ep) + 1))
+    if set(ep) != expected:
+        gap = min(expected - set(ep))
+        raise _fail(source, "epoch", None, f"epoch {gap} is missing; epochs must run 1, 2, …, {max(ep)} without a gap")
+    return out.sort("epoch")
