@@ -14,6 +14,7 @@ from prenet.data.io import read_table, write_text
 from prenet.data.schemas import HoldoutPredictions
 from prenet.report import figures, summary_figures
 from prenet.report.html import image, page, table
+from prenet.report.results import cost_check_record
 
 METRIC_COLS = ["n", "mape_pct", "median_ape_pct", "rmse_ms", "within_20pct"]
 
@@ -76,13 +77,10 @@ def _outcome_sections(mdir: Path, plots: Path, out: Path) -> list[tuple[str, str
 
 def _cost_check(mdir: Path, plots: Path) -> str:
     """The full-data cost check of this run, else the reference run's under data/reference (labelled as such)."""
-    p = mdir / "forecast_cost.json"
-    cc = json.loads(p.read_text()) if p.exists() else {"enabled": False}
+    cc, ref_dir = cost_check_record(mdir)
     where, fig = "this run", plots / "forecast_cost.png"
-    if not cc.get("enabled"):
-        ref = mdir.parent / "reference" / "forecast_cost.json"
-        cc = json.loads(ref.read_text()) if ref.is_file() else {"enabled": False}
-        where, fig = f"reference run of {cc.get('measured')}: <code>{cc.get('reproduce')}</code>", ref.parent / "forecast_cost.png"
+    if ref_dir is not None:
+        where, fig = f"reference run of {cc.get('measured')}: <code>{cc.get('reproduce')}</code>", ref_dir / "forecast_cost.png"
     if not cc.get("enabled"):
         return ("<p class=note>Full-data cost check not run (convergence.cost_check.enabled=false; on with "
                 "<code>convergence=full</code>).</p>")

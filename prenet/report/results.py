@@ -149,6 +149,18 @@ def _convergence(cv: dict, fc_cost: dict) -> list[Row]:
     return rows
 
 
+def cost_check_record(metrics_dir: str | Path) -> tuple[dict, Path | None]:
+    """The full-data cost check to show: this run's ``forecast_cost.json`` when it ran, else the reference run's under
+    ``data/reference`` (marked ``"reference": True``); with the folder of its figure (None when neither ran)."""
+    mdir = Path(metrics_dir)
+    fcc = _load(mdir, "forecast_cost.json")
+    if fcc.get("enabled"):
+        return fcc, None
+    ref_dir = mdir.parent / "reference"
+    ref = _load(ref_dir, "forecast_cost.json")
+    return ({**ref, "reference": True}, ref_dir) if ref.get("enabled") else (fcc, None)
+
+
 def _cost_check(fc_cost: dict) -> list[Row]:
     """Rows of the full-data cost check (stage forecast_cost): per fine-tune, each forecast variant's cost ratio and
     median error over the targets; from this run, or from the reference run under data/reference (said so)."""
@@ -189,10 +201,7 @@ def results_tables(metrics_dir: str | Path) -> list[list[Row]]:
     header row first) from ``metrics_dir``'s evaluate_ops, evaluate, convergence, forecast_cost, outcome and corpus metrics;
     absent metrics, no table."""
     mdir = Path(metrics_dir)
-    ev, cv, fcc = _load(mdir, "evaluate.json"), _load(mdir, "convergence.json"), _load(mdir, "forecast_cost.json")
-    if not fcc.get("enabled"):   # the default run leaves the cost check off: show the reference run's, labelled as such
-        ref = _load(mdir.parent / "reference", "forecast_cost.json")
-        fcc = {**ref, "reference": True} if ref.get("enabled") else fcc
+    ev, cv, fcc = _load(mdir, "evaluate.json"), _load(mdir, "convergence.json"), cost_check_record(mdir)[0]
     oc, cp, eo = _load(mdir, "outcome.json"), _load(mdir, "corpus.json"), _load(mdir, "evaluate_ops.json")
     return [t for t in (_step_time_ops(eo, ev) if eo else [], _step_time(ev) if ev else [], _convergence(cv, fcc) if cv else [],
                         _outcome(oc, cp) if oc else []) if t]
