@@ -8,15 +8,14 @@ import json
 import os
 import time
 import uuid
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import polars as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
-from tqdm.auto import tqdm
 
 from pipeline.config import hydra_entry
+from pipeline.pool import run_items
 from pipeline.split import split_rule
 from prenet.benchmark.runner import read_shards
 from prenet.data.io import write_json, write_table
@@ -33,8 +32,7 @@ def outcome_split_rule(cfg: DictConfig) -> SplitRule:
     return split_rule(cfg, key_column="run_id")
 
 
-def _init(threads: int, fashion_train: int, fashion_test: int) -> None:
-    torch.set_num_threads(threads)
+def _init(fashion_train: int, fashion_test: int) -> None:
     _DATA["args"] = (fashion_train, fashion_test)
 
 
@@ -54,25 +52,13 @@ def _run_all(items: list[tuple[RunSpec, str]], done: dict, shard_dir: Path, cfg:
     if not todo:
         return
     shard = shard_dir / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
-    init = (int(cfg.threads), int(c.fashion_train), int(c.fashion_test))
-    with shard.open("x") as out, tqdm(total=len(todo), desc=desc, unit="run", disable=not cfg.progress) as bar:
-        def keep(r: dict) -> None:
+    with shard.open("x") as out:
+        for r in run_items(_work, todo, workers=int(c.workers), threads=int(cfg.threads), desc=desc, progress=bool(cfg.progress),
+                           unit="run", initializer=_init, initargs=(int(c.fashion_train), int(c.fashion_test))):
             out.write(json.dumps(r, default=float) + "\n")
             out.flush()
             os.fsync(out.fileno())
             done[r["run_id"]] = r
-            bar.update()
-
-        if int(c.workers) > 1:
-            import multiprocessing as mp
-
-            with ProcessPoolExecutor(int(c.workers), mp_context=mp.get_context("spawn"), initializer=_init, initargs=init) as ex:
-                for r in ex.map(_work, todo):
-                    keep(r)
-        else:
-            _init(*init)
-            for it in todo:
-                keep(_work(it))
 
 
 def corpus(cfg: DictConfig) -> dict:

@@ -16,21 +16,26 @@ from tqdm.auto import tqdm
 T = TypeVar("T")
 
 
-def _init(threads: int) -> None:
+def _init(threads: int, initializer: Callable[..., None] | None, initargs: tuple) -> None:
     torch.set_num_threads(threads)
+    if initializer is not None:
+        initializer(*initargs)
 
 
-def run_items(fn: Callable[[T], Any], items: Iterable[T], *, workers: int, threads: int, desc: str, progress: bool) -> Iterator[Any]:
-    """``fn(item)`` for every item (``fn`` a module-level function, items picklable), in input order."""
+def run_items(fn: Callable[[T], Any], items: Iterable[T], *, workers: int, threads: int, desc: str, progress: bool,
+              unit: str = "config", initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> Iterator[Any]:
+    """``fn(item)`` for every item (``fn`` a module-level function, items picklable), in input order; each process
+    (this one when ``workers`` ≤ 1) first sets ``threads`` and calls ``initializer(*initargs)``."""
     items = list(items)
-    with tqdm(total=len(items), desc=desc, unit="config", disable=not progress) as bar:
+    with tqdm(total=len(items), desc=desc, unit=unit, disable=not progress) as bar:
         if workers <= 1:
-            _init(threads)
+            _init(threads, initializer, initargs)
             for it in items:
                 yield fn(it)
                 bar.update()
             return
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init, initargs=(threads,)) as ex:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init,
+                                 initargs=(threads, initializer, initargs)) as ex:
             for r in ex.map(fn, items):
                 yield r
                 bar.update()
