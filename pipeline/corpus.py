@@ -10,6 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -18,11 +19,11 @@ from pipeline.config import hydra_entry
 from pipeline.pool import run_items
 from pipeline.split import split_rule
 from prenet.benchmark.runner import read_shards
-from prenet.data.io import write_json, write_table
+from prenet.data.io import read_table, write_json, write_table
 from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.split import SplitRule, assign_frame
 from prenet.datasets import require_datasets
-from prenet.outcome.corpus import SOURCE_DATASET, RunSpec, domain_data, plan_domain, train_run
+from prenet.outcome.corpus import SOURCE_DATASET, RunSpec, domain_data, is_failure, plan_domain, train_run
 from prenet.telemetry.recorder import telemetry_schema
 
 _DATA: dict = {}
@@ -41,8 +42,8 @@ def _work(item: tuple[dict, str]) -> dict:
     spec = RunSpec(**spec_d)
     if spec.dataset not in _DATA:
         _DATA[spec.dataset] = domain_data(spec.dataset, fashion_train=_DATA["args"][0], fashion_test=_DATA["args"][1])
-    tr, te = _DATA[spec.dataset]
-    res = train_run(spec, tr, te)
+    tr, va, te = _DATA[spec.dataset]
+    res = train_run(spec, tr, va, te)
     return {"run_id": spec.run_id, "spec": spec_d, "phase": phase, **res}
 
 
@@ -61,10 +62,74 @@ def _run_all(items: list[tuple[RunSpec, str]], done: dict, shard_dir: Path, cfg:
             done[r["run_id"]] = r
 
 
+def generating_settings(cfg: DictConfig) -> dict:
+    """The settings that determine the corpus's content (what the vendored copy records and is checked against):
+    ``outcome.corpus`` without how it is run (source, workers, overhead_runs), the failure fraction and the seed."""
+    c = OmegaConf.to_container(cfg.outcome.corpus, resolve=True)
+    for k in ("source", "workers", "overhead_runs"):
+        c.pop(k, None)
+    return {"corpus": c, "failure_fraction": float(cfg.outcome.failure_fraction), "seed": int(cfg.seed)}
+
+
+def _per_domain(df: pl.DataFrame, failure_fraction: float) -> dict:
+    """Per domain: counts, the failure rate the prior yields (the failure rule with the domain's threshold taken over
+    all its runs), median accuracy and wall time, optimizer and schedule counts."""
+    def failure_rate(g: pl.DataFrame) -> float:
+        thr = failure_fraction * float(g["final_test_accuracy"].quantile(0.9, "linear"))
+        return float(np.mean([is_failure(a, d, thr) for a, d in zip(g["final_test_accuracy"], g["diverged"])]))
+
+    return {d: {"runs": g.height, "failure_rate": failure_rate(g), "holdout": int((g["split"] == "holdout").sum()), "diverged": int(g["diverged"].sum()),
+                "median_final_accuracy": float(g["final_test_accuracy"].median()), "median_wall_seconds": float(g["wall_seconds"].median()),
+                "optimizers": dict(sorted(g["optimizer"].value_counts().iter_rows())),
+                "schedules": dict(sorted(g["schedule"].value_counts().iter_rows()))}
+            for (d,), g in df.group_by(["domain"], maintain_order=True)}
+
+
+def read_vendored(cfg: DictConfig) -> dict:
+    """Write the vendored corpus (``paths.outcome_vendored``) as this run's corpus, after checking that it was made with
+    exactly this configuration's settings (:func:`generating_settings`); the split is re-assigned by the frozen
+    rule. Returns ``metrics/corpus.json``."""
+    from prenet.errors import PrenetError
+
+    folder = Path(cfg.paths.outcome_vendored)
+    prov_path = folder / "provenance.json"
+    if not prov_path.exists():
+        raise PrenetError(f"no vendored corpus in {folder} (provenance.json missing); regenerate it with `python -m pipeline.corpus corpus=full` "
+                          "and `python scripts/vendor_corpus.py`")
+    prov = json.loads(prov_path.read_text())
+    want = generating_settings(cfg)
+    if prov["settings"] != want:
+        diff = sorted(k for k in set(prov["settings"]["corpus"]) | set(want["corpus"])
+                      if prov["settings"]["corpus"].get(k) != want["corpus"].get(k))
+        diff += [k for k in ("failure_fraction", "seed") if prov["settings"][k] != want[k]]
+        raise PrenetError(f"the vendored corpus in {folder} was made with other settings ({', '.join(diff) or 'structure'} differ); "
+                          "restore them in conf/outcome/quick.yaml or regenerate with corpus=full (outcome.corpus.source=generate)")
+    runs = read_table(folder / "runs.parquet")
+    tel = read_table(folder / "telemetry.parquet", OutcomeTelemetry)
+    df = assign_frame(runs.drop("split") if "split" in runs.columns else runs, outcome_split_rule(cfg))
+    write_table(df.select(list(OutcomeRuns.to_schema().columns)), cfg.paths.outcome_runs, OutcomeRuns)
+    write_table(tel, cfg.paths.outcome_telemetry, OutcomeTelemetry)
+    per_domain = _per_domain(df, float(cfg.outcome.failure_fraction))
+    metrics = {"runs": df.height, "domains": per_domain, "source": "vendored", "provenance": {k: v for k, v in prov.items() if k != "settings"},
+               "recorder_time_share_pct": prov.get("recorder_time_share_pct"), "overhead_pct_median": prov.get("overhead_pct_median"),
+               "epochs": int(cfg.outcome.corpus.epochs), "threads": int(cfg.threads)}
+    write_json(metrics, Path(cfg.paths.metrics) / "corpus.json")
+    print(f"corpus: {df.height} vendored runs in {len(per_domain)} domains (made {prov.get('generated')}, commit {prov.get('code_commit', '?')[:10]}) "
+          f"-> {cfg.paths.outcome_runs}")
+    return metrics
+
+
 def corpus(cfg: DictConfig) -> dict:
-    """Train every planned run (prior phase, then boundary phase) and write ``paths.outcome_runs``,
+    """The early-success corpus: the vendored one (``outcome.corpus.source=vendored``, :func:`read_vendored`), or every
+    planned run trained here (prior phase, then boundary phase). Writes ``paths.outcome_runs``,
     ``paths.outcome_telemetry`` and ``metrics/corpus.json``."""
     c = cfg.outcome.corpus
+    if str(c.source) == "vendored":
+        return read_vendored(cfg)
+    if str(c.source) != "generate":
+        from prenet.errors import PrenetError
+
+        raise PrenetError(f"outcome.corpus.source={c.source!r} is not a corpus source; choose vendored or generate")
     require_datasets({SOURCE_DATASET[str(d).split('_')[1]] for d in c.domains})
     space = OmegaConf.to_container(c.space, resolve=True)
     shard_dir = Path(cfg.paths.outcome_shards)
@@ -99,14 +164,12 @@ def corpus(cfg: DictConfig) -> dict:
     for spec, _ in by_time[start:start + int(c.overhead_runs)]:
         if spec.dataset not in data:
             data[spec.dataset] = domain_data(spec.dataset, fashion_train=int(c.fashion_train), fashion_test=int(c.fashion_test))
-        tr, te = data[spec.dataset]
-        plain = train_run(spec, tr, te, record=False)["wall_seconds"]
-        rec = train_run(spec, tr, te, record=True)["wall_seconds"]
+        tr, va, te = data[spec.dataset]
+        plain = train_run(spec, tr, va, te, record=False)["wall_seconds"]
+        rec = train_run(spec, tr, va, te, record=True)["wall_seconds"]
         pairs.append({"run_id": spec.run_id, "domain": spec.domain, "without_s": plain, "with_s": rec, "overhead_pct": 100 * (rec - plain) / plain})
-    per_domain = {d: {"runs": g.height, "holdout": int((g["split"] == "holdout").sum()), "diverged": int(g["diverged"].sum()),
-                      "median_final_accuracy": float(g["final_test_accuracy"].median()), "median_wall_seconds": float(g["wall_seconds"].median())}
-                  for (d,), g in df.group_by(["domain"], maintain_order=True)}
-    metrics = {"runs": df.height, "domains": per_domain, "recorder_time_share_pct": 100 * overhead, "overhead_check": pairs,
+    per_domain = _per_domain(df, float(cfg.outcome.failure_fraction))
+    metrics = {"runs": df.height, "domains": per_domain, "source": "generate", "settings": generating_settings(cfg), "recorder_time_share_pct": 100 * overhead, "overhead_check": pairs,
                "overhead_pct_median": float(sorted(p["overhead_pct"] for p in pairs)[len(pairs) // 2]) if pairs else None, "workers": int(c.workers),
                "threads": int(cfg.threads), "wall_s": round(time.monotonic() - t0, 1), "epochs": int(c.epochs)}
     write_json(metrics, Path(cfg.paths.metrics) / "corpus.json")

@@ -1,72 +1,117 @@
 """Stage ``evaluate_outcome``: the early-success models on the frozen holdout — R², MAE, failure ROC AUC and
-relative-class accuracy per epoch and scope with bootstrap 95 % intervals, the telemetry vs loss/accuracy-only
-ablation (paired bootstrap), feature importances, figures."""
+relative-class accuracy per epoch (and per domain) with bootstrap 95 % intervals beside the naive guess and the
+loss/accuracy-only model, the feature-group ablation (paired bootstrap), leave-one-domain-out and
+leave-one-optimizer-out, interval coverage and the failure-probability reliability curve, feature importances,
+figures."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
 import polars as pl
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
 from pipeline.corpus import outcome_split_rule
+from pipeline.pool import run_items
 from prenet.data.io import read_table, write_json, write_table
 from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.split import assign
-from prenet.outcome.evaluation import auc, bootstrap, mae, paired_difference, r2
+from prenet.outcome.crossval import ablate_groups, leave_group_out, mean_over_groups, naive_guess, score_predictions
+from prenet.outcome.evaluation import auc, interval_coverage, paired_difference, r2, reliability
 from prenet.outcome.features import design
 from prenet.outcome.models import labels, load
 from prenet.report import figures
 
 
+_SHARED: dict = {}
+
+
+def _load_shared(runs_path: str, telemetry_path: str, thr: dict, fallback: dict, kw: dict) -> None:
+    """Worker initializer: the labelled runs (all, development, holdout) and telemetry, read once per process."""
+    runs = labels(read_table(runs_path, OutcomeRuns), thr, fallback)
+    _SHARED.update(runs=runs, dev=runs.filter(pl.col("split") != "holdout"), hold=runs.filter(pl.col("split") == "holdout"),
+                   tel=read_table(telemetry_path, OutcomeTelemetry), thr=thr, fallback=fallback, kw=kw)
+
+
+def _refit(item: tuple[str, object]) -> dict:
+    """One refit unit: leave one domain / optimizer out, or the group ablation at one epoch."""
+    kind, v = item
+    s, kw = _SHARED, _SHARED["kw"]
+    if kind == "ablation":
+        return ablate_groups(s["dev"], s["hold"], s["tel"], int(v), params=kw["params"], n_boot=kw["n_boot"], seed=kw["seed"])
+    return leave_group_out(s["dev"], s["runs"], s["tel"], kind, str(v), thresholds=s["thr"], fallback=s["fallback"], **kw)
+
+
 def evaluate_outcome(cfg: DictConfig) -> dict:
     """Write ``metrics/outcome.json``, ``paths.outcome_predictions`` and the outcome figures."""
-    n_boot, seed = int(cfg.outcome.evaluate.bootstrap), int(cfg.seed)
+    o = cfg.outcome
+    n_boot, seed = int(o.evaluate.bootstrap), int(cfg.seed)
+    params = OmegaConf.to_container(o.predictor, resolve=True)
+    t0 = time.monotonic()
     runs = read_table(cfg.paths.outcome_runs, OutcomeRuns)
     hold = runs.filter(pl.col("split") == "holdout")
     rule = outcome_split_rule(cfg)
     if any(assign(r, rule) != "holdout" for r in hold["run_id"].to_list()):
         raise RuntimeError("evaluate_outcome: a run marked holdout is not in the frozen holdout; rerun the corpus stage")
-    tel = read_table(cfg.paths.outcome_telemetry, OutcomeTelemetry).join(hold.select("run_id"), on="run_id", how="semi")
+    tel = read_table(cfg.paths.outcome_telemetry, OutcomeTelemetry)
     models, manifest = load(cfg.paths.outcome_models)
-    hold = labels(hold, manifest["thresholds"], manifest["pooled_thresholds"])
-    scopes = {"pooled": hold, **{d: g for (d,), g in hold.group_by(["domain"], maintain_order=True) if d in manifest["scopes"]}}
+    thr, fallback = manifest["thresholds"], manifest["pooled_thresholds"]
+    hold = labels(hold, thr, fallback)
+    dev = labels(runs.filter(pl.col("split") != "holdout"), thr, fallback)
+    y, yf = hold["final_test_accuracy"].to_numpy(), hold["failure"].to_numpy()
+    ids, doms = hold["run_id"].to_list(), hold["domain"].to_list()
     results: dict = {}
     ablation: dict = {}
+    by_domain: dict = {}
+    calibration: dict = {}
     preds = []
-    for scope, g in scopes.items():
-        ids = g["run_id"].to_list()
-        y, yf, yc = g["final_test_accuracy"].to_numpy(), g["failure"].to_numpy(), g["relative_class"].to_numpy()
-        for e in manifest["epochs"]:
-            per = {}
-            out = {}
-            for fs in manifest["feature_sets"]:
-                X = design(tel, ids, e, fs)
-                pa = models[(scope, e, fs, "final_test_accuracy")].predict(X)
-                pf = models[(scope, e, fs, "failure")].predict(X)
-                pc = models[(scope, e, fs, "relative_class")].predict(X).argmax(1)
-                out[fs] = (pa, pf)
-                pt, lo, hi = bootstrap(r2, [y, pa], n_boot, seed)
-                m = {"n": len(y), "r2": pt, "r2_low": lo, "r2_high": hi}
-                pt, lo, hi = bootstrap(mae, [y, pa], n_boot, seed)
-                m.update({"mae": pt, "mae_low": lo, "mae_high": hi})
-                pt, lo, hi = bootstrap(auc, [yf, pf], n_boot, seed)
-                m.update({"failure_auc": pt, "failure_auc_low": lo, "failure_auc_high": hi, "failures": int(yf.sum())})
-                m["relative_class_accuracy"] = float((pc == yc).mean()) if len(yc) else float("nan")
-                per[fs] = m
-                if scope == "pooled":
-                    preds += [{"run_id": r, "domain": d, "epoch": e, "feature_set": fs, "final_test_accuracy": float(a), "predicted_accuracy": float(p),
-                               "failure": int(f), "failure_probability": float(q)}
-                              for r, d, a, p, f, q in zip(ids, g["domain"].to_list(), y, pa, yf, pf)]
-            results.setdefault(scope, {})[f"epoch_{e}"] = per
-            ablation.setdefault(scope, {})[f"epoch_{e}"] = {
-                "r2": paired_difference(r2, y, out["telemetry"][0], out["loss_acc"][0], n_boot, seed),
-                "failure_auc": paired_difference(lambda t, s: auc(t, s), yf, out["telemetry"][1], out["loss_acc"][1], n_boot, seed)}
-    # feature importances (gain) of the pooled telemetry regressor at each epoch
-    importances = {}
+    nominal = float(o.evaluate.interval[1]) - float(o.evaluate.interval[0])
     for e in manifest["epochs"]:
+        per, out = {}, {}
+        for fs in manifest["feature_sets"]:
+            X = design(tel, ids, e, fs, domains=doms)
+            p = {t: models[("pooled", e, fs, t)].predict(X) for t in manifest["targets"]}
+            out[fs] = p
+            per[fs] = score_predictions(hold, p, n_boot, seed, thr, fallback)
+        per["naive"] = score_predictions(hold, naive_guess(hold, tel, e), n_boot, seed, thr, fallback)
+        results[f"epoch_{e}"] = per
+        ablation[f"epoch_{e}"] = {
+            "r2": paired_difference(r2, y, out["telemetry"]["final_test_accuracy"], out["loss_acc"]["final_test_accuracy"], n_boot, seed),
+            "failure_auc": paired_difference(auc, yf, out["telemetry"]["failure"], out["loss_acc"]["failure"], n_boot, seed)}
+        pa, pf = out["telemetry"]["final_test_accuracy"], out["telemetry"]["failure"]
+        q = manifest["residual_quantiles"][f"pooled|{e}"]
+        lo, hi = np.clip(np.clip(pa, 0, 1) + q[0], 0, 1), np.clip(np.clip(pa, 0, 1) + q[-1], 0, 1)
+        calibration[f"epoch_{e}"] = {"interval_nominal": nominal, "interval_coverage": interval_coverage(y, lo, hi),
+                                     "failure_reliability": reliability(yf, pf)}
+        for (d,), g in hold.with_row_index("i").group_by(["domain"], maintain_order=True):
+            i = g["i"].to_numpy()
+            by_domain.setdefault(d, {})[f"epoch_{e}"] = score_predictions(g, {t: v[i] for t, v in out["telemetry"].items()}, n_boot, seed, thr, fallback)
+        for fs in manifest["feature_sets"]:
+            preds += [{"run_id": r, "domain": d, "epoch": e, "feature_set": fs, "final_test_accuracy": float(a), "predicted_accuracy": float(p),
+                       "failure": int(f), "failure_probability": float(q_)}
+                      for r, d, a, p, f, q_ in zip(ids, doms, y, out[fs]["final_test_accuracy"], yf, out[fs]["failure"])]
+    epochs = list(manifest["epochs"])
+    # never seen: a whole domain (its development and holdout runs), or a whole optimizer; and the group ablation —
+    # independent refits, run in `outcome.evaluate.workers` processes
+    items = []
+    if o.evaluate.leave_one_out:
+        items += [("domain", v) for v in runs["domain"].unique(maintain_order=True).to_list()]
+        items += [("optimizer", v) for v in runs["optimizer"].unique(maintain_order=True).to_list()]
+    if o.evaluate.ablate_groups:
+        items += [("ablation", e) for e in epochs]
+    _SHARED.clear()
+    done = dict(zip(items, run_items(_refit, items, workers=int(o.evaluate.workers), threads=int(cfg.threads), desc="evaluate_outcome refits",
+                                     progress=bool(cfg.progress), unit="fit", initializer=_load_shared,
+                                     initargs=(str(cfg.paths.outcome_runs), str(cfg.paths.outcome_telemetry), thr, fallback,
+                                               dict(epochs=epochs, params=params, n_boot=n_boot, seed=seed)))))
+    lodo = {str(v): r for (k, v), r in done.items() if k == "domain"}
+    looo = {str(v): r for (k, v), r in done.items() if k == "optimizer"}
+    groups = {f"epoch_{e}": r for (k, e), r in done.items() if k == "ablation"}
+    importances = {}
+    for e in epochs:
         m = models[("pooled", e, "telemetry", "final_test_accuracy")]
         if m.model is not None:
             gain = m.model.get_booster().get_score(importance_type="gain")
@@ -77,16 +122,22 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
     pdf = pl.DataFrame(preds) if preds else pl.DataFrame()
     write_table(pdf, cfg.paths.outcome_predictions)
     plots = Path(cfg.paths.plots)
-    figures.outcome_by_epoch(results.get("pooled", {}), plots / "outcome_by_epoch.png")
-    e2 = min(2, max(manifest["epochs"]))
+    figures.outcome_by_epoch(results, plots / "outcome_by_epoch.png")
+    e2 = min(2, max(epochs))
     figures.outcome_scatter(pdf.filter((pl.col("epoch") == e2) & (pl.col("feature_set") == "telemetry")) if pdf.height else pdf,
                             plots / "outcome_scatter.png", f"holdout: predicted vs final test accuracy at epoch {e2}")
-    metrics = {"holdout_runs": hold.height, "results": results, "ablation": ablation, "feature_importance": importances,
-               "thresholds": manifest["thresholds"], "bootstrap": n_boot}
+    figures.reliability_curve({k: v["failure_reliability"] for k, v in calibration.items()}, plots / "outcome_reliability.png")
+    summary = {"holdout_r2_epoch2": results.get(f"epoch_{e2}", {}).get("telemetry", {}).get("r2"),
+               "holdout_auc_epoch3": results.get(f"epoch_{min(3, max(epochs))}", {}).get("telemetry", {}).get("failure_auc"),
+               "lodo_mean_r2_epoch2": mean_over_groups(lodo, e2, "telemetry", "r2") if lodo else None,
+               "looo_mean_r2_epoch2": mean_over_groups(looo, e2, "telemetry", "r2") if looo else None}
+    metrics = {"holdout_runs": hold.height, "dev_runs": dev.height, "summary": summary, "results": {"pooled": results}, "by_domain": by_domain,
+               "ablation": {"pooled": ablation}, "group_ablation": groups, "leave_one_domain_out": lodo, "leave_one_optimizer_out": looo,
+               "calibration": calibration, "feature_importance": importances, "thresholds": thr, "bootstrap": n_boot,
+               "threads": int(cfg.threads), "wall_s": round(time.monotonic() - t0, 1)}
     write_json(metrics, Path(cfg.paths.metrics) / "outcome.json")
-    p2 = results.get("pooled", {}).get(f"epoch_{e2}", {}).get("telemetry", {})
-    print(f"evaluate_outcome: {hold.height} holdout runs; pooled epoch {e2}: R² {p2.get('r2', float('nan')):.3f}, "
-          f"failure AUC {p2.get('failure_auc', float('nan')):.3f}")
+    print(f"evaluate_outcome: {hold.height} holdout runs; epoch {e2}: R² {summary['holdout_r2_epoch2']:.3f}; "
+          f"leave-one-domain-out R² {summary['lodo_mean_r2_epoch2'] if lodo else float('nan'):.3f}")
     return metrics
 
 

@@ -47,13 +47,25 @@ OUT_COLS = ["n", "r2", "r2_low", "r2_high", "mae", "failure_auc", "failure_auc_l
 
 
 def _outcome_sections(mdir: Path, plots: Path, out: Path) -> list[tuple[str, str]]:
-    """Early success: holdout R² / AUC by epoch and scope with intervals, ablation, importances, corpus."""
+    """Early success: holdout R² / AUC by epoch with intervals beside the baselines, per domain, never-seen groups
+    (domain, optimizer), feature-group ablation, calibration, importances, corpus."""
     oc = json.loads((mdir / "outcome.json").read_text())
     cp = json.loads((mdir / "corpus.json").read_text())
-    rows = {f"{scope} · {ep.replace('_', ' ')} · {fs}": m for scope, eps in oc["results"].items() for ep, per in eps.items() for fs, m in per.items()}
-    abl = {f"{scope} · {ep.replace('_', ' ')}": {"ΔR²": a["r2"]["difference"], "ΔR² low": a["r2"]["low"], "ΔR² high": a["r2"]["high"], "p (ΔR² ≤ 0)": a["r2"]["p_value"],
-                                                 "ΔAUC": a["failure_auc"]["difference"], "p (ΔAUC ≤ 0)": a["failure_auc"]["p_value"]}
-           for scope, eps in oc["ablation"].items() for ep, a in eps.items()}
+    rows = {f"{ep.replace('_', ' ')} · {fs}": m for ep, per in oc["results"]["pooled"].items() for fs, m in per.items()}
+    dom_rows = {f"{d} · {ep.replace('_', ' ')}": m for d, eps in oc.get("by_domain", {}).items() for ep, m in eps.items()}
+    lo_rows = {f"{kind} · {g} · {ep.replace('_', ' ')} · {fs}": m
+               for kind, key in (("domain", "leave_one_domain_out"), ("optimizer", "leave_one_optimizer_out"))
+               for g, v in oc.get(key, {}).items() for ep, per in v.items() if ep.startswith("epoch_") for fs, m in per.items()}
+    abl = {f"{ep.replace('_', ' ')} · telemetry vs loss_acc": {"ΔR²": a["r2"]["difference"], "ΔR² low": a["r2"]["low"], "ΔR² high": a["r2"]["high"],
+                                                              "p (ΔR² ≤ 0)": a["r2"]["p_value"], "ΔAUC": a["failure_auc"]["difference"],
+                                                              "p (ΔAUC ≤ 0)": a["failure_auc"]["p_value"]}
+           for ep, a in oc["ablation"]["pooled"].items()}
+    abl.update({f"{ep.replace('_', ' ')} · without {g}": {"ΔR²": a["r2"]["difference"], "ΔR² low": a["r2"]["low"], "ΔR² high": a["r2"]["high"],
+                                                          "p (ΔR² ≤ 0)": a["r2"]["p_value"], "ΔAUC": a["failure_auc"]["difference"],
+                                                          "p (ΔAUC ≤ 0)": a["failure_auc"]["p_value"]}
+                for ep, per in oc.get("group_ablation", {}).items() for g, a in per.items()})
+    cal = {ep.replace("_", " "): {"interval coverage": c["interval_coverage"], "nominal": c["interval_nominal"], "failure ECE": c["failure_reliability"]["ece"]}
+           for ep, c in oc.get("calibration", {}).items()}
     imp = "".join(f"<h3>Feature importance (gain share), pooled model, {ep.replace('_', ' ')}</h3>" + table({k: {"gain share": v} for k, v in d.items()}, ["gain share"], "feature")
                   for ep, d in oc["feature_importance"].items())
     corpus_rows = {d: v for d, v in cp["domains"].items()}
@@ -62,16 +74,25 @@ def _outcome_sections(mdir: Path, plots: Path, out: Path) -> list[tuple[str, str
         figs += image(summary_figures.ablation(oc["ablation"]["pooled"], out / "outcome_ablation.png"), "telemetry gain over loss/accuracy only, pooled")
     if oc.get("feature_importance"):
         figs += image(summary_figures.importances(oc["feature_importance"], out / "outcome_importance.png"), "feature importance, pooled telemetry model")
+    prov = cp.get("provenance", {})
+    src = (f"vendored corpus made {prov.get('generated')} at commit {str(prov.get('code_commit', ''))[:10]} (data/outcome/vendored/provenance.json)"
+           if cp.get("source") == "vendored" else "generated in this run")
     return [
-        ("Early success: corpus", f"<p class=note>{cp['runs']} runs of {cp['epochs']} epochs; recorder overhead measured on runs at the 75th percentile of wall time "
-         f"(with vs without the recorder): median {cp.get('overhead_pct_median')} %.</p>"
-         + table(corpus_rows, ["runs", "holdout", "diverged", "median_final_accuracy", "median_wall_seconds"], "domain")),
+        ("Early success: corpus", f"<p class=note>{cp['runs']} runs of {cp['epochs']} epochs, {src}; failure rate = share of a domain's runs "
+         f"that diverge or end below half its 90th-percentile accuracy. Recorder overhead (with vs without): median {cp.get('overhead_pct_median')} %.</p>"
+         + table(corpus_rows, ["runs", "holdout", "failure_rate", "diverged", "median_final_accuracy", "median_wall_seconds"], "domain")),
         ("Early success: holdout", f"<p class=note>{oc['holdout_runs']} holdout runs (frozen by run-config hash); 95 % bootstrap intervals "
-         f"({oc['bootstrap']} resamples). telemetry = loss/accuracy + gradient SNR + weight norms + saturation snapshot; loss_acc = loss and accuracy only.</p>"
+         f"({oc['bootstrap']} resamples). One pooled model with the domain as a feature. telemetry = every feature group; loss_acc = loss and "
+         "accuracy only; naive = the validation accuracy at that epoch taken as the final accuracy.</p>"
          + image(plots / "outcome_by_epoch.png", "R² and failure AUC by epoch") + image(plots / "outcome_scatter.png", "predicted vs final test accuracy")
-         + table(rows, OUT_COLS, "scope · epoch · features")),
-        ("Early success: ablation and importances", "<p class=note>Telemetry minus loss/accuracy-only, paired bootstrap over the same holdout runs; "
-         "p = share of resamples where telemetry is not better.</p>" + figs + table(abl, ["ΔR²", "ΔR² low", "ΔR² high", "p (ΔR² ≤ 0)", "ΔAUC", "p (ΔAUC ≤ 0)"], "scope · epoch") + imp),
+         + table(rows, OUT_COLS, "epoch · model") + "<h3>Per domain (telemetry model)</h3>" + table(dom_rows, OUT_COLS, "domain · epoch")),
+        ("Early success: never-seen domain or optimizer", "<p class=note>Fitted on the development runs of the other groups, scored on every run "
+         "of the held-out group; a held-out domain is answered as unknown (domain features masked), as for a user's new domain.</p>"
+         + table(lo_rows, OUT_COLS, "held out · group · epoch · model")),
+        ("Early success: ablation, calibration and importances", "<p class=note>Paired bootstrap over the same holdout runs; positive = the "
+         "telemetry (or the group) helps; p = share of resamples where it does not. Coverage: share of holdout runs inside "
+         "predict()'s interval.</p>" + figs + table(abl, ["ΔR²", "ΔR² low", "ΔR² high", "p (ΔR² ≤ 0)", "ΔAUC", "p (ΔAUC ≤ 0)"], "epoch · comparison")
+         + image(plots / "outcome_reliability.png", "failure-probability reliability") + table(cal, ["interval coverage", "nominal", "failure ECE"], "epoch") + imp),
     ]
 
 
@@ -136,7 +157,8 @@ def _convergence_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
 
 
 #: Figures other stages draw (under paths.plots), copied next to the page so every figure is also a file.
-STAGE_FIGURES = ("convergence_curves.png", "convergence_steps.png", "forecast_cost.png", "outcome_by_epoch.png", "outcome_scatter.png")
+STAGE_FIGURES = ("convergence_curves.png", "convergence_steps.png", "forecast_cost.png", "outcome_by_epoch.png", "outcome_scatter.png",
+                 "outcome_reliability.png")
 
 
 def _planner_section(ev: dict, cv: dict, zoo, out: Path) -> str:

@@ -1,4 +1,4 @@
-"""Stage ``train_outcome``: the early-success models (XGBoost per scope × epoch × feature set × target) on the
+"""Stage ``train_outcome``: the early-success models (pooled XGBoost per epoch × feature set × target) on the
 development runs only; thresholds and residual quantiles frozen into the manifest."""
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ def train_outcome(cfg: DictConfig) -> dict:
     t0 = time.monotonic()
     models, manifest = train_all(dev, tel, epochs=list(o.epochs_at), params=OmegaConf.to_container(o.predictor, resolve=True),
                                  classes=int(o.relative_classes), failure_fraction=float(o.failure_fraction),
-                                 min_domain_runs=int(o.predictor.min_domain_runs), interval=list(o.evaluate.interval), seed=int(cfg.seed))
+                                 interval=list(o.evaluate.interval), seed=int(cfg.seed))
     save(models, manifest, cfg.paths.outcome_models)
-    metrics = {"dev_runs": dev.height, "models": len(models), "scopes": manifest["scopes"], "thresholds": manifest["thresholds"],
+    metrics = {"dev_runs": dev.height, "models": len(models), "domains": manifest["domains"], "thresholds": manifest["thresholds"],
                "wall_s": round(time.monotonic() - t0, 1)}
     write_json(metrics, Path(cfg.paths.metrics) / "train_outcome.json")
-    print(f"train_outcome: {len(models)} models on {dev.height} development runs ({', '.join(manifest['scopes'])}) -> {cfg.paths.outcome_models}")
+    print(f"train_outcome: {len(models)} models on {dev.height} development runs (pooled over {', '.join(manifest['domains'])}) -> {cfg.paths.outcome_models}")
     return metrics
 
 

@@ -46,26 +46,47 @@ def test_weight_growth_and_dead_relu_snapshot():
         lin.bias.fill_(-100.0)                   # every ReLU unit dead
     row = rec.end_epoch(train_loss=0.5, train_accuracy=0.2)
     assert row["dead_relu_frac"] == 1.0 and row["saturated_frac"] is not None
-    assert rec.rows[0]["dead_relu_frac"] is None      # the snapshot is taken at epoch 2 only
+    assert rec.rows[0]["dead_relu_frac"] is not None   # a snapshot at every epoch end
     assert row["layer_norm_ratio_max"] == pytest.approx(2.0)
+    assert row["update_ratio"] > 0.5 and row["val_loss"] is None        # weights doubled (biases reset): ‖Δw‖/‖w‖ large
     t = rec.table()
     assert t.height == 2 and t["epoch"].to_list() == [1, 2]
 
 
 def test_recorder_in_a_real_loop_gives_a_validated_table():
     d = datasets.load("digits", "train").select(None, limit=256, seed=0)
-    spec = RunSpec("mlp_digits", 0.05, 32, 16, 1, "tanh", 1.0, 0.0, "sgd", 0, 3)
-    res = train_run(spec, d, datasets.load("digits", "test"))
+    v = datasets.load("digits", "train").select(None, limit=64, seed=1)
+    spec = RunSpec("mlp_digits", 0.05, 32, 16, 1, "tanh", 1.0, 0.0, "momentum", 0, 3, "warmup_cosine", 0.2, 0.5)
+    res = train_run(spec, d, v, datasets.load("digits", "test"))
     assert len(res["rows"]) == 3 and 0 <= res["final_test_accuracy"] <= 1 and not res["diverged"]
-    assert res["rows"][1]["saturated_frac"] is not None
+    assert res["rows"][1]["saturated_frac"] is not None and 0 <= res["rows"][2]["val_accuracy"] <= 1
+    assert res["rows"][0]["minibatches"] == 4                      # half of 256 samples in batches of 32
 
 
 def test_a_diverging_run_is_recorded_as_such():
     d = datasets.load("digits", "train").select(None, limit=128, seed=0)
-    spec = RunSpec("mlp_digits", 1e6, 16, 16, 2, "relu", 5.0, 0.0, "sgd", 0, 4)
-    res = train_run(spec, d, datasets.load("digits", "test"))
+    spec = RunSpec("mlp_digits", 1e30, 16, 16, 2, "relu", 5.0, 0.0, "sgd", 0, 4)
+    res = train_run(spec, d, d, datasets.load("digits", "test"))
     assert res["diverged"] and res["final_test_accuracy"] == pytest.approx(0.1)
     assert res["rows"][-1]["train_loss"] is None
+
+
+def test_schedules_and_optimizers_are_what_they_say():
+    from prenet.outcome.corpus import lr_factor, make_optimizer, run_train_set
+    from prenet.outcome.space import OPTIMIZERS, SCHEDULES
+
+    assert [lr_factor("step", t, 100) for t in (0, 49, 50, 75)] == [1.0, 1.0, 0.1, 0.01]
+    assert lr_factor("cosine", 0, 100) == 1.0 and lr_factor("cosine", 50, 100) == pytest.approx(0.5)
+    assert lr_factor("warmup_cosine", 0, 100) == pytest.approx(0.1) and lr_factor("warmup_cosine", 9, 100) == 1.0
+    assert lr_factor("warmup_cosine", 99, 100) < 0.01 and all(lr_factor(s, 3, 10) > 0 for s in SCHEDULES)
+    kinds = {o: type(make_optimizer(RunSpec("mlp_digits", 0.1, 16, 8, 1, "relu", 1.0, 0.0, o, 0, 1), [nn.Parameter(torch.zeros(1))])).__name__
+             for o in OPTIMIZERS}
+    assert kinds == {"sgd": "SGD", "momentum": "SGD", "adam": "Adam", "adamw": "AdamW"}
+    d = datasets.load("digits", "train")
+    noisy = run_train_set(RunSpec("mlp_digits", 0.1, 16, 8, 1, "relu", 1.0, 0.0, "sgd", 3, 1, "constant", 0.5, 0.25), d)
+    assert len(noisy) == round(0.25 * len(d))
+    clean = run_train_set(RunSpec("mlp_digits", 0.1, 16, 8, 1, "relu", 1.0, 0.0, "sgd", 3, 1, "constant", 0.0, 0.25), d)
+    assert torch.equal(noisy.x, clean.x) and 0.3 < float((noisy.y != clean.y).float().mean()) < 0.6   # ½ relabelled, 9/10 of those change
 
 
 def test_boundary_interpolation_lands_between_its_parents():
@@ -73,9 +94,10 @@ def test_boundary_interpolation_lands_between_its_parents():
     b = RunSpec("cnn_digits", 0.01, 64, 32, 1, "tanh", 0.5, 1e-3, "adam", 1, 15)
     for i in range(20):
         c = sample_between(a, b, np.random.default_rng(i), seed=i)
-        span = math.log(1.0) - math.log(0.01)
-        assert math.log(0.01) - 0.1 * span - 1e-9 <= math.log(c.lr) <= math.log(1.0) + 0.1 * span + 1e-9
+        span = math.log(4.0) - math.log(0.5)
+        assert math.log(0.5) - 0.1 * span - 1e-9 <= math.log(c.init_scale) <= math.log(4.0) + 0.1 * span + 1e-9
         assert c.width in (16, 32) and c.optimizer in ("sgd", "adam")
+        assert c.lr in (1.0, 0.01)                     # different optimizers: the lr comes with its optimizer
 
 
 def test_plan_is_deterministic_and_enriches_after_the_prior():
@@ -92,8 +114,26 @@ def test_plan_is_deterministic_and_enriches_after_the_prior():
 
 @pytest.mark.skipif(not datasets.fashion_mnist_available(), reason="dataset-fashion-mnist not installed (make install)")
 def test_fashion_domain_data_is_a_fixed_downsampled_subset():
-    tr, te = domain_data("fashion", fashion_train=50, fashion_test=20)
-    assert tr.x.shape == (50, 1, 14, 14) and len(te) == 20
+    tr, va, te = domain_data("fashion", fashion_train=100, fashion_test=20)
+    assert tr.x.shape == (85, 1, 14, 14) and len(va) == 15 and len(te) == 20
+
+
+def test_features_are_normalised_and_name_their_groups():
+    from prenet.outcome.features import GROUPS, design, feature_names
+
+    base = {"train_accuracy": 0.5, "minibatches": 10, "grad_norm": 2.0, "val_accuracy": 0.4, "val_loss": 1.5}
+    rows = [{"run_id": r, "epoch": e, "train_loss": 2.0 * s / e, **{k: v * (s if k == "grad_norm" else 1) for k, v in base.items()}}
+            for r, s in (("a", 1.0), ("b", 10.0)) for e in (1, 2, 3)]
+    tel = pl.DataFrame(rows)
+    X = design(tel, ["a", "b"], 3, "telemetry", domains=["mlp_digits", "transformer_text"])
+    names = feature_names(3, "telemetry")
+    col = {n: i for i, n in enumerate(names)}
+    assert X[0, col["log10_grad_norm_ratio_e3"]] == X[1, col["log10_grad_norm_ratio_e3"]] == 0.0     # scale-free
+    assert X[0, col["loss_ratio_e3"]] == pytest.approx(1 / 3) and X[0, col["loss_exponent"]] == pytest.approx(1.0)
+    assert X[0, col["loss_projected"]] == pytest.approx(2.0 / 15)                                       # a·15^(−1)
+    assert X[0, col["gap_accuracy_e2"]] == pytest.approx(0.1) and X[0, col["arch_code"]] == 0.0 and math.isnan(X[1, col["arch_code"]])
+    assert len(feature_names(3, "telemetry", drop=("curve",))) == len(names) - 4 and set(GROUPS) >= {"domain", "generalization"}
+    assert feature_names(3, "loss_acc") == [n for n in names if n.startswith(("train_", "d_train", "loss_ratio"))]
 
 
 def test_scores():
@@ -111,6 +151,9 @@ def test_outcome_stages_and_api(tiny_run):
     root, cfg, results = tiny_run
     m = json.loads((Path(cfg.paths.metrics) / "outcome.json").read_text())
     assert "pooled" in m["results"] and "epoch_1" in m["results"]["pooled"] and "pooled" in m["ablation"]
+    assert set(m["results"]["pooled"]["epoch_2"]) == {"telemetry", "loss_acc", "naive"}
+    assert set(m["leave_one_domain_out"]) == {"mlp_digits", "cnn_digits"} and m["leave_one_optimizer_out"]
+    assert "curve" in m["group_ablation"]["epoch_2"] and 0 <= m["calibration"]["epoch_2"]["interval_coverage"] <= 1
     runs = pl.read_parquet(cfg.paths.outcome_runs)
     tel = pl.read_parquet(cfg.paths.outcome_telemetry)
     rid = runs["run_id"][0]
@@ -118,8 +161,8 @@ def test_outcome_stages_and_api(tiny_run):
     out = predict(table, domain=runs["domain"][0], models_dir=cfg.paths.outcome_models)
     assert 0 <= out.final_test_accuracy <= 1 and 0 <= out.failure_probability <= 1 and out.epoch == 2 and out.epochs_seen == 2
     assert out.relative_class in (0, 1, 2)
-    with pytest.warns(UserWarning, match="pooled model"):
-        assert predict(table, domain="vit_imagenet", models_dir=cfg.paths.outcome_models).scope == "pooled"
+    with pytest.warns(UserWarning, match="unknown domain"):
+        assert predict(table, domain="vit_imagenet", models_dir=cfg.paths.outcome_models).scope == "unknown"
 
 
 def test_outcome_cli(tiny_run, tmp_path, capsys):
@@ -155,7 +198,7 @@ def _good_table() -> pl.DataFrame:
     (lambda t: t.with_columns(pl.Series("train_accuracy", [0.2, 1.7, 0.5])), "column 'train_accuracy', row 2: 1.7 breaks the rule train_accuracy <= 1"),
     (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 2])), "column 'epoch', row 3: epoch 2 repeats row 2"),
     (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 4])), "column 'epoch': epoch 3 is missing"),
-    (lambda t: t.with_columns(pl.lit(1.0).alias("val_loss")), "column 'val_loss': unknown column"),
+    (lambda t: t.with_columns(pl.lit(1.0).alias("test_loss")), "column 'test_loss': unknown column"),
     (lambda t: t.with_columns(pl.Series("train_loss", ["1.0", "x", "2"])), "column 'train_loss', row 2: 'x' is not a number"),
     (lambda t: t.head(0), "the table has no rows"),
 ])

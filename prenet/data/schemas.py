@@ -13,6 +13,8 @@ from pandera.api.polars.types import PolarsData
 import polars as pl
 
 from prenet.layers import DIRECTIONS, OPTIMIZERS, REGISTRY
+from prenet.outcome.space import OPTIMIZERS as CORPUS_OPTIMIZERS
+from prenet.outcome.space import SCHEDULES
 
 
 def _is_finite(data: PolarsData) -> pl.LazyFrame:
@@ -287,6 +289,9 @@ class Telemetry(pa.DataFrameModel):
     weight_distance: float = pa.Field(ge=0, nullable=True)
     layer_norm_ratio_max: float = pa.Field(ge=0, nullable=True)
     layer_norm_ratio_mean: float = pa.Field(ge=0, nullable=True)
+    update_ratio: float = pa.Field(ge=0, nullable=True)
+    val_loss: float = pa.Field(ge=0, nullable=True)
+    val_accuracy: float = pa.Field(ge=0, le=1, nullable=True)
     dead_relu_frac: float = pa.Field(ge=0, le=1, nullable=True)
     saturated_frac: float = pa.Field(ge=0, le=1, nullable=True)
     minibatches: int = pa.Field(ge=0)
@@ -311,9 +316,12 @@ class OutcomeRuns(pa.DataFrameModel):
     activation: str = pa.Field(isin=["relu", "tanh"])
     init_scale: float = pa.Field(gt=0)
     weight_decay: float = pa.Field(ge=0)
-    optimizer: str = pa.Field(isin=["sgd", "adam"])
+    optimizer: str = pa.Field(isin=list(CORPUS_OPTIMIZERS))
     seed: int
     epochs: int = pa.Field(ge=1)
+    schedule: str = pa.Field(isin=list(SCHEDULES))
+    label_noise: float = pa.Field(ge=0, le=1)
+    train_fraction: float = pa.Field(gt=0, le=1)
     phase: str = pa.Field(isin=["prior", "boundary"])
     final_test_accuracy: float = pa.Field(ge=0, le=1)
     diverged: bool

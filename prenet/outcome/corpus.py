@@ -7,14 +7,22 @@ depth = conv blocks), ``resnet`` (small ResNet; depth = residual blocks) on ``di
 
 Sampling (documented method, ``sample_configs``):
 
-* the prior: learning rate log-uniform in ``lr_range`` of the optimizer, batch size, width, depth, activation from
-  their lists, init scale log-uniform in ``init_scale_range`` (every weight tensor multiplied after the default
-  init), weight decay log-uniform in ``weight_decay_range`` or 0 with probability ½, optimizer SGD (momentum 0.9)
-  or Adam;
+* the prior: optimizer uniform over ``optimizers`` (:data:`OPTIMIZERS`: SGD, SGD + momentum 0.9, Adam, AdamW),
+  learning rate log-uniform in that optimizer's ``lr_range``, weight decay 0 with probability ½ else log-uniform in
+  the optimizer's ``weight_decay_range``, learning-rate schedule uniform over ``schedules`` (:data:`SCHEDULES`),
+  batch size, width, depth, activation uniform from their lists, init scale log-uniform in ``init_scale_range``
+  (every ≥2-D weight multiplied after the default init), training-set size log-uniform in ``train_fraction_range``
+  (a share of the domain's training data), label noise 0 with probability 1 − ``label_noise_probability`` else
+  uniform in ``label_noise_range`` (that share of training labels replaced by random classes);
+* the prior's ranges reach every failure mode users meet: divergence (large learning rates and init scales), dead
+  units (ReLU with large steps), no learning (tiny learning rates, collapsed init scales), over-fitting (small
+  training sets with label noise and no weight decay). The failure rate it yields is measured per domain in
+  ``metrics/corpus.json`` and written beside the vendored corpus (data/outcome/vendored/README.md);
 * enrichment near the success/failure boundary (**boundary interpolation**): after the first ``prior_fraction``
   of a domain's runs, each further run picks a random failed and a random successful earlier run of the domain,
-  draws log lr, log init scale and log weight decay uniformly between theirs (±10 % of the span), and takes each
-  discrete setting from one of the two at random — so new runs land between the regions that succeed and fail.
+  draws log init scale, log weight decay, log training-set size and label noise between theirs (±10 % of the
+  span for the log ones), takes the optimizer with its learning rate from one of the two (log lr interpolated
+  when both share the optimizer), and each other discrete setting from one of the two at random — so new runs land between the regions that succeed and fail.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import torch
 from torch import nn
 
 from prenet import datasets
+from prenet.outcome.space import OPTIMIZERS, SCHEDULES
 from prenet.telemetry import Recorder
 
 DOMAIN_ARCHS = ("mlp", "cnn", "resnet")
@@ -52,6 +61,9 @@ class RunSpec:
     optimizer: str
     seed: int
     epochs: int
+    schedule: str = "constant"
+    label_noise: float = 0.0
+    train_fraction: float = 1.0
 
     @property
     def arch(self) -> str:
@@ -111,41 +123,117 @@ def build_model(spec: RunSpec, *, image_size: int, classes: int = 10) -> nn.Modu
     return model
 
 
-def domain_data(dataset: str, *, fashion_train: int, fashion_test: int, image_size: int = 14) -> tuple[datasets.ImageData, datasets.ImageData]:
-    """(train, test) of a dataset as the corpus uses it (a fixed subset of Fashion-MNIST, downsampled)."""
+#: Share of a domain's training data held out as the per-epoch validation set (fixed per dataset, seed 11).
+VALIDATION_SHARE = 0.15
+
+
+def lr_factor(schedule: str, t: int, total: int) -> float:
+    """Learning-rate multiplier at minibatch step ``t`` (0-based) of ``total``: ``constant`` 1; ``step`` ×0.1 from
+    50 % and ×0.01 from 75 % of the steps; ``cosine`` ½(1 + cos πt/T); ``warmup_cosine`` linear from 1/W to 1 over
+    the first W = 10 % of the steps, then cosine to 0."""
+    f = t / max(total, 1)
+    if schedule == "constant":
+        return 1.0
+    if schedule == "step":
+        return 1.0 if f < 0.5 else 0.1 if f < 0.75 else 0.01
+    if schedule == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * f))
+    if schedule == "warmup_cosine":
+        w = max(1, int(0.1 * total))
+        return (t + 1) / w if t < w else 0.5 * (1 + math.cos(math.pi * (t - w) / max(total - w, 1)))
+    raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+
+
+def make_optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
+    """The run's optimizer (:data:`OPTIMIZERS`)."""
+    if spec.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    if spec.optimizer == "momentum":
+        return torch.optim.SGD(params, lr=spec.lr, momentum=0.9, weight_decay=spec.weight_decay)
+    if spec.optimizer == "adam":
+        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    if spec.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    raise ValueError(f"unknown optimizer {spec.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def domain_data(dataset: str, *, fashion_train: int, fashion_test: int,
+                image_size: int = 14) -> tuple[datasets.ImageData, datasets.ImageData, datasets.ImageData]:
+    """(train, validation, test) of a dataset as the corpus uses it: Fashion-MNIST as a fixed subset downsampled to
+    ``image_size``; the validation set is a fixed :data:`VALIDATION_SHARE` of the training data (seed 11)."""
     if dataset == "digits":
-        return datasets.load("digits", "train"), datasets.load("digits", "test")
-    tr = datasets.load(SOURCE_DATASET[dataset], "train").select(None, limit=fashion_train, seed=7)
-    te = datasets.load(SOURCE_DATASET[dataset], "test").select(None, limit=fashion_test, seed=7)
+        full, te = datasets.load("digits", "train"), datasets.load("digits", "test")
+    else:
+        full = datasets.load(SOURCE_DATASET[dataset], "train").select(None, limit=fashion_train, seed=7)
+        te = datasets.load(SOURCE_DATASET[dataset], "test").select(None, limit=fashion_test, seed=7)
 
     def down(d: datasets.ImageData) -> datasets.ImageData:
         x = torch.nn.functional.adaptive_avg_pool2d(d.x, image_size) if d.x.shape[-1] != image_size else d.x
         return datasets.ImageData(d.name, x, d.y, d.source)
 
-    return down(tr), down(te)
+    full, te = down(full), down(te)
+    perm = torch.randperm(len(full), generator=torch.Generator().manual_seed(11))
+    nv = max(1, int(VALIDATION_SHARE * len(full)))
+    va, tr = perm[:nv], perm[nv:]
+    return (datasets.ImageData(full.name, full.x[tr], full.y[tr], full.source),
+            datasets.ImageData(full.name, full.x[va], full.y[va], full.source), te)
 
 
-def train_run(spec: RunSpec, train: datasets.ImageData, test: datasets.ImageData, *, probe: int = 128, record: bool = True) -> dict[str, Any]:
-    """Train one run for ``spec.epochs`` epochs. Returns its telemetry rows, final test accuracy, whether the loss
-    became non-finite (training stops there; later epochs get null losses) and wall times (s)."""
+def run_train_set(spec: RunSpec, train: datasets.ImageData, classes: int = 10) -> datasets.ImageData:
+    """The run's own training set: the first ``train_fraction`` of a seeded permutation, then ``label_noise`` of its
+    labels replaced by uniformly random classes (both seeded by the run)."""
+    g = torch.Generator().manual_seed(spec.seed + 1)
+    n = max(spec.batch_size, int(round(spec.train_fraction * len(train))))
+    idx = torch.randperm(len(train), generator=g)[:n]
+    x, y = train.x[idx], train.y[idx].clone()
+    if spec.label_noise > 0:
+        flip = torch.rand(len(y), generator=g) < spec.label_noise
+        y[flip] = torch.randint(0, classes, (int(flip.sum()),), generator=g)
+    return datasets.ImageData(train.name, x, y, train.source)
+
+
+def _evaluate(model: nn.Module, data: datasets.ImageData) -> tuple[float, float]:
+    """(mean cross-entropy in nats, accuracy) of ``model`` on ``data`` in eval mode; (nan, chance) if not finite."""
+    was = model.training
+    model.eval()
+    with torch.no_grad():
+        out = model(data.x)
+    model.train(was)
+    if not torch.isfinite(out).all():
+        return float("nan"), float((out.nan_to_num().argmax(1) == data.y).float().mean())
+    return float(nn.functional.cross_entropy(out, data.y)), float((out.argmax(1) == data.y).float().mean())
+
+
+def train_run(spec: RunSpec, train: datasets.ImageData, val: datasets.ImageData, test: datasets.ImageData, *, probe: int = 128,
+              record: bool = True) -> dict[str, Any]:
+    """Train one run for ``spec.epochs`` epochs on its own training set (:func:`run_train_set`). Returns its telemetry
+    rows (with validation loss and accuracy each epoch), final test accuracy, whether the loss became non-finite
+    (training stops there; later epochs repeat the last row with null losses) and wall times (s)."""
     torch.manual_seed(spec.seed)
+    train = run_train_set(spec, train)
     model = build_model(spec, image_size=int(train.x.shape[-1]))
-    opt = (torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.9, weight_decay=spec.weight_decay) if spec.optimizer == "sgd"
-           else torch.optim.Adam(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay))
+    opt = make_optimizer(spec, model.parameters())
+    steps_per_epoch = math.ceil(len(train) / spec.batch_size)
+    total = steps_per_epoch * spec.epochs
     rec = Recorder(model, probe_inputs=train.x[:probe]) if record else None
     g = torch.Generator().manual_seed(spec.seed)
     t0 = time.perf_counter()
     diverged_at = None
     rows: list[dict] = []
+    step = 0
     for epoch in range(1, spec.epochs + 1):
         if diverged_at is not None:
-            rows.append({**rows[-1], "epoch": epoch, "train_loss": None})
+            if rows:
+                rows.append({**rows[-1], "epoch": epoch, "train_loss": None, "val_loss": None})
             continue
         model.train()
         perm = torch.randperm(len(train), generator=g)
         tl, tc, n = 0.0, 0, 0
         for i in range(0, len(train), spec.batch_size):
             b = perm[i:i + spec.batch_size]
+            for group in opt.param_groups:
+                group["lr"] = spec.lr * lr_factor(spec.schedule, step, total)
+            step += 1
             opt.zero_grad(set_to_none=True)
             out = model(train.x[b])
             loss = nn.functional.cross_entropy(out, train.y[b])
@@ -161,12 +249,13 @@ def train_run(spec: RunSpec, train: datasets.ImageData, test: datasets.ImageData
                 diverged_at = epoch
                 break
         if rec is not None:
-            rows.append(rec.end_epoch(train_loss=tl / n if diverged_at is None else float("nan"), train_accuracy=tc / n))
+            vl, va = _evaluate(model, val)
+            rows.append(rec.end_epoch(train_loss=tl / n if diverged_at is None else float("nan"), train_accuracy=tc / n,
+                                      val_loss=vl, val_accuracy=va))
     wall = time.perf_counter() - t0
-    model.eval()
-    with torch.no_grad():
-        out = model(test.x)
-        acc = float((out.argmax(1) == test.y).float().mean()) if torch.isfinite(out).all() and diverged_at is None else 1.0 / 10
+    _, acc = _evaluate(model, test)
+    if diverged_at is not None:
+        acc = 1.0 / 10
     return {"rows": rows, "final_test_accuracy": acc, "diverged": diverged_at is not None, "wall_seconds": wall,
             "recorder_seconds": rec.seconds if rec is not None else 0.0}
 
@@ -176,12 +265,16 @@ def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
 
 
 def sample_prior(domain: str, space: Mapping[str, Any], rng: np.random.Generator, *, seed: int, epochs: int) -> RunSpec:
+    """One run from the prior (module docstring). ``space`` keys: optimizers, lr_range (per optimizer),
+    weight_decay_range (per optimizer), schedules, batch_sizes, widths, depths, activations, init_scale_range,
+    label_noise_probability, label_noise_range, train_fraction_range."""
     opt = str(rng.choice(space["optimizers"]))
     lo, hi = space["lr_range"][opt]
-    wd = 0.0 if rng.random() < 0.5 else _log_uniform(rng, *space["weight_decay_range"])
+    wd = 0.0 if rng.random() < 0.5 else _log_uniform(rng, *space["weight_decay_range"][opt])
+    noise = float(rng.uniform(*space["label_noise_range"])) if rng.random() < float(space["label_noise_probability"]) else 0.0
     return RunSpec(domain, _log_uniform(rng, lo, hi), int(rng.choice(space["batch_sizes"])), int(rng.choice(space["widths"])),
                    int(rng.choice(space["depths"])), str(rng.choice(space["activations"])), _log_uniform(rng, *space["init_scale_range"]),
-                   wd, opt, seed, epochs)
+                   wd, opt, seed, epochs, str(rng.choice(space["schedules"])), noise, _log_uniform(rng, *space["train_fraction_range"]))
 
 
 def sample_between(a: RunSpec, b: RunSpec, rng: np.random.Generator, *, seed: int) -> RunSpec:
@@ -193,10 +286,14 @@ def sample_between(a: RunSpec, b: RunSpec, rng: np.random.Generator, *, seed: in
         return float(math.exp(rng.uniform(lo, hi))) if hi > lo else float(math.exp(lx))
 
     pick = lambda f: getattr(a if rng.random() < 0.5 else b, f)  # noqa: E731
-    opt = pick("optimizer")
+    src = a if rng.random() < 0.5 else b          # the optimizer and its learning rate come as a pair
+    opt = src.optimizer
+    lr = between(a.lr, b.lr) if a.optimizer == b.optimizer else src.lr
     wd = 0.0 if (a.weight_decay == 0 and b.weight_decay == 0) else between(a.weight_decay or 1e-6, b.weight_decay or 1e-6)
-    return RunSpec(a.domain, between(a.lr, b.lr), pick("batch_size"), pick("width"), pick("depth"), pick("activation"),
-                   between(a.init_scale, b.init_scale), wd, opt, seed, a.epochs)
+    noise = float(rng.uniform(min(a.label_noise, b.label_noise), max(a.label_noise, b.label_noise)))
+    return RunSpec(a.domain, lr, pick("batch_size"), pick("width"), pick("depth"), pick("activation"),
+                   between(a.init_scale, b.init_scale), wd, opt, seed, a.epochs, pick("schedule"), noise,
+                   min(1.0, between(a.train_fraction, b.train_fraction)))
 
 
 def is_failure(final_test_accuracy: float, diverged: bool, threshold: float) -> bool:

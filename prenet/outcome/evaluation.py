@@ -15,11 +15,52 @@ def mae(y: np.ndarray, p: np.ndarray) -> float:
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """ROC AUC (Mann–Whitney, ties count ½); NaN when one class is absent."""
-    pos, neg = scores[labels == 1], scores[labels == 0]
-    if len(pos) == 0 or len(neg) == 0:
+    """ROC AUC (Mann–Whitney with average ranks, so ties count ½); NaN when one class is absent."""
+    labels = np.asarray(labels)
+    n_pos = int((labels == 1).sum())
+    n_neg = int((labels == 0).sum())
+    if n_pos == 0 or n_neg == 0:
         return float("nan")
-    return float(((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()) / (len(pos) * len(neg)))
+    uniq, inv, counts = np.unique(np.asarray(scores, dtype=float), return_inverse=True, return_counts=True)
+    upper = np.cumsum(counts)
+    avg_rank = upper - (counts - 1) / 2.0          # average 1-based rank of each distinct score
+    rank_sum = float(avg_rank[inv][labels == 1].sum())
+    return float((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def class_accuracy(labels: np.ndarray, predicted: np.ndarray) -> float:
+    """Share of runs whose predicted relative class is the true one."""
+    return float((np.asarray(labels) == np.asarray(predicted)).mean()) if len(labels) else float("nan")
+
+
+def scores(y: np.ndarray, pa: np.ndarray, yf: np.ndarray, pf: np.ndarray, yc: np.ndarray, pc: np.ndarray, n: int, seed: int) -> dict:
+    """R², MAE, failure ROC AUC and relative-class accuracy, each with its bootstrap 95 % interval over runs."""
+    out: dict = {"n": int(len(y)), "failures": int(np.sum(yf))}
+    for name, fn, arrays in (("r2", r2, [y, pa]), ("mae", mae, [y, pa]), ("failure_auc", auc, [yf, pf]),
+                             ("relative_class_accuracy", class_accuracy, [yc, pc])):
+        pt, lo, hi = bootstrap(fn, arrays, n, seed)
+        out.update({name: pt, f"{name}_low": lo, f"{name}_high": hi})
+    return out
+
+
+def interval_coverage(y: np.ndarray, low: np.ndarray, high: np.ndarray) -> float:
+    """Share of runs whose final accuracy lies in [low, high]."""
+    return float(((y >= low) & (y <= high)).mean()) if len(y) else float("nan")
+
+
+def reliability(labels: np.ndarray, probs: np.ndarray, bins: int = 10) -> dict:
+    """Reliability curve of predicted probabilities: per equal-width bin the mean prediction, the observed
+    frequency and the count, plus the expected calibration error (count-weighted |observed − predicted|)."""
+    edges = np.linspace(0, 1, bins + 1)
+    idx = np.clip(np.digitize(probs, edges[1:-1]), 0, bins - 1)
+    rows, ece = [], 0.0
+    for b in range(bins):
+        m = idx == b
+        if m.any():
+            pm, om = float(probs[m].mean()), float(labels[m].mean())
+            rows.append({"low": float(edges[b]), "high": float(edges[b + 1]), "predicted": pm, "observed": om, "n": int(m.sum())})
+            ece += m.sum() * abs(om - pm)
+    return {"bins": rows, "ece": float(ece / max(len(probs), 1))}
 
 
 def bootstrap(fn, arrays: list[np.ndarray], n: int, seed: int) -> tuple[float, float, float]:

@@ -1,64 +1,149 @@
-"""Features of the early-success models: a run's telemetry up to epoch e, flattened.
+"""Features of the early-success models: a run's telemetry up to epoch e, flattened and normalised.
 
-* ``loss_acc``: train loss and train accuracy at each epoch k ≤ e, and their change over the last epoch.
-* ``telemetry``: ``loss_acc`` plus, at each epoch k ≤ e, log10 gradient SNR (global and median), log10 mean
-  gradient norm, weight-norm ratio, relative weight distance, per-layer norm ratio (max, mean); and, from epoch 2
-  on, the activation-saturation snapshot (dead-ReLU fraction, saturated tanh/sigmoid fraction).
+Every feature is scale-free or bounded, so that a run of another width, learning rate or dataset lands in the same
+ranges: losses in nats (all corpus tasks have 10 classes) and as ratios to epoch 1, accuracies and fractions in
+[0, 1], gradient norms as a ratio to epoch 1, weight norms relative to the initial weights, the update/weight ratio
+as log10. Feature groups (``GROUPS``; ``loss_acc`` alone is the ablation baseline, ``telemetry`` is all of them):
 
-No hyperparameter and no domain enters: the models read one run's own telemetry, never other runs' configs.
-Missing values (a diverged run's losses, the snapshot of a model without such activations) stay NaN; the
-gradient-boosted trees route them.
+* ``loss_acc``: train loss and accuracy at each epoch k ≤ e, their change over the last epoch, and the loss ratio
+  L_k / L_1 (k ≥ 2);
+* ``progress``: log10 of the minibatch steps per epoch (how far "epoch e" is into training: 2 steps or 200);
+* ``curve``: the loss-curve shape from epoch 2 on — the power law L_k = a·k^(−b) and E_k = a'·k^(−b') (E = train
+  error) fitted over epochs 1..e (least squares in log–log), their exponents b, b' and the values projected to
+  epoch ``PROJECT_EPOCH``;
+* ``gradient``: log10 gradient SNR (global and median) at each epoch, log10 of the mean gradient norm over epoch 1's;
+* ``weights``: weight-norm ratio, relative distance from the init, per-layer norm ratio (max, mean), log10
+  update/weight ratio at each epoch;
+* ``activations``: dead-ReLU and saturated tanh/sigmoid fractions at each epoch;
+* ``generalization``: validation accuracy and loss at each epoch, the train − validation accuracy gap and the
+  validation − train loss gap;
+* ``domain``: architecture and dataset codes (``ARCH_CODES``, ``DATASET_CODES``; NaN when unknown — the pooled
+  model is trained with these masked on a copy of every run, so an unknown domain is a case it has seen).
+
+No hyperparameter enters: the models read one run's own telemetry (and its domain name when given). Missing values
+(a diverged run's losses, a column the user's recorder did not fill) stay NaN; the gradient-boosted trees route
+them.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 import polars as pl
 
 FEATURE_SETS = ("telemetry", "loss_acc")
-PER_EPOCH_TEL = ("log10_grad_snr", "log10_grad_snr_median", "grad_norm", "weight_norm_ratio", "weight_distance",
-                 "layer_norm_ratio_max", "layer_norm_ratio_mean")
-SNAPSHOT = ("dead_relu_frac", "saturated_frac")
+GROUPS = ("loss_acc", "progress", "curve", "gradient", "weights", "activations", "generalization", "domain")
+ARCH_CODES = {"mlp": 0.0, "cnn": 1.0, "resnet": 2.0}
+DATASET_CODES = {"digits": 0.0, "fashion": 1.0}
+#: epoch the fitted loss/error power laws are projected to (the corpus runs' length)
+PROJECT_EPOCH = 15
+_WEIGHTS = ("weight_norm_ratio", "weight_distance", "layer_norm_ratio_max", "layer_norm_ratio_mean")
 
 
-def feature_names(epoch: int, feature_set: str) -> list[str]:
-    names = [f"{c}_e{k}" for k in range(1, epoch + 1) for c in ("train_loss", "train_accuracy")]
-    names += ["d_train_loss", "d_train_accuracy"]
-    if feature_set == "telemetry":
-        names += [f"{c}_e{k}" for k in range(1, epoch + 1) for c in PER_EPOCH_TEL]
-        if epoch >= 2:
-            names += list(SNAPSHOT)
-    return names
+def domain_codes(domain: str | None) -> tuple[float, float]:
+    """(arch code, dataset code) of a domain name ``<arch>_<dataset>``; NaN for an unknown part or ``None``."""
+    if not domain:
+        return float("nan"), float("nan")
+    arch, _, data = str(domain).partition("_")
+    return ARCH_CODES.get(arch, float("nan")), DATASET_CODES.get(data, float("nan"))
 
 
-def _row(tel: dict[int, dict], epoch: int, feature_set: str) -> list[float]:
+def _groups(epoch: int) -> dict[str, list[str]]:
+    ks = range(1, epoch + 1)
+    g = {"loss_acc": [f"{c}_e{k}" for k in ks for c in ("train_loss", "train_accuracy")] + ["d_train_loss", "d_train_accuracy"]
+         + [f"loss_ratio_e{k}" for k in ks if k >= 2],
+         "progress": ["log10_steps_per_epoch"],
+         "curve": ["loss_exponent", "loss_projected", "error_exponent", "error_projected"] if epoch >= 2 else [],
+         "gradient": [f"{c}_e{k}" for k in ks for c in ("log10_grad_snr", "log10_grad_snr_median")]
+         + [f"log10_grad_norm_ratio_e{k}" for k in ks if k >= 2],
+         "weights": [f"{c}_e{k}" for k in ks for c in (*_WEIGHTS, "log10_update_ratio")],
+         "activations": [f"{c}_e{k}" for k in ks for c in ("dead_relu_frac", "saturated_frac")],
+         "generalization": [f"{c}_e{k}" for k in ks for c in ("val_accuracy", "val_loss", "gap_accuracy", "gap_loss")],
+         "domain": ["arch_code", "dataset_code"]}
+    return g
+
+
+def feature_names(epoch: int, feature_set: str, drop: Sequence[str] = ()) -> list[str]:
+    """Column names of :func:`design` at ``epoch`` for ``feature_set`` (``telemetry`` without the groups in ``drop``)."""
+    groups = _groups(epoch)
+    keep = ["loss_acc"] if feature_set == "loss_acc" else [g for g in GROUPS if g not in drop]
+    return [n for g in keep for n in groups[g]]
+
+
+def _power_law(values: list[float]) -> tuple[float, float]:
+    """(exponent b, value projected to PROJECT_EPOCH) of v_k = a·k^(−b) fitted to positive values v_1..v_e."""
+    k = np.arange(1, len(values) + 1, dtype=float)
+    v = np.array(values, dtype=float)
+    ok = np.isfinite(v) & (v > 0)
+    if ok.sum() < 2:
+        return float("nan"), float("nan")
+    slope, icpt = np.polyfit(np.log(k[ok]), np.log(v[ok]), 1)
+    return float(-slope), float(math.exp(icpt + slope * math.log(PROJECT_EPOCH)))
+
+
+def _row(tel: dict[int, dict], epoch: int, domain: str | None) -> dict[str, float]:
     def get(k: int, c: str) -> float:
         v = tel.get(k, {}).get(c)
-        if v is None or (isinstance(v, float) and not math.isfinite(v)):
-            return float("nan")
-        return math.log10(max(v, 1e-12)) if c == "grad_norm" else float(v)
+        return float(v) if v is not None and math.isfinite(float(v)) else float("nan")
 
-    out = [get(k, c) for k in range(1, epoch + 1) for c in ("train_loss", "train_accuracy")]
+    def ratio(a: float, b: float) -> float:
+        return a / b if b > 0 and math.isfinite(a / b) else float("nan")
+
+    def log10(v: float) -> float:
+        return math.log10(v) if v > 0 and math.isfinite(v) else float("nan")
+
+    out: dict[str, float] = {}
+    ks = range(1, epoch + 1)
+    for k in ks:
+        tl, ta = get(k, "train_loss"), get(k, "train_accuracy")
+        out[f"train_loss_e{k}"], out[f"train_accuracy_e{k}"] = tl, ta
+        if k >= 2:
+            out[f"loss_ratio_e{k}"] = ratio(tl, get(1, "train_loss"))
+            out[f"log10_grad_norm_ratio_e{k}"] = log10(ratio(get(k, "grad_norm"), get(1, "grad_norm")))
+        for c in ("log10_grad_snr", "log10_grad_snr_median", *_WEIGHTS, "dead_relu_frac", "saturated_frac", "val_accuracy", "val_loss"):
+            out[f"{c}_e{k}"] = get(k, c)
+        out[f"log10_update_ratio_e{k}"] = log10(get(k, "update_ratio"))
+        out[f"gap_accuracy_e{k}"] = ta - get(k, "val_accuracy")
+        out[f"gap_loss_e{k}"] = get(k, "val_loss") - tl
+    out["log10_steps_per_epoch"] = log10(get(1, "minibatches"))
     prev = epoch - 1 if epoch > 1 else None
-    out += [get(epoch, "train_loss") - get(prev, "train_loss") if prev else float("nan"),
-            get(epoch, "train_accuracy") - get(prev, "train_accuracy") if prev else float("nan")]
-    if feature_set == "telemetry":
-        out += [get(k, c) for k in range(1, epoch + 1) for c in PER_EPOCH_TEL]
-        if epoch >= 2:
-            out += [get(2, c) for c in SNAPSHOT]
+    out["d_train_loss"] = get(epoch, "train_loss") - get(prev, "train_loss") if prev else float("nan")
+    out["d_train_accuracy"] = get(epoch, "train_accuracy") - get(prev, "train_accuracy") if prev else float("nan")
+    if epoch >= 2:
+        out["loss_exponent"], out["loss_projected"] = _power_law([get(k, "train_loss") for k in ks])
+        out["error_exponent"], out["error_projected"] = _power_law([1 - get(k, "train_accuracy") for k in ks])
+    out["arch_code"], out["dataset_code"] = domain_codes(domain)
     return out
 
 
-def design(telemetry: pl.DataFrame, run_ids: list[str], epoch: int, feature_set: str) -> np.ndarray:
-    """(runs × features) for the runs ``run_ids`` (in that order) from a long telemetry table (run_id, epoch, …)."""
+def design(telemetry: pl.DataFrame, run_ids: list[str], epoch: int, feature_set: str, *, domains: Sequence[str | None] | None = None,
+           drop: Sequence[str] = ()) -> np.ndarray:
+    """(runs × features) for the runs ``run_ids`` (in that order) from a long telemetry table (run_id, epoch, …);
+    ``domains`` (one per run, ``None`` = unknown) feeds the domain group."""
     by_run: dict[str, dict[int, dict]] = {}
     for r in telemetry.filter(pl.col("epoch") <= epoch).iter_rows(named=True):
         by_run.setdefault(r["run_id"], {})[int(r["epoch"])] = r
-    return np.array([_row(by_run.get(rid, {}), epoch, feature_set) for rid in run_ids], dtype=float).reshape(len(run_ids), -1)
+    names = feature_names(epoch, feature_set, drop)
+    doms = list(domains) if domains is not None else [None] * len(run_ids)
+    rows = [_row(by_run.get(rid, {}), epoch, d) for rid, d in zip(run_ids, doms)]
+    X = np.array([[r.get(n, float("nan")) for n in names] for r in rows], dtype=float).reshape(len(run_ids), len(names))
+    with np.errstate(over="ignore"):
+        X = np.where(np.isfinite(X) & (np.abs(X) < 1e30), X, np.nan)   # an overflowing ratio is as unknown as a missing value
+    return X
 
 
-def single_run(table: pl.DataFrame, epoch: int, feature_set: str = "telemetry") -> np.ndarray:
+def mask_domain(X: np.ndarray, epoch: int, feature_set: str, drop: Sequence[str] = ()) -> np.ndarray:
+    """A copy of ``X`` with the domain columns set to NaN (what an unknown domain looks like)."""
+    names = feature_names(epoch, feature_set, drop)
+    out = X.copy()
+    for i, n in enumerate(names):
+        if n in ("arch_code", "dataset_code"):
+            out[:, i] = np.nan
+    return out
+
+
+def single_run(table: pl.DataFrame, epoch: int, feature_set: str = "telemetry", domain: str | None = None) -> np.ndarray:
     """Features of one run's recorder table (``Recorder.table()``), 1 × features."""
-    return design(table.with_columns(pl.lit("run").alias("run_id")), ["run"], epoch, feature_set)
+    return design(table.with_columns(pl.lit("run").alias("run_id")), ["run"], epoch, feature_set, domains=[domain])

@@ -1,9 +1,11 @@
-"""Early-success models: XGBoost per (scope, epoch, feature set, target), trained on development runs only.
+"""Early-success models: XGBoost per (epoch, feature set, target), trained on development runs only.
 
 Targets: ``final_test_accuracy`` (regression), ``failure`` (binary; :func:`prenet.outcome.corpus.is_failure`
 with each domain's threshold = ``failure_fraction`` × the 90th percentile of its development final accuracy),
-``relative_class`` (0/1/2 = tertile of final accuracy within the domain, cut points from the development set).
-Scopes: ``pooled`` (all domains) and each domain with enough development runs. Models are saved as XGBoost JSON
+and ``relative_class`` (0/1/2 = tertile of final accuracy within the domain, cut points from the development set),
+which is not a model of its own: it is where the predicted accuracy falls among the domain's cut points, with
+probabilities from the out-of-fold residuals (:func:`relative_class`).
+One pooled model over all domains, with the domain as a feature (:mod:`prenet.outcome.features`). Models are saved as XGBoost JSON
 plus ``manifest.json`` (thresholds, cut points, feature names, residual quantiles): no pickle.
 """
 
@@ -18,9 +20,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from prenet.outcome.features import FEATURE_SETS, design, feature_names
+from prenet.outcome.features import FEATURE_SETS, design, feature_names, mask_domain
 
-TARGETS = ("final_test_accuracy", "failure", "relative_class")
+#: What the fitted models predict; the relative class follows from the predicted accuracy (:func:`relative_class`).
+TARGETS = ("final_test_accuracy", "failure")
 
 
 def domain_thresholds(runs: pl.DataFrame, failure_fraction: float, classes: int) -> dict[str, dict[str, Any]]:
@@ -43,16 +46,15 @@ def labels(runs: pl.DataFrame, thresholds: dict[str, dict[str, Any]], pooled_fal
     return runs.with_columns(pl.Series("failure", fail), pl.Series("relative_class", cls))
 
 
-def _model(target: str, params: dict, classes: int, seed: int):
+def _model(target: str, params: dict, seed: int):
     import xgboost as xgb
 
     kw = dict(n_estimators=int(params["n_estimators"]), max_depth=int(params["max_depth"]), learning_rate=float(params["learning_rate"]),
-              subsample=float(params["subsample"]), colsample_bytree=float(params["colsample_bytree"]), random_state=seed, n_jobs=1)
+              subsample=float(params["subsample"]), colsample_bytree=float(params["colsample_bytree"]), max_bin=int(params["max_bin"]),
+              random_state=seed, n_jobs=1)
     if target == "final_test_accuracy":
         return xgb.XGBRegressor(**kw)
-    if target == "failure":
-        return xgb.XGBClassifier(**kw, eval_metric="logloss")
-    return xgb.XGBClassifier(**kw, objective="multi:softprob", num_class=classes, eval_metric="mlogloss")
+    return xgb.XGBClassifier(**kw, eval_metric="logloss")
 
 
 @dataclass
@@ -62,79 +64,121 @@ class Fitted:
     target: str
     model: Any = None
     constant: float | None = None
-    classes: int = 2
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """Accuracy (regression), failure probability (binary), or class probabilities (n × classes)."""
+        """Accuracy (regression) or failure probability (binary)."""
         if self.constant is not None:
-            if self.target == "relative_class":
-                p = np.zeros((len(X), self.classes))
-                p[:, int(self.constant)] = 1.0
-                return p
             return np.full(len(X), self.constant)
         if self.target == "final_test_accuracy":
             return self.model.predict(X)
-        proba = self.model.predict_proba(X)
-        return proba[:, 1] if self.target == "failure" else proba
+        return self.model.predict_proba(X)[:, 1]
 
 
-def fit_one(target: str, X: np.ndarray, y: np.ndarray, params: dict, classes: int, seed: int) -> Fitted:
-    if target != "final_test_accuracy" and len(np.unique(y)) < (2 if target == "failure" else classes):
-        if target == "failure" and len(np.unique(y)) == 1:
-            return Fitted(target, constant=float(y[0]), classes=classes)
-        if target == "relative_class":
-            # classes absent from the training labels: fall back to the majority class
-            return Fitted(target, constant=float(np.bincount(y.astype(int), minlength=classes).argmax()), classes=classes)
-    m = _model(target, params, classes, seed)
+def fit_one(target: str, X: np.ndarray, y: np.ndarray, params: dict, seed: int) -> Fitted:
+    if target == "failure" and len(np.unique(y)) == 1:
+        return Fitted(target, constant=float(y[0]))
+    m = _model(target, params, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         m.fit(X, y)
-    return Fitted(target, m, classes=classes)
+    return Fitted(target, m)
 
 
-def cv_residual_quantiles(X: np.ndarray, y: np.ndarray, params: dict, quantiles: list[float], seed: int, folds: int = 5) -> list[float]:
-    """Quantiles of out-of-fold residuals (actual − predicted accuracy) on the development runs."""
-    if len(y) < 2 * folds:
-        return [float("nan")] * len(quantiles)
-    idx = np.random.default_rng(seed).permutation(len(y))
-    res = np.empty(len(y))
+def relative_class(accuracy: np.ndarray, cuts: list[float] | list[list[float]], residuals: list[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(class, class probabilities) of predicted final accuracies: the class is where the prediction falls among the
+    cut points (one list, or one per run); the probabilities are the shares of ``residuals`` (out-of-fold actual −
+    predicted) that would put the run in each class (one-hot on the class without residuals)."""
+    acc = np.asarray(accuracy, dtype=float)
+    per_run = [cuts] * len(acc) if not cuts or not isinstance(cuts[0], (list, tuple)) else cuts
+    cls = np.array([np.searchsorted(c, a, side="right") for c, a in zip(per_run, acc)], dtype=int)
+    k = len(per_run[0]) + 1 if len(per_run) else 1
+    probs = np.zeros((len(acc), k))
+    if residuals is None or not len(residuals):
+        probs[np.arange(len(acc)), cls] = 1.0
+        return cls, probs
+    r = np.asarray(residuals, dtype=float)
+    for i, (c, a) in enumerate(zip(per_run, acc)):
+        probs[i] = np.bincount(np.searchsorted(c, a + r, side="right"), minlength=k)[:k] / len(r)
+    return cls, probs
+
+
+def fit_targets(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, feature_set: str, *, params: dict, seed: int,
+                drop: tuple[str, ...] = (), targets: tuple[str, ...] = TARGETS) -> dict[str, Fitted]:
+    """The models of one (epoch, feature set) on labelled ``runs`` (:func:`labels`). With the domain group in the
+    features, every run is also added once with its domain masked, so the model answers an unknown domain from
+    cases it has seen."""
+    X = design(telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(), drop=drop)
+    reps = 1
+    if feature_set == "telemetry" and "domain" not in drop:
+        X = np.vstack([X, mask_domain(X, epoch, feature_set, drop)])
+        reps = 2
+    out = {}
+    for target in targets:
+        y = np.tile(runs[target].to_numpy().astype(float if target == "final_test_accuracy" else int), reps)
+        out[target] = fit_one(target, X, y, params, seed)
+    return out
+
+
+def predict_targets(models: dict[str, Fitted], runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, feature_set: str, *,
+                    drop: tuple[str, ...] = (), known_domain: bool = True) -> dict[str, np.ndarray]:
+    """Predictions of :func:`fit_targets` models for ``runs``: accuracy and failure probability.
+    ``known_domain=False`` answers as for a domain the models never saw (domain features masked)."""
+    doms = runs["domain"].to_list() if known_domain else [None] * runs.height
+    X = design(telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=doms, drop=drop)
+    return {t: m.predict(X) for t, m in models.items()}
+
+
+def cv_residuals(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, params: dict, seed: int, folds: int = 5) -> list[float]:
+    """Out-of-fold residuals (actual − predicted accuracy, telemetry model) of the development runs (empty when too
+    few runs for the folds)."""
+    if runs.height < 2 * folds:
+        return []
+    idx = np.random.default_rng(seed).permutation(runs.height)
+    res = np.empty(runs.height)
+    y = runs["final_test_accuracy"].to_numpy()
     for f in range(folds):
-        te = idx[f::folds]
+        te = np.sort(idx[f::folds])
         tr = np.setdiff1d(idx, te)
-        res[te] = y[te] - fit_one("final_test_accuracy", X[tr], y[tr], params, 3, seed).predict(X[te])
-    return [float(np.quantile(res, q)) for q in quantiles]
+        m = fit_targets(runs[tr], telemetry, epoch, "telemetry", params=params, seed=seed, targets=("final_test_accuracy",))
+        res[te] = y[te] - np.clip(predict_targets(m, runs[te], telemetry, epoch, "telemetry")["final_test_accuracy"], 0, 1)
+    return [round(float(v), 5) for v in res]
+
+
+def pooled_thresholds(thr: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Thresholds for a domain without its own: the medians over the known domains."""
+    return {"failure_threshold": float(np.median([t["failure_threshold"] for t in thr.values()])),
+            "class_cuts": list(np.median([t["class_cuts"] for t in thr.values()], axis=0))}
 
 
 def train_all(runs: pl.DataFrame, telemetry: pl.DataFrame, *, epochs: list[int], params: dict, classes: int, failure_fraction: float,
-              min_domain_runs: int, interval: list[float], seed: int) -> tuple[dict, dict]:
-    """Fit every (scope, epoch, feature set, target) on the development ``runs``. Returns (models, manifest)."""
+              interval: list[float], seed: int) -> tuple[dict, dict]:
+    """Fit the pooled models (domain as a feature) for every (epoch, feature set, target) on the development
+    ``runs``. Returns (models keyed ("pooled", epoch, feature set, target), manifest)."""
     thr = domain_thresholds(runs, failure_fraction, classes)
-    pooled = {"failure_threshold": float(np.median([t["failure_threshold"] for t in thr.values()])),
-              "class_cuts": list(np.median([t["class_cuts"] for t in thr.values()], axis=0))}
+    pooled = pooled_thresholds(thr)
     runs = labels(runs, thr)
-    scopes = {"pooled": runs, **{d: g for (d,), g in runs.group_by(["domain"], maintain_order=True) if g.height >= min_domain_runs}}
     models: dict[tuple[str, int, str, str], Fitted] = {}
     quantiles: dict[str, list[float]] = {}
-    for scope, g in scopes.items():
-        ids = g["run_id"].to_list()
-        for e in epochs:
-            for fs in FEATURE_SETS:
-                X = design(telemetry, ids, e, fs)
-                for target in TARGETS:
-                    y = g[target].to_numpy().astype(float if target == "final_test_accuracy" else int)
-                    models[(scope, e, fs, target)] = fit_one(target, X, y, params, classes, seed)
-                if fs == "telemetry":
-                    quantiles[f"{scope}|{e}"] = cv_residual_quantiles(X, g["final_test_accuracy"].to_numpy(), params, interval, seed)
-    manifest = {"epochs": epochs, "scopes": list(scopes), "feature_sets": list(FEATURE_SETS), "targets": list(TARGETS), "classes": classes,
+    residuals: dict[str, list[float]] = {}
+    for e in epochs:
+        for fs in FEATURE_SETS:
+            for target, m in fit_targets(runs, telemetry, e, fs, params=params, seed=seed).items():
+                models[("pooled", e, fs, target)] = m
+        residuals[f"pooled|{e}"] = cv_residuals(runs, telemetry, e, params=params, seed=seed)
+        quantiles[f"pooled|{e}"] = ([float(np.quantile(residuals[f"pooled|{e}"], q)) for q in interval] if residuals[f"pooled|{e}"]
+                                    else [float("nan")] * len(interval))
+    manifest = {"epochs": epochs, "scopes": ["pooled"], "feature_sets": list(FEATURE_SETS), "targets": list(TARGETS), "classes": classes,
                 "thresholds": thr, "pooled_thresholds": pooled, "failure_fraction": failure_fraction, "interval_quantiles": interval,
-                "residual_quantiles": quantiles, "features": {f"{e}|{fs}": feature_names(e, fs) for e in epochs for fs in FEATURE_SETS},
-                "dev_runs": runs.height}
+                "residual_quantiles": quantiles, "residuals": residuals, "features": {f"{e}|{fs}": feature_names(e, fs) for e in epochs for fs in FEATURE_SETS},
+                "domains": sorted(thr), "dev_runs": runs.height}
     return models, manifest
 
 
 def save(models: dict, manifest: dict, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*__*.json"):      # models of an earlier fit (another epoch list, target set…)
+        old.unlink()
     consts = {}
     for (scope, e, fs, target), m in models.items():
         name = f"{scope}__e{e}__{fs}__{target}"
@@ -162,9 +206,9 @@ def load(folder: str | Path) -> tuple[dict, dict]:
                 for target in manifest["targets"]:
                     name = f"{scope}__e{e}__{fs}__{target}"
                     if name in manifest["constants"]:
-                        models[(scope, e, fs, target)] = Fitted(target, constant=manifest["constants"][name], classes=manifest["classes"])
+                        models[(scope, e, fs, target)] = Fitted(target, constant=manifest["constants"][name])
                         continue
                     m = xgb.XGBRegressor() if target == "final_test_accuracy" else xgb.XGBClassifier()
                     m.load_model(folder / f"{name}.json")
-                    models[(scope, e, fs, target)] = Fitted(target, m, classes=manifest["classes"])
+                    models[(scope, e, fs, target)] = Fitted(target, m)
     return models, manifest

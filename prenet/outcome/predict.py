@@ -14,7 +14,7 @@ import polars as pl
 
 from prenet.errors import PrenetError
 from prenet.outcome.features import single_run
-from prenet.outcome.models import load
+from prenet.outcome.models import load, relative_class
 from prenet.outcome.telemetry_input import check_telemetry
 from prenet.paths import REPO_ROOT
 
@@ -26,7 +26,7 @@ CLASS_NAMES = ("bottom third", "middle third", "top third")
 class Outcome:
     """``final_test_accuracy`` (fraction), ``interval`` (low, high: the prediction plus the validation residual
     quantiles of that model), ``failure_probability``, ``relative_class`` (0 = bottom third of its domain …),
-    ``epoch`` (the epoch whose model answered), ``scope`` (domain or ``pooled``)."""
+    ``epoch`` (the epoch whose model answered), ``scope`` (the domain the answer used, or ``unknown``)."""
 
     final_test_accuracy: float
     interval: tuple[float, float]
@@ -47,8 +47,8 @@ class Outcome:
 
 def predict(table: pl.DataFrame, *, domain: str | None = None, models_dir: str | Path = DEFAULT_MODELS) -> Outcome:
     """Predict from a recorder table (``Recorder.table()``: one row per epoch seen so far). Uses the model of the
-    largest trained epoch ≤ the epochs seen; a domain the models never saw (or ``None``) gets the pooled model,
-    with a warning when a name was given. The table is checked first (:func:`check_telemetry`): a broken rule is one
+    largest trained epoch ≤ the epochs seen. One pooled model answers, with the domain as a feature; a domain
+    the corpus never had (or ``None``) is answered as unknown, with a warning when a name was given. The table is checked first (:func:`check_telemetry`): a broken rule is one
     :class:`~prenet.outcome.telemetry_input.TelemetryError` naming the column, the row and the rule."""
     if not isinstance(table, pl.DataFrame):
         raise PrenetError(f"predict() needs a polars DataFrame (Recorder.table()), got {type(table).__name__}")
@@ -60,18 +60,15 @@ def predict(table: pl.DataFrame, *, domain: str | None = None, models_dir: str |
         raise PrenetError(f"the table holds {seen} epoch(s); the models start at epoch {min(manifest['epochs'])}")
     e = max(usable)
     scope = "pooled"
-    if domain is not None:
-        if domain in manifest["scopes"]:
-            scope = domain
-        else:
-            warnings.warn(f"domain {domain!r} has no model of its own (known: {', '.join(s for s in manifest['scopes'] if s != 'pooled')}); "
-                          "using the pooled model", stacklevel=2)
-    X = single_run(table, e, "telemetry")
+    known = manifest.get("domains", [])
+    if domain is not None and domain not in known:
+        warnings.warn(f"domain {domain!r} was not in the corpus (known: {', '.join(known)}); the pooled model answers as for an "
+                      "unknown domain", stacklevel=2)
+    X = single_run(table, e, "telemetry", domain=domain if domain in known else None)
     acc = float(np.clip(models[(scope, e, "telemetry", "final_test_accuracy")].predict(X)[0], 0.0, 1.0))
     q = manifest["residual_quantiles"].get(f"{scope}|{e}", [float("nan"), float("nan")])
-    if not np.isfinite(q).all():  # too few development runs in the domain for cross-validated residuals
-        q = manifest["residual_quantiles"].get(f"pooled|{e}", q)
     lo, hi = (float(np.clip(acc + q[0], 0, 1)), float(np.clip(acc + q[-1], 0, 1))) if np.isfinite(q).all() else (float("nan"), float("nan"))
     pf = float(models[(scope, e, "telemetry", "failure")].predict(X)[0])
-    pc = models[(scope, e, "telemetry", "relative_class")].predict(X)[0]
-    return Outcome(acc, (lo, hi), pf, int(np.argmax(pc)), [float(v) for v in pc], e, scope, seen)
+    cuts = manifest["thresholds"][domain]["class_cuts"] if domain in known else manifest["pooled_thresholds"]["class_cuts"]
+    cls, pc = relative_class(np.array([acc]), cuts, manifest.get("residuals", {}).get(f"{scope}|{e}"))
+    return Outcome(acc, (lo, hi), pf, int(cls[0]), [float(v) for v in pc[0]], e, domain if domain in known else "unknown", seen)

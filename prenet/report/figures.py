@@ -127,16 +127,33 @@ def outcome_by_epoch(pooled: dict, path: Path) -> Path:
     """R² and failure AUC of the pooled models by epoch, with bootstrap 95 % intervals, telemetry vs loss/acc only."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
     epochs = sorted(int(k.split("_")[1]) for k in pooled)
-    for fs, color in (("telemetry", "#1f77b4"), ("loss_acc", "#ff7f0e")):
+    for fs, color in (("telemetry", "#1f77b4"), ("loss_acc", "#ff7f0e"), ("naive", "#2ca02c")):
         for ax, (key, label) in zip(axes, (("r2", "R² of final test accuracy"), ("failure_auc", "failure ROC AUC"))):
-            pts = [pooled[f"epoch_{e}"][fs] for e in epochs]
+            pts = [pooled[f"epoch_{e}"].get(fs, {}) for e in epochs]
             v = np.array([p.get(key, np.nan) for p in pts], dtype=float)
             lo = np.array([p.get(f"{key}_low", np.nan) for p in pts], dtype=float)
             hi = np.array([p.get(f"{key}_high", np.nan) for p in pts], dtype=float)
-            off = -0.08 if fs == "telemetry" else 0.08
+            off = {"telemetry": -0.1, "loss_acc": 0.0, "naive": 0.1}[fs]
             ax.errorbar(np.array(epochs) + off, v, yerr=[np.nan_to_num(v - lo), np.nan_to_num(hi - v)], fmt="o-", color=color, capsize=3, label=fs)
             ax.set(xlabel="epochs seen", title=label, xticks=epochs)
     axes[0].legend(fontsize=8)
+    return _save(fig, path, 110)
+
+
+def reliability_curve(by_epoch: dict, path: Path) -> Path:
+    """Reliability of the predicted failure probability on the holdout, one line per epoch (bins with ≥ 1 run),
+    against the diagonal of perfect calibration; the legend gives each epoch's expected calibration error."""
+    fig, ax = plt.subplots(figsize=(5.2, 5))
+    for key, rel in by_epoch.items():
+        b = rel.get("bins", [])
+        if b:
+            ax.plot([r["predicted"] for r in b], [r["observed"] for r in b], "o-", ms=4,
+                    label=f"{key.replace('_', ' ')} (ECE {rel.get('ece', float('nan')):.3f})")
+    ax.plot([0, 1], [0, 1], "k-", lw=0.8)
+    ax.legend(fontsize=7)
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="predicted failure probability", ylabel="observed failure frequency",
+           title="holdout: failure-probability reliability")
+    ax.title.set_fontsize(9)
     return _save(fig, path, 110)
 
 

@@ -178,21 +178,27 @@ def _cost_check(fc_cost: dict) -> list[Row]:
 
 def _outcome(oc: dict, cp: dict) -> list[Row]:
     pooled = oc.get("results", {}).get("pooled", {})
-    abl = oc.get("ablation", {})
-    e1 = abl.get("pooled", {}).get("epoch_1", {}).get("r2", {})
-    doms = [d for d in abl if d != "pooled"]
-    sig = [d for d in doms if abl[d].get("epoch_1", {}).get("r2", {}).get("p_value", 1.0) < 0.05]
+    abl = oc.get("ablation", {}).get("pooled", {})
+    src = f"{cp.get('runs')} runs, {'vendored' if cp.get('source') == 'vendored' else 'generated'} corpus"
     rows: list[Row] = [("early success (telemetry → XGBoost)", "this project", "published")]
     for ep, label, key, pub in (("epoch_2", "R² of final test accuracy at epoch 2", "r2", "outcome_r2"),
                                 ("epoch_3", "failure ROC AUC at epoch 3", "failure_auc", "outcome_auc")):
-        t = pooled.get(ep, {}).get("telemetry", {})
-        la = pooled.get(ep, {}).get("loss_acc", {})
-        rows.append((f"{label}, pooled, holdout ({oc.get('holdout_runs')} of {cp.get('runs')} runs): telemetry / loss-acc only",
-                     f"{_ci(t, key)} / {_ci(la, key)}", PUBLISHED[pub]))
-    if e1:
-        rows.append(("telemetry gain at epoch 1 (ΔR², paired bootstrap)",
-                     f"pooled {e1.get('difference', 0):+.2f} (p {_p(e1.get('p_value', 1.0))}); significant in {len(sig)} of {len(doms)} domains",
-                     PUBLISHED["outcome_ablation"]))
+        r = pooled.get(ep, {})
+        rows.append((f"{label}, holdout ({oc.get('holdout_runs')} of {src}): telemetry / loss-acc only / naive epoch-k accuracy",
+                     f"{_ci(r.get('telemetry', {}), key)} / {_ci(r.get('loss_acc', {}), key)} / {_ci(r.get('naive', {}), key)}", PUBLISHED[pub]))
+    for name, res in (("leave-one-domain-out", oc.get("leave_one_domain_out", {})), ("leave-one-optimizer-out", oc.get("leave_one_optimizer_out", {}))):
+        if res:
+            cells = "; ".join(f"{g}: {_ci(v.get('epoch_2', {}).get('telemetry', {}), 'r2')}" for g, v in res.items())
+            rows.append((f"{name}: R² at epoch 2 (never saw the group; naive guess in outcome.json)", cells, "not published"))
+    e2 = abl.get("epoch_2", {}).get("r2", {})
+    if e2:
+        rows.append(("telemetry gain over loss/accuracy only at epoch 2 (ΔR², paired bootstrap)",
+                     f"{e2.get('difference', 0):+.3f} (p {_p(e2.get('p_value', 1.0))})", PUBLISHED["outcome_ablation"]))
+    cal = oc.get("calibration", {}).get("epoch_2", {})
+    if cal:
+        rows.append(("interval coverage at epoch 2 (nominal) · failure-probability ECE",
+                     f"{100 * cal['interval_coverage']:.1f} % ({100 * cal['interval_nominal']:.0f} %) · {cal['failure_reliability']['ece']:.3f}",
+                     "not published"))
     return rows
 
 

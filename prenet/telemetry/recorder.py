@@ -19,11 +19,15 @@ Definitions (all per epoch, over the epoch's minibatches):
 * **weight-norm growth** — ``weight_norm_ratio`` = ‖w_t‖/‖w_0‖ over all parameters (w_0 = the weights when the
   recorder was made); ``weight_distance`` = ‖w_t − w_0‖/‖w_0‖; per layer (each parameter tensor of ≥ 2 dimensions,
   i.e. weight matrices and kernels): ``layer_norm_ratio_max`` and ``layer_norm_ratio_mean`` of ‖w_l,t‖/‖w_l,0‖.
-* **activation saturation at epoch 2** (``snapshot_epoch``) — the probe batch is run through the model (eval mode,
+* **update/weight ratio** — ``update_ratio`` = ‖w_t − w_{t−1}‖/‖w_{t−1}‖ over all parameters, this epoch's
+  relative step (w_{t−1} = the weights at the previous epoch's end, or at construction).
+* **validation** (optional) — ``val_loss`` (nats) and ``val_accuracy`` as passed to ``end_epoch``; null when not
+  given. With them the early-success features include the train–validation gap.
+* **activation saturation** at every epoch end (or only at ``snapshot_epoch`` when one is given) — the probe batch is run through the model (eval mode,
   no gradients) with hooks on every ReLU, Tanh and Sigmoid module: ``dead_relu_frac`` = share of ReLU units
   (a unit = one feature or one channel) that output 0 for every probe sample; ``saturated_frac`` = share of tanh
   outputs with |a| > ``saturation_threshold`` and of sigmoid outputs with |2a − 1| > ``saturation_threshold``
-  (default 0.99). Null in the other epochs' rows; null when the model has no such modules.
+  (default 0.99). Null when the model has no such modules (or, with ``snapshot_epoch``, in the other epochs' rows).
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ class Recorder:
     """Collects gradient moments after each backward pass and, at each epoch end, the weight norms and (at
     ``snapshot_epoch``) the activation saturation on ``probe_inputs``. ``seconds`` is the recorder's own wall time."""
 
-    def __init__(self, model: nn.Module, *, probe_inputs: torch.Tensor | None = None, snapshot_epoch: int = 2,
+    def __init__(self, model: nn.Module, *, probe_inputs: torch.Tensor | None = None, snapshot_epoch: int | None = None,
                  saturation_threshold: float = SATURATION_THRESHOLD) -> None:
         self.model = model
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -64,6 +68,7 @@ class Recorder:
             self.w0 = [p.detach().clone() for p in self.params]
             self.w0_norm = math.sqrt(sum(float((w.double() ** 2).sum()) for w in self.w0))
             self.layer_w0 = [float(w.double().norm()) for w in self.w0]
+            self.w_prev = [w.clone() for w in self.w0]
         self.rows: list[dict] = []
         self.seconds = 0.0
         self._m = self._fresh()
@@ -130,8 +135,10 @@ class Recorder:
             self.model.train(was)
         return (dead / relu_units if relu_units else None), (sat_n / sat_total if sat_total else None)
 
-    def end_epoch(self, *, train_loss: float, train_accuracy: float) -> dict:
-        """Close the epoch: one row with the losses given and the telemetry measured. Returns the row."""
+    def end_epoch(self, *, train_loss: float, train_accuracy: float, val_loss: float | None = None,
+                  val_accuracy: float | None = None) -> dict:
+        """Close the epoch: one row with the losses given (validation optional) and the telemetry measured. Returns
+        the row."""
         t0 = time.perf_counter()
         m = self._m
         epoch = len(self.rows) + 1
@@ -151,9 +158,12 @@ class Recorder:
         with torch.no_grad():
             norms = [float(p.detach().double().norm()) for p in self.params]
             dist = math.sqrt(sum(float(((p.detach() - w).double() ** 2).sum()) for p, w in zip(self.params, self.w0)))
+            step = math.sqrt(sum(float(((p.detach() - w).double() ** 2).sum()) for p, w in zip(self.params, self.w_prev)))
+            prev = math.sqrt(sum(float((w.double() ** 2).sum()) for w in self.w_prev))
+            self.w_prev = [p.detach().clone() for p in self.params]
         wn = math.sqrt(sum(n * n for n in norms))
         layer = [n / n0 for n, n0, p in zip(norms, self.layer_w0, self.params) if p.dim() >= 2 and n0 > 0]
-        dead, sat = self._saturation() if epoch == self.snapshot_epoch else (None, None)
+        dead, sat = self._saturation() if self.snapshot_epoch in (None, epoch) else (None, None)
         finite = lambda v: v is not None and math.isfinite(v)  # noqa: E731
         row = {
             "epoch": epoch,
@@ -166,6 +176,9 @@ class Recorder:
             "weight_distance": dist / self.w0_norm if math.isfinite(dist) and self.w0_norm > 0 else None,
             "layer_norm_ratio_max": max(layer) if layer and all(map(math.isfinite, layer)) else None,
             "layer_norm_ratio_mean": float(np.mean(layer)) if layer and all(map(math.isfinite, layer)) else None,
+            "update_ratio": step / prev if math.isfinite(step) and math.isfinite(prev) and prev > 0 else None,
+            "val_loss": float(val_loss) if finite(val_loss) else None,
+            "val_accuracy": float(val_accuracy) if finite(val_accuracy) else None,
             "dead_relu_frac": dead,
             "saturated_frac": sat,
             "minibatches": m.count,
@@ -187,7 +200,8 @@ class Recorder:
 
 
 TELEMETRY_FLOAT = ("train_loss", "train_accuracy", "log10_grad_snr", "log10_grad_snr_median", "grad_norm", "weight_norm_ratio",
-                   "weight_distance", "layer_norm_ratio_max", "layer_norm_ratio_mean", "dead_relu_frac", "saturated_frac")
+                   "weight_distance", "layer_norm_ratio_max", "layer_norm_ratio_mean", "update_ratio", "val_loss", "val_accuracy", "dead_relu_frac",
+                   "saturated_frac")
 
 
 def telemetry_schema() -> dict:

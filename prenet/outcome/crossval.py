@@ -1,0 +1,78 @@
+"""How the early-success models fare on what they never saw: leave-one-group-out (a domain, an optimizer), the
+feature-group ablation, and the naive baseline a user would otherwise use (the epoch-k accuracy as the guess).
+
+All functions take labelled runs (:func:`prenet.outcome.models.labels`) and the long telemetry table, and return
+plain dicts of scores (:func:`prenet.outcome.evaluation.scores`) ready for ``metrics/outcome.json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from prenet.outcome.evaluation import auc, paired_difference, r2, scores
+from prenet.outcome.features import GROUPS
+from prenet.outcome.models import fit_targets, predict_targets, relative_class
+
+
+def naive_guess(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> dict[str, np.ndarray]:
+    """The guess without a model: final accuracy = the validation accuracy at ``epoch`` (the train accuracy where no
+    validation was recorded); failure score = 1 − that."""
+    tel = telemetry.filter(pl.col("epoch") == epoch).select("run_id", "val_accuracy", "train_accuracy")
+    g = runs.select("run_id", "domain").join(tel, on="run_id", how="left")
+    guess = g["val_accuracy"].fill_null(g["train_accuracy"]).fill_null(0.0).to_numpy().astype(float)
+    return {"final_test_accuracy": guess, "failure": 1.0 - guess}
+
+
+def score_predictions(runs: pl.DataFrame, pred: dict[str, np.ndarray], n_boot: int, seed: int, thresholds: dict[str, dict[str, Any]],
+                      fallback: dict[str, Any]) -> dict:
+    """:func:`~prenet.outcome.evaluation.scores` of predictions for labelled runs; the relative class is where the
+    predicted accuracy falls among each run's domain cut points (:func:`prenet.outcome.models.relative_class`)."""
+    cuts = [thresholds.get(d, fallback)["class_cuts"] for d in runs["domain"].to_list()]
+    pc, _ = relative_class(np.clip(pred["final_test_accuracy"], 0, 1), cuts)
+    return scores(runs["final_test_accuracy"].to_numpy(), pred["final_test_accuracy"], runs["failure"].to_numpy(), pred["failure"],
+                  runs["relative_class"].to_numpy(), pc, n_boot, seed)
+
+
+def leave_group_out(train: pl.DataFrame, test: pl.DataFrame, telemetry: pl.DataFrame, column: str, value: str, *, epochs: list[int],
+                    params: dict, thresholds: dict, fallback: dict, n_boot: int, seed: int) -> dict:
+    """Fit on the ``train`` runs whose ``column`` ≠ ``value``, score on the ``test`` runs with ``column`` = ``value``.
+    The telemetry model answers with the domain masked when ``column`` is the domain (as for a user's unknown
+    domain). Scores of the telemetry model, the loss/accuracy-only model and the naive guess per epoch."""
+    tr, te = train.filter(pl.col(column) != value), test.filter(pl.col(column) == value)
+    out: dict = {"train_runs": tr.height, "test_runs": te.height}
+    for e in epochs:
+        res = {}
+        for fs in ("telemetry", "loss_acc"):
+            m = fit_targets(tr, telemetry, e, fs, params=params, seed=seed)
+            res[fs] = score_predictions(te, predict_targets(m, te, telemetry, e, fs, known_domain=column != "domain"), n_boot, seed,
+                                        thresholds, fallback)
+        res["naive"] = score_predictions(te, naive_guess(te, telemetry, e), n_boot, seed, thresholds, fallback)
+        out[f"epoch_{e}"] = res
+    return out
+
+
+def mean_over_groups(result: dict, epoch: int, model: str, metric: str) -> float:
+    """Mean of ``metric`` over the held-out groups of :func:`leave_group_out` (NaN groups skipped)."""
+    vals = [g[f"epoch_{epoch}"][model][metric] for g in result.values() if f"epoch_{epoch}" in g]
+    vals = [v for v in vals if np.isfinite(v)]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def ablate_groups(dev: pl.DataFrame, hold: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, params: dict, n_boot: int, seed: int) -> dict:
+    """Each feature group dropped in turn from the telemetry set at ``epoch`` (``loss_acc`` is never dropped: it is
+    the baseline): R² and failure AUC on the holdout of the full model minus the model without the group, with a
+    paired bootstrap (positive = the group helps)."""
+    y, yf = hold["final_test_accuracy"].to_numpy(), hold["failure"].to_numpy()
+    full = predict_targets(fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed), hold, telemetry, epoch, "telemetry")
+    out = {}
+    for g in GROUPS:
+        if g == "loss_acc" or (g == "curve" and epoch < 2):
+            continue
+        m = fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed, drop=(g,))
+        p = predict_targets(m, hold, telemetry, epoch, "telemetry", drop=(g,))
+        out[g] = {"r2": paired_difference(r2, y, full["final_test_accuracy"], p["final_test_accuracy"], n_boot, seed),
+                  "failure_auc": paired_difference(auc, yf, full["failure"], p["failure"], n_boot, seed)}
+    return out
