@@ -11,8 +11,8 @@ Sampling (documented method, ``sample_configs``):
   learning rate log-uniform in that optimizer's ``lr_range``, weight decay 0 with probability ½ else log-uniform in
   the optimizer's ``weight_decay_range``, learning-rate schedule uniform over ``schedules`` (:data:`SCHEDULES`),
   batch size, width, depth, activation uniform from their lists, init scale log-uniform in ``init_scale_range``
-  (every ≥2-D weight multiplied after the default init), training-set size log-uniform in ``train_fraction_range``
-  (a share of the domain's training data), label noise 0 with probability 1 − ``label_noise_probability`` else
+  (every ≥2-D weight multiplied after the default init), training-set size the whole training data with probability
+  ``full_data_probability`` else log-uniform in ``train_fraction_range`` (a share of it), label noise 0 with probability 1 − ``label_noise_probability`` else
   uniform in ``label_noise_range`` (that share of training labels replaced by random classes);
 * the prior's ranges reach every failure mode users meet: divergence (large learning rates and init scales), dead
   units (ReLU with large steps), no learning (tiny learning rates, collapsed init scales), over-fitting (small
@@ -267,14 +267,15 @@ def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
 def sample_prior(domain: str, space: Mapping[str, Any], rng: np.random.Generator, *, seed: int, epochs: int) -> RunSpec:
     """One run from the prior (module docstring). ``space`` keys: optimizers, lr_range (per optimizer),
     weight_decay_range (per optimizer), schedules, batch_sizes, widths, depths, activations, init_scale_range,
-    label_noise_probability, label_noise_range, train_fraction_range."""
+    label_noise_probability, label_noise_range, full_data_probability, train_fraction_range."""
     opt = str(rng.choice(space["optimizers"]))
     lo, hi = space["lr_range"][opt]
     wd = 0.0 if rng.random() < 0.5 else _log_uniform(rng, *space["weight_decay_range"][opt])
     noise = float(rng.uniform(*space["label_noise_range"])) if rng.random() < float(space["label_noise_probability"]) else 0.0
+    frac = 1.0 if rng.random() < float(space["full_data_probability"]) else _log_uniform(rng, *space["train_fraction_range"])
     return RunSpec(domain, _log_uniform(rng, lo, hi), int(rng.choice(space["batch_sizes"])), int(rng.choice(space["widths"])),
                    int(rng.choice(space["depths"])), str(rng.choice(space["activations"])), _log_uniform(rng, *space["init_scale_range"]),
-                   wd, opt, seed, epochs, str(rng.choice(space["schedules"])), noise, _log_uniform(rng, *space["train_fraction_range"]))
+                   wd, opt, seed, epochs, str(rng.choice(space["schedules"])), noise, frac)
 
 
 def sample_between(a: RunSpec, b: RunSpec, rng: np.random.Generator, *, seed: int) -> RunSpec:

@@ -17,10 +17,15 @@ as log10. Feature groups (``GROUPS``; ``loss_acc`` alone is the ablation baselin
 * ``activations``: dead-ReLU and saturated tanh/sigmoid fractions at each epoch;
 * ``generalization``: validation accuracy and loss at each epoch, the train − validation accuracy gap and the
   validation − train loss gap;
-* ``domain``: architecture and dataset codes (``ARCH_CODES``, ``DATASET_CODES``; NaN when unknown — the pooled
-  model is trained with these masked on a copy of every run, so an unknown domain is a case it has seen).
+* ``domain``: architecture and dataset codes (``ARCH_CODES``, ``DATASET_CODES``; NaN when unknown);
+* ``schedule``: the run's learning-rate schedule for the epochs to come (``SCHEDULE_CODES``; NaN when not given) —
+  the one piece of the plan telemetry cannot show: a slow start recovers under a constant rate, not under a decay.
 
-No hyperparameter enters: the models read one run's own telemetry (and its domain name when given). Missing values
+The pooled model is trained on every run twice: as recorded, and with the domain and the schedule masked and each
+optional group (``OPTIONAL_GROUPS``: validation, activations) masked in a random half of the rows — so an unknown domain or a
+recorder without validation or probe batch is a case it has seen.
+
+No other hyperparameter enters: the models read one run's own telemetry (and its domain and schedule when given). Missing values
 (a diverged run's losses, a column the user's recorder did not fill) stay NaN; the gradient-boosted trees route
 them.
 """
@@ -34,9 +39,11 @@ import numpy as np
 import polars as pl
 
 FEATURE_SETS = ("telemetry", "loss_acc")
-GROUPS = ("loss_acc", "progress", "curve", "gradient", "weights", "activations", "generalization", "domain")
+GROUPS = ("loss_acc", "progress", "curve", "gradient", "weights", "activations", "generalization", "domain", "schedule")
 ARCH_CODES = {"mlp": 0.0, "cnn": 1.0, "resnet": 2.0}
 DATASET_CODES = {"digits": 0.0, "fashion": 1.0}
+#: learning-rate schedule codes (the user's plan for the rest of the run; NaN when not given)
+SCHEDULE_CODES = {"constant": 0.0, "step": 1.0, "cosine": 2.0, "warmup_cosine": 3.0}
 #: epoch the fitted loss/error power laws are projected to (the corpus runs' length)
 PROJECT_EPOCH = 15
 _WEIGHTS = ("weight_norm_ratio", "weight_distance", "layer_norm_ratio_max", "layer_norm_ratio_mean")
@@ -61,7 +68,8 @@ def _groups(epoch: int) -> dict[str, list[str]]:
          "weights": [f"{c}_e{k}" for k in ks for c in (*_WEIGHTS, "log10_update_ratio")],
          "activations": [f"{c}_e{k}" for k in ks for c in ("dead_relu_frac", "saturated_frac")],
          "generalization": [f"{c}_e{k}" for k in ks for c in ("val_accuracy", "val_loss", "gap_accuracy", "gap_loss")],
-         "domain": ["arch_code", "dataset_code"]}
+         "domain": ["arch_code", "dataset_code"],
+         "schedule": ["schedule_code"]}
     return g
 
 
@@ -83,7 +91,7 @@ def _power_law(values: list[float]) -> tuple[float, float]:
     return float(-slope), float(math.exp(icpt + slope * math.log(PROJECT_EPOCH)))
 
 
-def _row(tel: dict[int, dict], epoch: int, domain: str | None) -> dict[str, float]:
+def _row(tel: dict[int, dict], epoch: int, domain: str | None, schedule: str | None = None) -> dict[str, float]:
     def get(k: int, c: str) -> float:
         v = tel.get(k, {}).get(c)
         return float(v) if v is not None and math.isfinite(float(v)) else float("nan")
@@ -115,35 +123,46 @@ def _row(tel: dict[int, dict], epoch: int, domain: str | None) -> dict[str, floa
         out["loss_exponent"], out["loss_projected"] = _power_law([get(k, "train_loss") for k in ks])
         out["error_exponent"], out["error_projected"] = _power_law([1 - get(k, "train_accuracy") for k in ks])
     out["arch_code"], out["dataset_code"] = domain_codes(domain)
+    out["schedule_code"] = SCHEDULE_CODES.get(schedule, float("nan")) if schedule else float("nan")
     return out
 
 
 def design(telemetry: pl.DataFrame, run_ids: list[str], epoch: int, feature_set: str, *, domains: Sequence[str | None] | None = None,
-           drop: Sequence[str] = ()) -> np.ndarray:
+           schedules: Sequence[str | None] | None = None, drop: Sequence[str] = ()) -> np.ndarray:
     """(runs × features) for the runs ``run_ids`` (in that order) from a long telemetry table (run_id, epoch, …);
-    ``domains`` (one per run, ``None`` = unknown) feeds the domain group."""
+    ``domains`` and ``schedules`` (one per run, ``None`` = unknown) feed the domain and schedule groups."""
     by_run: dict[str, dict[int, dict]] = {}
     for r in telemetry.filter(pl.col("epoch") <= epoch).iter_rows(named=True):
         by_run.setdefault(r["run_id"], {})[int(r["epoch"])] = r
     names = feature_names(epoch, feature_set, drop)
     doms = list(domains) if domains is not None else [None] * len(run_ids)
-    rows = [_row(by_run.get(rid, {}), epoch, d) for rid, d in zip(run_ids, doms)]
+    scheds = list(schedules) if schedules is not None else [None] * len(run_ids)
+    rows = [_row(by_run.get(rid, {}), epoch, d, sc) for rid, d, sc in zip(run_ids, doms, scheds)]
     X = np.array([[r.get(n, float("nan")) for n in names] for r in rows], dtype=float).reshape(len(run_ids), len(names))
     with np.errstate(over="ignore"):
         X = np.where(np.isfinite(X) & (np.abs(X) < 1e30), X, np.nan)   # an overflowing ratio is as unknown as a missing value
     return X
 
 
-def mask_domain(X: np.ndarray, epoch: int, feature_set: str, drop: Sequence[str] = ()) -> np.ndarray:
-    """A copy of ``X`` with the domain columns set to NaN (what an unknown domain looks like)."""
+#: Groups a user's table may lack (no validation passed to the recorder, no probe batch); the pooled model is trained on
+#: copies with them masked, so their absence is a case it has seen rather than a skew.
+OPTIONAL_GROUPS = ("generalization", "activations")
+
+
+def mask_groups(X: np.ndarray, epoch: int, feature_set: str, groups: Sequence[str], drop: Sequence[str] = (),
+                rows: np.ndarray | None = None) -> np.ndarray:
+    """A copy of ``X`` with the columns of ``groups`` set to NaN (in ``rows`` only, when given): what a run without
+    that telemetry, or of an unknown domain (``"domain"``), looks like."""
     names = feature_names(epoch, feature_set, drop)
+    cols = [i for i, n in enumerate(names) if any(n in _groups(epoch)[g] for g in groups)]
     out = X.copy()
-    for i, n in enumerate(names):
-        if n in ("arch_code", "dataset_code"):
-            out[:, i] = np.nan
+    if cols:
+        idx = np.arange(len(X)) if rows is None else np.flatnonzero(rows)
+        out[np.ix_(idx, cols)] = np.nan
     return out
 
 
-def single_run(table: pl.DataFrame, epoch: int, feature_set: str = "telemetry", domain: str | None = None) -> np.ndarray:
+def single_run(table: pl.DataFrame, epoch: int, feature_set: str = "telemetry", domain: str | None = None,
+               schedule: str | None = None) -> np.ndarray:
     """Features of one run's recorder table (``Recorder.table()``), 1 × features."""
-    return design(table.with_columns(pl.lit("run").alias("run_id")), ["run"], epoch, feature_set, domains=[domain])
+    return design(table.with_columns(pl.lit("run").alias("run_id")), ["run"], epoch, feature_set, domains=[domain], schedules=[schedule])

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from prenet.outcome.features import FEATURE_SETS, design, feature_names, mask_domain
+from prenet.outcome.features import FEATURE_SETS, OPTIONAL_GROUPS, design, feature_names, mask_groups
 
 #: What the fitted models predict; the relative class follows from the predicted accuracy (:func:`relative_class`).
 TARGETS = ("final_test_accuracy", "failure")
@@ -104,13 +104,19 @@ def relative_class(accuracy: np.ndarray, cuts: list[float] | list[list[float]], 
 
 def fit_targets(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, feature_set: str, *, params: dict, seed: int,
                 drop: tuple[str, ...] = (), targets: tuple[str, ...] = TARGETS) -> dict[str, Fitted]:
-    """The models of one (epoch, feature set) on labelled ``runs`` (:func:`labels`). With the domain group in the
-    features, every run is also added once with its domain masked, so the model answers an unknown domain from
-    cases it has seen."""
-    X = design(telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(), drop=drop)
+    """The models of one (epoch, feature set) on labelled ``runs`` (:func:`labels`). For the telemetry set every run
+    is also added once with its domain and schedule masked and each optional group masked in a random half of the copies
+    (:data:`~prenet.outcome.features.OPTIONAL_GROUPS`), so an unknown domain or a table without validation or
+    activations is a case the model has seen."""
+    X = design(telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(),
+               schedules=runs["schedule"].to_list(), drop=drop)
     reps = 1
-    if feature_set == "telemetry" and "domain" not in drop:
-        X = np.vstack([X, mask_domain(X, epoch, feature_set, drop)])
+    if feature_set == "telemetry":
+        rng = np.random.default_rng(seed)
+        B = mask_groups(X, epoch, feature_set, ("domain", "schedule"), drop)
+        for g in OPTIONAL_GROUPS:
+            B = mask_groups(B, epoch, feature_set, (g,), drop, rows=rng.random(len(X)) < 0.5)
+        X = np.vstack([X, B])
         reps = 2
     out = {}
     for target in targets:
@@ -120,11 +126,13 @@ def fit_targets(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, feature
 
 
 def predict_targets(models: dict[str, Fitted], runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, feature_set: str, *,
-                    drop: tuple[str, ...] = (), known_domain: bool = True) -> dict[str, np.ndarray]:
+                    drop: tuple[str, ...] = (), known_domain: bool = True, known_schedule: bool = True) -> dict[str, np.ndarray]:
     """Predictions of :func:`fit_targets` models for ``runs``: accuracy and failure probability.
-    ``known_domain=False`` answers as for a domain the models never saw (domain features masked)."""
+    ``known_domain=False`` answers as for a domain the models never saw (domain features masked);
+    ``known_schedule=False`` as for a user who did not say the schedule."""
     doms = runs["domain"].to_list() if known_domain else [None] * runs.height
-    X = design(telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=doms, drop=drop)
+    scheds = runs["schedule"].to_list() if known_schedule else [None] * runs.height
+    X = design(telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=doms, schedules=scheds, drop=drop)
     return {t: m.predict(X) for t, m in models.items()}
 
 
