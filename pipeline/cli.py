@@ -222,14 +222,14 @@ def _cmd_predict_outcome(args: argparse.Namespace) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         table = check_telemetry(table, source=str(src))
-        out = predict(table, domain=args.domain, models_dir=args.models)
+        out = predict(table, domain=args.domain, schedule=args.schedule, models_dir=args.models)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     if args.json:
         print(json.dumps({**out.to_dict(), "advice_only": True}, indent=2))
         return
     lo, hi = out.interval
-    print(f"after {out.epochs_seen} epoch(s) — model of epoch {out.epoch}, {out.scope}:")
+    print(f"after {out.epochs_seen} epoch(s) — model of epoch {out.epoch}, domain {out.scope}, schedule {out.schedule or 'not stated'}:")
     print(f"  final test accuracy   {out.final_test_accuracy:.3f}   (interval {lo:.3f} – {hi:.3f})")
     print(f"  failure probability   {out.failure_probability:.3f}")
     print(f"  relative class        {out.relative_class_name} of its domain")
@@ -355,10 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
     hw = sub.add_parser("hardware", help="list the hardware catalog or show one device's spec")
     hw.add_argument("action", choices=["list", "show"])
     hw.add_argument("name", nargs="?", help="catalog name (case-insensitive), 'local' or a spec.yaml path")
-    hw.add_argument("--threads", type=int, default=1, help="threads, for 'local' (default 1)")
+    hw.add_argument("--threads", type=_threads, default=1, help="threads, for 'local' (default 1)")
     hw.set_defaults(func=_cmd_hardware)
 
     from prenet.ops import OPTIMIZERS, PRECISIONS
+    from prenet.outcome.space import SCHEDULES
     from prenet.steptime.step import DEFAULT_OP_MODELS
 
     pr = sub.add_parser("predict", help="predict step times or steps to converge")
@@ -374,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
                     help="fp32 (strict, default) | tf32 (GEMM/conv on TF32 tensor cores) | fp16 / bf16 (autocast, FP32 master weights)")
     st.add_argument("--dataset-size", type=int, help="samples per epoch (gives epoch_seconds)")
-    st.add_argument("--threads", type=int, default=1, help="CPU threads (for local)")
+    st.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local)")
     st.add_argument("--models", default=str(DEFAULT_OP_MODELS), help="op-level step-time models (default: %(default)s)")
     st.add_argument("--json", action="store_true", help="print the prediction as JSON")
     st.set_defaults(func=_cmd_predict_step_time)
@@ -382,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl_.add_argument("--hardware", required=True, help="catalog name, 'local' or spec.yaml")
     pl_.add_argument("--input", required=True, help="CSV: op, the op's shape columns, direction, dtype[, optimizer]")
     pl_.add_argument("--output", required=True, help="CSV written atomically: the input plus predicted_ms")
-    pl_.add_argument("--threads", type=int, default=1)
+    pl_.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local; 1 to this machine's CPU count)")
     pl_.add_argument("--models", default=str(DEFAULT_OP_MODELS), help="op-level step-time models (default: %(default)s)")
     pl_.set_defaults(func=_cmd_predict_layers)
 
@@ -404,13 +405,14 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--ntk", choices=["auto", "exact", "projection"], default="auto", help="NTK estimator (default: auto)")
     cv.add_argument("--max-gib", type=float, default=4.0, help="memory allowed for the Jacobian and kernel (GiB, default 4)")
     cv.add_argument("--seed", type=int, default=0)
-    cv.add_argument("--threads", type=int, default=1)
+    cv.add_argument("--threads", type=_threads, default=1, help="CPU threads for the forecast (1 to this machine's CPU count)")
     cv.add_argument("--json", action="store_true")
     cv.set_defaults(func=_cmd_predict_convergence)
 
     oc = psub.add_parser("outcome", help="final accuracy, failure and rank of a run from its first epochs' telemetry (advice)")
     oc.add_argument("--telemetry", required=True, help="run.csv or run.parquet: one row per epoch (prenet.telemetry.Recorder.table())")
-    oc.add_argument("--domain", help="architecture_dataset domain of the run (e.g. cnn_fashion); unknown or absent: the pooled model")
+    oc.add_argument("--domain", help="architecture_dataset domain of the run (e.g. cnn_fashion); unknown or absent: answered as an unknown domain")
+    oc.add_argument("--schedule", choices=list(SCHEDULES), help="the run's learning-rate schedule for the epochs to come (optional; sharpens the answer)")
     oc.add_argument("--models", default="data/models/outcome", help="trained early-success models (default: %(default)s)")
     oc.add_argument("--json", action="store_true")
     oc.set_defaults(func=_cmd_predict_outcome)
@@ -448,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--metrics", default="data/metrics", help="metrics of the run that trained them: the intervals (default: %(default)s)")
     pn.add_argument("--overhead", default="data/raw/step_overhead.json",
                     help="measured per-step overhead of the local CPU, added to its step time when the file exists (default: %(default)s)")
-    pn.add_argument("--threads", type=int, default=1)
+    pn.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local; 1 to this machine's CPU count)")
     pn.add_argument("--json", action="store_true", help="print the plan as JSON")
     pn.set_defaults(func=_cmd_plan)
 
@@ -468,6 +470,20 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("overrides", nargs="*", help="Hydra overrides applied on every scheduled run")
     sc.set_defaults(func=_cmd_schedule)
     return ap
+
+
+def _threads(value: str) -> int:
+    """``--threads``: an integer from 1 to this machine's CPU count (refused, never clamped)."""
+    import os
+
+    cores = os.cpu_count() or 1
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if not 1 <= n <= cores:
+        raise argparse.ArgumentTypeError(f"{n} threads: this machine has {cores} CPU(s); give 1 to {cores}")
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,6 @@
 """The `prenet` console script: --help everywhere, one-line errors with a non-zero exit."""
 
+import os
 import subprocess
 import sys
 
@@ -22,6 +23,15 @@ def test_unknown_hardware_is_one_clear_line(capsys):
     assert main(["hardware", "show", "H300"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: unknown hardware 'H300'") and "Closest matches" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("threads", ["0", str((os.cpu_count() or 1) + 1), "two"])
+@pytest.mark.parametrize("command", [["plan", "--model", "mlp", "--batch-size", "8", "--steps", "3"], ["hardware", "show", "local"]])
+def test_threads_out_of_range_are_refused_not_clamped(command, threads, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([*command, "--threads", threads])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "argument --threads:" in err and ("give 1 to" in err or "not an integer" in err)
 
 
 def test_hardware_list_and_show(capsys):
