@@ -72,10 +72,14 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
     for e in manifest["epochs"]:
         per, out = {}, {}
         for fs in manifest["feature_sets"]:
-            X = design(tel, ids, e, fs, domains=doms)
+            X = design(tel, ids, e, fs, domains=doms, schedules=hold["schedule"].to_list())
             p = {t: models[("pooled", e, fs, t)].predict(X) for t in manifest["targets"]}
             out[fs] = p
             per[fs] = score_predictions(hold, p, n_boot, seed, thr, fallback)
+        # the default call, predict(table): neither the domain nor the schedule stated
+        X = design(tel, ids, e, "telemetry")
+        per["telemetry_unstated"] = score_predictions(hold, {t: models[("pooled", e, "telemetry", t)].predict(X) for t in manifest["targets"]},
+                                                      n_boot, seed, thr, fallback)
         per["naive"] = score_predictions(hold, naive_guess(hold, tel, e), n_boot, seed, thr, fallback)
         results[f"epoch_{e}"] = per
         ablation[f"epoch_{e}"] = {
@@ -129,6 +133,7 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
     figures.reliability_curve({k: v["failure_reliability"] for k, v in calibration.items()}, plots / "outcome_reliability.png")
     summary = {"holdout_r2_epoch2": results.get(f"epoch_{e2}", {}).get("telemetry", {}).get("r2"),
                "holdout_auc_epoch3": results.get(f"epoch_{min(3, max(epochs))}", {}).get("telemetry", {}).get("failure_auc"),
+               "holdout_r2_epoch2_unstated": results.get(f"epoch_{e2}", {}).get("telemetry_unstated", {}).get("r2"),
                "lodo_mean_r2_epoch2": mean_over_groups(lodo, e2, "telemetry", "r2") if lodo else None,
                "looo_mean_r2_epoch2": mean_over_groups(looo, e2, "telemetry", "r2") if looo else None}
     metrics = {"holdout_runs": hold.height, "dev_runs": dev.height, "summary": summary, "results": {"pooled": results}, "by_domain": by_domain,

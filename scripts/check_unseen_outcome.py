@@ -4,7 +4,8 @@ The early-success predictor on runs no part of the pipeline made (the issue-13 s
 a user's own loop (not the corpus code) over the full digits training set, hyperparameters from a wide prior —
 learning rate 10^-3.5 to 10^0.7, widths 16–256 (the corpus stops at 64), batches 16–128, init scale 0.1–5, SGD with
 momentum 0.9 — with prenet.telemetry.Recorder, then `predict(table.head(k))` for k = 1, 2, 3, 5, once without a domain
-and without validation (as the issue's user did) and once with `domain="mlp_digits"` and validation recorded.
+and without validation (as the issue's user did) and once with `domain="mlp_digits"`, `schedule="constant"` and
+validation recorded.
 Failure = a non-finite loss or a final test accuracy below the trained models' mlp_digits failure threshold.
 """
 
@@ -88,7 +89,7 @@ def main() -> int:
     cfgs = [{"lr": float(10 ** rng.uniform(-3.5, 0.7)), "width": int(2 ** rng.integers(4, 9)), "batch": int(rng.choice([16, 32, 64, 128])),
              "init_scale": float(math.exp(rng.uniform(math.log(0.1), math.log(5.0)))), "seed": 1000 + i} for i in range(a.runs)]
     result = {}
-    for mode in ("no domain, no validation", "domain mlp_digits, validation"):
+    for mode in ("no domain, no validation", "domain mlp_digits, schedule constant, validation"):
         with_val = mode.startswith("domain")
         ys, fails, preds = [], [], {k: ([], []) for k in (1, 2, 3, 5)}
         for cfg in cfgs:
@@ -98,7 +99,8 @@ def main() -> int:
             for k in preds:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    out = predict(table.head(k), domain="mlp_digits" if with_val else None, models_dir=a.models)
+                    out = predict(table.head(k), domain="mlp_digits" if with_val else None, schedule="constant" if with_val else None,
+                                  models_dir=a.models)
                 preds[k][0].append(out.final_test_accuracy)
                 preds[k][1].append(out.failure_probability)
         yy, ff = np.array(ys), np.array(fails)

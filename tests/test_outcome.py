@@ -14,6 +14,7 @@ from torch import nn
 
 from pipeline.cli import main
 from prenet import datasets
+from prenet.errors import PrenetError
 from prenet.outcome import predict
 from prenet.outcome.corpus import RunSpec, domain_data, plan_domain, sample_between, train_run
 from prenet.outcome.evaluation import auc, paired_difference, r2
@@ -119,19 +120,22 @@ def test_fashion_domain_data_is_a_fixed_downsampled_subset():
 
 
 def test_features_are_normalised_and_name_their_groups():
-    from prenet.outcome.features import GROUPS, design, feature_names
+    from prenet.outcome.features import GROUPS, design, feature_names, mask_groups
 
     base = {"train_accuracy": 0.5, "minibatches": 10, "grad_norm": 2.0, "val_accuracy": 0.4, "val_loss": 1.5}
     rows = [{"run_id": r, "epoch": e, "train_loss": 2.0 * s / e, **{k: v * (s if k == "grad_norm" else 1) for k, v in base.items()}}
             for r, s in (("a", 1.0), ("b", 10.0)) for e in (1, 2, 3)]
     tel = pl.DataFrame(rows)
-    X = design(tel, ["a", "b"], 3, "telemetry", domains=["mlp_digits", "transformer_text"])
+    X = design(tel, ["a", "b"], 3, "telemetry", domains=["mlp_digits", "transformer_text"], schedules=["cosine", None])
     names = feature_names(3, "telemetry")
     col = {n: i for i, n in enumerate(names)}
     assert X[0, col["log10_grad_norm_ratio_e3"]] == X[1, col["log10_grad_norm_ratio_e3"]] == 0.0     # scale-free
     assert X[0, col["loss_ratio_e3"]] == pytest.approx(1 / 3) and X[0, col["loss_exponent"]] == pytest.approx(1.0)
     assert X[0, col["loss_projected"]] == pytest.approx(2.0 / 15)                                       # a·15^(−1)
     assert X[0, col["gap_accuracy_e2"]] == pytest.approx(0.1) and X[0, col["arch_code"]] == 0.0 and math.isnan(X[1, col["arch_code"]])
+    assert X[0, col["schedule_code"]] == 2.0 and math.isnan(X[1, col["schedule_code"]])
+    masked = mask_groups(X, 3, "telemetry", ("generalization",), rows=np.array([True, False]))
+    assert math.isnan(masked[0, col["val_accuracy_e1"]]) and masked[1, col["val_accuracy_e1"]] == 0.4 and X[0, col["val_accuracy_e1"]] == 0.4
     assert len(feature_names(3, "telemetry", drop=("curve",))) == len(names) - 4 and set(GROUPS) >= {"domain", "generalization"}
     assert feature_names(3, "loss_acc") == [n for n in names if n.startswith(("train_", "d_train", "loss_ratio"))]
 
@@ -151,7 +155,7 @@ def test_outcome_stages_and_api(tiny_run):
     root, cfg, results = tiny_run
     m = json.loads((Path(cfg.paths.metrics) / "outcome.json").read_text())
     assert "pooled" in m["results"] and "epoch_1" in m["results"]["pooled"] and "pooled" in m["ablation"]
-    assert set(m["results"]["pooled"]["epoch_2"]) == {"telemetry", "loss_acc", "naive"}
+    assert set(m["results"]["pooled"]["epoch_2"]) == {"telemetry", "telemetry_unstated", "loss_acc", "naive"}
     assert set(m["leave_one_domain_out"]) == {"mlp_digits", "cnn_digits"} and m["leave_one_optimizer_out"]
     assert "curve" in m["group_ablation"]["epoch_2"] and 0 <= m["calibration"]["epoch_2"]["interval_coverage"] <= 1
     runs = pl.read_parquet(cfg.paths.outcome_runs)
@@ -160,7 +164,11 @@ def test_outcome_stages_and_api(tiny_run):
     table = tel.filter(pl.col("run_id") == rid).drop("run_id").filter(pl.col("epoch") <= 2)
     out = predict(table, domain=runs["domain"][0], models_dir=cfg.paths.outcome_models)
     assert 0 <= out.final_test_accuracy <= 1 and 0 <= out.failure_probability <= 1 and out.epoch == 2 and out.epochs_seen == 2
-    assert out.relative_class in (0, 1, 2)
+    assert out.relative_class in (0, 1, 2) and sum(out.relative_class_probabilities) == pytest.approx(1.0)
+    stated = predict(table, domain=runs["domain"][0], schedule=runs["schedule"][0], models_dir=cfg.paths.outcome_models)
+    assert stated.schedule == runs["schedule"][0] and 0 <= stated.final_test_accuracy <= 1
+    with pytest.raises(PrenetError, match="not a schedule; choose one of constant"):
+        predict(table, schedule="linear", models_dir=cfg.paths.outcome_models)
     with pytest.warns(UserWarning, match="unknown domain"):
         assert predict(table, domain="vit_imagenet", models_dir=cfg.paths.outcome_models).scope == "unknown"
 

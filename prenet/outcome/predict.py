@@ -15,6 +15,7 @@ import polars as pl
 from prenet.errors import PrenetError
 from prenet.outcome.features import single_run
 from prenet.outcome.models import load, relative_class
+from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
 from prenet.paths import REPO_ROOT
 
@@ -26,7 +27,8 @@ CLASS_NAMES = ("bottom third", "middle third", "top third")
 class Outcome:
     """``final_test_accuracy`` (fraction), ``interval`` (low, high: the prediction plus the validation residual
     quantiles of that model), ``failure_probability``, ``relative_class`` (0 = bottom third of its domain …),
-    ``epoch`` (the epoch whose model answered), ``scope`` (the domain the answer used, or ``unknown``)."""
+    ``epoch`` (the epoch whose model answered), ``scope`` (the domain the answer used, or ``unknown``), ``schedule``
+    (the learning-rate schedule stated, or ``None``)."""
 
     final_test_accuracy: float
     interval: tuple[float, float]
@@ -36,6 +38,7 @@ class Outcome:
     epoch: int
     scope: str
     epochs_seen: int
+    schedule: str | None = None
 
     @property
     def relative_class_name(self) -> str:
@@ -49,11 +52,15 @@ def predict(table: pl.DataFrame, *, domain: str | None = None, schedule: str | N
             models_dir: str | Path = DEFAULT_MODELS) -> Outcome:
     """Predict from a recorder table (``Recorder.table()``: one row per epoch seen so far). Uses the model of the
     largest trained epoch ≤ the epochs seen. One pooled model answers, with the domain as a feature; a domain
-    the corpus never had (or ``None``) is answered as unknown, with a warning when a name was given. The table is checked first (:func:`check_telemetry`): a broken rule is one
+    the corpus never had (or ``None``) is answered as unknown, with a warning when a name was given. ``schedule``
+    (one of :data:`prenet.outcome.space.SCHEDULES`) is the run's learning-rate schedule for the epochs to come, when
+    the user states it. The table is checked first (:func:`check_telemetry`): a broken rule is one
     :class:`~prenet.outcome.telemetry_input.TelemetryError` naming the column, the row and the rule."""
     if not isinstance(table, pl.DataFrame):
         raise PrenetError(f"predict() needs a polars DataFrame (Recorder.table()), got {type(table).__name__}")
     table = check_telemetry(table, source="predict(table)")
+    if schedule is not None and schedule not in SCHEDULES:
+        raise PrenetError(f"predict(schedule={schedule!r}): not a schedule; choose one of {', '.join(SCHEDULES)} or None")
     models, manifest = load(models_dir)
     seen = int(table["epoch"].max())
     usable = [e for e in manifest["epochs"] if e <= seen]
@@ -72,4 +79,4 @@ def predict(table: pl.DataFrame, *, domain: str | None = None, schedule: str | N
     pf = float(models[(scope, e, "telemetry", "failure")].predict(X)[0])
     cuts = manifest["thresholds"][domain]["class_cuts"] if domain in known else manifest["pooled_thresholds"]["class_cuts"]
     cls, pc = relative_class(np.array([acc]), cuts, manifest.get("residuals", {}).get(f"{scope}|{e}"))
-    return Outcome(acc, (lo, hi), pf, int(cls[0]), [float(v) for v in pc[0]], e, domain if domain in known else "unknown", seen)
+    return Outcome(acc, (lo, hi), pf, int(cls[0]), [float(v) for v in pc[0]], e, domain if domain in known else "unknown", seen, schedule)

@@ -124,16 +124,18 @@ def steps_scatter(tgt: pl.DataFrame, path: Path, title: str) -> Path:
 
 
 def outcome_by_epoch(pooled: dict, path: Path) -> Path:
-    """R² and failure AUC of the pooled models by epoch, with bootstrap 95 % intervals, telemetry vs loss/acc only."""
+    """R² and failure AUC of the pooled models by epoch, with bootstrap 95 % intervals: telemetry (domain and schedule
+    stated, and neither stated), loss/accuracy only, and the naive guess."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
     epochs = sorted(int(k.split("_")[1]) for k in pooled)
-    for fs, color in (("telemetry", "#1f77b4"), ("loss_acc", "#ff7f0e"), ("naive", "#2ca02c")):
+    offsets = {"telemetry": -0.15, "telemetry_unstated": -0.05, "loss_acc": 0.05, "naive": 0.15}
+    for fs, color in (("telemetry", "#1f77b4"), ("telemetry_unstated", "#9467bd"), ("loss_acc", "#ff7f0e"), ("naive", "#2ca02c")):
         for ax, (key, label) in zip(axes, (("r2", "R² of final test accuracy"), ("failure_auc", "failure ROC AUC"))):
             pts = [pooled[f"epoch_{e}"].get(fs, {}) for e in epochs]
             v = np.array([p.get(key, np.nan) for p in pts], dtype=float)
             lo = np.array([p.get(f"{key}_low", np.nan) for p in pts], dtype=float)
             hi = np.array([p.get(f"{key}_high", np.nan) for p in pts], dtype=float)
-            off = {"telemetry": -0.1, "loss_acc": 0.0, "naive": 0.1}[fs]
+            off = offsets[fs]
             ax.errorbar(np.array(epochs) + off, v, yerr=[np.nan_to_num(v - lo), np.nan_to_num(hi - v)], fmt="o-", color=color, capsize=3, label=fs)
             ax.set(xlabel="epochs seen", title=label, xticks=epochs)
     axes[0].legend(fontsize=8)

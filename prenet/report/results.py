@@ -184,8 +184,9 @@ def _outcome(oc: dict, cp: dict) -> list[Row]:
     for ep, label, key, pub in (("epoch_2", "R² of final test accuracy at epoch 2", "r2", "outcome_r2"),
                                 ("epoch_3", "failure ROC AUC at epoch 3", "failure_auc", "outcome_auc")):
         r = pooled.get(ep, {})
-        rows.append((f"{label}, holdout ({oc.get('holdout_runs')} of {src}): telemetry / loss-acc only / naive epoch-k accuracy",
-                     f"{_ci(r.get('telemetry', {}), key)} / {_ci(r.get('loss_acc', {}), key)} / {_ci(r.get('naive', {}), key)}", PUBLISHED[pub]))
+        rows.append((f"{label}, holdout ({oc.get('holdout_runs')} of {src}): telemetry, domain and schedule stated / nothing stated / "
+                     "loss-acc only / naive epoch-k accuracy",
+                     " / ".join(_ci(r.get(m, {}), key) for m in ("telemetry", "telemetry_unstated", "loss_acc", "naive")), PUBLISHED[pub]))
     for name, res in (("leave-one-domain-out", oc.get("leave_one_domain_out", {})), ("leave-one-optimizer-out", oc.get("leave_one_optimizer_out", {}))):
         if res:
             cells = "; ".join(f"{g}: {_ci(v.get('epoch_2', {}).get('telemetry', {}), 'r2')}" for g, v in res.items())
