@@ -11,7 +11,7 @@ import pytest
 from pipeline import STAGES
 
 REPO = Path(__file__).resolve().parents[1]
-COPY = ["conf", "pipeline", "prenet", "dvc.yaml", "params.yaml", "pyproject.toml", "data/external", "data/hardware", "data/reference", ".dvc/config", ".dvc/.gitignore"]
+COPY = ["conf", "pipeline", "prenet", "dvc.yaml", "params.yaml", "pyproject.toml", "data/external", "data/hardware", "data/reference", "data/outcome/vendored", ".dvc/config", ".dvc/.gitignore"]
 
 
 @pytest.fixture(scope="session")
