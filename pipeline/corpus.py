@@ -124,6 +124,7 @@ def corpus(cfg: DictConfig) -> dict:
     planned run trained here (prior phase, then boundary phase). Writes ``paths.outcome_runs``,
     ``paths.outcome_telemetry`` and ``metrics/corpus.json``."""
     c = cfg.outcome.corpus
+    Path(cfg.paths.outcome_shards).mkdir(parents=True, exist_ok=True)   # a declared output, empty when vendored
     if str(c.source) == "vendored":
         return read_vendored(cfg)
     if str(c.source) != "generate":
