@@ -22,7 +22,7 @@ from prenet.data.split import assign
 from prenet.outcome.crossval import ablate_groups, leave_group_out, mean_over_groups, naive_guess, score_predictions
 from prenet.outcome.evaluation import auc, interval_coverage, paired_difference, r2, reliability
 from prenet.outcome.features import design
-from prenet.outcome.models import labels, load
+from prenet.outcome.models import labels, load, residual_key
 from prenet.report import figures
 
 
@@ -78,18 +78,20 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
             per[fs] = score_predictions(hold, p, n_boot, seed, thr, fallback)
         # the default call, predict(table): neither the domain nor the schedule stated
         X = design(tel, ids, e, "telemetry")
-        per["telemetry_unstated"] = score_predictions(hold, {t: models[("pooled", e, "telemetry", t)].predict(X) for t in manifest["targets"]},
-                                                      n_boot, seed, thr, fallback)
+        unstated = {t: models[("pooled", e, "telemetry", t)].predict(X) for t in manifest["targets"]}
+        per["telemetry_unstated"] = score_predictions(hold, unstated, n_boot, seed, thr, fallback)
         per["naive"] = score_predictions(hold, naive_guess(hold, tel, e), n_boot, seed, thr, fallback)
         results[f"epoch_{e}"] = per
         ablation[f"epoch_{e}"] = {
             "r2": paired_difference(r2, y, out["telemetry"]["final_test_accuracy"], out["loss_acc"]["final_test_accuracy"], n_boot, seed),
             "failure_auc": paired_difference(auc, yf, out["telemetry"]["failure"], out["loss_acc"]["failure"], n_boot, seed)}
         pa, pf = out["telemetry"]["final_test_accuracy"], out["telemetry"]["failure"]
-        q = manifest["residual_quantiles"][f"pooled|{e}"]
-        lo, hi = np.clip(np.clip(pa, 0, 1) + q[0], 0, 1), np.clip(np.clip(pa, 0, 1) + q[-1], 0, 1)
-        calibration[f"epoch_{e}"] = {"interval_nominal": nominal, "interval_coverage": interval_coverage(y, lo, hi),
-                                     "failure_reliability": reliability(yf, pf)}
+        cal = {"interval_nominal": nominal, "failure_reliability": reliability(yf, pf)}
+        for kind, pred in (("stated", pa), ("unstated", unstated["final_test_accuracy"])):
+            q = manifest["residual_quantiles"][residual_key(e, kind == "stated")]
+            lo, hi = np.clip(np.clip(pred, 0, 1) + q[0], 0, 1), np.clip(np.clip(pred, 0, 1) + q[-1], 0, 1)
+            cal["interval_coverage" + ("" if kind == "stated" else "_unstated")] = interval_coverage(y, lo, hi)
+        calibration[f"epoch_{e}"] = cal
         for (d,), g in hold.with_row_index("i").group_by(["domain"], maintain_order=True):
             i = g["i"].to_numpy()
             by_domain.setdefault(d, {})[f"epoch_{e}"] = score_predictions(g, {t: v[i] for t, v in out["telemetry"].items()}, n_boot, seed, thr, fallback)
@@ -107,7 +109,7 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
     if o.evaluate.ablate_groups:
         items += [("ablation", e) for e in epochs]
     _SHARED.clear()
-    done = dict(zip(items, run_items(_refit, items, workers=int(o.evaluate.workers), threads=int(cfg.threads), desc="evaluate_outcome refits",
+    done = dict(zip(items, run_items(_refit, items, workers=int(o.workers), threads=int(cfg.threads), desc="evaluate_outcome refits",
                                      progress=bool(cfg.progress), unit="fit", initializer=_load_shared,
                                      initargs=(str(cfg.paths.outcome_runs), str(cfg.paths.outcome_telemetry), thr, fallback,
                                                dict(epochs=epochs, params=params, n_boot=n_boot, seed=seed)))))

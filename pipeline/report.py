@@ -64,7 +64,8 @@ def _outcome_sections(mdir: Path, plots: Path, out: Path) -> list[tuple[str, str
                                                           "p (ΔR² ≤ 0)": a["r2"]["p_value"], "ΔAUC": a["failure_auc"]["difference"],
                                                           "p (ΔAUC ≤ 0)": a["failure_auc"]["p_value"]}
                 for ep, per in oc.get("group_ablation", {}).items() for g, a in per.items()})
-    cal = {ep.replace("_", " "): {"interval coverage": c["interval_coverage"], "nominal": c["interval_nominal"], "failure ECE": c["failure_reliability"]["ece"]}
+    cal = {ep.replace("_", " "): {"interval coverage": c["interval_coverage"], "coverage, nothing stated": c.get("interval_coverage_unstated"),
+                                  "nominal": c["interval_nominal"], "failure ECE": c["failure_reliability"]["ece"]}
            for ep, c in oc.get("calibration", {}).items()}
     imp = "".join(f"<h3>Feature importance (gain share), pooled model, {ep.replace('_', ' ')}</h3>" + table({k: {"gain share": v} for k, v in d.items()}, ["gain share"], "feature")
                   for ep, d in oc["feature_importance"].items())
@@ -92,7 +93,7 @@ def _outcome_sections(mdir: Path, plots: Path, out: Path) -> list[tuple[str, str
         ("Early success: ablation, calibration and importances", "<p class=note>Paired bootstrap over the same holdout runs; positive = the "
          "telemetry (or the group) helps; p = share of resamples where it does not. Coverage: share of holdout runs inside "
          "predict()'s interval.</p>" + figs + table(abl, ["ΔR²", "ΔR² low", "ΔR² high", "p (ΔR² ≤ 0)", "ΔAUC", "p (ΔAUC ≤ 0)"], "epoch · comparison")
-         + image(plots / "outcome_reliability.png", "failure-probability reliability") + table(cal, ["interval coverage", "nominal", "failure ECE"], "epoch") + imp),
+         + image(plots / "outcome_reliability.png", "failure-probability reliability") + table(cal, ["interval coverage", "coverage, nothing stated", "nominal", "failure ECE"], "epoch") + imp),
     ]
 
 

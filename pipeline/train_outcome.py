@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
 from pipeline.corpus import outcome_split_rule
+from pipeline.pool import run_items
 from prenet.data.io import read_table, write_json
 from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.split import assert_no_holdout
@@ -27,10 +28,12 @@ def train_outcome(cfg: DictConfig) -> dict:
     t0 = time.monotonic()
     models, manifest = train_all(dev, tel, epochs=list(o.epochs_at), params=OmegaConf.to_container(o.predictor, resolve=True),
                                  classes=int(o.relative_classes), failure_fraction=float(o.failure_fraction),
-                                 interval=list(o.evaluate.interval), seed=int(cfg.seed))
+                                 interval=list(o.evaluate.interval), seed=int(cfg.seed), folds=int(o.evaluate.cv_folds),
+                                 mapper=lambda fn, items: run_items(fn, items, workers=int(o.workers), threads=int(cfg.threads),
+                                                                    desc="train_outcome", progress=bool(cfg.progress), unit="epoch"))
     save(models, manifest, cfg.paths.outcome_models)
     metrics = {"dev_runs": dev.height, "models": len(models), "domains": manifest["domains"], "thresholds": manifest["thresholds"],
-               "wall_s": round(time.monotonic() - t0, 1)}
+               "workers": int(o.workers), "threads": int(cfg.threads), "wall_s": round(time.monotonic() - t0, 1)}
     write_json(metrics, Path(cfg.paths.metrics) / "train_outcome.json")
     print(f"train_outcome: {len(models)} models on {dev.height} development runs (pooled over {', '.join(manifest['domains'])}) -> {cfg.paths.outcome_models}")
     return metrics

@@ -157,7 +157,7 @@ def test_outcome_stages_and_api(tiny_run):
     assert "pooled" in m["results"] and "epoch_1" in m["results"]["pooled"] and "pooled" in m["ablation"]
     assert set(m["results"]["pooled"]["epoch_2"]) == {"telemetry", "telemetry_unstated", "loss_acc", "naive"}
     assert set(m["leave_one_domain_out"]) == {"mlp_digits", "cnn_digits"} and m["leave_one_optimizer_out"]
-    assert "curve" in m["group_ablation"]["epoch_2"] and 0 <= m["calibration"]["epoch_2"]["interval_coverage"] <= 1
+    assert "curve" in m["group_ablation"]["epoch_2"] and 0 <= m["calibration"]["epoch_2"]["interval_coverage_unstated"] <= 1
     runs = pl.read_parquet(cfg.paths.outcome_runs)
     tel = pl.read_parquet(cfg.paths.outcome_telemetry)
     rid = runs["run_id"][0]

@@ -40,8 +40,11 @@ def leave_group_out(train: pl.DataFrame, test: pl.DataFrame, telemetry: pl.DataF
                     params: dict, thresholds: dict, fallback: dict, n_boot: int, seed: int) -> dict:
     """Fit on the ``train`` runs whose ``column`` ≠ ``value``, score on the ``test`` runs with ``column`` = ``value``.
     The telemetry model answers with the domain masked when ``column`` is the domain (as for a user's unknown
-    domain). Scores of the telemetry model, the loss/accuracy-only model and the naive guess per epoch."""
+    domain, with the pooled class cut points). Scores of the telemetry model, the loss/accuracy-only model and the
+    naive guess per epoch."""
     tr, te = train.filter(pl.col(column) != value), test.filter(pl.col(column) == value)
+    if column == "domain":   # an unknown domain's relative class comes from the pooled cut points, as in predict()
+        thresholds = {d: t for d, t in thresholds.items() if d != value}
     out: dict = {"train_runs": tr.height, "test_runs": te.height}
     for e in epochs:
         res = {}

@@ -21,9 +21,9 @@ as log10. Feature groups (``GROUPS``; ``loss_acc`` alone is the ablation baselin
 * ``schedule``: the run's learning-rate schedule for the epochs to come (``SCHEDULE_CODES``; NaN when not given) —
   the one piece of the plan telemetry cannot show: a slow start recovers under a constant rate, not under a decay.
 
-The pooled model is trained on every run twice: as recorded, and with the domain and the schedule masked and each
-optional group (``OPTIONAL_GROUPS``: validation, activations) masked in a random half of the rows — so an unknown domain or a
-recorder without validation or probe batch is a case it has seen.
+The pooled model is trained on every run twice: as recorded, and with what a user's call may lack masked in random
+shares of the rows (``OPTIONAL_MASKS``: the domain and the schedule unstated, no validation, no probe batch, no update
+ratio), each independently — so any such call is a case it has seen.
 
 No other hyperparameter enters: the models read one run's own telemetry (and its domain and schedule when given). Missing values
 (a diverged run's losses, a column the user's recorder did not fill) stay NaN; the gradient-boosted trees route
@@ -144,17 +144,19 @@ def design(telemetry: pl.DataFrame, run_ids: list[str], epoch: int, feature_set:
     return X
 
 
-#: Groups a user's table may lack (no validation passed to the recorder, no probe batch); the pooled model is trained on
-#: copies with them masked, so their absence is a case it has seen rather than a skew.
-OPTIONAL_GROUPS = ("generalization", "activations")
+#: What a user's call may lack, and in what share of the pooled model's second training copy it is masked: the
+#: domain and the schedule (unstated), validation (no ``val_*`` passed to the recorder), activations (no probe batch),
+#: the update ratio (a table from an older recorder). Keys are feature groups, or a column prefix.
+OPTIONAL_MASKS = {"domain": 0.75, "schedule": 0.75, "generalization": 0.5, "activations": 0.5, "log10_update_ratio": 0.25}
 
 
 def mask_groups(X: np.ndarray, epoch: int, feature_set: str, groups: Sequence[str], drop: Sequence[str] = (),
                 rows: np.ndarray | None = None) -> np.ndarray:
-    """A copy of ``X`` with the columns of ``groups`` set to NaN (in ``rows`` only, when given): what a run without
-    that telemetry, or of an unknown domain (``"domain"``), looks like."""
+    """A copy of ``X`` with the columns of ``groups`` (feature groups, or column-name prefixes) set to NaN (in ``rows``
+    only, when given): what a run without that telemetry, or of an unknown domain (``"domain"``), looks like."""
     names = feature_names(epoch, feature_set, drop)
-    cols = [i for i, n in enumerate(names) if any(n in _groups(epoch)[g] for g in groups)]
+    by_group = _groups(epoch)
+    cols = [i for i, n in enumerate(names) if any(n in by_group[g] if g in by_group else n.startswith(g) for g in groups)]
     out = X.copy()
     if cols:
         idx = np.arange(len(X)) if rows is None else np.flatnonzero(rows)

@@ -15,12 +15,12 @@ import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import polars as pl
 
-from prenet.outcome.features import FEATURE_SETS, OPTIONAL_GROUPS, design, feature_names, mask_groups
+from prenet.outcome.features import FEATURE_SETS, OPTIONAL_MASKS, design, feature_names, mask_groups
 
 #: What the fitted models predict; the relative class follows from the predicted accuracy (:func:`relative_class`).
 TARGETS = ("final_test_accuracy", "failure")
@@ -105,17 +105,17 @@ def relative_class(accuracy: np.ndarray, cuts: list[float] | list[list[float]], 
 def fit_targets(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, feature_set: str, *, params: dict, seed: int,
                 drop: tuple[str, ...] = (), targets: tuple[str, ...] = TARGETS) -> dict[str, Fitted]:
     """The models of one (epoch, feature set) on labelled ``runs`` (:func:`labels`). For the telemetry set every run
-    is also added once with its domain and schedule masked and each optional group masked in a random half of the copies
-    (:data:`~prenet.outcome.features.OPTIONAL_GROUPS`), so an unknown domain or a table without validation or
-    activations is a case the model has seen."""
+    is also added once with what a user's call may lack masked, each independently in its share of the copies
+    (:data:`~prenet.outcome.features.OPTIONAL_MASKS`), so an unstated domain or schedule, or a table without
+    validation, activations or update ratio, is a case the model has seen."""
     X = design(telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(),
                schedules=runs["schedule"].to_list(), drop=drop)
     reps = 1
     if feature_set == "telemetry":
         rng = np.random.default_rng(seed)
-        B = mask_groups(X, epoch, feature_set, ("domain", "schedule"), drop)
-        for g in OPTIONAL_GROUPS:
-            B = mask_groups(B, epoch, feature_set, (g,), drop, rows=rng.random(len(X)) < 0.5)
+        B = X
+        for g, share in OPTIONAL_MASKS.items():
+            B = mask_groups(B, epoch, feature_set, (g,), drop, rows=rng.random(len(X)) < share)
         X = np.vstack([X, B])
         reps = 2
     out = {}
@@ -136,20 +136,29 @@ def predict_targets(models: dict[str, Fitted], runs: pl.DataFrame, telemetry: pl
     return {t: m.predict(X) for t, m in models.items()}
 
 
-def cv_residuals(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, params: dict, seed: int, folds: int = 5) -> list[float]:
-    """Out-of-fold residuals (actual − predicted accuracy, telemetry model) of the development runs (empty when too
-    few runs for the folds)."""
+def cv_residuals(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, params: dict, seed: int, folds: int = 5) -> dict[str, list[float]]:
+    """Out-of-fold residuals (actual − predicted accuracy, telemetry model) of the development runs, as answered with
+    the domain and schedule stated (``stated``) and with neither (``unstated``, the default call); empty lists when
+    too few runs for the folds."""
     if runs.height < 2 * folds:
-        return []
+        return {"stated": [], "unstated": []}
     idx = np.random.default_rng(seed).permutation(runs.height)
-    res = np.empty(runs.height)
+    res = {"stated": np.empty(runs.height), "unstated": np.empty(runs.height)}
     y = runs["final_test_accuracy"].to_numpy()
     for f in range(folds):
         te = np.sort(idx[f::folds])
         tr = np.setdiff1d(idx, te)
         m = fit_targets(runs[tr], telemetry, epoch, "telemetry", params=params, seed=seed, targets=("final_test_accuracy",))
-        res[te] = y[te] - np.clip(predict_targets(m, runs[te], telemetry, epoch, "telemetry")["final_test_accuracy"], 0, 1)
-    return [round(float(v), 5) for v in res]
+        for key, stated in (("stated", True), ("unstated", False)):
+            p = predict_targets(m, runs[te], telemetry, epoch, "telemetry", known_domain=stated, known_schedule=stated)
+            res[key][te] = y[te] - np.clip(p["final_test_accuracy"], 0, 1)
+    return {k: [round(float(v), 5) for v in r] for k, r in res.items()}
+
+
+def residual_key(epoch: int, stated: bool) -> str:
+    """The manifest key of the out-of-fold residuals behind an answer at ``epoch``: stated = domain and schedule both
+    given (otherwise the wider, unstated residuals answer)."""
+    return f"pooled|{epoch}" + ("" if stated else "|unstated")
 
 
 def pooled_thresholds(thr: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -158,27 +167,37 @@ def pooled_thresholds(thr: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "class_cuts": list(np.median([t["class_cuts"] for t in thr.values()], axis=0))}
 
 
+def fit_epoch(item: tuple) -> tuple[int, dict, dict[str, list[float]]]:
+    """One epoch's share of :func:`train_all` (picklable, for worker processes): ``item`` = (labelled runs,
+    telemetry, epoch, params, seed, folds). Returns (epoch, {(feature set, target): model}, out-of-fold residuals)."""
+    runs, telemetry, e, params, seed, folds = item
+    fitted = {(fs, t): m for fs in FEATURE_SETS for t, m in fit_targets(runs, telemetry, e, fs, params=params, seed=seed).items()}
+    return e, fitted, cv_residuals(runs, telemetry, e, params=params, seed=seed, folds=folds)
+
+
 def train_all(runs: pl.DataFrame, telemetry: pl.DataFrame, *, epochs: list[int], params: dict, classes: int, failure_fraction: float,
-              interval: list[float], seed: int) -> tuple[dict, dict]:
+              interval: list[float], seed: int, folds: int = 10, mapper: Callable = map) -> tuple[dict, dict]:
     """Fit the pooled models (domain as a feature) for every (epoch, feature set, target) on the development
-    ``runs``. Returns (models keyed ("pooled", epoch, feature set, target), manifest)."""
+    ``runs``, and the ``folds``-fold out-of-fold residuals behind the intervals. ``mapper(fn, items)`` runs the
+    per-epoch work (the builtin ``map``, or a process pool's). Returns (models keyed ("pooled", epoch, feature set,
+    target), manifest)."""
     thr = domain_thresholds(runs, failure_fraction, classes)
     pooled = pooled_thresholds(thr)
     runs = labels(runs, thr)
     models: dict[tuple[str, int, str, str], Fitted] = {}
     quantiles: dict[str, list[float]] = {}
     residuals: dict[str, list[float]] = {}
-    for e in epochs:
-        for fs in FEATURE_SETS:
-            for target, m in fit_targets(runs, telemetry, e, fs, params=params, seed=seed).items():
-                models[("pooled", e, fs, target)] = m
-        residuals[f"pooled|{e}"] = cv_residuals(runs, telemetry, e, params=params, seed=seed)
-        quantiles[f"pooled|{e}"] = ([float(np.quantile(residuals[f"pooled|{e}"], q)) for q in interval] if residuals[f"pooled|{e}"]
-                                    else [float("nan")] * len(interval))
+    for e, fitted, res_by_kind in mapper(fit_epoch, [(runs, telemetry, e, params, seed, folds) for e in epochs]):
+        for (fs, target), m in fitted.items():
+            models[("pooled", e, fs, target)] = m
+        for kind, res in res_by_kind.items():
+            key = residual_key(e, kind == "stated")
+            residuals[key] = res
+            quantiles[key] = [float(np.quantile(res, q)) for q in interval] if res else [float("nan")] * len(interval)
     manifest = {"epochs": epochs, "scopes": ["pooled"], "feature_sets": list(FEATURE_SETS), "targets": list(TARGETS), "classes": classes,
                 "thresholds": thr, "pooled_thresholds": pooled, "failure_fraction": failure_fraction, "interval_quantiles": interval,
                 "residual_quantiles": quantiles, "residuals": residuals, "features": {f"{e}|{fs}": feature_names(e, fs) for e in epochs for fs in FEATURE_SETS},
-                "domains": sorted(thr), "dev_runs": runs.height}
+                "domains": sorted(thr), "dev_runs": runs.height, "cv_folds": folds}
     return models, manifest
 
 

@@ -14,7 +14,7 @@ import polars as pl
 
 from prenet.errors import PrenetError
 from prenet.outcome.features import single_run
-from prenet.outcome.models import load, relative_class
+from prenet.outcome.models import load, relative_class, residual_key
 from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
 from prenet.paths import REPO_ROOT
@@ -74,9 +74,10 @@ def predict(table: pl.DataFrame, *, domain: str | None = None, schedule: str | N
                       "unknown domain", stacklevel=2)
     X = single_run(table, e, "telemetry", domain=domain if domain in known else None, schedule=schedule)
     acc = float(np.clip(models[(scope, e, "telemetry", "final_test_accuracy")].predict(X)[0], 0.0, 1.0))
-    q = manifest["residual_quantiles"].get(f"{scope}|{e}", [float("nan"), float("nan")])
+    rkey = residual_key(e, stated=domain in known and schedule is not None)
+    q = manifest["residual_quantiles"].get(rkey, [float("nan"), float("nan")])
     lo, hi = (float(np.clip(acc + q[0], 0, 1)), float(np.clip(acc + q[-1], 0, 1))) if np.isfinite(q).all() else (float("nan"), float("nan"))
     pf = float(models[(scope, e, "telemetry", "failure")].predict(X)[0])
     cuts = manifest["thresholds"][domain]["class_cuts"] if domain in known else manifest["pooled_thresholds"]["class_cuts"]
-    cls, pc = relative_class(np.array([acc]), cuts, manifest.get("residuals", {}).get(f"{scope}|{e}"))
+    cls, pc = relative_class(np.array([acc]), cuts, manifest.get("residuals", {}).get(rkey))
     return Outcome(acc, (lo, hi), pf, int(cls[0]), [float(v) for v in pc[0]], e, domain if domain in known else "unknown", seen, schedule)

@@ -197,8 +197,9 @@ def _outcome(oc: dict, cp: dict) -> list[Row]:
                      f"{e2.get('difference', 0):+.3f} (p {_p(e2.get('p_value', 1.0))})", PUBLISHED["outcome_ablation"]))
     cal = oc.get("calibration", {}).get("epoch_2", {})
     if cal:
-        rows.append(("interval coverage at epoch 2 (nominal) · failure-probability ECE",
-                     f"{100 * cal['interval_coverage']:.1f} % ({100 * cal['interval_nominal']:.0f} %) · {cal['failure_reliability']['ece']:.3f}",
+        rows.append(("interval coverage at epoch 2, stated / nothing stated (nominal) · failure-probability ECE",
+                     f"{100 * cal['interval_coverage']:.1f} / {100 * cal.get('interval_coverage_unstated', float('nan')):.1f} % "
+                     f"({100 * cal['interval_nominal']:.0f} %) · {cal['failure_reliability']['ece']:.3f}",
                      "not published"))
     return rows
 
