@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,8 +20,7 @@ from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.split import assign
 from prenet.outcome.crossval import ablate_groups, leave_group_out, mean_over_groups, naive_guess, score_predictions
 from prenet.outcome.evaluation import auc, interval_coverage, paired_difference, r2, reliability
-from prenet.outcome.features import design
-from prenet.outcome.models import labels, load, residual_key
+from prenet.outcome.models import interval_bounds, labels, load, predict_targets, residual_key
 from prenet.report import figures
 
 
@@ -71,14 +69,12 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
     nominal = float(o.evaluate.interval[1]) - float(o.evaluate.interval[0])
     for e in manifest["epochs"]:
         per, out = {}, {}
+        fitted = {fs: {t: models[("pooled", e, fs, t)] for t in manifest["targets"]} for fs in manifest["feature_sets"]}
         for fs in manifest["feature_sets"]:
-            X = design(tel, ids, e, fs, domains=doms, schedules=hold["schedule"].to_list())
-            p = {t: models[("pooled", e, fs, t)].predict(X) for t in manifest["targets"]}
-            out[fs] = p
-            per[fs] = score_predictions(hold, p, n_boot, seed, thr, fallback)
+            out[fs] = predict_targets(fitted[fs], hold, tel, e, fs)
+            per[fs] = score_predictions(hold, out[fs], n_boot, seed, thr, fallback)
         # the default call, predict(table): neither the domain nor the schedule stated
-        X = design(tel, ids, e, "telemetry")
-        unstated = {t: models[("pooled", e, "telemetry", t)].predict(X) for t in manifest["targets"]}
+        unstated = predict_targets(fitted["telemetry"], hold, tel, e, "telemetry", known_domain=False, known_schedule=False)
         per["telemetry_unstated"] = score_predictions(hold, unstated, n_boot, seed, thr, fallback)
         per["naive"] = score_predictions(hold, naive_guess(hold, tel, e), n_boot, seed, thr, fallback)
         results[f"epoch_{e}"] = per
@@ -88,8 +84,7 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
         pa, pf = out["telemetry"]["final_test_accuracy"], out["telemetry"]["failure"]
         cal = {"interval_nominal": nominal, "failure_reliability": reliability(yf, pf)}
         for kind, pred in (("stated", pa), ("unstated", unstated["final_test_accuracy"])):
-            q = manifest["residual_quantiles"][residual_key(e, kind == "stated")]
-            lo, hi = np.clip(np.clip(pred, 0, 1) + q[0], 0, 1), np.clip(np.clip(pred, 0, 1) + q[-1], 0, 1)
+            lo, hi = interval_bounds(pred, manifest["residual_quantiles"][residual_key(e, kind == "stated")])
             cal["interval_coverage" + ("" if kind == "stated" else "_unstated")] = interval_coverage(y, lo, hi)
         calibration[f"epoch_{e}"] = cal
         for (d,), g in hold.with_row_index("i").group_by(["domain"], maintain_order=True):

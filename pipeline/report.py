@@ -56,14 +56,12 @@ def _outcome_sections(mdir: Path, plots: Path, out: Path) -> list[tuple[str, str
     lo_rows = {f"{kind} · {g} · {ep.replace('_', ' ')} · {fs}": m
                for kind, key in (("domain", "leave_one_domain_out"), ("optimizer", "leave_one_optimizer_out"))
                for g, v in oc.get(key, {}).items() for ep, per in v.items() if ep.startswith("epoch_") for fs, m in per.items()}
-    abl = {f"{ep.replace('_', ' ')} · telemetry vs loss_acc": {"ΔR²": a["r2"]["difference"], "ΔR² low": a["r2"]["low"], "ΔR² high": a["r2"]["high"],
-                                                              "p (ΔR² ≤ 0)": a["r2"]["p_value"], "ΔAUC": a["failure_auc"]["difference"],
-                                                              "p (ΔAUC ≤ 0)": a["failure_auc"]["p_value"]}
-           for ep, a in oc["ablation"]["pooled"].items()}
-    abl.update({f"{ep.replace('_', ' ')} · without {g}": {"ΔR²": a["r2"]["difference"], "ΔR² low": a["r2"]["low"], "ΔR² high": a["r2"]["high"],
-                                                          "p (ΔR² ≤ 0)": a["r2"]["p_value"], "ΔAUC": a["failure_auc"]["difference"],
-                                                          "p (ΔAUC ≤ 0)": a["failure_auc"]["p_value"]}
-                for ep, per in oc.get("group_ablation", {}).items() for g, a in per.items()})
+    def abl_row(a: dict) -> dict:
+        return {"ΔR²": a["r2"]["difference"], "ΔR² low": a["r2"]["low"], "ΔR² high": a["r2"]["high"], "p (ΔR² ≤ 0)": a["r2"]["p_value"],
+                "ΔAUC": a["failure_auc"]["difference"], "p (ΔAUC ≤ 0)": a["failure_auc"]["p_value"]}
+
+    abl = {f"{ep.replace('_', ' ')} · telemetry vs loss_acc": abl_row(a) for ep, a in oc["ablation"]["pooled"].items()}
+    abl.update({f"{ep.replace('_', ' ')} · without {g}": abl_row(a) for ep, per in oc.get("group_ablation", {}).items() for g, a in per.items()})
     cal = {ep.replace("_", " "): {"interval coverage": c["interval_coverage"], "coverage, nothing stated": c.get("interval_coverage_unstated"),
                                   "nominal": c["interval_nominal"], "failure ECE": c["failure_reliability"]["ece"]}
            for ep, c in oc.get("calibration", {}).items()}

@@ -155,6 +155,15 @@ def cv_residuals(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, par
     return {k: [round(float(v), 5) for v in r] for k, r in res.items()}
 
 
+def interval_bounds(accuracy: np.ndarray, quantiles: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """The interval of predicted final accuracies: the prediction (clipped to [0, 1]) plus the lowest and highest
+    residual quantiles, clipped to [0, 1]; NaN where a quantile is unknown."""
+    acc = np.clip(np.asarray(accuracy, dtype=float), 0, 1)
+    if not np.isfinite(quantiles).all():
+        return np.full_like(acc, np.nan), np.full_like(acc, np.nan)
+    return np.clip(acc + quantiles[0], 0, 1), np.clip(acc + quantiles[-1], 0, 1)
+
+
 def residual_key(epoch: int, stated: bool) -> str:
     """The manifest key of the out-of-fold residuals behind an answer at ``epoch``: stated = domain and schedule both
     given (otherwise the wider, unstated residuals answer)."""

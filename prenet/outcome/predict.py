@@ -14,7 +14,7 @@ import polars as pl
 
 from prenet.errors import PrenetError
 from prenet.outcome.features import single_run
-from prenet.outcome.models import load, relative_class, residual_key
+from prenet.outcome.models import interval_bounds, load, relative_class, residual_key
 from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
 from prenet.paths import REPO_ROOT
@@ -76,7 +76,7 @@ def predict(table: pl.DataFrame, *, domain: str | None = None, schedule: str | N
     acc = float(np.clip(models[(scope, e, "telemetry", "final_test_accuracy")].predict(X)[0], 0.0, 1.0))
     rkey = residual_key(e, stated=domain in known and schedule is not None)
     q = manifest["residual_quantiles"].get(rkey, [float("nan"), float("nan")])
-    lo, hi = (float(np.clip(acc + q[0], 0, 1)), float(np.clip(acc + q[-1], 0, 1))) if np.isfinite(q).all() else (float("nan"), float("nan"))
+    lo, hi = (float(b[0]) for b in interval_bounds(np.array([acc]), q))
     pf = float(models[(scope, e, "telemetry", "failure")].predict(X)[0])
     cuts = manifest["thresholds"][domain]["class_cuts"] if domain in known else manifest["pooled_thresholds"]["class_cuts"]
     cls, pc = relative_class(np.array([acc]), cuts, manifest.get("residuals", {}).get(rkey))
