@@ -12,7 +12,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: install data-deps run test test-deps test-slow params lint clean-data help results
+.PHONY: install install-distributed data-deps run test test-deps test-slow test-distributed params lint clean-data help results
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
@@ -63,6 +63,17 @@ results: $(STAMP)  ## rewrite the README's Results section from data/metrics (ma
 
 test-slow: $(STAMP)  ## only the slow tests
 	python -m pytest -q -m slow
+
+DIST_STAMP := $(VENV)/.distributed-stamp
+$(DIST_STAMP): $(STAMP) requirements-distributed.lock
+	$(BIN)/python -m pip install -q -r requirements-distributed.lock
+	@! $(BIN)/python -m pip list 2>/dev/null | grep -iE '^(nvidia|triton)' || (echo "error: CUDA packages were resolved; see README" && false)
+	@touch $@
+
+install-distributed: $(DIST_STAMP)  ## dvc-s3 (an S3-compatible DVC remote) and moto_server, for `prenet distribute` and its tests
+
+test-distributed: $(DIST_STAMP) data-deps  ## the fault tests: local Prefect server, two process workers, moto_server as DVC remote (~3 min)
+	python -m pytest -q -m distributed -p no:cacheprovider
 
 clean-data:  ## remove every stage output (keeps vendored data/external and data/hardware)
 	rm -rf data/raw data/features data/validated data/split data/models data/metrics data/plots data/report

@@ -348,6 +348,45 @@ def _cmd_schedule(args: argparse.Namespace) -> None:
             server.terminate()
 
 
+def _cmd_distribute(args: argparse.Namespace) -> None:
+    from pipeline.config import load_params
+    from pipeline.distribute import coordinate_merge, distribute, setup
+    from pipeline.shards import WORK
+
+    cfg = load_params(Path(args.repo).resolve() / "params.yaml")
+    hardware = args.hardware or list(cfg.distribute.hardware)
+    if args.work == "setup":
+        info = setup(cfg, hardware)
+        print(f"work pool {info['pool']!r} (process) with queues {', '.join(info['queues'])}; deployment {info['deployment']}; "
+              f"automations: {'; '.join(info['automations'])}")
+        print(f"start one worker per machine: PRENET_HARDWARE=<hw> prefect worker start --pool {info['pool']} --work-queue <hw> --limit 1")
+        return
+    if args.work == "merge":
+        if not args.what:
+            raise PrenetError("`prenet distribute merge` needs the work to merge: benchmark, corpus or finetune")
+        for kind in WORK[args.what]:
+            print(coordinate_merge(kind, Path(args.repo).resolve()).strip().splitlines()[-1])
+        return
+    shards = args.shards if args.shards is not None else len(cfg.distribute.shards)
+    out = distribute(cfg, args.work, hardware, shards, wait=not args.no_wait, timeout_s=args.timeout,
+                     repo_dir=str(Path(args.repo).resolve()) if args.worker_repo else None, coordinator_dir=Path(args.repo).resolve())
+    for name, fid in out.get("flow_runs", {}).items():
+        print(f"{name}: flow run {fid} {out['states'].get(name, 'submitted').lower()}")
+    if out["merged"]:
+        print(f"merged on this machine: {', '.join(out['merged'])}")
+
+
+def _shards(value: str) -> int:
+    """``--shards``: a positive integer."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} shards: give 1 or more")
+    return n
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="prenet", description="Predict a training job's time, steps and success before paying for it.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -469,6 +508,20 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--repo", default=".", help="project folder (default: .)")
     sc.add_argument("overrides", nargs="*", help="Hydra overrides applied on every scheduled run")
     sc.set_defaults(func=_cmd_schedule)
+
+    ds = sub.add_parser("distribute", help="fan benchmark, corpus or fine-tune work out over machines (Prefect work pool `prenet`)",
+                        description="`setup` creates the work pool, one queue per hardware id, the shard deployment and the crash "
+                                    "automations; `benchmark|corpus|finetune` submit one flow run per shard and (by default) wait and merge "
+                                    "here; `merge WORK` only merges (dvc repro --pull). Needs a running Prefect server (PREFECT_API_URL).")
+    ds.add_argument("work", choices=["setup", "benchmark", "corpus", "finetune", "merge"], help="what to do")
+    ds.add_argument("what", nargs="?", choices=["benchmark", "corpus", "finetune"], help="for `merge`: which work to merge")
+    ds.add_argument("--hardware", nargs="+", metavar="HW", help="hardware ids, one work queue each (default: distribute.hardware of params.yaml)")
+    ds.add_argument("--shards", type=_shards, help="shards per hardware id (default: as many as distribute.shards of params.yaml)")
+    ds.add_argument("--no-wait", action="store_true", help="submit and return (not for corpus, whose second phase needs the first merged)")
+    ds.add_argument("--timeout", type=float, default=24 * 3600, help="seconds to wait for the shards (default 86400)")
+    ds.add_argument("--repo", default=".", help="project folder whose params.yaml holds the matrix (default: .)")
+    ds.add_argument("--worker-repo", action="store_true", help="workers run in this same folder (one machine), not in their PRENET_REPO")
+    ds.set_defaults(func=_cmd_distribute)
     return ap
 
 

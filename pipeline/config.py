@@ -40,12 +40,12 @@ def write_params(cfg: DictConfig, path: str | Path = "params.yaml") -> Path:
 
 
 def run_guarded(fn: Callable[[], Any]) -> Any:
-    """Run a stage; print a prenet error's message (no traceback) and exit 1 on failure."""
+    """Run a stage; print a prenet error's message (one line, no traceback) and exit 2 on failure."""
     try:
         return fn()
     except (PrenetError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(2)
 
 
 def hydra_entry(stage: Callable[[DictConfig], Any]) -> Callable[[], None]:

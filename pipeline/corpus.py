@@ -19,7 +19,7 @@ from pipeline.config import hydra_entry
 from pipeline.pool import run_items
 from pipeline.split import split_rule
 from prenet.benchmark.runner import read_shards
-from prenet.data.io import read_table, write_json, write_table
+from prenet.data.io import read_table, validate, write_json, write_table
 from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.split import SplitRule, assign_frame
 from prenet.datasets import require_datasets
@@ -60,6 +60,35 @@ def _run_all(items: list[tuple[RunSpec, str]], done: dict, shard_dir: Path, cfg:
             out.flush()
             os.fsync(out.fileno())
             done[r["run_id"]] = r
+
+
+def corpus_plan(cfg: DictConfig, results: dict[str, tuple[float, bool]] | None = None) -> list[tuple[RunSpec, str]]:
+    """Every planned run of the configured domains as (spec, phase): the prior runs only without ``results``, all
+    runs (prior, then boundary) with the prior runs' (final accuracy, diverged) by run id. Deterministic in the seed."""
+    c = cfg.outcome.corpus
+    space = OmegaConf.to_container(c.space, resolve=True)
+    kw = dict(n_runs=int(c.runs_per_domain), prior_fraction=float(c.prior_fraction), epochs=int(c.epochs), seed=int(cfg.seed),
+              failure_fraction=float(cfg.outcome.failure_fraction))
+    return [it for d in c.domains for it in plan_domain(str(d), space, prior_results=results, **kw)]
+
+
+def prior_results(done: dict[str, dict]) -> dict[str, tuple[float, bool]]:
+    """(final test accuracy, diverged) by run id, from finished run results (what boundary planning needs)."""
+    return {k: (v["final_test_accuracy"], v["diverged"]) for k, v in done.items()}
+
+
+def corpus_tables(plan: list[tuple[RunSpec, str]], done: dict[str, dict], cfg: DictConfig) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The corpus's runs table (with the frozen split) and telemetry table from the finished results of ``plan``
+    (``done``: run id → :func:`_work`'s result), validated."""
+    runs, tel = [], []
+    for spec, phase in plan:
+        r = done[spec.run_id]
+        runs.append({"run_id": spec.run_id, **spec.__dict__, "arch": spec.arch, "dataset": spec.dataset, "phase": phase,
+                     "final_test_accuracy": r["final_test_accuracy"], "diverged": r["diverged"], "wall_seconds": r["wall_seconds"],
+                     "recorder_seconds": r["recorder_seconds"], "threads": int(cfg.threads)})
+        tel += [{"run_id": spec.run_id, **row} for row in r["rows"]]
+    df = assign_frame(pl.DataFrame(runs), outcome_split_rule(cfg)).select(list(OutcomeRuns.to_schema().columns))
+    return validate(df, OutcomeRuns), validate(pl.DataFrame(tel, schema={"run_id": pl.String, **telemetry_schema()}), OutcomeTelemetry)
 
 
 def generating_settings(cfg: DictConfig) -> dict:
@@ -132,28 +161,16 @@ def corpus(cfg: DictConfig) -> dict:
 
         raise PrenetError(f"outcome.corpus.source={c.source!r} is not a corpus source; choose vendored or generate")
     require_datasets({SOURCE_DATASET[str(d).split('_')[1]] for d in c.domains})
-    space = OmegaConf.to_container(c.space, resolve=True)
     shard_dir = Path(cfg.paths.outcome_shards)
     shard_dir.mkdir(parents=True, exist_ok=True)
     done = {r["run_id"]: r for r in read_shards(shard_dir)}
     t0 = time.monotonic()
-    kw = dict(n_runs=int(c.runs_per_domain), prior_fraction=float(c.prior_fraction), epochs=int(c.epochs), seed=int(cfg.seed),
-              failure_fraction=float(cfg.outcome.failure_fraction))
-    prior = [it for d in c.domains for it in plan_domain(str(d), space, **kw)]
-    _run_all(prior, done, shard_dir, cfg, "corpus (prior)")
-    results = {k: (v["final_test_accuracy"], v["diverged"]) for k, v in done.items()}
-    plan = [it for d in c.domains for it in plan_domain(str(d), space, prior_results=results, **kw)]
+    _run_all(corpus_plan(cfg), done, shard_dir, cfg, "corpus (prior)")
+    plan = corpus_plan(cfg, prior_results(done))
     _run_all(plan, done, shard_dir, cfg, "corpus (boundary)")
-    runs, tel = [], []
-    for spec, phase in plan:
-        r = done[spec.run_id]
-        runs.append({"run_id": spec.run_id, **spec.__dict__, "arch": spec.arch, "dataset": spec.dataset, "phase": phase,
-                     "final_test_accuracy": r["final_test_accuracy"], "diverged": r["diverged"], "wall_seconds": r["wall_seconds"],
-                     "recorder_seconds": r["recorder_seconds"], "threads": int(cfg.threads)})
-        tel += [{"run_id": spec.run_id, **row} for row in r["rows"]]
-    df = assign_frame(pl.DataFrame(runs), outcome_split_rule(cfg))
-    write_table(df.select(list(OutcomeRuns.to_schema().columns)), cfg.paths.outcome_runs, OutcomeRuns)
-    write_table(pl.DataFrame(tel, schema={"run_id": pl.String, **telemetry_schema()}), cfg.paths.outcome_telemetry, OutcomeTelemetry)
+    df, tel = corpus_tables(plan, done, cfg)
+    write_table(df, cfg.paths.outcome_runs, OutcomeRuns)
+    write_table(tel, cfg.paths.outcome_telemetry, OutcomeTelemetry)
     overhead = float(df["recorder_seconds"].sum() / max((df["wall_seconds"] - df["recorder_seconds"]).sum(), 1e-9))
     # measured overhead: the first runs repeated with and without the recorder (same process, same seed)
     torch.set_num_threads(int(cfg.threads))

@@ -18,7 +18,7 @@ from prenet.convergence.finetune import finetune as run_finetune
 from prenet.convergence.nets import n_params
 from prenet.convergence.sweep import RunConfig, enumerate_sweep, task_sweep
 from prenet.convergence.tasks import Task, finetune_model
-from prenet.data.io import write_json, write_table
+from prenet.data.io import validate, write_json, write_table
 from prenet.data.schemas import FinetuneRuns, LossCurves
 from prenet.data.split import SplitRule, assign_frame
 
@@ -52,6 +52,14 @@ def _finetune_one(item: tuple[Task, RunConfig, str, float, int]) -> tuple[dict, 
     return row, curves
 
 
+def finetune_tables(results: list[tuple[dict, list[dict]]], cfg: DictConfig, workers: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The runs table (frozen split by setting; ``threads`` and ``workers`` recorded) and the real loss curves from
+    :func:`_finetune_one`'s results, validated."""
+    runs = [{**row, "threads": int(cfg.threads), "workers": workers} for row, _ in results]
+    df = assign_frame(pl.DataFrame(runs), convergence_split_rule(cfg)).select(list(FinetuneRuns.to_schema().columns))
+    return validate(df, FinetuneRuns), validate(pl.DataFrame([c for _, rows in results for c in rows]), LossCurves)
+
+
 def finetune(cfg: DictConfig) -> dict:
     """Fine-tune every sweep configuration (``convergence.workers`` processes); write ``paths.finetune_runs``,
     ``paths.finetune_curves`` (source ``real``) and ``metrics/finetune.json``."""
@@ -62,15 +70,11 @@ def finetune(cfg: DictConfig) -> dict:
     workers = int(cfg.convergence.workers)
     items = [(tasks[c.task], c, str(cfg.paths.pretrained), float(sw.head_init_scale), int(task_sweep(tasks[c.task], sw)["log_every"]))
              for c in configs]
-    runs, curves = [], []
     t0 = time.monotonic()
-    for row, rows in run_items(_finetune_one, items, workers=workers, threads=int(cfg.threads), desc="finetune", progress=bool(cfg.progress)):
-        runs.append({**row, "threads": int(cfg.threads), "workers": workers})
-        curves += rows
-    df = assign_frame(pl.DataFrame(runs), convergence_split_rule(cfg))
-    cols = list(FinetuneRuns.to_schema().columns)
-    write_table(df.select(cols), cfg.paths.finetune_runs, FinetuneRuns)
-    write_table(pl.DataFrame(curves), cfg.paths.finetune_curves, LossCurves)
+    results = list(run_items(_finetune_one, items, workers=workers, threads=int(cfg.threads), desc="finetune", progress=bool(cfg.progress)))
+    df, curves = finetune_tables(results, cfg, workers)
+    write_table(df, cfg.paths.finetune_runs, FinetuneRuns)
+    write_table(curves, cfg.paths.finetune_curves, LossCurves)
     metrics = {"runs": df.height, "holdout": int((df["split"] == "holdout").sum()), "holdout_settings": int(df.filter(pl.col("split") == "holdout")["group_id"].n_unique()),
                "diverged": int(df["diverged"].sum()), "train_seconds_total": float(df["train_seconds"].sum()), "wall_s": round(time.monotonic() - t0, 1),
                "threads": int(cfg.threads), "workers": workers}

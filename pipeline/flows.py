@@ -54,7 +54,7 @@ def run_stage(stage: str, repo_dir: str) -> str:
 
 @task(name="dvc-status")
 def pipeline_status(repo_dir: str) -> str:
-    return dvc(["status"], repo_dir).strip()
+    return dvc(["status", "dvc.yaml"], repo_dir).strip()
 
 
 @flow(name="prenet-retrain", log_prints=True)

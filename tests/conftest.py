@@ -26,6 +26,7 @@ PATH_KEYS = {
     "outcome_shards": "outcome/shards", "outcome_runs": "outcome/runs.parquet", "outcome_telemetry": "outcome/telemetry.parquet",
     "outcome_models": "models/outcome", "outcome_predictions": "outcome/holdout_predictions.parquet",
     "op_timings": "raw/op_timings.parquet", "gpu_op_timings": "features/gpu_ops.parquet", "models_ops": "models/steptime_ops",
+    "distributed": "distributed",
 }
 
 
@@ -51,3 +52,20 @@ def tiny_run(tmp_path_factory):
     for stage in STAGES:
         results[stage] = getattr(importlib.import_module(f"pipeline.{stage}"), stage)(cfg)
     return root, cfg, results
+
+
+def copy_project(dst: Path, rels: list[str]) -> Path:
+    """A scratch checkout: the project's ``rels`` (files or folders) copied under ``dst``, then ``git init``."""
+    import shutil
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    for rel in rels:
+        src, d = repo / rel, dst / rel
+        d.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, d, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, d)
+    subprocess.run(["git", "init", "-q"], cwd=dst, check=True)
+    return dst

@@ -1,7 +1,6 @@
 """The Prefect retrain flow end to end on the tiny config, in a scratch copy of the project: every stage runs
 as a task through `dvc repro`, and `dvc status` is clean afterwards."""
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,15 +23,9 @@ def prefect_harness():
 
 @pytest.fixture
 def scratch_repo(tmp_path):
-    for rel in COPY:
-        src, dst = REPO / rel, tmp_path / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(src, dst)
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    return tmp_path
+    from conftest import copy_project
+
+    return copy_project(tmp_path, COPY)
 
 
 def test_retrain_flow_runs_every_stage_through_dvc(prefect_harness, scratch_repo):

@@ -84,5 +84,5 @@ def test_validate_cli_exits_nonzero_without_traceback(features_ready, tmp_path):
     OmegaConf.save(features_ready, params)
     proc = subprocess.run([sys.executable, "-m", "pipeline.run", "validate", "--params", str(params)], capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parents[1])
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "hw_peak_tflops" in proc.stderr and "Traceback" not in proc.stderr

@@ -125,8 +125,6 @@ def measure(
     ids = [measurement_id(s, hardware_id=hardware_id, device=device, threads=threads, dtype=dtype, torch_version=tv) for s in plan]
     done = {r["measurement_id"] for r in read_shards(shard_dir)}
     pending = [(i, s) for i, s in zip(ids, plan) if i not in done]
-    tdtype = TORCH_DTYPES[dtype]
-    sync = torch.cuda.synchronize if device.startswith("cuda") else None
     started = time.monotonic()
     # a new shard per run (never appended to: a killed run may have left a torn last line in its own)
     shard = shard_dir / f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
@@ -136,34 +134,11 @@ def measure(
             if max_seconds is not None and time.monotonic() - started > max_seconds:
                 bar.write(f"benchmark: stopping after {max_seconds:.0f} s; run again to resume")
                 break
-            torch.manual_seed(zlib.crc32(mid.encode()))
-            lt = layer_type(spec.op)
-            module, x = lt.build(spec.shape_dict, device, tdtype)
-            step = make_step(module, x, spec.direction, spec.optimizer)
-            t = time_callable(step, warmup=warmup, repeats=repeats, min_block_ms=min_block_ms, sync=sync)
-            row = {
-                "measurement_id": mid,
-                "hardware_id": hardware_id,
-                "device": device,
-                "threads": threads,
-                "torch_version": tv,
-                "dtype": dtype,
-                "op": spec.op,
-                "direction": spec.direction,
-                "optimizer": spec.optimizer,
-                **{c: spec.shape_dict.get(c) for c in ALL_SHAPE_COLUMNS},
-                "time_ms": t.median_ms,
-                "time_ms_min": t.min_ms,
-                "time_ms_iqr": t.iqr_ms,
-                "spread_rel": t.spread_rel,
-                "repeats": t.repeats,
-                "number": t.number,
-                "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            }
+            row = measure_one(spec, mid, hardware_id=hardware_id, device=device, threads=threads, dtype=dtype, warmup=warmup,
+                              repeats=repeats, min_block_ms=min_block_ms)
             out.write(json.dumps(row) + "\n")
             out.flush()
             os.fsync(out.fileno())
-            del module, x, step
     if shard.exists() and shard.stat().st_size == 0:
         shard.unlink()
     wanted = set(ids)
@@ -172,6 +147,37 @@ def measure(
         if r["measurement_id"] in wanted and r["measurement_id"] not in rows:
             rows[r["measurement_id"]] = r
     return [rows[i] for i in ids if i in rows]
+
+
+def measure_one(spec: MeasurementSpec, mid: str, *, hardware_id: str, device: str, threads: int, dtype: str, warmup: int,
+                repeats: int, min_block_ms: float) -> dict[str, Any]:
+    """Time one measurement (seeded by its id) on ``device`` and return its raw-timings row (times in ms per
+    iteration, median over ``repeats``; the thread count and hardware recorded with it)."""
+    torch.manual_seed(zlib.crc32(mid.encode()))
+    lt = layer_type(spec.op)
+    module, x = lt.build(spec.shape_dict, device, TORCH_DTYPES[dtype])
+    step = make_step(module, x, spec.direction, spec.optimizer)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else None
+    t = time_callable(step, warmup=warmup, repeats=repeats, min_block_ms=min_block_ms, sync=sync)
+    return {
+        "measurement_id": mid,
+        "hardware_id": hardware_id,
+        "device": device,
+        "threads": threads,
+        "torch_version": torch.__version__.split("+")[0],
+        "dtype": dtype,
+        "op": spec.op,
+        "direction": spec.direction,
+        "optimizer": spec.optimizer,
+        **{c: spec.shape_dict.get(c) for c in ALL_SHAPE_COLUMNS},
+        "time_ms": t.median_ms,
+        "time_ms_min": t.min_ms,
+        "time_ms_iqr": t.iqr_ms,
+        "spread_rel": t.spread_rel,
+        "repeats": t.repeats,
+        "number": t.number,
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def timings_frame(rows: list[dict[str, Any]]) -> "pl.DataFrame":
