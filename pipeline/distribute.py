@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
-from prefect import flow
+from prefect import flow, task
 
 from pipeline.config import REPO_ROOT
 from pipeline.flows import dvc
 from pipeline.shards import KINDS, WORK
-from prenet.data.shards import HARDWARE_ENV, check_hardware
+from prenet.data.shards import HARDWARE_ENV, KEY, check_hardware, item_path, promote_items, shard_slice, write_item
 from prenet.errors import PrenetError
 
 FLOW_NAME = "prenet-shard"
@@ -97,6 +97,49 @@ def shard_flow(kind: str, hardware: str, shard: int, max_attempts: int = 3, repo
     else:
         print(f"{stage}: no DVC remote configured; the shard stays on this machine")
     return {"stage": stage, "attempt": attempt, "pushed": pushed}
+
+
+# ---- Dask inside a shard ------------------------------------------------------------------------------------------
+
+@task(name="shard-item")
+def item_task(kind_name: str, key: str, payload: Any, folder: str, initargs: tuple) -> bool:
+    """One item on a Dask worker, written to its own file only once (idempotent: Dask may run it again)."""
+    k = KINDS[kind_name]
+    if item_path(folder, key).exists():
+        return False
+    if k.initializer is not None:
+        k.initializer(*initargs)
+    result = k.work(payload)
+    return write_item(folder, {KEY: key, **(result if isinstance(result, dict) else {"result": result})})
+
+
+def run_shard_on_dask(cfg: DictConfig, kind_name: str, hardware: str, shard: int, address: str) -> dict:
+    """Shard ``shard`` of ``kind_name`` with its items as Prefect tasks on the Dask cluster at ``address``
+    (``prefect-dask``'s ``DaskTaskRunner``), each item written once to its own file under the scratch folder, then
+    promoted like :func:`pipeline.shard.run_shard`. The hardware guard applies to this machine (the Dask workers are
+    the user's to keep homogeneous)."""
+    from prefect_dask import DaskTaskRunner
+
+    from pipeline.shard import scratch_path
+    from pipeline.shards import kind, shard_dir, slot
+
+    k = kind(kind_name)
+    check_hardware(hardware)
+    index, count = slot(cfg, k, hardware, shard)
+    mine = shard_slice(k.items(cfg), index, count)
+    folder = scratch_path(cfg, kind_name, hardware, shard).with_suffix(".items")
+    folder.mkdir(parents=True, exist_ok=True)
+    initargs = k.initargs(cfg) if k.initializer else ()
+
+    @flow(name=f"{FLOW_NAME}-dask", task_runner=DaskTaskRunner(address=address))
+    def on_dask() -> int:
+        futures = [item_task.submit(kind_name, key, payload, str(folder), initargs) for key, payload in mine]
+        return sum(bool(f.result()) for f in futures)
+
+    written = on_dask()
+    out = shard_dir(cfg, kind_name) / f"{hardware}-{shard}.jsonl"
+    n = promote_items(folder, out, [key for key, _ in mine])
+    return {"items": n, "written_this_run": written, "output": str(out)}
 
 
 # ---- server, pool, deployment, automations ------------------------------------------------------------------------

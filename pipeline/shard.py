@@ -1,6 +1,6 @@
 """Stage ``<kind>@<hardware>-<shard>`` of ``distributed/dvc.yaml``: run one shard of one kind of work on this machine.
 
-    python -m pipeline.shard corpus_prior cpu 0 [--params params.yaml]
+    python -m pipeline.shard corpus_prior cpu 0 [--params params.yaml] [--dask tcp://scheduler:8786]
 
 Refuses unless this machine declares ``PRENET_HARDWARE=<hardware>``. Resumes from its scratch JSONL
 (``distribute.scratch``, outside every DVC output), appends and fsyncs each finished item, then promotes the
@@ -60,7 +60,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("hardware", help="the hardware id the shard was created for (must equal this machine's PRENET_HARDWARE)")
     ap.add_argument("shard", type=int, help="the shard number (one of distribute.shards)")
     ap.add_argument("--params", default="params.yaml", help="configuration file (default: params.yaml)")
+    ap.add_argument("--dask", metavar="ADDRESS", help="run the items as Prefect tasks on this Dask scheduler (prefect-dask), e.g. tcp://host:8786")
     a = ap.parse_args(argv)
+    if a.dask:
+        from pipeline.distribute import run_shard_on_dask
+
+        run_guarded(lambda: print(run_shard_on_dask(load_params(a.params), a.kind, a.hardware, a.shard, a.dask)))
+        return
     run_guarded(lambda: run_shard(load_params(a.params), a.kind, a.hardware, a.shard))
 
 

@@ -26,7 +26,7 @@ import pytest
 pytestmark = pytest.mark.distributed
 
 REPO = Path(__file__).resolve().parents[1]
-COPY = ["conf", "pipeline", "prenet", "distributed", "dvc.yaml", "pyproject.toml", "data/external", "data/hardware",
+COPY = ["conf", "pipeline", "prenet", "distributed", "dvc.yaml", "pyproject.toml", "data/external", "data/hardware", "data/reference",
         "data/outcome/vendored", ".dvc/config", ".dvc/.gitignore"]
 ITEMS, KILL_AFTER = 60, 12
 MATRIX = ["experiment=tiny", "progress=false", "outcome.corpus.domains=[mlp_digits]", f"outcome.corpus.runs_per_domain={2 * ITEMS}",
@@ -245,3 +245,87 @@ def test_a_worker_on_other_hardware_refuses(tmp_path):
     assert p.returncode == 2 and p.stderr.count("\n") == 1
     assert "created for hardware 'h100'" in p.stderr and "Traceback" not in p.stderr
     assert not (work / "data/scratch").exists()
+
+
+def test_schedule_registers_a_cron_deployment_whose_triggered_run_completes(tmp_path, services):
+    """`prenet schedule` against a local server: the deployment carries the cron, and a run triggered on it runs the
+    whole retrain flow (tiny config) to Completed."""
+    from prefect import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    env, _ = services
+    repo = _checkout(tmp_path / "repo", ["experiment=tiny", "progress=false"])
+    serve = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "schedule", "--cron", "0 3 * * 0", "--name", "nightly", "--repo", str(repo),
+                              "experiment=tiny", "progress=false"], cwd=repo, env=env, stdout=open(tmp_path / "serve.log", "w"),
+                             stderr=subprocess.STDOUT, start_new_session=True)
+
+    async def deployment():
+        async with get_client() as c:
+            try:
+                return await c.read_deployment_by_name("prenet-retrain/nightly")
+            except Exception:
+                return None
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
+            deadline = time.monotonic() + 120
+            while (dep := asyncio.run(deployment())) is None:
+                assert serve.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
+                assert time.monotonic() < deadline, "the deployment never appeared"
+                time.sleep(1)
+            assert [s.schedule.cron for s in dep.schedules] == ["0 3 * * 0"]
+            fr = run_deployment("prenet-retrain/nightly", timeout=900)
+            assert fr.state.is_completed(), (fr.state, (tmp_path / "serve.log").read_text()[-3000:])
+    finally:
+        _kill_tree(serve.pid)
+    assert (repo / "data/report/index.html").exists() and (repo / "dvc.lock").exists()
+
+
+def test_a_killed_dask_worker_leaves_every_corpus_output_exactly_once(tmp_path, services, monkeypatch):
+    """prefect-dask inside a shard: a Dask worker is SIGKILLed mid-corpus; Dask re-runs what it lost, and every
+    run's output exists exactly once (one file per run, written once; no temporary file left)."""
+    import threading
+
+    from dask.distributed import Client, LocalCluster
+
+    from conftest import tiny_overrides
+    from pipeline.config import compose
+    from pipeline.distribute import run_shard_on_dask
+    from pipeline.shard import scratch_path
+    from prenet.data.shards import read_rows
+
+    n = 20
+    cfg = compose(tiny_overrides(tmp_path, "outcome.corpus.domains=[mlp_digits]", f"outcome.corpus.runs_per_domain={2 * n}",
+                                 "distribute.hardware=[cpu]", "distribute.shards=[0]", f"distribute.scratch={tmp_path / 'scratch'}"))
+    monkeypatch.setenv("PRENET_HARDWARE", "cpu")
+    folder = scratch_path(cfg, "corpus_prior", "cpu", 0).with_suffix(".items")
+    killed: list[int] = []
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
+        def kill_one() -> None:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and len(list(folder.glob("*.json"))) < 5:
+                time.sleep(0.1)
+            pid = next(iter(client.run(os.getpid).values()))
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        t = threading.Thread(target=kill_one, daemon=True)
+        t.start()
+        res = run_shard_on_dask(cfg, "corpus_prior", "cpu", 0, cluster.scheduler_address)
+        t.join(5)
+    assert killed, "a worker was killed"
+    files = sorted(folder.iterdir())
+    assert len(files) == n and all(f.suffix == ".json" for f in files), [f.name for f in files]
+    rows = read_rows(res["output"])
+    assert len(rows) == n and len({r["key"] for r in rows}) == n
+
+
+def test_an_unreachable_dvc_remote_is_one_line(tmp_path):
+    from pipeline.distribute import has_remote
+    from prenet.errors import PrenetError
+
+    repo = _checkout(tmp_path / "r", ["experiment=tiny"])
+    env = dict(os.environ)
+    _dvc(["remote", "add", "-d", "store", "s3://prenet/dvc"], repo, env)
+    _dvc(["remote", "modify", "store", "endpointurl", "http://127.0.0.1:9"], repo, env)
+    with pytest.raises(PrenetError, match=r"the DVC remote 'store' at http://127.0.0.1:9 does not answer .*dvc remote modify store endpointurl"):
+        has_remote(repo)

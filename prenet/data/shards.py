@@ -130,6 +130,35 @@ def promote(scratch: str | Path, out: str | Path, expected_keys: Iterable[str]) 
     return len(by_key)
 
 
+def item_path(folder: str | Path, key: str) -> Path:
+    """The one file of item ``key`` in a per-item output folder (keys that are not plain file names are hashed)."""
+    import hashlib
+    import re
+
+    name = key if re.fullmatch(r"[A-Za-z0-9_.-]{1,120}", key) else hashlib.sha256(key.encode()).hexdigest()[:32]
+    return Path(folder) / f"{name}.json"
+
+
+def write_item(folder: str | Path, row: dict[str, Any]) -> bool:
+    """Write one finished item as its own file, atomically and only once: a task re-run (Dask re-runs tasks whose
+    results lived on a dead worker) finds the file and leaves it. Returns whether this call wrote it."""
+    p = item_path(folder, row[KEY])
+    if p.exists():
+        return False
+    atomic_write_bytes(p, (json.dumps(row, sort_keys=True, default=float) + "\n").encode())
+    return True
+
+
+def promote_items(folder: str | Path, out: str | Path, expected_keys: Iterable[str]) -> int:
+    """Promote a per-item folder like :func:`promote`: one line per expected key, sorted, written atomically."""
+    keys = sorted(set(expected_keys))
+    missing = [k for k in keys if not item_path(folder, k).exists()]
+    if missing:
+        raise PrenetError(f"{folder}: {len(missing)} of {len(keys)} items are not done (e.g. {missing[0]}); run the shard again to finish it")
+    atomic_write_bytes(out, b"".join(item_path(folder, k).read_bytes() for k in keys))
+    return len(keys)
+
+
 def merge_lines(paths: Iterable[str | Path]) -> tuple[list[dict[str, Any]], int]:
     """Rows of every promoted shard in ``paths``, each natural key once (the first shard in path order wins),
     sorted by key; and how many duplicates were dropped."""
