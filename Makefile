@@ -75,5 +75,9 @@ install-distributed: $(DIST_STAMP)  ## dvc-s3 (an S3-compatible DVC remote) and 
 test-distributed: $(DIST_STAMP) data-deps  ## the fault tests: local Prefect server, two process workers, moto_server as DVC remote (~3 min)
 	python -m pytest -q -m distributed -p no:cacheprovider
 
+lint: $(STAMP)  ## ruff: lint rules and formatting (pyproject.toml [tool.ruff]); `ruff format .` fixes the formatting
+	ruff check .
+	ruff format --check .
+
 clean-data:  ## remove every stage output (keeps vendored data/external and data/hardware)
 	rm -rf data/raw data/features data/validated data/split data/models data/metrics data/plots data/report

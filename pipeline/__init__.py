@@ -7,7 +7,24 @@ Each stage is one function ``<stage>(cfg) -> dict`` in ``pipeline/<stage>.py``. 
 * Prefect — ``pipeline.flows.retrain`` runs each stage through ``dvc repro`` so DVC's record stays true.
 """
 
-STAGES: tuple[str, ...] = ("benchmark", "benchmark_models", "featurize", "validate", "split", "train", "evaluate",
-                           "benchmark_ops", "train_ops", "evaluate_ops",
-                           "pretrain", "finetune", "forecast", "evaluate_convergence", "forecast_cost",
-                           "corpus", "train_outcome", "evaluate_outcome", "report")
+STAGES: tuple[str, ...] = (
+    "benchmark",
+    "benchmark_models",
+    "featurize",
+    "validate",
+    "split",
+    "train",
+    "evaluate",
+    "benchmark_ops",
+    "train_ops",
+    "evaluate_ops",
+    "pretrain",
+    "finetune",
+    "forecast",
+    "evaluate_convergence",
+    "forecast_cost",
+    "corpus",
+    "train_outcome",
+    "evaluate_outcome",
+    "report",
+)

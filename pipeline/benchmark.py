@@ -41,9 +41,17 @@ def benchmark(cfg: DictConfig) -> dict:
     hw = _hardware(cfg)
     plan = make_plan(OmegaConf.to_container(b.ops, resolve=True), directions=b.directions, optimizers=b.optimizers, seed=int(cfg.seed))
     df = run_benchmark(
-        plan, hardware=hw, shard_dir=cfg.paths.shards, device=cfg.hardware.device, threads=int(cfg.threads),
-        dtype=b.dtype, warmup=int(b.warmup), repeats=int(b.repeats), min_block_ms=float(b.min_block_ms),
-        max_seconds=b.max_seconds, progress=bool(cfg.progress),
+        plan,
+        hardware=hw,
+        shard_dir=cfg.paths.shards,
+        device=cfg.hardware.device,
+        threads=int(cfg.threads),
+        dtype=b.dtype,
+        warmup=int(b.warmup),
+        repeats=int(b.repeats),
+        min_block_ms=float(b.min_block_ms),
+        max_seconds=b.max_seconds,
+        progress=bool(cfg.progress),
     )
     write_table(df, cfg.paths.raw_timings, RawTimings)
     write_json(hw.to_dict(), cfg.paths.hardware_record)

@@ -12,12 +12,12 @@ from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
 from pipeline.config import hydra_entry
-from prenet.benchmark.models import measure_model, to_device, model_timing_schema, model_timing_row, null_step_ms
+from prenet import zoo
+from prenet.benchmark.models import measure_model, model_timing_row, model_timing_schema, null_step_ms, to_device
 from prenet.data.io import write_json, write_table
 from prenet.data.schemas import ModelTimings
 from prenet.hardware.local import detect_local
 from prenet.steptime.memory import measure_training_memory
-from prenet import zoo
 
 
 def benchmark_models(cfg: DictConfig) -> dict:
@@ -37,17 +37,32 @@ def benchmark_models(cfg: DictConfig) -> dict:
         t_mem = time.perf_counter()
         peak = measure_training_memory(module, batch, o, warmup=False)
         warmed_ms = (time.perf_counter() - t_mem) * 1e3
-        t = measure_model(module, batch, optimizer=o, warmup=int(m.warmup), repeats=int(m.repeats), min_block_ms=float(m.min_block_ms),
-                          warmed_ms=warmed_ms if int(m.warmup) <= 1 else None)
-        rows.append(model_timing_row(name, int(b), o, hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t,
-                                     peak_memory_bytes=peak))
+        t = measure_model(
+            module,
+            batch,
+            optimizer=o,
+            warmup=int(m.warmup),
+            repeats=int(m.repeats),
+            min_block_ms=float(m.min_block_ms),
+            warmed_ms=warmed_ms if int(m.warmup) <= 1 else None,
+        )
+        rows.append(
+            model_timing_row(
+                name, int(b), o, hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t, peak_memory_bytes=peak
+            )
+        )
         del module, batch
     df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
     write_table(df, cfg.paths.model_timings, ModelTimings)
     overhead = {o: null_step_ms(o, device=str(cfg.hardware.device)) for o in m.optimizers}
     write_json({"hardware_id": hw.hardware_id, "threads": int(cfg.threads), "null_step_ms": overhead}, cfg.paths.step_overhead)
-    metrics = {"measured": df.height, "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads),
-               "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()), "null_step_ms": overhead}
+    metrics = {
+        "measured": df.height,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "threads": int(cfg.threads),
+        "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()),
+        "null_step_ms": overhead,
+    }
     write_json(metrics, Path(cfg.paths.metrics) / "benchmark_models.json")
     print(f"benchmark_models: {df.height} model steps -> {cfg.paths.model_timings}")
     return metrics

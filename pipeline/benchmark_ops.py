@@ -12,13 +12,13 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from pipeline.config import hydra_entry
+from prenet import zoo
 from prenet.benchmark.models import measure_model, model_timing_row, model_timing_schema
 from prenet.benchmark.ops import forward_flops, measure_config, sample_configs, sample_wide
 from prenet.data.io import write_json, write_table
 from prenet.data.schemas import ModelTimings, OpTimings
 from prenet.errors import PrenetError
 from prenet.hardware.local import detect_local
-from prenet import zoo
 
 
 def benchmark_ops(cfg: DictConfig) -> dict:
@@ -27,16 +27,23 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     b = cfg.ops.benchmark
     torch.set_num_threads(int(cfg.threads))
     hw = detect_local(threads=int(cfg.threads), device="cpu")
-    configs = sample_configs(OmegaConf.to_container(cfg.benchmark.ops, resolve=True), per_kind=int(b.configs_per_kind), seed=int(b.seed),
-                             max_flops=float(b.max_flops))
+    configs = sample_configs(
+        OmegaConf.to_container(cfg.benchmark.ops, resolve=True), per_kind=int(b.configs_per_kind), seed=int(b.seed), max_flops=float(b.max_flops)
+    )
     wide_spaces = OmegaConf.to_container(b.wide, resolve=True) if b.get("wide") is not None else {}
     wide = sample_wide(wide_spaces, seed=int(b.seed), aligned_share=float(b.get("aligned_share", 0.0)))
     todo = [(kind, c, ("sgd", "adam")[i % 2], "fp32") for i, (kind, c) in enumerate(configs + wide)]
-    todo += [(kind, c, "sgd", "bf16") for i, (kind, c) in enumerate(configs)
-             if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.bf16_max_flops) and kind not in ("lstm", "gru", "rnn")]
+    todo += [
+        (kind, c, "sgd", "bf16")
+        for i, (kind, c) in enumerate(configs)
+        if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.bf16_max_flops) and kind not in ("lstm", "gru", "rnn")
+    ]
     wide_bf16 = set(b.get("wide_bf16_kinds") or [])
-    todo += [(kind, c, "sgd", "bf16") for i, (kind, c) in enumerate(wide)
-             if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.get("wide_bf16_max_flops", b.bf16_max_flops)) and kind in wide_bf16]
+    todo += [
+        (kind, c, "sgd", "bf16")
+        for i, (kind, c) in enumerate(wide)
+        if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.get("wide_bf16_max_flops", b.bf16_max_flops)) and kind in wide_bf16
+    ]
     frames, skipped = [], []
     t0 = time.monotonic()
     for kind, c, opt, prec in tqdm(todo, desc="benchmark ops", unit="step", disable=not cfg.progress):
@@ -46,25 +53,40 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         except PrenetError as e:  # e.g. oneDNN has no BF16 kernel for an op on this CPU: recorded, not hidden
             skipped.append(f"{kind} {prec}: {e}"[:200])
     ops = pl.concat(frames, how="vertical_relaxed").with_columns(
-        pl.lit("local").alias("source"), pl.lit(hw.hardware_id).alias("hardware_id"), pl.lit(int(cfg.threads), dtype=pl.Int64).alias("threads"),
-        pl.lit(0, dtype=pl.Int64).alias("tf1"), pl.lit(torch.__version__.split("+")[0]).alias("torch_version"))
+        pl.lit("local").alias("source"),
+        pl.lit(hw.hardware_id).alias("hardware_id"),
+        pl.lit(int(cfg.threads), dtype=pl.Int64).alias("threads"),
+        pl.lit(0, dtype=pl.Int64).alias("tf1"),
+        pl.lit(torch.__version__.split("+")[0]).alias("torch_version"),
+    )
     ops = ops.filter(pl.col("measured_ms") > 0)
     write_table(ops, cfg.paths.op_timings, OpTimings)
     zrows = []
     for name, bs in b.zoo_bf16:
         torch.manual_seed(int(cfg.seed))
         module, batch = zoo.build(str(name), int(bs), cfg.models.get("sizes"))
-        t = measure_model(module, batch, optimizer="sgd", warmup=1, repeats=int(cfg.models.repeats), min_block_ms=float(cfg.models.min_block_ms),
-                          precision="bf16")
+        t = measure_model(
+            module, batch, optimizer="sgd", warmup=1, repeats=int(cfg.models.repeats), min_block_ms=float(cfg.models.min_block_ms), precision="bf16"
+        )
         row = model_timing_row(str(name), int(bs), "sgd", hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t)
         zrows.append({**row, "dtype": "bf16"})
     zoo_path = Path(cfg.paths.model_timings).with_name(Path(cfg.paths.model_timings).stem + "_bf16.parquet")
     write_table(pl.DataFrame(zrows, schema=model_timing_schema(), orient="row"), zoo_path, ModelTimings)
-    metrics = {"configurations": len(configs) + len(wide), "wide_configurations": len(wide), "steps_measured": len(frames), "ops_measured": ops.height, "skipped": skipped,
-               "by_precision": {p: int(n) for p, n in ops.group_by("precision").len().iter_rows()}, "threads": int(cfg.threads),
-               "hardware_id": hw.hardware_id, "peak_fp32_tflops": hw.peak_fp32_tflops, "peak_bf16_tflops": hw.peak_bf16_tflops,
-               "noise_floor_median_spread_pct": float(100 * ops["spread_rel"].median()), "zoo_bf16_steps": len(zrows),
-               "wall_s": round(time.monotonic() - t0, 1)}
+    metrics = {
+        "configurations": len(configs) + len(wide),
+        "wide_configurations": len(wide),
+        "steps_measured": len(frames),
+        "ops_measured": ops.height,
+        "skipped": skipped,
+        "by_precision": {p: int(n) for p, n in ops.group_by("precision").len().iter_rows()},
+        "threads": int(cfg.threads),
+        "hardware_id": hw.hardware_id,
+        "peak_fp32_tflops": hw.peak_fp32_tflops,
+        "peak_bf16_tflops": hw.peak_bf16_tflops,
+        "noise_floor_median_spread_pct": float(100 * ops["spread_rel"].median()),
+        "zoo_bf16_steps": len(zrows),
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
     write_json(metrics, Path(cfg.paths.metrics) / "benchmark_ops.json")
     print(f"benchmark_ops: {ops.height} ops from {len(frames)} steps -> {cfg.paths.op_timings}")
     return metrics

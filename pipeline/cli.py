@@ -12,7 +12,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from pipeline.config import rooted
 from prenet.errors import PrenetError
+from prenet.paths import REPO_ROOT
 
 
 def _cmd_hardware(args: argparse.Namespace) -> None:
@@ -62,16 +64,30 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
 
     if args.batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {args.batch_size}")
+    from prenet.hardware.catalog import alias_note
+
     hw = resolve(args.hardware, threads=args.threads)
     module, batch = _p.build_model(args.model, args.batch_size, _zoo_kwargs(args.zoo_arg))
-    p = predict_step_time((module, batch), batch_size=args.batch_size, hardware=hw, optimizer=args.optimizer, precision=args.precision,
-                          dataset_size=args.dataset_size, threads=args.threads, models_dir=args.models)
+    p = predict_step_time(
+        (module, batch),
+        batch_size=args.batch_size,
+        hardware=hw,
+        optimizer=args.optimizer,
+        precision=args.precision,
+        dataset_size=args.dataset_size,
+        threads=args.threads,
+        models_dir=args.models,
+    )
+    if (note := alias_note(args.hardware)) is not None:
+        p.notes.insert(0, note)
     mem = predict_training_memory(module, batch, args.optimizer)
     dev_gib = hw.mem_gb if hw.kind == "gpu" else None
     fit = fits(mem.total_bytes, dev_gib, 1.0) if dev_gib else None
     if fit is False:
-        p.notes.append(f"a step needs about {mem.total_bytes / GIB:.1f} GiB and {hw.hardware_id} has {dev_gib:g} GiB: it does not fit; "
-                       "use a smaller --batch-size")
+        p.notes.append(
+            f"a step needs about {mem.total_bytes / GIB:.1f} GiB and {hw.hardware_id} has {dev_gib:g} GiB: it does not fit; "
+            "use a smaller --batch-size"
+        )
     if args.json:
         d = p.to_dict()
         d["memory_bytes"] = mem.total_bytes
@@ -128,7 +144,7 @@ def _convergence_task(args: argparse.Namespace):
     else:
         from pipeline.config import compose
 
-        cfg = compose([f"convergence={args.convergence}"])
+        cfg = rooted(compose([f"convergence={args.convergence}"]))
         tasks, run = OmegaConf.to_container(cfg.convergence.tasks, resolve=True), {}
     tasks = {k: v for k, v in (tasks or {}).items() if isinstance(v, dict)}
     name = args.task or (next(iter(tasks)) if len(tasks) == 1 else None)
@@ -149,7 +165,7 @@ def _cmd_predict_convergence(args: argparse.Namespace) -> None:
     from prenet.convergence.targets import OPTION_KIND, check_target
     from prenet.convergence.tasks import load_pretrained, pretrain, save
 
-    for key in ("eps", "target_loss", "target_accuracy"):   # targets are checked before any work
+    for key in ("eps", "target_loss", "target_accuracy"):  # targets are checked before any work
         if getattr(args, key, None) is not None:
             check_target(OPTION_KIND[key], getattr(args, key))
     task, run = _convergence_task(args)
@@ -169,33 +185,69 @@ def _cmd_predict_convergence(args: argparse.Namespace) -> None:
         save(model, rec, folder)
     data = task.finetune_data()
     with_new_head(model, int(data.y.max()) + 1, seed=args.seed)
-    fc = forecast(model, data.x, data.y, loss=opt["loss"], lr=float(opt["lr"]), momentum=float(opt["momentum"]), batch_size=int(opt["batch_size"]),
-                  steps=int(opt["steps"]), seed=args.seed, subset=args.subset, probe_fraction=args.probe, ntk=args.ntk,
-                  max_bytes=int(args.max_gib * 2**30))
+    fc = forecast(
+        model,
+        data.x,
+        data.y,
+        loss=opt["loss"],
+        lr=float(opt["lr"]),
+        momentum=float(opt["momentum"]),
+        batch_size=int(opt["batch_size"]),
+        steps=int(opt["steps"]),
+        seed=args.seed,
+        subset=args.subset,
+        probe_fraction=args.probe,
+        ntk=args.ntk,
+        max_bytes=int(args.max_gib * 2**30),
+    )
     plain = fc.plain
-    res = {"task": task.name, **opt, "n_train": len(data), "n_used": fc.n_used, "dynamics": fc.dynamics, "ntk": fc.ntk_method,
-           "seconds": fc.seconds, "drift": fc.drift, "reliable": fc.reliable, "variant": fc.variant,
-           "steps_to_converge": {"eps": args.eps, "answer": fc.steps_to_converge(args.eps), "plain": plain.steps_to_converge(args.eps),
-                                 "corrected": fc.corrected.steps_to_converge(args.eps) if fc.corrected else None},
-           "loss": {str(t): float(fc.loss[t]) for t in sorted({0, fc.steps // 4, fc.steps // 2, fc.steps})}}
+    res = {
+        "task": task.name,
+        **opt,
+        "n_train": len(data),
+        "n_used": fc.n_used,
+        "dynamics": fc.dynamics,
+        "ntk": fc.ntk_method,
+        "seconds": fc.seconds,
+        "drift": fc.drift,
+        "reliable": fc.reliable,
+        "variant": fc.variant,
+        "steps_to_converge": {
+            "eps": args.eps,
+            "answer": fc.steps_to_converge(args.eps),
+            "plain": plain.steps_to_converge(args.eps),
+            "corrected": fc.corrected.steps_to_converge(args.eps) if fc.corrected else None,
+        },
+        "loss": {str(t): float(fc.loss[t]) for t in sorted({0, fc.steps // 4, fc.steps // 2, fc.steps})},
+    }
     if args.target_loss is not None:
         res["steps_to_loss"] = {"tau": args.target_loss, "answer": fc.steps_to_loss(args.target_loss), "plain": plain.steps_to_loss(args.target_loss)}
     if args.target_accuracy is not None:
-        res["steps_to_accuracy"] = {"a": args.target_accuracy, "answer": fc.steps_to_accuracy(args.target_accuracy),
-                                    "plain": plain.steps_to_accuracy(args.target_accuracy)}
+        res["steps_to_accuracy"] = {
+            "a": args.target_accuracy,
+            "answer": fc.steps_to_accuracy(args.target_accuracy),
+            "plain": plain.steps_to_accuracy(args.target_accuracy),
+        }
     if args.json:
         print(json.dumps(res, indent=2, default=float))
         return
-    print(f"{task.name}: fine-tune {fc.n_params:,} parameters on {len(data)} samples · {opt['loss']} · lr {opt['lr']} · momentum {opt['momentum']} · "
-          f"batch {opt['batch_size']} · {opt['steps']} steps")
-    print(f"  forecast: {fc.dynamics.upper()} on an {fc.ntk_method} NTK of {fc.n_used} samples, {fc.seconds:.2f} s; "
-          f"answered by the {fc.variant} forecast")
+    print(
+        f"{task.name}: fine-tune {fc.n_params:,} parameters on {len(data)} samples · {opt['loss']} · lr {opt['lr']} · momentum {opt['momentum']} · "
+        f"batch {opt['batch_size']} · {opt['steps']} steps"
+    )
+    print(
+        f"  forecast: {fc.dynamics.upper()} on an {fc.ntk_method} NTK of {fc.n_used} samples, {fc.seconds:.2f} s; "
+        f"answered by the {fc.variant} forecast"
+    )
     print("  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss"].items()))
     sc = res["steps_to_converge"]
     print(f"  steps to converge (|L_t - L_T| <= {args.eps} (L_0 - L_T)): {sc['answer'] if sc['answer'] is not None else 'not within the horizon'}")
     if fc.drift is not None:
-        verdict = ("reliable: the plain forecast answers" if fc.reliable else
-                   "UNRELIABLE: fine-tuning moves the features; the corrected (re-linearized) forecast answers")
+        verdict = (
+            "reliable: the plain forecast answers"
+            if fc.reliable
+            else "UNRELIABLE: fine-tuning moves the features; the corrected (re-linearized) forecast answers"
+        )
         print(f"  kernel drift after a {fc.probe_steps}-step probe: {fc.drift:.3f} ({verdict}); plain: {sc['plain']}, corrected: {sc['corrected']}")
     for key, label in (("steps_to_loss", "loss <= {tau}"), ("steps_to_accuracy", "training accuracy >= {a}")):
         if key in res:
@@ -251,8 +303,13 @@ def _prices(args: argparse.Namespace) -> dict:
     for item in args.price or []:
         name, sep, usd = item.rpartition("=")
         if not sep or not name:
-            raise PrenetError(f"--price {item!r}: expected NAME=USD_PER_HOUR, e.g. --price \"H100 SXM5 80GB=2.49\"")
-        prices.update(check_prices({name.strip(): usd.strip()}, "--price"))
+            raise PrenetError(f'--price {item!r}: expected NAME=USD_PER_HOUR, e.g. --price "H100 SXM5 80GB=2.49"')
+        from prenet.hardware.catalog import alias_note, resolve_name
+
+        canonical = resolve_name(name.strip())  # a GPU not in the catalog is refused, with the closest names
+        if (note := alias_note(name.strip())) is not None:
+            print(f"note: --price {note}")
+        prices.update(check_prices({canonical: usd.strip()}, "--price"))
     return prices
 
 
@@ -269,17 +326,43 @@ def _cmd_plan(args: argparse.Namespace) -> None:
     finetune = None
     if target is not None:
         if not args.finetune_data:
-            raise PrenetError(f"--{target.replace('_', '-')} runs the convergence forecast on a fine-tuning set: give --finetune-data FILE "
-                              "(.pt of {'inputs': tensor, 'labels': tensor} or .npz with inputs, labels)")
+            raise PrenetError(
+                f"--{target.replace('_', '-')} runs the convergence forecast on a fine-tuning set: give --finetune-data FILE "
+                "(.pt of {'inputs': tensor, 'labels': tensor} or .npz with inputs, labels)"
+            )
         if args.lr is None:
             raise PrenetError("the convergence forecast needs the fine-tuning learning rate: give --lr")
         x, y = load_finetune_data(args.finetune_data)
-        finetune = {"inputs": x, "labels": y, "lr": args.lr, "loss": args.loss, "max_steps": args.max_steps, "subset": args.subset, "max_gib": args.max_gib}
+        finetune = {
+            "inputs": x,
+            "labels": y,
+            "lr": args.lr,
+            "loss": args.loss,
+            "max_steps": args.max_steps,
+            "subset": args.subset,
+            "max_gib": args.max_gib,
+        }
     zoo_kwargs = _zoo_kwargs(args.zoo_arg)
-    plan = make_plan(args.model, batch_size=args.batch_size, zoo_kwargs=zoo_kwargs, precision=args.precision, dataset_size=args.dataset_size, epochs=args.epochs, steps=args.steps,
-                     target=target, target_value=value, finetune=finetune, hardware=args.hardware, optimizer=args.optimizer,
-                     momentum=args.momentum, prices=_prices(args), models_dir=args.models, metrics_dir=args.metrics, threads=args.threads,
-                     overhead_path=args.overhead)
+    plan = make_plan(
+        args.model,
+        batch_size=args.batch_size,
+        zoo_kwargs=zoo_kwargs,
+        precision=args.precision,
+        dataset_size=args.dataset_size,
+        epochs=args.epochs,
+        steps=args.steps,
+        target=target,
+        target_value=value,
+        finetune=finetune,
+        hardware=args.hardware,
+        optimizer=args.optimizer,
+        momentum=args.momentum,
+        prices=_prices(args),
+        models_dir=args.models,
+        metrics_dir=args.metrics,
+        threads=args.threads,
+        overhead_path=args.overhead,
+    )
     rows = plan.sorted(args.sort)
     if args.json:
         d = plan.to_dict()
@@ -294,7 +377,7 @@ def _cmd_report(args: argparse.Namespace) -> None:
     from pipeline.config import compose
     from pipeline.report import report
 
-    out = report(compose(args.overrides or []))
+    out = report(rooted(compose(args.overrides or [])))
     print(f"open {out['html']} in a browser (self-contained: no network needed)")
 
 
@@ -309,8 +392,12 @@ def start_local_server(timeout_s: float = 90.0) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"}
-    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -341,8 +428,9 @@ def _cmd_schedule(args: argparse.Namespace) -> None:
     try:
         with ctx:
             print(f"serving flow 'prenet-retrain' as deployment {args.name!r} on cron {args.cron!r} (Ctrl-C stops)")
-            retrain.serve(name=args.name, cron=args.cron,
-                          parameters={"repo_dir": str(Path(args.repo).resolve()), "overrides": args.overrides or None})
+            retrain.serve(
+                name=args.name, cron=args.cron, parameters={"repo_dir": str(Path(args.repo).resolve()), "overrides": args.overrides or None}
+            )
     finally:
         if server is not None:
             server.terminate()
@@ -357,8 +445,10 @@ def _cmd_distribute(args: argparse.Namespace) -> None:
     hardware = args.hardware or list(cfg.distribute.hardware)
     if args.work == "setup":
         info = setup(cfg, hardware)
-        print(f"work pool {info['pool']!r} (process) with queues {', '.join(info['queues'])}; deployment {info['deployment']}; "
-              f"automations: {'; '.join(info['automations'])}")
+        print(
+            f"work pool {info['pool']!r} (process) with queues {', '.join(info['queues'])}; deployment {info['deployment']}; "
+            f"automations: {'; '.join(info['automations'])}"
+        )
         print(f"start one worker per machine: PRENET_HARDWARE=<hw> prefect worker start --pool {info['pool']} --work-queue <hw> --limit 1")
         return
     if args.work == "merge":
@@ -368,23 +458,20 @@ def _cmd_distribute(args: argparse.Namespace) -> None:
             print(coordinate_merge(kind, Path(args.repo).resolve()).strip().splitlines()[-1])
         return
     shards = args.shards if args.shards is not None else len(cfg.distribute.shards)
-    out = distribute(cfg, args.work, hardware, shards, wait=not args.no_wait, timeout_s=args.timeout,
-                     repo_dir=str(Path(args.repo).resolve()) if args.worker_repo else None, coordinator_dir=Path(args.repo).resolve())
+    out = distribute(
+        cfg,
+        args.work,
+        hardware,
+        shards,
+        wait=not args.no_wait,
+        timeout_s=args.timeout,
+        repo_dir=str(Path(args.repo).resolve()) if args.worker_repo else None,
+        coordinator_dir=Path(args.repo).resolve(),
+    )
     for name, fid in out.get("flow_runs", {}).items():
         print(f"{name}: flow run {fid} {out['states'].get(name, 'submitted').lower()}")
     if out["merged"]:
         print(f"merged on this machine: {', '.join(out['merged'])}")
-
-
-def _shards(value: str) -> int:
-    """``--shards``: a positive integer."""
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n} shards: give 1 or more")
-    return n
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -392,28 +479,40 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     hw = sub.add_parser("hardware", help="list the hardware catalog or show one device's spec")
-    hw.add_argument("action", choices=["list", "show"])
+    hw.add_argument("action", choices=["list", "show"], help="list: every catalog device; show: one device's spec as JSON")
     hw.add_argument("name", nargs="?", help="catalog name (case-insensitive), 'local' or a spec.yaml path")
     hw.add_argument("--threads", type=_threads, default=1, help="threads, for 'local' (default 1)")
     hw.set_defaults(func=_cmd_hardware)
 
+    from prenet.names import LOSSES, SCHEDULES
     from prenet.ops import OPTIMIZERS, PRECISIONS
-    from prenet.outcome.space import SCHEDULES
     from prenet.steptime.step import DEFAULT_OP_MODELS
 
     pr = sub.add_parser("predict", help="predict step times or steps to converge")
     psub = pr.add_subparsers(dest="what", required=True)
     st = psub.add_parser("step-time", help="one training step (and epoch) of a model on a hardware target")
-    st.add_argument("--model", required=True, help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, "
-                    "gpt2_small_like) or path/to/file.py:function returning (module, example_batch)")
-    st.add_argument("--batch-size", type=int, required=True)
+    st.add_argument(
+        "--model",
+        required=True,
+        help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, "
+        "gpt2_small_like) or path/to/file.py:function returning (module, example_batch)",
+    )
+    st.add_argument("--batch-size", type=_positive, required=True, help="samples per step (a positive integer)")
     st.add_argument("--hardware", default="local", help="catalog name, 'local' or spec.yaml (default: local)")
-    st.add_argument("--zoo-arg", action="append", metavar="KEY=N", help="a zoo model's size (repeatable), e.g. image_size=224, "
-                    "layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)")
+    st.add_argument(
+        "--zoo-arg",
+        action="append",
+        metavar="KEY=N",
+        help="a zoo model's size (repeatable), e.g. image_size=224, layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)",
+    )
     st.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the step (default: sgd)")
-    st.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
-                    help="fp32 (strict, default) | tf32 (GEMM/conv on TF32 tensor cores) | fp16 / bf16 (autocast, FP32 master weights)")
-    st.add_argument("--dataset-size", type=int, help="samples per epoch (gives epoch_seconds)")
+    st.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        default="fp32",
+        help="fp32 (strict, default) | tf32 (GEMM/conv on TF32 tensor cores) | fp16 / bf16 (autocast, FP32 master weights)",
+    )
+    st.add_argument("--dataset-size", type=_positive, help="samples per epoch (a positive integer; gives epoch_seconds)")
     st.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local)")
     st.add_argument("--models", default=str(DEFAULT_OP_MODELS), help="op-level step-time models (default: %(default)s)")
     st.add_argument("--json", action="store_true", help="print the prediction as JSON")
@@ -430,65 +529,91 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--task", help="task name in conf/convergence/<--convergence>.yaml or in --config")
     cv.add_argument("--config", help="YAML file with 'tasks:' (same format as conf/convergence/quick.yaml) and optional 'run:' settings")
     cv.add_argument("--convergence", default="quick", help="config of conf/convergence to read tasks from (default: quick)")
-    cv.add_argument("--pretrained", default="data/models/pretrained", help="folder of pre-trained weights (made if missing)")
-    cv.add_argument("--loss", choices=["mse", "cross_entropy"])
-    cv.add_argument("--lr", type=float)
-    cv.add_argument("--momentum", type=float)
-    cv.add_argument("--batch-size", type=int)
-    cv.add_argument("--steps", type=int)
+    cv.add_argument(
+        "--pretrained",
+        default=str(REPO_ROOT / "data/models/pretrained"),
+        help="folder of pre-trained weights (made if missing; default: %(default)s)",
+    )
+    cv.add_argument("--loss", choices=list(LOSSES), help="training loss (default: the task's)")
+    cv.add_argument("--lr", type=float, help="SGD learning rate (default: the task's)")
+    cv.add_argument("--momentum", type=float, help="SGD momentum in [0, 1) (default: the task's)")
+    cv.add_argument("--batch-size", type=_positive, help="samples per step (default: the task's; the full set when larger)")
+    cv.add_argument("--steps", type=_positive, help="horizon in optimizer steps (default: the task's)")
     cv.add_argument("--subset", type=int, default=128, help="samples the NTK is computed on (default 128)")
     cv.add_argument("--probe", type=float, default=0.05, help="fraction of steps of the real drift probe (0 = none)")
     cv.add_argument("--eps", type=float, default=0.1, help="relative convergence threshold (default 0.1)")
-    cv.add_argument("--target-loss", type=float)
-    cv.add_argument("--target-accuracy", type=float)
+    cv.add_argument("--target-loss", type=float, help="also answer the steps until the training loss <= this (> 0)")
+    cv.add_argument("--target-accuracy", type=float, help="also answer the steps until the training accuracy >= this, in (0, 1]")
     cv.add_argument("--ntk", choices=["auto", "exact", "projection"], default="auto", help="NTK estimator (default: auto)")
     cv.add_argument("--max-gib", type=float, default=4.0, help="memory allowed for the Jacobian and kernel (GiB, default 4)")
-    cv.add_argument("--seed", type=int, default=0)
+    cv.add_argument("--seed", type=int, default=0, help="seed of the head initialisation and the batch order (default 0)")
     cv.add_argument("--threads", type=_threads, default=1, help="CPU threads for the forecast (1 to this machine's CPU count)")
-    cv.add_argument("--json", action="store_true")
+    cv.add_argument("--json", action="store_true", help="print the forecast as JSON")
     cv.set_defaults(func=_cmd_predict_convergence)
 
     oc = psub.add_parser("outcome", help="final accuracy, failure and rank of a run from its first epochs' telemetry (advice)")
     oc.add_argument("--telemetry", required=True, help="run.csv or run.parquet: one row per epoch (prenet.telemetry.Recorder.table())")
     oc.add_argument("--domain", help="architecture_dataset domain of the run (e.g. cnn_fashion); unknown or absent: answered as an unknown domain")
-    oc.add_argument("--schedule", choices=list(SCHEDULES), help="the run's learning-rate schedule for the epochs to come (optional; sharpens the answer)")
-    oc.add_argument("--models", default="data/models/outcome", help="trained early-success models (default: %(default)s)")
-    oc.add_argument("--json", action="store_true")
+    oc.add_argument(
+        "--schedule", choices=list(SCHEDULES), help="the run's learning-rate schedule for the epochs to come (optional; sharpens the answer)"
+    )
+    oc.add_argument("--models", default=str(REPO_ROOT / "data/models/outcome"), help="trained early-success models (default: %(default)s)")
+    oc.add_argument("--json", action="store_true", help="print the prediction as JSON")
     oc.set_defaults(func=_cmd_predict_outcome)
 
-    pn = sub.add_parser("plan", help="what a training job costs on each hardware option: step time, steps, wall time, cost, memory",
-                        description="Predict step time, steps, wall time, cost and memory fit of a training job on every hardware "
-                                    "option, with intervals from the predictors' measured holdout errors.")
-    pn.add_argument("--model", required=True, help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, gpt2_small_like) "
-                    "or path/to/file.py:function returning (module, example_batch)")
-    pn.add_argument("--batch-size", type=int, required=True)
-    pn.add_argument("--zoo-arg", action="append", metavar="KEY=N", help="a zoo model's size (repeatable), e.g. image_size=224, "
-                    "layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)")
-    pn.add_argument("--dataset-size", type=int, help="training samples (one epoch); default with a target: the fine-tuning set's size")
+    pn = sub.add_parser(
+        "plan",
+        help="what a training job costs on each hardware option: step time, steps, wall time, cost, memory",
+        description="Predict step time, steps, wall time, cost and memory fit of a training job on every hardware "
+        "option, with intervals from the predictors' measured holdout errors.",
+    )
+    pn.add_argument(
+        "--model",
+        required=True,
+        help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, gpt2_small_like) "
+        "or path/to/file.py:function returning (module, example_batch)",
+    )
+    pn.add_argument("--batch-size", type=_positive, required=True, help="samples per step (a positive integer)")
+    pn.add_argument(
+        "--zoo-arg",
+        action="append",
+        metavar="KEY=N",
+        help="a zoo model's size (repeatable), e.g. image_size=224, layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)",
+    )
+    pn.add_argument("--dataset-size", type=_positive, help="training samples (one epoch); default with a target: the fine-tuning set's size")
     how = pn.add_mutually_exclusive_group()
     how.add_argument("--epochs", type=float, help="epochs over --dataset-size samples")
-    how.add_argument("--steps", type=int, help="optimizer steps")
+    how.add_argument("--steps", type=_positive, help="optimizer steps")
     how.add_argument("--converge-eps", type=float, help="forecast the steps until |L_t - L_T| <= eps (L_0 - L_T), T = --max-steps")
     how.add_argument("--target-loss", type=float, help="forecast the steps until the training loss <= this")
     how.add_argument("--target-accuracy", type=float, help="forecast the steps until the training accuracy >= this")
     pn.add_argument("--finetune-data", help="fine-tuning set for a target: .pt {'inputs', 'labels'} or .npz (inputs, labels)")
     pn.add_argument("--lr", type=float, help="fine-tuning learning rate (needed with a target)")
     pn.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (forecast and optimizer memory; default 0)")
-    pn.add_argument("--loss", choices=["cross_entropy", "mse"], default="cross_entropy")
+    pn.add_argument("--loss", choices=list(LOSSES), default="cross_entropy", help="fine-tuning loss of the forecast (default: %(default)s)")
     pn.add_argument("--max-steps", type=int, default=2000, help="forecast horizon (default 2000)")
     pn.add_argument("--subset", type=int, default=128, help="samples the NTK is computed on (default 128)")
     pn.add_argument("--max-gib", type=float, default=4.0, help="memory allowed for the NTK (GiB, default 4)")
     pn.add_argument("--hardware", nargs="+", help="hardware to plan for (default: local and the whole catalog; see `prenet hardware list`)")
     pn.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the job (default: sgd)")
-    pn.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
-                    help="fp32 (strict, default) | tf32 | fp16 | bf16 (autocast); GPUs without the unit are listed with a note")
+    pn.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        default="fp32",
+        help="fp32 (strict, default) | tf32 | fp16 | bf16 (autocast); GPUs without the unit are listed with a note",
+    )
     pn.add_argument("--pricing", default="on_demand", help="conf/pricing/ option or a YAML file of prices (default: %(default)s)")
     pn.add_argument("--price", action="append", metavar="NAME=USD", help="override one price per GPU-hour (repeatable)")
     pn.add_argument("--sort", choices=["cost", "time", "name"], default="cost", help="ranking (default: cost; unpriced and not fitting last)")
     pn.add_argument("--models", default=str(DEFAULT_OP_MODELS), help="op-level step-time models (default: %(default)s)")
-    pn.add_argument("--metrics", default="data/metrics", help="metrics of the run that trained them: the intervals (default: %(default)s)")
-    pn.add_argument("--overhead", default="data/raw/step_overhead.json",
-                    help="measured per-step overhead of the local CPU, added to its step time when the file exists (default: %(default)s)")
+    pn.add_argument(
+        "--metrics", default=str(REPO_ROOT / "data/metrics"), help="metrics of the run that trained them: the intervals (default: %(default)s)"
+    )
+    pn.add_argument(
+        "--overhead",
+        default=str(REPO_ROOT / "data/raw/step_overhead.json"),
+        help="measured per-step overhead of the local CPU, added to its step time when the file exists (default: %(default)s)",
+    )
     pn.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local; 1 to this machine's CPU count)")
     pn.add_argument("--json", action="store_true", help="print the plan as JSON")
     pn.set_defaults(func=_cmd_plan)
@@ -509,20 +634,34 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("overrides", nargs="*", help="Hydra overrides applied on every scheduled run")
     sc.set_defaults(func=_cmd_schedule)
 
-    ds = sub.add_parser("distribute", help="fan benchmark, corpus or fine-tune work out over machines (Prefect work pool `prenet`)",
-                        description="`setup` creates the work pool, one queue per hardware id, the shard deployment and the crash "
-                                    "automations; `benchmark|corpus|finetune` submit one flow run per shard and (by default) wait and merge "
-                                    "here; `merge WORK` only merges (dvc repro --pull). Needs a running Prefect server (PREFECT_API_URL).")
+    ds = sub.add_parser(
+        "distribute",
+        help="fan benchmark, corpus or fine-tune work out over machines (Prefect work pool `prenet`)",
+        description="`setup` creates the work pool, one queue per hardware id, the shard deployment and the crash "
+        "automations; `benchmark|corpus|finetune` submit one flow run per shard and (by default) wait and merge "
+        "here; `merge WORK` only merges (dvc repro --pull). Needs a running Prefect server (PREFECT_API_URL).",
+    )
     ds.add_argument("work", choices=["setup", "benchmark", "corpus", "finetune", "merge"], help="what to do")
     ds.add_argument("what", nargs="?", choices=["benchmark", "corpus", "finetune"], help="for `merge`: which work to merge")
     ds.add_argument("--hardware", nargs="+", metavar="HW", help="hardware ids, one work queue each (default: distribute.hardware of params.yaml)")
-    ds.add_argument("--shards", type=_shards, help="shards per hardware id (default: as many as distribute.shards of params.yaml)")
+    ds.add_argument("--shards", type=_positive, help="shards per hardware id (default: as many as distribute.shards of params.yaml)")
     ds.add_argument("--no-wait", action="store_true", help="submit and return (not for corpus, whose second phase needs the first merged)")
     ds.add_argument("--timeout", type=float, default=24 * 3600, help="seconds to wait for the shards (default 86400)")
     ds.add_argument("--repo", default=".", help="project folder whose params.yaml holds the matrix (default: .)")
     ds.add_argument("--worker-repo", action="store_true", help="workers run in this same folder (one machine), not in their PRENET_REPO")
     ds.set_defaults(func=_cmd_distribute)
     return ap
+
+
+def _positive(value: str) -> int:
+    """A positive integer option (sizes, steps): 0 and negatives are refused, never turned into "0 steps"."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: give a positive integer")
+    return n
 
 
 def _threads(value: str) -> int:
@@ -543,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except PrenetError as e:
+    except (PrenetError, FileNotFoundError) as e:  # an artifact not made yet names the stage that makes it
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

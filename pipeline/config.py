@@ -18,9 +18,19 @@ def compose(overrides: list[str] | None = None) -> DictConfig:
     """Compose ``conf/config.yaml`` with Hydra overrides (the same composition ``dvc exp run -S`` performs)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
+    if GlobalHydra.instance().is_initialized():  # inside a Hydra app (`python -m pipeline.<stage> ...`): same conf/
+        return hydra_compose(config_name="config", overrides=list(overrides or []))
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return hydra_compose(config_name="config", overrides=list(overrides or []))
+
+
+def rooted(cfg: DictConfig) -> DictConfig:
+    """``cfg`` with every relative ``paths.*`` made absolute under the project root, so a command run from any
+    directory reads and writes the project's artifacts (stages run by DVC keep the relative paths of params.yaml)."""
+    paths = {k: (v if Path(str(v)).is_absolute() else str(REPO_ROOT / str(v))) for k, v in cfg.paths.items()}
+    return OmegaConf.merge(cfg, {"paths": paths})  # type: ignore[return-value]
 
 
 def load_params(path: str | Path = "params.yaml") -> DictConfig:

@@ -54,8 +54,17 @@ def _run_all(items: list[tuple[RunSpec, str]], done: dict, shard_dir: Path, cfg:
         return
     shard = shard_dir / f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
     with shard.open("x") as out:
-        for r in run_items(_work, todo, workers=int(c.workers), threads=int(cfg.threads), desc=desc, progress=bool(cfg.progress),
-                           unit="run", initializer=_init, initargs=(int(c.fashion_train), int(c.fashion_test))):
+        for r in run_items(
+            _work,
+            todo,
+            workers=int(c.workers),
+            threads=int(cfg.threads),
+            desc=desc,
+            progress=bool(cfg.progress),
+            unit="run",
+            initializer=_init,
+            initargs=(int(c.fashion_train), int(c.fashion_test)),
+        ):
             out.write(json.dumps(r, default=float) + "\n")
             out.flush()
             os.fsync(out.fileno())
@@ -67,8 +76,13 @@ def corpus_plan(cfg: DictConfig, results: dict[str, tuple[float, bool]] | None =
     runs (prior, then boundary) with the prior runs' (final accuracy, diverged) by run id. Deterministic in the seed."""
     c = cfg.outcome.corpus
     space = OmegaConf.to_container(c.space, resolve=True)
-    kw = dict(n_runs=int(c.runs_per_domain), prior_fraction=float(c.prior_fraction), epochs=int(c.epochs), seed=int(cfg.seed),
-              failure_fraction=float(cfg.outcome.failure_fraction))
+    kw = dict(
+        n_runs=int(c.runs_per_domain),
+        prior_fraction=float(c.prior_fraction),
+        epochs=int(c.epochs),
+        seed=int(cfg.seed),
+        failure_fraction=float(cfg.outcome.failure_fraction),
+    )
     return [it for d in c.domains for it in plan_domain(str(d), space, prior_results=results, **kw)]
 
 
@@ -83,9 +97,20 @@ def corpus_tables(plan: list[tuple[RunSpec, str]], done: dict[str, dict], cfg: D
     runs, tel = [], []
     for spec, phase in plan:
         r = done[spec.run_id]
-        runs.append({"run_id": spec.run_id, **spec.__dict__, "arch": spec.arch, "dataset": spec.dataset, "phase": phase,
-                     "final_test_accuracy": r["final_test_accuracy"], "diverged": r["diverged"], "wall_seconds": r["wall_seconds"],
-                     "recorder_seconds": r["recorder_seconds"], "threads": int(cfg.threads)})
+        runs.append(
+            {
+                "run_id": spec.run_id,
+                **spec.__dict__,
+                "arch": spec.arch,
+                "dataset": spec.dataset,
+                "phase": phase,
+                "final_test_accuracy": r["final_test_accuracy"],
+                "diverged": r["diverged"],
+                "wall_seconds": r["wall_seconds"],
+                "recorder_seconds": r["recorder_seconds"],
+                "threads": int(cfg.threads),
+            }
+        )
         tel += [{"run_id": spec.run_id, **row} for row in r["rows"]]
     df = assign_frame(pl.DataFrame(runs), outcome_split_rule(cfg)).select(list(OutcomeRuns.to_schema().columns))
     return validate(df, OutcomeRuns), validate(pl.DataFrame(tel, schema={"run_id": pl.String, **telemetry_schema()}), OutcomeTelemetry)
@@ -103,15 +128,24 @@ def generating_settings(cfg: DictConfig) -> dict:
 def _per_domain(df: pl.DataFrame, failure_fraction: float) -> dict:
     """Per domain: counts, the failure rate the prior yields (the failure rule with the domain's threshold taken over
     all its runs), median accuracy and wall time, optimizer and schedule counts."""
+
     def failure_rate(g: pl.DataFrame) -> float:
         thr = failure_fraction * float(g["final_test_accuracy"].quantile(0.9, "linear"))
         return float(np.mean([is_failure(a, d, thr) for a, d in zip(g["final_test_accuracy"], g["diverged"])]))
 
-    return {d: {"runs": g.height, "failure_rate": failure_rate(g), "holdout": int((g["split"] == "holdout").sum()), "diverged": int(g["diverged"].sum()),
-                "median_final_accuracy": float(g["final_test_accuracy"].median()), "median_wall_seconds": float(g["wall_seconds"].median()),
-                "optimizers": dict(sorted(g["optimizer"].value_counts().iter_rows())),
-                "schedules": dict(sorted(g["schedule"].value_counts().iter_rows()))}
-            for (d,), g in df.group_by(["domain"], maintain_order=True)}
+    return {
+        d: {
+            "runs": g.height,
+            "failure_rate": failure_rate(g),
+            "holdout": int((g["split"] == "holdout").sum()),
+            "diverged": int(g["diverged"].sum()),
+            "median_final_accuracy": float(g["final_test_accuracy"].median()),
+            "median_wall_seconds": float(g["wall_seconds"].median()),
+            "optimizers": dict(sorted(g["optimizer"].value_counts().iter_rows())),
+            "schedules": dict(sorted(g["schedule"].value_counts().iter_rows())),
+        }
+        for (d,), g in df.group_by(["domain"], maintain_order=True)
+    }
 
 
 def read_vendored(cfg: DictConfig) -> dict:
@@ -123,28 +157,40 @@ def read_vendored(cfg: DictConfig) -> dict:
     folder = Path(cfg.paths.outcome_vendored)
     prov_path = folder / "provenance.json"
     if not prov_path.exists():
-        raise PrenetError(f"no vendored corpus in {folder} (provenance.json missing); regenerate it with `python -m pipeline.corpus corpus=full` "
-                          "and `python scripts/vendor_corpus.py`")
+        raise PrenetError(
+            f"no vendored corpus in {folder} (provenance.json missing); regenerate it with `python -m pipeline.corpus corpus=full` "
+            "and `python scripts/vendor_corpus.py`"
+        )
     prov = json.loads(prov_path.read_text())
     want = generating_settings(cfg)
     if prov["settings"] != want:
-        diff = sorted(k for k in set(prov["settings"]["corpus"]) | set(want["corpus"])
-                      if prov["settings"]["corpus"].get(k) != want["corpus"].get(k))
+        diff = sorted(k for k in set(prov["settings"]["corpus"]) | set(want["corpus"]) if prov["settings"]["corpus"].get(k) != want["corpus"].get(k))
         diff += [k for k in ("failure_fraction", "seed") if prov["settings"][k] != want[k]]
-        raise PrenetError(f"the vendored corpus in {folder} was made with other settings ({', '.join(diff) or 'structure'} differ); "
-                          "restore them in conf/outcome/quick.yaml or regenerate with corpus=full (outcome.corpus.source=generate)")
+        raise PrenetError(
+            f"the vendored corpus in {folder} was made with other settings ({', '.join(diff) or 'structure'} differ); "
+            "restore them in conf/outcome/quick.yaml or regenerate with corpus=full (outcome.corpus.source=generate)"
+        )
     runs = read_table(folder / "runs.parquet")
     tel = read_table(folder / "telemetry.parquet", OutcomeTelemetry)
     df = assign_frame(runs.drop("split") if "split" in runs.columns else runs, outcome_split_rule(cfg))
     write_table(df.select(list(OutcomeRuns.to_schema().columns)), cfg.paths.outcome_runs, OutcomeRuns)
     write_table(tel, cfg.paths.outcome_telemetry, OutcomeTelemetry)
     per_domain = _per_domain(df, float(cfg.outcome.failure_fraction))
-    metrics = {"runs": df.height, "domains": per_domain, "source": "vendored", "provenance": {k: v for k, v in prov.items() if k != "settings"},
-               "recorder_time_share_pct": prov.get("recorder_time_share_pct"), "overhead_pct_median": prov.get("overhead_pct_median"),
-               "epochs": int(cfg.outcome.corpus.epochs), "threads": int(cfg.threads)}
+    metrics = {
+        "runs": df.height,
+        "domains": per_domain,
+        "source": "vendored",
+        "provenance": {k: v for k, v in prov.items() if k != "settings"},
+        "recorder_time_share_pct": prov.get("recorder_time_share_pct"),
+        "overhead_pct_median": prov.get("overhead_pct_median"),
+        "epochs": int(cfg.outcome.corpus.epochs),
+        "threads": int(cfg.threads),
+    }
     write_json(metrics, Path(cfg.paths.metrics) / "corpus.json")
-    print(f"corpus: {df.height} vendored runs in {len(per_domain)} domains (made {prov.get('generated')}, commit {prov.get('code_commit', '?')[:10]}) "
-          f"-> {cfg.paths.outcome_runs}")
+    print(
+        f"corpus: {df.height} vendored runs in {len(per_domain)} domains (made {prov.get('generated')}, commit {prov.get('code_commit', '?')[:10]}) "
+        f"-> {cfg.paths.outcome_runs}"
+    )
     return metrics
 
 
@@ -153,14 +199,14 @@ def corpus(cfg: DictConfig) -> dict:
     planned run trained here (prior phase, then boundary phase). Writes ``paths.outcome_runs``,
     ``paths.outcome_telemetry`` and ``metrics/corpus.json``."""
     c = cfg.outcome.corpus
-    Path(cfg.paths.outcome_shards).mkdir(parents=True, exist_ok=True)   # a declared output, empty when vendored
+    Path(cfg.paths.outcome_shards).mkdir(parents=True, exist_ok=True)  # a declared output, empty when vendored
     if str(c.source) == "vendored":
         return read_vendored(cfg)
     if str(c.source) != "generate":
         from prenet.errors import PrenetError
 
         raise PrenetError(f"outcome.corpus.source={c.source!r} is not a corpus source; choose vendored or generate")
-    require_datasets({SOURCE_DATASET[str(d).split('_')[1]] for d in c.domains})
+    require_datasets({SOURCE_DATASET[str(d).split("_")[1]] for d in c.domains})
     shard_dir = Path(cfg.paths.outcome_shards)
     shard_dir.mkdir(parents=True, exist_ok=True)
     done = {r["run_id"]: r for r in read_shards(shard_dir)}
@@ -179,7 +225,7 @@ def corpus(cfg: DictConfig) -> dict:
     by_time = sorted(plan, key=lambda it: done[it[0].run_id]["wall_seconds"])
     start = min(int(0.75 * len(by_time)), max(len(by_time) - int(c.overhead_runs), 0))
     data: dict[str, tuple] = {}
-    for spec, _ in by_time[start:start + int(c.overhead_runs)]:
+    for spec, _ in by_time[start : start + int(c.overhead_runs)]:
         if spec.dataset not in data:
             data[spec.dataset] = domain_data(spec.dataset, fashion_train=int(c.fashion_train), fashion_test=int(c.fashion_test))
         tr, va, te = data[spec.dataset]
@@ -187,9 +233,19 @@ def corpus(cfg: DictConfig) -> dict:
         rec = train_run(spec, tr, va, te, record=True)["wall_seconds"]
         pairs.append({"run_id": spec.run_id, "domain": spec.domain, "without_s": plain, "with_s": rec, "overhead_pct": 100 * (rec - plain) / plain})
     per_domain = _per_domain(df, float(cfg.outcome.failure_fraction))
-    metrics = {"runs": df.height, "domains": per_domain, "source": "generate", "settings": generating_settings(cfg), "recorder_time_share_pct": 100 * overhead, "overhead_check": pairs,
-               "overhead_pct_median": float(sorted(p["overhead_pct"] for p in pairs)[len(pairs) // 2]) if pairs else None, "workers": int(c.workers),
-               "threads": int(cfg.threads), "wall_s": round(time.monotonic() - t0, 1), "epochs": int(c.epochs)}
+    metrics = {
+        "runs": df.height,
+        "domains": per_domain,
+        "source": "generate",
+        "settings": generating_settings(cfg),
+        "recorder_time_share_pct": 100 * overhead,
+        "overhead_check": pairs,
+        "overhead_pct_median": float(sorted(p["overhead_pct"] for p in pairs)[len(pairs) // 2]) if pairs else None,
+        "workers": int(c.workers),
+        "threads": int(cfg.threads),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "epochs": int(c.epochs),
+    }
     write_json(metrics, Path(cfg.paths.metrics) / "corpus.json")
     print(f"corpus: {df.height} runs in {len(per_domain)} domains (recorder time {100 * overhead:.1f} % of training) -> {cfg.paths.outcome_runs}")
     return metrics

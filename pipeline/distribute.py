@@ -56,15 +56,19 @@ def has_remote(repo_dir: str | Path) -> bool:
     name = proc.stdout.strip() if proc.returncode == 0 else ""
     if not name:
         return False
-    ep = subprocess.run([sys.executable, "-m", "dvc", "config", f"remote.{name}.endpointurl"], cwd=repo_dir, capture_output=True, text=True).stdout.strip()
+    ep = subprocess.run(
+        [sys.executable, "-m", "dvc", "config", f"remote.{name}.endpointurl"], cwd=repo_dir, capture_output=True, text=True
+    ).stdout.strip()
     if ep:
         try:
             urllib.request.urlopen(ep, timeout=5).close()
         except urllib.error.HTTPError:
-            pass   # it answered (an S3 endpoint refuses an anonymous GET)
+            pass  # it answered (an S3 endpoint refuses an anonymous GET)
         except OSError as e:
-            raise PrenetError(f"the DVC remote {name!r} at {ep} does not answer ({e.__class__.__name__}); start it, or fix it with "
-                              f"`dvc remote modify {name} endpointurl <url>`") from None
+            raise PrenetError(
+                f"the DVC remote {name!r} at {ep} does not answer ({e.__class__.__name__}); start it, or fix it with "
+                f"`dvc remote modify {name} endpointurl <url>`"
+            ) from None
     return True
 
 
@@ -80,8 +84,10 @@ def shard_flow(kind: str, hardware: str, shard: int, max_attempts: int = 3, repo
 
     attempt = int(flow_run.run_count or 1)
     if attempt > max_attempts:
-        raise PrenetError(f"{kind}@{hardware}-{shard}: run {attempt} exceeds distribute.max_attempts={max_attempts}; "
-                          "look at why it crashed, then `prefect flow-run retry` it by hand")
+        raise PrenetError(
+            f"{kind}@{hardware}-{shard}: run {attempt} exceeds distribute.max_attempts={max_attempts}; "
+            "look at why it crashed, then `prefect flow-run retry` it by hand"
+        )
     check_hardware(hardware)
     repo = Path(repo_dir or os.environ.get(REPO_ENV) or REPO_ROOT)
     stage = shard_stage(kind, hardware, shard)
@@ -100,6 +106,7 @@ def shard_flow(kind: str, hardware: str, shard: int, max_attempts: int = 3, repo
 
 
 # ---- Dask inside a shard ------------------------------------------------------------------------------------------
+
 
 @task(name="shard-item")
 def item_task(kind_name: str, key: str, payload: Any, folder: str, initargs: tuple) -> bool:
@@ -144,14 +151,17 @@ def run_shard_on_dask(cfg: DictConfig, kind_name: str, hardware: str, shard: int
 
 # ---- server, pool, deployment, automations ------------------------------------------------------------------------
 
+
 def require_server() -> str:
     """The configured Prefect API URL, once it answers; one line naming the URL and how to start it otherwise."""
     from prefect.settings import PREFECT_API_URL
 
     url = PREFECT_API_URL.value()
     if not url:
-        raise PrenetError("no Prefect server is configured: start one with `prefect server start` and point this shell at it with "
-                          "`prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api`")
+        raise PrenetError(
+            "no Prefect server is configured: start one with `prefect server start` and point this shell at it with "
+            "`prefect config set PREFECT_API_URL=http://127.0.0.1:4200/api`"
+        )
     try:
         with urllib.request.urlopen(f"{url.rstrip('/')}/health", timeout=5) as r:
             if r.status == 200:
@@ -173,18 +183,37 @@ def _automations(deployment_id: str, zombie_after_s: int) -> list[Any]:
     zombie = Automation(
         name=ZOMBIE_AUTOMATION,
         description="A shard flow run whose heartbeats stop (its machine or process died) is marked Crashed.",
-        trigger=EventTrigger(after={"prefect.flow-run.heartbeat"},
-                             expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
-                                     "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
-                             match=runs, match_related=ours, for_each={"prefect.resource.id"}, posture=Posture.Proactive,
-                             threshold=1, within=timedelta(seconds=zombie_after_s)),
-        actions=[ChangeFlowRunState(state=StateType.CRASHED, message="no heartbeat: the shard's process or machine died", force=True)])
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={
+                "prefect.flow-run.heartbeat",
+                "prefect.flow-run.Completed",
+                "prefect.flow-run.Failed",
+                "prefect.flow-run.Cancelled",
+                "prefect.flow-run.Crashed",
+            },
+            match=runs,
+            match_related=ours,
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=zombie_after_s),
+        ),
+        actions=[ChangeFlowRunState(state=StateType.CRASHED, message="no heartbeat: the shard's process or machine died", force=True)],
+    )
     reschedule = Automation(
         name=RESCHEDULE_AUTOMATION,
         description="A crashed shard flow run is scheduled again (the flow fails for good after distribute.max_attempts runs).",
-        trigger=EventTrigger(expect={"prefect.flow-run.Crashed"}, match=runs, match_related=ours, for_each={"prefect.resource.id"},
-                             posture=Posture.Reactive, threshold=1),
-        actions=[ChangeFlowRunState(state=StateType.SCHEDULED, name="Rescheduled", message="crashed: scheduled again", force=True)])
+        trigger=EventTrigger(
+            expect={"prefect.flow-run.Crashed"},
+            match=runs,
+            match_related=ours,
+            for_each={"prefect.resource.id"},
+            posture=Posture.Reactive,
+            threshold=1,
+        ),
+        actions=[ChangeFlowRunState(state=StateType.SCHEDULED, name="Rescheduled", message="crashed: scheduled again", force=True)],
+    )
     return [zombie, reschedule]
 
 
@@ -208,9 +237,14 @@ async def _setup(cfg: DictConfig, hardware: list[str]) -> dict:
             queues.append(hw)
         flow_id = await client.create_flow_from_name(FLOW_NAME)
         dep_id = await client.create_deployment(
-            flow_id=flow_id, name=str(d.deployment), entrypoint="pipeline.distribute.shard_flow", work_pool_name=str(d.pool),
-            parameter_openapi_schema=None, pull_steps=[],
-            job_variables={"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(int(d.heartbeat_s))}})
+            flow_id=flow_id,
+            name=str(d.deployment),
+            entrypoint="pipeline.distribute.shard_flow",
+            work_pool_name=str(d.pool),
+            parameter_openapi_schema=None,
+            pull_steps=[],
+            job_variables={"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(int(d.heartbeat_s))}},
+        )
         names = []
         for a in _automations(str(dep_id), int(d.zombie_after_s)):
             for old in await client.read_automations_by_name(a.name):
@@ -233,8 +267,10 @@ def check_matrix(cfg: DictConfig, hardware: list[str], shards: int) -> None:
     have_hw, have_k = list(cfg.distribute.hardware), list(cfg.distribute.shards)
     if have_hw != list(hardware) or have_k != list(range(shards)):
         want = f"distribute.hardware=[{','.join(hardware)}] distribute.shards=[{','.join(map(str, range(shards)))}]"
-        raise PrenetError(f"params.yaml has distribute.hardware={have_hw} and distribute.shards={have_k}; compose the matrix with "
-                          f"`python -m pipeline.compose {want}` (plus your other overrides) and commit params.yaml so every machine runs it")
+        raise PrenetError(
+            f"params.yaml has distribute.hardware={have_hw} and distribute.shards={have_k}; compose the matrix with "
+            f"`python -m pipeline.compose {want}` (plus your other overrides) and commit params.yaml so every machine runs it"
+        )
 
 
 async def _submit(cfg: DictConfig, kind: str, hardware: list[str], repo_dir: str | None) -> list[tuple[str, Any]]:
@@ -244,9 +280,13 @@ async def _submit(cfg: DictConfig, kind: str, hardware: list[str], repo_dir: str
     out = []
     for hw in hardware:
         for k in d.shards:
-            fr = await run_deployment(f"{FLOW_NAME}/{d.deployment}", parameters={"kind": kind, "hardware": hw, "shard": int(k),
-                                                                              "max_attempts": int(d.max_attempts), "repo_dir": repo_dir},
-                                      work_queue_name=hw, timeout=0, flow_run_name=f"{kind}@{hw}-{k}")
+            fr = await run_deployment(
+                f"{FLOW_NAME}/{d.deployment}",
+                parameters={"kind": kind, "hardware": hw, "shard": int(k), "max_attempts": int(d.max_attempts), "repo_dir": repo_dir},
+                work_queue_name=hw,
+                timeout=0,
+                flow_run_name=f"{kind}@{hw}-{k}",
+            )
             out.append((f"{kind}@{hw}-{k}", fr.id))
     return out
 
@@ -268,8 +308,10 @@ async def _wait(runs: list[tuple[str, Any]], timeout_s: float, poll_s: float = 2
             if all(s in FINAL for s in states.values()):
                 return states
             if time.monotonic() > deadline:
-                raise PrenetError(f"shards not finished after {timeout_s:.0f} s ({', '.join(f'{n} {s.lower()}' for n, s in states.items())}); "
-                                  "is a worker running on each queue? `prefect worker start --pool prenet --work-queue <hw> --limit 1`")
+                raise PrenetError(
+                    f"shards not finished after {timeout_s:.0f} s ({', '.join(f'{n} {s.lower()}' for n, s in states.items())}); "
+                    "is a worker running on each queue? `prefect worker start --pool prenet --work-queue <hw> --limit 1`"
+                )
             await asyncio.sleep(poll_s)
 
 
@@ -284,8 +326,18 @@ def coordinate_merge(kind: str, repo_dir: str | Path = REPO_ROOT) -> str:
     return dvc(["repro", "--pull", merge_stage(kind)], repo_dir)
 
 
-def distribute(cfg: DictConfig, work: str, hardware: list[str], shards: int, *, wait: bool = True, timeout_s: float = 24 * 3600,
-               merge: bool = True, repo_dir: str | None = None, coordinator_dir: str | Path = REPO_ROOT) -> dict:
+def distribute(
+    cfg: DictConfig,
+    work: str,
+    hardware: list[str],
+    shards: int,
+    *,
+    wait: bool = True,
+    timeout_s: float = 24 * 3600,
+    merge: bool = True,
+    repo_dir: str | None = None,
+    coordinator_dir: str | Path = REPO_ROOT,
+) -> dict:
     """Submit one flow run per shard of ``work`` (benchmark, corpus or finetune) to each hardware id's queue; with
     ``wait``, follow them to the end and merge on this machine (the corpus's boundary phase is submitted after its
     prior phase is merged) in ``coordinator_dir``. ``repo_dir``: the checkout the workers run in (default: each
@@ -308,8 +360,10 @@ def distribute(cfg: DictConfig, work: str, hardware: list[str], shards: int, *, 
         result["states"].update(states)
         bad = [n for n, s in states.items() if s != "COMPLETED"]
         if bad:
-            raise PrenetError(f"{kind}: shard(s) {', '.join(bad)} did not complete; see `prefect flow-run logs <id>` "
-                              f"({', '.join(str(i) for n, i in runs if n in bad)})")
+            raise PrenetError(
+                f"{kind}: shard(s) {', '.join(bad)} did not complete; see `prefect flow-run logs <id>` "
+                f"({', '.join(str(i) for n, i in runs if n in bad)})"
+            )
         if merge:
             coordinate_merge(kind, coordinator_dir)
             result["merged"].append(merge_stage(kind))

@@ -17,17 +17,17 @@ from omegaconf import DictConfig
 
 from pipeline.config import hydra_entry
 from pipeline.split import split_rule
+from prenet import zoo
 from prenet.data.io import read_table, write_json, write_table
 from prenet.data.schemas import HoldoutPredictions, ModelTimings, SplitLayerFeatures
 from prenet.data.split import assign
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
-from prenet.steptime import StepTimeModel, error_metrics
 from prenet.plan import loo_coverage
+from prenet.steptime import StepTimeModel, error_metrics
 from prenet.steptime.memory import predict_training_memory
 from prenet.steptime.predict import predict_step_time
 from prenet.steptime.unseen import leave_one_gpu_out, summarize
-from prenet import zoo
 
 
 def _grouped(df: pl.DataFrame, by: list[str], measured: str = "measured_ms", predicted: str = "predicted_ms") -> dict[str, dict]:
@@ -70,8 +70,9 @@ def evaluate_whole_models(cfg: DictConfig, models: dict[str, StepTimeModel]) -> 
         row["measured_memory_bytes"] = r.get("peak_memory_bytes")
         row["predicted_memory_bytes"] = predict_training_memory(module, batch, r["optimizer"]).total_bytes
         for name, m in models.items():
-            p = predict_step_time(module, batch, hardware=hw, model=m, optimizer=r["optimizer"], threads=r["threads"],
-                                  overhead_ms=overhead.get(r["optimizer"], 0.0))
+            p = predict_step_time(
+                module, batch, hardware=hw, model=m, optimizer=r["optimizer"], threads=r["threads"], overhead_ms=overhead.get(r["optimizer"], 0.0)
+            )
             row[f"{name}_ms"] = p.step_seconds * 1e3
         rows.append(row)
     df = pl.DataFrame(rows)
@@ -85,10 +86,17 @@ def evaluate_whole_models(cfg: DictConfig, models: dict[str, StepTimeModel]) -> 
     mem = df.filter(pl.col("measured_memory_bytes").is_not_null())
     if mem.height:
         ratio = (mem["measured_memory_bytes"] / mem["predicted_memory_bytes"]).to_numpy()
-        summary["memory"] = {**{k: v for k, v in error_metrics(mem["measured_memory_bytes"].to_numpy(), mem["predicted_memory_bytes"].to_numpy()).items()
-                                if k != "rmse_ms"},
-                             "ratio_min": float(ratio.min()), "ratio_median": float(np.median(ratio)), "ratio_max": float(ratio.max()),
-                             "by_model": {k: v["mape_pct"] for k, v in _grouped(mem, ["model"], "measured_memory_bytes", "predicted_memory_bytes").items()}}
+        summary["memory"] = {
+            **{
+                k: v
+                for k, v in error_metrics(mem["measured_memory_bytes"].to_numpy(), mem["predicted_memory_bytes"].to_numpy()).items()
+                if k != "rmse_ms"
+            },
+            "ratio_min": float(ratio.min()),
+            "ratio_median": float(np.median(ratio)),
+            "ratio_max": float(ratio.max()),
+            "by_model": {k: v["mape_pct"] for k, v in _grouped(mem, ["model"], "measured_memory_bytes", "predicted_memory_bytes").items()},
+        }
     return df, summary
 
 
@@ -123,8 +131,11 @@ def evaluate_unseen_hardware(cfg: DictConfig) -> tuple[pl.DataFrame, dict]:
     subsampled to ``evaluate.unseen_hardware.max_rows_per_gpu`` shapes by stable hash."""
     u = cfg.evaluate.unseen_hardware
     dev = read_table(cfg.paths.dev, SplitLayerFeatures).filter(pl.col("source") != "local")
-    dev = (dev.with_columns(pl.col("shape_id").hash(7).rank("dense").over("source", "op", "hardware_id").alias("_r"))
-              .filter(pl.col("_r") <= int(u.max_rows_per_gpu)).drop("_r"))
+    dev = (
+        dev.with_columns(pl.col("shape_id").hash(7).rank("dense").over("source", "op", "hardware_id").alias("_r"))
+        .filter(pl.col("_r") <= int(u.max_rows_per_gpu))
+        .drop("_r")
+    )
     from omegaconf import OmegaConf
 
     params = {**OmegaConf.to_container(u.params, resolve=True), "seed": int(cfg.seed), "n_jobs": int(cfg.threads)}
@@ -159,8 +170,10 @@ def evaluate(cfg: DictConfig) -> dict:
     }
     for name, m in models.items():
         p = pred if name == "prenet" else pred.with_columns(pl.Series("predicted_ms", m.predict_ms(hold)))
-        metrics["recipes"][name] = {"overall": error_metrics(p["measured_ms"].to_numpy(), p["predicted_ms"].to_numpy()),
-                                    "by_op": {k: v["mape_pct"] for k, v in _grouped(p, ["op"]).items()}}
+        metrics["recipes"][name] = {
+            "overall": error_metrics(p["measured_ms"].to_numpy(), p["predicted_ms"].to_numpy()),
+            "by_op": {k: v["mape_pct"] for k, v in _grouped(p, ["op"]).items()},
+        }
     whole, metrics["whole_model"] = evaluate_whole_models(cfg, models)
     write_table(whole, Path(cfg.paths.plots) / "zoo_predictions.csv")
     logo = None
@@ -171,8 +184,10 @@ def evaluate(cfg: DictConfig) -> dict:
     write_json(metrics, Path(cfg.paths.metrics) / "evaluate.json")
     o = metrics["overall"]
     wm = ", ".join(f"{k} {v['overall']['mape_pct']:.1f}%" for k, v in metrics["whole_model"].items() if isinstance(v, dict) and "overall" in v)
-    print(f"evaluate: holdout n={o['n']} MAPE {o['mape_pct']:.1f}% RMSE {o['rmse_ms']:.3f} ms; whole-model MAPE: {wm}; "
-          f"noise floor {metrics['noise_floor']}")
+    print(
+        f"evaluate: holdout n={o['n']} MAPE {o['mape_pct']:.1f}% RMSE {o['rmse_ms']:.3f} ms; whole-model MAPE: {wm}; "
+        f"noise floor {metrics['noise_floor']}"
+    )
     return metrics
 
 

@@ -15,9 +15,9 @@ from pipeline.pretrain import convergence_tasks
 from prenet.convergence.baselines import ProbeRegressor, curve_fit_forecast
 from prenet.convergence.evaluation import auc, by_curve, curve_distance, dense, score, seed_noise_floor, steps_for, target_list
 from prenet.data.io import read_table, write_json, write_table
-from prenet.plan import loo_coverage
 from prenet.data.schemas import ConvergenceTargets, FinetuneRuns, ForecastRuns, LossCurves
 from prenet.data.split import assert_no_holdout
+from prenet.plan import loo_coverage
 from prenet.report import figures
 
 PRED_SOURCES = ("default", "forecast", "forecast_ode", "corrected", "curve_fit", "probe_regressor")
@@ -52,8 +52,19 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
             for s, v in srcs.items():
                 if v is None or (kind == "accuracy" and v[1] is None):
                     continue
-                rows.append({"config_id": cid, "task": r["task"], "regime": regime.get(r["task"], "unknown"), "split": r["split"], "target_kind": kind,
-                             "target_param": param, "source": s, "real_steps": rs, "pred_steps": steps_for(kind, value, *v)})
+                rows.append(
+                    {
+                        "config_id": cid,
+                        "task": r["task"],
+                        "regime": regime.get(r["task"], "unknown"),
+                        "split": r["split"],
+                        "target_kind": kind,
+                        "target_param": param,
+                        "source": s,
+                        "real_steps": rs,
+                        "pred_steps": steps_for(kind, value, *v),
+                    }
+                )
     tgt = pl.DataFrame(rows, schema_overrides={"real_steps": pl.Int64, "pred_steps": pl.Int64})
     # the probe regressor: trained on development configurations only, per target
     rule = convergence_split_rule(cfg)
@@ -69,7 +80,9 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
         pred = reg.predict(hold)
         gh = g.join(hold.select("config_id"), on="config_id", how="inner")
         pmap = dict(zip(hold["config_id"].to_list(), pred.tolist()))
-        probe_rows += [{**row, "source": "probe_regressor", "pred_steps": int(min(max(pmap[row["config_id"]], 0), 10**9))} for row in gh.iter_rows(named=True)]
+        probe_rows += [
+            {**row, "source": "probe_regressor", "pred_steps": int(min(max(pmap[row["config_id"]], 0), 10**9))} for row in gh.iter_rows(named=True)
+        ]
     if probe_rows:
         tgt = pl.concat([tgt, pl.DataFrame(probe_rows, schema=tgt.schema).select(tgt.columns)])
     write_table(tgt, cfg.paths.convergence_targets, ConvergenceTargets)
@@ -80,58 +93,97 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
     for (kind, param, src), g in h.group_by(["target_kind", "target_param", "source"], maintain_order=True):
         headline.setdefault(_tkey(kind, param), {})[src] = score(g, within)
     # measurement noise floor: the same configuration with other seeds (all configurations: nothing is fitted here)
-    real = (tgt.filter(pl.col("source") == "forecast").select("config_id", "target_kind", "target_param", "real_steps")
-            .join(runs.select("config_id", "task", "lr", "momentum", "batch_size", "loss", "seed"), on="config_id"))
+    real = (
+        tgt.filter(pl.col("source") == "forecast")
+        .select("config_id", "target_kind", "target_param", "real_steps")
+        .join(runs.select("config_id", "task", "lr", "momentum", "batch_size", "loss", "seed"), on="config_id")
+    )
     noise = {_tkey(k, p): v for (k, p), v in seed_noise_floor(real, ["task", "lr", "momentum", "batch_size", "loss"]).items()}
     # the planner's intervals on steps (prenet plan): real / predicted steps of every holdout configuration where both reached the target
     intervals: dict = {}
     for (kind, param, src), g in h.filter(pl.col("source").is_in(["forecast", "corrected"])).group_by(
-            ["target_kind", "target_param", "source"], maintain_order=True):
+        ["target_kind", "target_param", "source"], maintain_order=True
+    ):
         both = g.filter(pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
         ratios = [round(float(r) / max(float(p), 1.0), 4) for r, p in zip(both["real_steps"].to_list(), both["pred_steps"].to_list())]
-        intervals.setdefault(_tkey(kind, param), {})[src] = {"ratios": ratios, "n": len(ratios),
-                                                            "loo_coverage": loo_coverage(ratios, float(cfg.evaluate.get("interval_coverage", 0.8)))}
+        intervals.setdefault(_tkey(kind, param), {})[src] = {
+            "ratios": ratios,
+            "n": len(ratios),
+            "loo_coverage": loo_coverage(ratios, float(cfg.evaluate.get("interval_coverage", 0.8))),
+        }
     # gaps on the holdout: real → exact linearized SGD → ODE/SDE on all N → ODE/SDE on the subset (the forecast)
     gaps: dict = {}
-    chain = [("linearization (real vs linearized SGD)", "real", "linear_sgd"), ("approximation (linearized SGD vs ODE/SDE, all N)", "linear_sgd", "dynamics_full"),
-             ("subset (ODE/SDE all N vs on the subset)", "dynamics_full", "forecast")]
+    chain = [
+        ("linearization (real vs linearized SGD)", "real", "linear_sgd"),
+        ("approximation (linearized SGD vs ODE/SDE, all N)", "linear_sgd", "dynamics_full"),
+        ("subset (ODE/SDE all N vs on the subset)", "dynamics_full", "forecast"),
+    ]
     for name, a, b in chain:
         per = {}
         for (kind, param), g in h.group_by(["target_kind", "target_param"], maintain_order=True):
             ga = g.filter(pl.col("source") == b).select("config_id", pl.col("pred_steps").alias("pred_steps"))
-            gr = (g.filter(pl.col("source") == a).select("config_id", pl.col("pred_steps").alias("real_steps")) if a != "real"
-                  else g.filter(pl.col("source") == b).select("config_id", "real_steps"))
+            gr = (
+                g.filter(pl.col("source") == a).select("config_id", pl.col("pred_steps").alias("real_steps"))
+                if a != "real"
+                else g.filter(pl.col("source") == b).select("config_id", "real_steps")
+            )
             per[_tkey(kind, param)] = score(gr.join(ga, on="config_id"), within)
-        dists = [curve_distance(dense_cache[(c, a)][0], dense_cache[(c, b)][0]) for c in hold["config_id"].to_list()
-                 if dense_cache.get((c, a)) is not None and dense_cache.get((c, b)) is not None]
+        dists = [
+            curve_distance(dense_cache[(c, a)][0], dense_cache[(c, b)][0])
+            for c in hold["config_id"].to_list()
+            if dense_cache.get((c, a)) is not None and dense_cache.get((c, b)) is not None
+        ]
         dists = [d for d in dists if d is not None]
         gaps[name] = {"steps": per, "median_curve_distance": float(np.median(dists)) if dists else None, "n_curves": len(dists)}
     # cost: real fine-tuning wall time (SGD steps only) / prediction wall time
-    hc = hold.with_columns((pl.col("train_seconds") / pl.col("plain_seconds")).alias("ratio_plain"),
-                           (pl.col("train_seconds") / pl.col("ode_seconds")).alias("ratio_ode"),
-                           (pl.col("train_seconds") / (pl.col("plain_seconds") + pl.col("probe_seconds"))).alias("ratio_corrected"))
-    cost = {"median_ratio_forecast": float(hc["ratio_plain"].median()), "median_ratio_corrected": float(hc["ratio_corrected"].median()),
+    hc = hold.with_columns(
+        (pl.col("train_seconds") / pl.col("plain_seconds")).alias("ratio_plain"),
+        (pl.col("train_seconds") / pl.col("ode_seconds")).alias("ratio_ode"),
+        (pl.col("train_seconds") / (pl.col("plain_seconds") + pl.col("probe_seconds"))).alias("ratio_corrected"),
+    )
+    cost = (
+        {
+            "median_ratio_forecast": float(hc["ratio_plain"].median()),
+            "median_ratio_corrected": float(hc["ratio_corrected"].median()),
             "median_ratio_forecast_ode": float(hc["ratio_ode"].median()),
-            "max_ratio_forecast": float(hc["ratio_plain"].max()), "median_train_seconds": float(hc["train_seconds"].median()),
-            "median_forecast_seconds": float(hc["plain_seconds"].median()), "median_probe_seconds": float(hc["probe_seconds"].median()),
-            "curve_fit_ratio": 1.0 / float(ev["curve_fit_fraction"])} if hold.height else {}
+            "max_ratio_forecast": float(hc["ratio_plain"].max()),
+            "median_train_seconds": float(hc["train_seconds"].median()),
+            "median_forecast_seconds": float(hc["plain_seconds"].median()),
+            "median_probe_seconds": float(hc["probe_seconds"].median()),
+            "curve_fit_ratio": 1.0 / float(ev["curve_fit_fraction"]),
+        }
+        if hold.height
+        else {}
+    )
     # cost per task over every configuration (cost is not fitted, so the development configurations count too)
-    allc = runs.with_columns((pl.col("train_seconds") / pl.col("plain_seconds")).alias("ratio_plain"),
-                             (pl.col("train_seconds") / pl.col("ode_seconds")).alias("ratio_ode"),
-                             (pl.col("train_seconds") / (pl.col("plain_seconds") + pl.col("probe_seconds"))).alias("ratio_corrected"))
-    cost_by_task = {t: {"configs": g.height, "n_train": int(g["n_train"].max()), "median_steps": float(g["steps"].median()),
-                        "median_train_seconds": float(g["train_seconds"].median()), "median_forecast_seconds": float(g["plain_seconds"].median()),
-                        "median_ratio_forecast": float(g["ratio_plain"].median()), "median_ratio_forecast_ode": float(g["ratio_ode"].median()),
-                        "median_ratio_corrected": float(g["ratio_corrected"].median())}
-                    for (t,), g in allc.group_by(["task"], maintain_order=True)}
+    allc = runs.with_columns(
+        (pl.col("train_seconds") / pl.col("plain_seconds")).alias("ratio_plain"),
+        (pl.col("train_seconds") / pl.col("ode_seconds")).alias("ratio_ode"),
+        (pl.col("train_seconds") / (pl.col("plain_seconds") + pl.col("probe_seconds"))).alias("ratio_corrected"),
+    )
+    cost_by_task = {
+        t: {
+            "configs": g.height,
+            "n_train": int(g["n_train"].max()),
+            "median_steps": float(g["steps"].median()),
+            "median_train_seconds": float(g["train_seconds"].median()),
+            "median_forecast_seconds": float(g["plain_seconds"].median()),
+            "median_ratio_forecast": float(g["ratio_plain"].median()),
+            "median_ratio_forecast_ode": float(g["ratio_ode"].median()),
+            "median_ratio_corrected": float(g["ratio_corrected"].median()),
+        }
+        for (t,), g in allc.group_by(["task"], maintain_order=True)
+    }
     # where the linearization breaks: plain vs corrected error per task / lr / momentum (all configurations: the forecast
     # has no fitted parameter, so the development configurations are fair to describe it), and the drift flag
     primary = _tkey("relative_eps", float(ev["targets"]["relative_eps"][0]))
     eps0 = float(ev["targets"]["relative_eps"][0])
     prim = tgt.filter((pl.col("target_kind") == "relative_eps") & (pl.col("target_param") == eps0))
-    ape = (prim.filter(pl.col("source").is_in(["forecast", "corrected"]) & pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
-           .with_columns(((pl.col("pred_steps") - pl.col("real_steps")).abs() / pl.max_horizontal(pl.col("real_steps"), pl.lit(1))).alias("ape"))
-           .join(runs.select("config_id", "lr", "momentum", "batch_size", "loss", "drift", "reliable"), on="config_id"))
+    ape = (
+        prim.filter(pl.col("source").is_in(["forecast", "corrected"]) & pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
+        .with_columns(((pl.col("pred_steps") - pl.col("real_steps")).abs() / pl.max_horizontal(pl.col("real_steps"), pl.lit(1))).alias("ape"))
+        .join(runs.select("config_id", "lr", "momentum", "batch_size", "loss", "drift", "reliable"), on="config_id")
+    )
     breaks = {}
     for (task, lr, m, src), g in ape.group_by(["task", "lr", "momentum", "source"], maintain_order=True):
         breaks.setdefault(f"{task} lr={lr:g} m={m:g}", {})[f"{src}_median_ape_pct"] = float(100 * g["ape"].median())
@@ -142,33 +194,59 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
         by_regime.setdefault(reg, {})[f"{src}_median_ape_pct"] = float(100 * g["ape"].median())
         by_regime[reg]["n"] = g.height
     # momentum: plain / default forecast error per momentum and target (all configurations, as above)
-    every = (tgt.filter(pl.col("source").is_in(["forecast", "default"]) & pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
-             .with_columns(((pl.col("pred_steps") - pl.col("real_steps")).abs() / pl.max_horizontal(pl.col("real_steps"), pl.lit(1))).alias("ape"))
-             .join(runs.select("config_id", "momentum"), on="config_id"))
+    every = (
+        tgt.filter(pl.col("source").is_in(["forecast", "default"]) & pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
+        .with_columns(((pl.col("pred_steps") - pl.col("real_steps")).abs() / pl.max_horizontal(pl.col("real_steps"), pl.lit(1))).alias("ape"))
+        .join(runs.select("config_id", "momentum"), on="config_id")
+    )
     by_momentum: dict = {}
     for (m, kind, param, src), g in every.group_by(["momentum", "target_kind", "target_param", "source"], maintain_order=True):
         by_momentum.setdefault(f"m={m:g}", {}).setdefault(_tkey(kind, param), {})[f"{src}_median_ape_pct"] = float(100 * g["ape"].median())
     pf = ape.filter(pl.col("source") == "forecast")
-    drift_flag = {"threshold": float(cfg.convergence.forecast.drift_threshold),
-                  "auc_drift_for_error_over_20pct": auc(pf["drift"].fill_null(0).to_numpy(), pf["ape"].to_numpy() > within) if pf.height else None,
-                  "flagged_share": float((~runs["reliable"]).mean()) if runs.height else None,
-                  "median_ape_pct_flagged": float(100 * pf.filter(~pl.col("reliable"))["ape"].median()) if pf.filter(~pl.col("reliable")).height else None,
-                  "median_ape_pct_unflagged": float(100 * pf.filter(pl.col("reliable"))["ape"].median()) if pf.filter(pl.col("reliable")).height else None}
-    metrics = {"holdout_configs": hold.height, "configs": runs.height, "primary_target": primary, "holdout": headline, "noise_floor": noise, "intervals": intervals, "gaps": gaps,
-               "cost": cost, "cost_by_task": cost_by_task, "by_regime": by_regime, "by_task_lr": breaks, "by_momentum": by_momentum,
-               "drift_flag": drift_flag}
+    drift_flag = {
+        "threshold": float(cfg.convergence.forecast.drift_threshold),
+        "auc_drift_for_error_over_20pct": auc(pf["drift"].fill_null(0).to_numpy(), pf["ape"].to_numpy() > within) if pf.height else None,
+        "flagged_share": float((~runs["reliable"]).mean()) if runs.height else None,
+        "median_ape_pct_flagged": float(100 * pf.filter(~pl.col("reliable"))["ape"].median()) if pf.filter(~pl.col("reliable")).height else None,
+        "median_ape_pct_unflagged": float(100 * pf.filter(pl.col("reliable"))["ape"].median()) if pf.filter(pl.col("reliable")).height else None,
+    }
+    metrics = {
+        "holdout_configs": hold.height,
+        "configs": runs.height,
+        "primary_target": primary,
+        "holdout": headline,
+        "noise_floor": noise,
+        "intervals": intervals,
+        "gaps": gaps,
+        "cost": cost,
+        "cost_by_task": cost_by_task,
+        "by_regime": by_regime,
+        "by_task_lr": breaks,
+        "by_momentum": by_momentum,
+        "drift_flag": drift_flag,
+    }
     write_json(metrics, Path(cfg.paths.metrics) / "convergence.json")
     # figures: predicted vs real loss curves of holdout configurations, and predicted vs real steps
     plots = Path(cfg.paths.plots)
     sel = hold.sort("task", "loss", "lr", "momentum", "batch_size")["config_id"].to_list()[:12]
-    titles = {r["config_id"]: f"{r['task']} {r['loss'][:3]} lr={r['lr']:g} m={r['momentum']:g} B={r['batch_size']}" for r in runs.iter_rows(named=True)}
-    figures.loss_curves({c: {s: dense_cache.get((c, s)) for s in ("real", "forecast", "corrected", "linear_sgd", "curve_fit")} for c in sel},
-                        titles, plots / "convergence_curves.png")
-    figures.steps_scatter(h.filter(pl.col("target_kind") == "relative_eps").filter(pl.col("target_param") == eps0), plots / "convergence_steps.png",
-                          f"holdout: steps to {primary}, predicted vs real")
+    titles = {
+        r["config_id"]: f"{r['task']} {r['loss'][:3]} lr={r['lr']:g} m={r['momentum']:g} B={r['batch_size']}" for r in runs.iter_rows(named=True)
+    }
+    figures.loss_curves(
+        {c: {s: dense_cache.get((c, s)) for s in ("real", "forecast", "corrected", "linear_sgd", "curve_fit")} for c in sel},
+        titles,
+        plots / "convergence_curves.png",
+    )
+    figures.steps_scatter(
+        h.filter(pl.col("target_kind") == "relative_eps").filter(pl.col("target_param") == eps0),
+        plots / "convergence_steps.png",
+        f"holdout: steps to {primary}, predicted vs real",
+    )
     hf = headline.get(primary, {}).get("forecast", {})
-    print(f"evaluate_convergence: {hold.height} holdout configurations; {primary}: forecast median error {hf.get('median_ape_pct', float('nan')):.1f} %, "
-          f"within ±{within:.0%} {hf.get('within_pct', float('nan')):.0f} %, cost ratio {cost.get('median_ratio_forecast', float('nan')):.1f}x")
+    print(
+        f"evaluate_convergence: {hold.height} holdout configurations; {primary}: forecast median error {hf.get('median_ape_pct', float('nan')):.1f} %, "
+        f"within ±{within:.0%} {hf.get('within_pct', float('nan')):.0f} %, cost ratio {cost.get('median_ratio_forecast', float('nan')):.1f}x"
+    )
     return metrics
 
 

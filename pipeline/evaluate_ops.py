@@ -28,10 +28,17 @@ from prenet.steptime.step import default_overhead_ms, device_type, predict_trace
 
 
 def _errors(df: pl.DataFrame, by: list[str]) -> list[dict]:
-    e = df.with_columns(pl.Series("ape", ape(df["predicted_ms"].to_numpy(), df["measured_ms"].to_numpy())),
-                        pl.Series("roof_ape", ape(df["roofline_ms"].to_numpy(), df["measured_ms"].to_numpy())))
-    out = e.group_by(by).agg(pl.len().alias("rows"), pl.col("ape").mean().alias("mape_pct"), pl.col("ape").median().alias("median_ape_pct"),
-                             pl.col("roof_ape").mean().alias("roofline_mape_pct"), (pl.col("spread_rel").median() * 100).alias("noise_floor_pct"))
+    e = df.with_columns(
+        pl.Series("ape", ape(df["predicted_ms"].to_numpy(), df["measured_ms"].to_numpy())),
+        pl.Series("roof_ape", ape(df["roofline_ms"].to_numpy(), df["measured_ms"].to_numpy())),
+    )
+    out = e.group_by(by).agg(
+        pl.len().alias("rows"),
+        pl.col("ape").mean().alias("mape_pct"),
+        pl.col("ape").median().alias("median_ape_pct"),
+        pl.col("roof_ape").mean().alias("roofline_mape_pct"),
+        (pl.col("spread_rel").median() * 100).alias("noise_floor_pct"),
+    )
     return out.sort(by).to_dicts()
 
 
@@ -44,9 +51,19 @@ def whole_models(cfg: DictConfig, model: EfficiencyModel, timings: pl.DataFrame,
         trace = trace_step(module, batch, optimizer=r["optimizer"], precision=precision, device_type="cpu")
         pred, ops = predict_trace(trace, hw, model, overhead_ms=default_overhead_ms(hw, r["optimizer"], cfg.paths.step_overhead))
         fallback = float(ops.filter(pl.col("estimate") != "model")["predicted_ms"].sum()) / max(float(ops["predicted_ms"].sum()), 1e-12)
-        rows.append({"model": r["model"], "batch_size": r["batch_size"], "precision": precision, "measured_ms": r["measured_ms"],
-                     "predicted_ms": pred.step_seconds * 1e3, "roofline_ms": float(ops["roofline_ms"].sum()) + pred.overhead_ms,
-                     "spread_rel": r["spread_rel"], "fallback_share": fallback, "ops": ops.height})
+        rows.append(
+            {
+                "model": r["model"],
+                "batch_size": r["batch_size"],
+                "precision": precision,
+                "measured_ms": r["measured_ms"],
+                "predicted_ms": pred.step_seconds * 1e3,
+                "roofline_ms": float(ops["roofline_ms"].sum()) + pred.overhead_ms,
+                "spread_rel": r["spread_rel"],
+                "fallback_share": fallback,
+                "ops": ops.height,
+            }
+        )
     return pl.DataFrame(rows)
 
 
@@ -64,10 +81,15 @@ def _summary(w: pl.DataFrame) -> dict:
     if w.height == 0:
         return {}
     e = ape(w["predicted_ms"].to_numpy(), w["measured_ms"].to_numpy())
-    return {"mape_pct": float(e.mean()), "mape_ci95": mean_ci(e), "median_ape_pct": float(np.median(e)), "n": w.height,
-            "roofline_mape_pct": float(ape(w["roofline_ms"].to_numpy(), w["measured_ms"].to_numpy()).mean()),
-            "noise_floor_pct": float(100 * w["spread_rel"].median()),
-            "per_model": {f"{m} b{b}": round(float(x), 1) for m, b, x in zip(w["model"], w["batch_size"], e)}}
+    return {
+        "mape_pct": float(e.mean()),
+        "mape_ci95": mean_ci(e),
+        "median_ape_pct": float(np.median(e)),
+        "n": w.height,
+        "roofline_mape_pct": float(ape(w["roofline_ms"].to_numpy(), w["measured_ms"].to_numpy()).mean()),
+        "noise_floor_pct": float(100 * w["spread_rel"].median()),
+        "per_model": {f"{m} b{b}": round(float(x), 1) for m, b, x in zip(w["model"], w["batch_size"], e)},
+    }
 
 
 def fallback_table(cfg: DictConfig, model: EfficiencyModel, cpu) -> list[dict]:
@@ -80,8 +102,15 @@ def fallback_table(cfg: DictConfig, model: EfficiencyModel, cpu) -> list[dict]:
             module, batch = zoo.build(name, 16, cfg.models.get("sizes"))
         for hw, prec in ((cpu, "fp32"), (h100, "fp32"), (h100, "bf16")):
             pred, ops = predict_trace(trace_step(module, batch, precision=prec, device_type=device_type(hw)), hw, model)
-            out.append({"model": name, "hardware": hw.hardware_id, "precision": prec, "step_ms": round(pred.step_seconds * 1e3, 3),
-                        **{f"{k}_share": round(v, 3) for k, v in pred.estimate_share.items()}})
+            out.append(
+                {
+                    "model": name,
+                    "hardware": hw.hardware_id,
+                    "precision": prec,
+                    "step_ms": round(pred.step_seconds * 1e3, 3),
+                    **{f"{k}_share": round(v, 3) for k, v in pred.estimate_share.items()},
+                }
+            )
     return out
 
 
@@ -105,13 +134,20 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     pred = predict_rows(model, hold, specs_for(hold, cpu))
     kind = pl.when(pl.col("hardware_id") == cpu.hardware_id).then(pl.lit("cpu")).otherwise(pl.lit("gpu")).alias("device")
     pred = pred.with_columns(kind)
-    write_table(pred.select("device", "hardware_id", "precision", "family", "op", "measured_ms", "predicted_ms", "roofline_ms", "estimate"),
-                Path(cfg.paths.plots) / "op_holdout.csv")
+    write_table(
+        pred.select("device", "hardware_id", "precision", "family", "op", "measured_ms", "predicted_ms", "roofline_ms", "estimate"),
+        Path(cfg.paths.plots) / "op_holdout.csv",
+    )
     e_all = ape(pred["predicted_ms"].to_numpy(), pred["measured_ms"].to_numpy())
     metrics: dict = {
-        "holdout": {"rows": pred.height, "mape_pct": float(e_all.mean()), "median_ape_pct": float(np.median(e_all)),
-                    "roofline_mape_pct": float(ape(pred["roofline_ms"].to_numpy(), pred["measured_ms"].to_numpy()).mean()),
-                    "by_device_precision": _errors(pred, ["device", "precision"]), "by_family": _errors(pred, ["device", "family"])},
+        "holdout": {
+            "rows": pred.height,
+            "mape_pct": float(e_all.mean()),
+            "median_ape_pct": float(np.median(e_all)),
+            "roofline_mape_pct": float(ape(pred["roofline_ms"].to_numpy(), pred["measured_ms"].to_numpy()).mean()),
+            "by_device_precision": _errors(pred, ["device", "precision"]),
+            "by_family": _errors(pred, ["device", "family"]),
+        },
     }
     logo = None
     if cfg.ops.evaluate.unseen_gpu:
@@ -121,13 +157,18 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         per_gpu = logo.group_by("hardware_id").agg(((pl.col("mape") * pl.col("rows")).sum() / pl.col("rows").sum()).alias("mape")).sort("mape")
         per_fam = logo.group_by("family").agg(pl.col("mape").mean(), pl.col("roofline_mape").mean()).sort("family")
         worst = per_gpu.row(-1, named=True)
-        metrics["unseen_gpu"] = {"folds": per_gpu.height, "mean_mape_pct": float(per_gpu["mape"].mean()),
-                                 "mean_mape_ci95": mean_ci(per_gpu["mape"].to_numpy()),
-                                 "roofline_mean_mape_pct": float(logo["roofline_mape"].mean()),
-                                 "per_gpu": {r["hardware_id"]: round(r["mape"], 1) for r in per_gpu.iter_rows(named=True)},
-                                 "per_family": {r["family"]: {"mape_pct": round(r["mape"], 1), "roofline_mape_pct": round(r["roofline_mape"], 1)}
-                                                for r in per_fam.iter_rows(named=True)},
-                                 "hardest": {"hardware_id": worst["hardware_id"], "mape_pct": round(worst["mape"], 1)}}
+        metrics["unseen_gpu"] = {
+            "folds": per_gpu.height,
+            "mean_mape_pct": float(per_gpu["mape"].mean()),
+            "mean_mape_ci95": mean_ci(per_gpu["mape"].to_numpy()),
+            "roofline_mean_mape_pct": float(logo["roofline_mape"].mean()),
+            "per_gpu": {r["hardware_id"]: round(r["mape"], 1) for r in per_gpu.iter_rows(named=True)},
+            "per_family": {
+                r["family"]: {"mape_pct": round(r["mape"], 1), "roofline_mape_pct": round(r["roofline_mape"], 1)}
+                for r in per_fam.iter_rows(named=True)
+            },
+            "hardest": {"hardware_id": worst["hardware_id"], "mape_pct": round(worst["mape"], 1)},
+        }
     fp32 = read_table(cfg.paths.model_timings, ModelTimings)
     bf16_path = Path(cfg.paths.model_timings).with_name(Path(cfg.paths.model_timings).stem + "_bf16.parquet")
     bf16 = read_table(bf16_path, ModelTimings) if bf16_path.is_file() else fp32.head(0)
@@ -135,8 +176,11 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     zoo_old = Path(cfg.paths.plots) / "zoo_predictions.csv"
     if zoo_old.is_file():
         old = pl.read_csv(zoo_old)
-        w = w.join(old.select("model", "batch_size", *[c for c in ("prenet_recipe_ms", "prenet_ms") if c in old.columns]), on=["model", "batch_size"],
-                   how="left")
+        w = w.join(
+            old.select("model", "batch_size", *[c for c in ("prenet_recipe_ms", "prenet_ms") if c in old.columns]),
+            on=["model", "batch_size"],
+            how="left",
+        )
     write_table(w, Path(cfg.paths.plots) / "op_zoo.csv")
     metrics["whole_model"] = {p: _summary(w.filter(pl.col("precision") == p)) for p in ("fp32", "bf16")}
     if "prenet_recipe_ms" in w.columns:
@@ -157,9 +201,11 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     metrics["threads"] = int(cfg.threads)
     write_json(metrics, Path(cfg.paths.metrics) / "evaluate_ops.json")
     u = metrics.get("unseen_gpu", {})
-    print(f"evaluate_ops: holdout op MAPE {metrics['holdout']['mape_pct']:.1f}% (roofline {metrics['holdout']['roofline_mape_pct']:.1f}%); "
-          f"zoo CPU fp32 {metrics['whole_model']['fp32'].get('mape_pct', float('nan')):.1f}%, bf16 {metrics['whole_model']['bf16'].get('mape_pct', float('nan')):.1f}%; "
-          f"unseen GPU mean {u.get('mean_mape_pct', float('nan')):.1f}%")
+    print(
+        f"evaluate_ops: holdout op MAPE {metrics['holdout']['mape_pct']:.1f}% (roofline {metrics['holdout']['roofline_mape_pct']:.1f}%); "
+        f"zoo CPU fp32 {metrics['whole_model']['fp32'].get('mape_pct', float('nan')):.1f}%, bf16 {metrics['whole_model']['bf16'].get('mape_pct', float('nan')):.1f}%; "
+        f"unseen GPU mean {u.get('mean_mape_pct', float('nan')):.1f}%"
+    )
     return metrics
 
 

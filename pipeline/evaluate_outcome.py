@@ -23,15 +23,21 @@ from prenet.outcome.evaluation import auc, interval_coverage, paired_difference,
 from prenet.outcome.models import interval_bounds, labels, load, predict_targets, residual_key
 from prenet.report import figures
 
-
 _SHARED: dict = {}
 
 
 def _load_shared(runs_path: str, telemetry_path: str, thr: dict, fallback: dict, kw: dict) -> None:
     """Worker initializer: the labelled runs (all, development, holdout) and telemetry, read once per process."""
     runs = labels(read_table(runs_path, OutcomeRuns), thr, fallback)
-    _SHARED.update(runs=runs, dev=runs.filter(pl.col("split") != "holdout"), hold=runs.filter(pl.col("split") == "holdout"),
-                   tel=read_table(telemetry_path, OutcomeTelemetry), thr=thr, fallback=fallback, kw=kw)
+    _SHARED.update(
+        runs=runs,
+        dev=runs.filter(pl.col("split") != "holdout"),
+        hold=runs.filter(pl.col("split") == "holdout"),
+        tel=read_table(telemetry_path, OutcomeTelemetry),
+        thr=thr,
+        fallback=fallback,
+        kw=kw,
+    )
 
 
 def _refit(item: tuple[str, object]) -> dict:
@@ -80,7 +86,8 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
         results[f"epoch_{e}"] = per
         ablation[f"epoch_{e}"] = {
             "r2": paired_difference(r2, y, out["telemetry"]["final_test_accuracy"], out["loss_acc"]["final_test_accuracy"], n_boot, seed),
-            "failure_auc": paired_difference(auc, yf, out["telemetry"]["failure"], out["loss_acc"]["failure"], n_boot, seed)}
+            "failure_auc": paired_difference(auc, yf, out["telemetry"]["failure"], out["loss_acc"]["failure"], n_boot, seed),
+        }
         pa, pf = out["telemetry"]["final_test_accuracy"], out["telemetry"]["failure"]
         cal = {"interval_nominal": nominal, "failure_reliability": reliability(yf, pf)}
         for kind, pred in (("stated", pa), ("unstated", unstated["final_test_accuracy"])):
@@ -89,11 +96,23 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
         calibration[f"epoch_{e}"] = cal
         for (d,), g in hold.with_row_index("i").group_by(["domain"], maintain_order=True):
             i = g["i"].to_numpy()
-            by_domain.setdefault(d, {})[f"epoch_{e}"] = score_predictions(g, {t: v[i] for t, v in out["telemetry"].items()}, n_boot, seed, thr, fallback)
+            by_domain.setdefault(d, {})[f"epoch_{e}"] = score_predictions(
+                g, {t: v[i] for t, v in out["telemetry"].items()}, n_boot, seed, thr, fallback
+            )
         for fs in manifest["feature_sets"]:
-            preds += [{"run_id": r, "domain": d, "epoch": e, "feature_set": fs, "final_test_accuracy": float(a), "predicted_accuracy": float(p),
-                       "failure": int(f), "failure_probability": float(q_)}
-                      for r, d, a, p, f, q_ in zip(ids, doms, y, out[fs]["final_test_accuracy"], yf, out[fs]["failure"])]
+            preds += [
+                {
+                    "run_id": r,
+                    "domain": d,
+                    "epoch": e,
+                    "feature_set": fs,
+                    "final_test_accuracy": float(a),
+                    "predicted_accuracy": float(p),
+                    "failure": int(f),
+                    "failure_probability": float(q_),
+                }
+                for r, d, a, p, f, q_ in zip(ids, doms, y, out[fs]["final_test_accuracy"], yf, out[fs]["failure"])
+            ]
     epochs = list(manifest["epochs"])
     # never seen: a whole domain (its development and holdout runs), or a whole optimizer; and the group ablation —
     # independent refits, run in `outcome.evaluate.workers` processes
@@ -104,10 +123,28 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
     if o.evaluate.ablate_groups:
         items += [("ablation", e) for e in epochs]
     _SHARED.clear()
-    done = dict(zip(items, run_items(_refit, items, workers=int(o.workers), threads=int(cfg.threads), desc="evaluate_outcome refits",
-                                     progress=bool(cfg.progress), unit="fit", initializer=_load_shared,
-                                     initargs=(str(cfg.paths.outcome_runs), str(cfg.paths.outcome_telemetry), thr, fallback,
-                                               dict(epochs=epochs, params=params, n_boot=n_boot, seed=seed)))))
+    done = dict(
+        zip(
+            items,
+            run_items(
+                _refit,
+                items,
+                workers=int(o.workers),
+                threads=int(cfg.threads),
+                desc="evaluate_outcome refits",
+                progress=bool(cfg.progress),
+                unit="fit",
+                initializer=_load_shared,
+                initargs=(
+                    str(cfg.paths.outcome_runs),
+                    str(cfg.paths.outcome_telemetry),
+                    thr,
+                    fallback,
+                    dict(epochs=epochs, params=params, n_boot=n_boot, seed=seed),
+                ),
+            ),
+        )
+    )
     lodo = {str(v): r for (k, v), r in done.items() if k == "domain"}
     looo = {str(v): r for (k, v), r in done.items() if k == "optimizer"}
     groups = {f"epoch_{e}": r for (k, e), r in done.items() if k == "ablation"}
@@ -125,21 +162,41 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
     plots = Path(cfg.paths.plots)
     figures.outcome_by_epoch(results, plots / "outcome_by_epoch.png")
     e2 = min(2, max(epochs))
-    figures.outcome_scatter(pdf.filter((pl.col("epoch") == e2) & (pl.col("feature_set") == "telemetry")) if pdf.height else pdf,
-                            plots / "outcome_scatter.png", f"holdout: predicted vs final test accuracy at epoch {e2}")
+    figures.outcome_scatter(
+        pdf.filter((pl.col("epoch") == e2) & (pl.col("feature_set") == "telemetry")) if pdf.height else pdf,
+        plots / "outcome_scatter.png",
+        f"holdout: predicted vs final test accuracy at epoch {e2}",
+    )
     figures.reliability_curve({k: v["failure_reliability"] for k, v in calibration.items()}, plots / "outcome_reliability.png")
-    summary = {"holdout_r2_epoch2": results.get(f"epoch_{e2}", {}).get("telemetry", {}).get("r2"),
-               "holdout_auc_epoch3": results.get(f"epoch_{min(3, max(epochs))}", {}).get("telemetry", {}).get("failure_auc"),
-               "holdout_r2_epoch2_unstated": results.get(f"epoch_{e2}", {}).get("telemetry_unstated", {}).get("r2"),
-               "lodo_mean_r2_epoch2": mean_over_groups(lodo, e2, "telemetry", "r2") if lodo else None,
-               "looo_mean_r2_epoch2": mean_over_groups(looo, e2, "telemetry", "r2") if looo else None}
-    metrics = {"holdout_runs": hold.height, "dev_runs": dev.height, "summary": summary, "results": {"pooled": results}, "by_domain": by_domain,
-               "ablation": {"pooled": ablation}, "group_ablation": groups, "leave_one_domain_out": lodo, "leave_one_optimizer_out": looo,
-               "calibration": calibration, "feature_importance": importances, "thresholds": thr, "bootstrap": n_boot,
-               "threads": int(cfg.threads), "wall_s": round(time.monotonic() - t0, 1)}
+    summary = {
+        "holdout_r2_epoch2": results.get(f"epoch_{e2}", {}).get("telemetry", {}).get("r2"),
+        "holdout_auc_epoch3": results.get(f"epoch_{min(3, max(epochs))}", {}).get("telemetry", {}).get("failure_auc"),
+        "holdout_r2_epoch2_unstated": results.get(f"epoch_{e2}", {}).get("telemetry_unstated", {}).get("r2"),
+        "lodo_mean_r2_epoch2": mean_over_groups(lodo, e2, "telemetry", "r2") if lodo else None,
+        "looo_mean_r2_epoch2": mean_over_groups(looo, e2, "telemetry", "r2") if looo else None,
+    }
+    metrics = {
+        "holdout_runs": hold.height,
+        "dev_runs": dev.height,
+        "summary": summary,
+        "results": {"pooled": results},
+        "by_domain": by_domain,
+        "ablation": {"pooled": ablation},
+        "group_ablation": groups,
+        "leave_one_domain_out": lodo,
+        "leave_one_optimizer_out": looo,
+        "calibration": calibration,
+        "feature_importance": importances,
+        "thresholds": thr,
+        "bootstrap": n_boot,
+        "threads": int(cfg.threads),
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
     write_json(metrics, Path(cfg.paths.metrics) / "outcome.json")
-    print(f"evaluate_outcome: {hold.height} holdout runs; epoch {e2}: R² {summary['holdout_r2_epoch2']:.3f}; "
-          f"leave-one-domain-out R² {summary['lodo_mean_r2_epoch2'] if lodo else float('nan'):.3f}")
+    print(
+        f"evaluate_outcome: {hold.height} holdout runs; epoch {e2}: R² {summary['holdout_r2_epoch2']:.3f}; "
+        f"leave-one-domain-out R² {summary['lodo_mean_r2_epoch2'] if lodo else float('nan'):.3f}"
+    )
     return metrics
 
 

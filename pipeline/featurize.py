@@ -15,7 +15,8 @@ from prenet.data.schemas import RawTimings
 from prenet.hardware import catalog
 from prenet.hardware.spec import HardwareSpec
 from prenet.layers import ALL_SHAPE_COLUMNS
-from prenet.steptime.features import IDENTITY_COLUMNS, featurize as featurize_rows
+from prenet.steptime.features import IDENTITY_COLUMNS
+from prenet.steptime.features import featurize as featurize_rows
 
 
 def featurize(cfg: DictConfig) -> dict:

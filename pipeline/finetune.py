@@ -43,12 +43,23 @@ def _finetune_one(item: tuple[Task, RunConfig, str, float, int]) -> tuple[dict, 
     task, c, pretrained, head_init_scale, log_every = item
     d = task_data(task)
     model = finetune_model(task, pretrained, seed=c.seed, head_init_scale=head_init_scale)
-    res = run_finetune(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps,
-                       seed=c.seed, log_every=log_every)
-    row = {**c.as_row(), "arch": task.arch, "n_train": len(d), "classes": int(d.y.max()) + 1, "n_params": n_params(model),
-           "train_seconds": res.train_seconds, "diverged": res.diverged, "device": "cpu"}
-    curves = [{"config_id": c.config_id, "source": "real", "step": int(s), "loss": float(v), "accuracy": float(a)}
-              for s, v, a in zip(res.logged_steps, res.loss, res.accuracy)]
+    res = run_finetune(
+        model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps, seed=c.seed, log_every=log_every
+    )
+    row = {
+        **c.as_row(),
+        "arch": task.arch,
+        "n_train": len(d),
+        "classes": int(d.y.max()) + 1,
+        "n_params": n_params(model),
+        "train_seconds": res.train_seconds,
+        "diverged": res.diverged,
+        "device": "cpu",
+    }
+    curves = [
+        {"config_id": c.config_id, "source": "real", "step": int(s), "loss": float(v), "accuracy": float(a)}
+        for s, v, a in zip(res.logged_steps, res.loss, res.accuracy)
+    ]
     return row, curves
 
 
@@ -68,16 +79,24 @@ def finetune(cfg: DictConfig) -> dict:
     tasks = {t.name: t for t in convergence_tasks(cfg)}
     configs = enumerate_sweep(list(tasks.values()), sw)
     workers = int(cfg.convergence.workers)
-    items = [(tasks[c.task], c, str(cfg.paths.pretrained), float(sw.head_init_scale), int(task_sweep(tasks[c.task], sw)["log_every"]))
-             for c in configs]
+    items = [
+        (tasks[c.task], c, str(cfg.paths.pretrained), float(sw.head_init_scale), int(task_sweep(tasks[c.task], sw)["log_every"])) for c in configs
+    ]
     t0 = time.monotonic()
     results = list(run_items(_finetune_one, items, workers=workers, threads=int(cfg.threads), desc="finetune", progress=bool(cfg.progress)))
     df, curves = finetune_tables(results, cfg, workers)
     write_table(df, cfg.paths.finetune_runs, FinetuneRuns)
     write_table(curves, cfg.paths.finetune_curves, LossCurves)
-    metrics = {"runs": df.height, "holdout": int((df["split"] == "holdout").sum()), "holdout_settings": int(df.filter(pl.col("split") == "holdout")["group_id"].n_unique()),
-               "diverged": int(df["diverged"].sum()), "train_seconds_total": float(df["train_seconds"].sum()), "wall_s": round(time.monotonic() - t0, 1),
-               "threads": int(cfg.threads), "workers": workers}
+    metrics = {
+        "runs": df.height,
+        "holdout": int((df["split"] == "holdout").sum()),
+        "holdout_settings": int(df.filter(pl.col("split") == "holdout")["group_id"].n_unique()),
+        "diverged": int(df["diverged"].sum()),
+        "train_seconds_total": float(df["train_seconds"].sum()),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "threads": int(cfg.threads),
+        "workers": workers,
+    }
     write_json(metrics, Path(cfg.paths.metrics) / "finetune.json")
     print(f"finetune: {df.height} runs ({metrics['holdout']} in the frozen holdout, {metrics['diverged']} diverged) -> {cfg.paths.finetune_runs}")
     return metrics

@@ -30,8 +30,10 @@ from prenet.data.split import assign
 
 
 def _curve_rows(config_id: str, source: str, loss: np.ndarray, acc: np.ndarray | None) -> list[dict]:
-    return [{"config_id": config_id, "source": source, "step": i, "loss": float(v), "accuracy": None if acc is None else float(acc[i])}
-            for i, v in enumerate(loss)]
+    return [
+        {"config_id": config_id, "source": source, "step": i, "loss": float(v), "accuracy": None if acc is None else float(acc[i])}
+        for i, v in enumerate(loss)
+    ]
 
 
 def _one_batch_features(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, batch_size: int, seed: int) -> tuple[float, float]:
@@ -41,7 +43,7 @@ def _one_batch_features(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor
     b = torch.as_tensor(dynamics.batch_schedule(len(x), batch_size, 1, seed)[0])
     model.zero_grad(set_to_none=True)
     losses.torch_loss(model(x[b]), y[b], loss).backward()
-    g = float(torch.sqrt(sum((p.grad ** 2).sum() for p in model.parameters() if p.grad is not None)))
+    g = float(torch.sqrt(sum((p.grad**2).sum() for p in model.parameters() if p.grad is not None)))
     model.zero_grad(set_to_none=True)
     return init, g
 
@@ -76,38 +78,80 @@ def _forecast_one(item: tuple) -> tuple:
     d = task_data(task)
     model = finetune_model(task, pretrained, seed=c.seed, head_init_scale=head_init_scale)
     try:
-        fc = run_forecast(model, d.x, d.y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps, seed=c.seed,
-                          subset=subset, ntk=str(fs["ntk"]), proj_dim=int(fs["proj_dim"]), sde_paths=int(fs["sde_paths"]),
-                          probe_fraction=float(fs["probe_fraction"]), drift_threshold=float(fs["drift_threshold"]), max_bytes=int(fs["max_bytes"]),
-                          also_ode=True, progress=False, raise_on_probe_divergence=False)
+        fc = run_forecast(
+            model,
+            d.x,
+            d.y,
+            loss=c.loss,
+            lr=c.lr,
+            momentum=c.momentum,
+            batch_size=c.batch_size,
+            steps=c.steps,
+            seed=c.seed,
+            subset=subset,
+            ntk=str(fs["ntk"]),
+            proj_dim=int(fs["proj_dim"]),
+            sde_paths=int(fs["sde_paths"]),
+            probe_fraction=float(fs["probe_fraction"]),
+            drift_threshold=float(fs["drift_threshold"]),
+            max_bytes=int(fs["max_bytes"]),
+            also_ode=True,
+            progress=False,
+            raise_on_probe_divergence=False,
+        )
     except DivergenceError as e:
         return c.config_id, [], f"{c.config_id}: {e}"
     plain = fc.plain
     probe_s = float(fc.details.get("probe_seconds", 0.0))
     ode, ode_s = fc.ode, fc.ode.seconds
     init_loss, gnorm = _one_batch_features(model, d.x, d.y, loss=c.loss, batch_size=c.batch_size, seed=c.seed)
-    row = {"config_id": c.config_id, "dynamics": fc.dynamics, "ntk_method": fc.ntk_method, "n_used": fc.n_used,
-           "plain_seconds": fc.seconds - probe_s, "ode_seconds": ode_s, "probe_seconds": probe_s, "ntk_seconds": plain.ntk_seconds, "probe_steps": fc.probe_steps,
-           "drift": None if fc.drift is None else float(fc.drift), "reliable": bool(fc.reliable) if fc.reliable is not None else True,
-           "init_loss": init_loss, "grad_norm": gnorm if np.isfinite(gnorm) else None, "lam_max_over_n": fc.details["theta_max_eig_over_n"]}
+    row = {
+        "config_id": c.config_id,
+        "dynamics": fc.dynamics,
+        "ntk_method": fc.ntk_method,
+        "n_used": fc.n_used,
+        "plain_seconds": fc.seconds - probe_s,
+        "ode_seconds": ode_s,
+        "probe_seconds": probe_s,
+        "ntk_seconds": plain.ntk_seconds,
+        "probe_steps": fc.probe_steps,
+        "drift": None if fc.drift is None else float(fc.drift),
+        "reliable": bool(fc.reliable) if fc.reliable is not None else True,
+        "init_loss": init_loss,
+        "grad_norm": gnorm if np.isfinite(gnorm) else None,
+        "lam_max_over_n": fc.details["theta_max_eig_over_n"],
+    }
     curves = _curve_rows(c.config_id, "forecast", plain.loss, plain.accuracy)
-    curves += _curve_rows(c.config_id, "default", fc.loss, fc.accuracy)   # what forecast() answers: the corrected one when flagged
+    curves += _curve_rows(c.config_id, "default", fc.loss, fc.accuracy)  # what forecast() answers: the corrected one when flagged
     curves += _curve_rows(c.config_id, "forecast_ode", ode.loss, ode.accuracy)
     if fc.corrected is not None:
         curves += _curve_rows(c.config_id, "corrected", fc.corrected.loss, fc.corrected.accuracy)
     if gap:
-        key = (repr(task), pretrained, c.seed, head_init_scale)   # the kernel at the pre-trained weights with this seed's head
+        key = (repr(task), pretrained, c.seed, head_init_scale)  # the kernel at the pre-trained weights with this seed's head
         if key not in _FULL:
             _FULL[key] = (empirical_ntk(model, d.x, method="exact", max_bytes=int(fs["max_bytes"])).theta, outputs(model, d.x).double().numpy())
         theta, F0 = _FULL[key]
         y = d.y.numpy()
         with np.errstate(over="ignore", invalid="ignore"):
-            L, A = dynamics.linear_sgd(theta, F0, y, kind=c.loss, lr=c.lr, momentum=c.momentum,
-                                       batches=dynamics.batch_schedule(len(y), c.batch_size, c.steps, c.seed))
+            L, A = dynamics.linear_sgd(
+                theta, F0, y, kind=c.loss, lr=c.lr, momentum=c.momentum, batches=dynamics.batch_schedule(len(y), c.batch_size, c.steps, c.seed)
+            )
             curves += _curve_rows(c.config_id, "linear_sgd", L, A)
             kind = "ode" if c.batch_size >= len(y) else "sde"
-            L, A = run_dynamics(kind, theta, F0, y, loss=c.loss, lr=c.lr, momentum=c.momentum, batch_size=c.batch_size, steps=c.steps,
-                                n_full=len(y), seed=c.seed, sde_paths=int(fs["full_kernel_sde_paths"]))
+            L, A = run_dynamics(
+                kind,
+                theta,
+                F0,
+                y,
+                loss=c.loss,
+                lr=c.lr,
+                momentum=c.momentum,
+                batch_size=c.batch_size,
+                steps=c.steps,
+                n_full=len(y),
+                seed=c.seed,
+                sde_paths=int(fs["full_kernel_sde_paths"]),
+            )
         curves += _curve_rows(c.config_id, "dynamics_full", L, A)
     return row, curves, None
 
@@ -123,18 +167,37 @@ def forecast(cfg: DictConfig) -> dict:
     subset = None if fc_cfg.subset is None else int(fc_cfg.subset)
     checks = {}
     for name, t in tasks.items():
-        checks[name] = ntk_checks(finetune_model(t, cfg.paths.pretrained, seed=0), data[name].x, samples=int(fc_cfg.projection_check.samples),
-                                  proj_dims=list(fc_cfg.projection_check.proj_dims), subset=subset, seed=int(cfg.seed))
+        checks[name] = ntk_checks(
+            finetune_model(t, cfg.paths.pretrained, seed=0),
+            data[name].x,
+            samples=int(fc_cfg.projection_check.samples),
+            proj_dims=list(fc_cfg.projection_check.proj_dims),
+            subset=subset,
+            seed=int(cfg.seed),
+        )
     rule = convergence_split_rule(cfg)
-    settings = {k: fc_cfg[k] for k in ("ntk", "proj_dim", "sde_paths", "probe_fraction", "drift_threshold", "max_bytes", "full_kernel", "full_kernel_sde_paths")}
-    items = [(tasks[c.task], c, str(cfg.paths.pretrained), float(sw.head_init_scale), subset, settings,
-              fc_cfg.full_kernel == "all" or (fc_cfg.full_kernel == "holdout" and assign(c.group_id, rule) == "holdout")) for c in configs]
+    settings = {
+        k: fc_cfg[k]
+        for k in ("ntk", "proj_dim", "sde_paths", "probe_fraction", "drift_threshold", "max_bytes", "full_kernel", "full_kernel_sde_paths")
+    }
+    items = [
+        (
+            tasks[c.task],
+            c,
+            str(cfg.paths.pretrained),
+            float(sw.head_init_scale),
+            subset,
+            settings,
+            fc_cfg.full_kernel == "all" or (fc_cfg.full_kernel == "holdout" and assign(c.group_id, rule) == "holdout"),
+        )
+        for c in configs
+    ]
     workers = int(cfg.convergence.workers)
-    _FULL.clear()   # in-process runs (workers=1): no kernel from an earlier call's weights
+    _FULL.clear()  # in-process runs (workers=1): no kernel from an earlier call's weights
     runs, curves, diverged = [], [], []
     t0 = time.monotonic()
     for row, rows, err in run_items(_forecast_one, items, workers=workers, threads=int(cfg.threads), desc="forecast", progress=bool(cfg.progress)):
-        if err is not None:   # decided up front: no curve to score, said in the log and counted in the metrics
+        if err is not None:  # decided up front: no curve to score, said in the log and counted in the metrics
             print(f"forecast: {err}")
             diverged.append(row)
             continue
@@ -143,9 +206,17 @@ def forecast(cfg: DictConfig) -> dict:
     df = pl.DataFrame(runs)
     write_table(df, cfg.paths.forecast_runs, ForecastRuns)
     write_table(pl.DataFrame(curves), cfg.paths.forecast_curves, LossCurves)
-    metrics = {"configs": df.height, "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads), "workers": workers,
-               "median_plain_seconds": float(df["plain_seconds"].median()), "median_probe_seconds": float(df["probe_seconds"].median()),
-               "unreliable": int((~df["reliable"]).sum()), "diverged_up_front": diverged, "ntk_checks": checks}
+    metrics = {
+        "configs": df.height,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "threads": int(cfg.threads),
+        "workers": workers,
+        "median_plain_seconds": float(df["plain_seconds"].median()),
+        "median_probe_seconds": float(df["probe_seconds"].median()),
+        "unreliable": int((~df["reliable"]).sum()),
+        "diverged_up_front": diverged,
+        "ntk_checks": checks,
+    }
     write_json(metrics, Path(cfg.paths.metrics) / "forecast.json")
     print(f"forecast: {df.height} configurations ({metrics['unreliable']} flagged unreliable) -> {cfg.paths.forecast_runs}")
     return metrics

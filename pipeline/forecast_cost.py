@@ -68,34 +68,87 @@ def forecast_cost(cfg: DictConfig) -> dict:
             B = int(run["batch_size"])
             steps = int(run["epochs"]) * (len(data) // B)
             key = f"{name} lr={run['lr']:g} m={run['momentum']:g} B={B}"
-            real = finetune(copy.deepcopy(model), data.x, data.y, loss=run["loss"], lr=float(run["lr"]), momentum=float(run["momentum"]), batch_size=B,
-                            steps=steps, seed=int(cfg.seed), log_every=max(1, steps // int(cc.log_points)), log_x=data.x[log_idx], log_y=data.y[log_idx])
+            real = finetune(
+                copy.deepcopy(model),
+                data.x,
+                data.y,
+                loss=run["loss"],
+                lr=float(run["lr"]),
+                momentum=float(run["momentum"]),
+                batch_size=B,
+                steps=steps,
+                seed=int(cfg.seed),
+                log_every=max(1, steps // int(cc.log_points)),
+                log_x=data.x[log_idx],
+                log_y=data.y[log_idx],
+            )
             L, A = dense_curve(real, steps)
             tlist = target_list(tcfg, float(L[0]))
-            entry = {"task": name, "regime": task.regime, **run, "steps": steps, "n_train": len(data), "n_params": n_params(model),
-                     "pretrain_seconds": pre_s, "pretrain_test_accuracy": rec["test_accuracy"], "data_source": rec["data_source"],
-                     "train_seconds": real.train_seconds, "real_final_loss": float(L[-1]), "variants": {},
-                     "real_steps": {f"{k}={p:g}": steps_for(k, v, L, A) for k, p, v in tlist}}
+            entry = {
+                "task": name,
+                "regime": task.regime,
+                **run,
+                "steps": steps,
+                "n_train": len(data),
+                "n_params": n_params(model),
+                "pretrain_seconds": pre_s,
+                "pretrain_test_accuracy": rec["test_accuracy"],
+                "data_source": rec["data_source"],
+                "train_seconds": real.train_seconds,
+                "real_final_loss": float(L[-1]),
+                "variants": {},
+                "real_steps": {f"{k}={p:g}": steps_for(k, v, L, A) for k, p, v in tlist},
+            }
             curves[key] = {"real": (L, None)}
             for var in cc.variants:
                 v = OmegaConf.to_container(var, resolve=True)
-                fc = run_forecast(model, data.x, data.y, loss=run["loss"], lr=float(run["lr"]), momentum=float(run["momentum"]), batch_size=B,
-                                  steps=steps, seed=int(cfg.seed), subset=int(v["subset"]), probe_fraction=float(v["probe_fraction"]),
-                                  progress=False, raise_on_probe_divergence=False)
+                fc = run_forecast(
+                    model,
+                    data.x,
+                    data.y,
+                    loss=run["loss"],
+                    lr=float(run["lr"]),
+                    momentum=float(run["momentum"]),
+                    batch_size=B,
+                    steps=steps,
+                    seed=int(cfg.seed),
+                    subset=int(v["subset"]),
+                    probe_fraction=float(v["probe_fraction"]),
+                    progress=False,
+                    raise_on_probe_divergence=False,
+                )
                 pred = {f"{k}={p:g}": steps_for(k, val, fc.loss, fc.accuracy) for k, p, val in tlist}
                 errs = {t: _ape(pred[t], entry["real_steps"][t]) for t in pred}
                 ok = [e for e in errs.values() if e is not None]
                 entry["variants"][v["name"]] = {
-                    "subset": int(v["subset"]), "probe_fraction": float(v["probe_fraction"]), "answered_by": fc.variant, "dynamics": fc.dynamics,
-                    "drift": fc.drift, "seconds": fc.seconds, "ntk_seconds": fc.ntk_seconds, "probe_seconds": fc.details.get("probe_seconds", 0.0),
-                    "cost_ratio": real.train_seconds / fc.seconds, "pred_steps": pred, "abs_pct_error": errs,
-                    "median_abs_pct_error": float(np.median(ok)) if ok else None}
+                    "subset": int(v["subset"]),
+                    "probe_fraction": float(v["probe_fraction"]),
+                    "answered_by": fc.variant,
+                    "dynamics": fc.dynamics,
+                    "drift": fc.drift,
+                    "seconds": fc.seconds,
+                    "ntk_seconds": fc.ntk_seconds,
+                    "probe_seconds": fc.details.get("probe_seconds", 0.0),
+                    "cost_ratio": real.train_seconds / fc.seconds,
+                    "pred_steps": pred,
+                    "abs_pct_error": errs,
+                    "median_abs_pct_error": float(np.median(ok)) if ok else None,
+                }
                 curves[key][v["name"]] = (fc.loss, None)
-                print(f"forecast_cost: {key}: {v['name']}: {fc.seconds:.1f} s ({real.train_seconds / fc.seconds:.1f}x cheaper than "
-                      f"{real.train_seconds:.0f} s of SGD), median error over {len(ok)} targets {entry['variants'][v['name']]['median_abs_pct_error']}", flush=True)
+                print(
+                    f"forecast_cost: {key}: {v['name']}: {fc.seconds:.1f} s ({real.train_seconds / fc.seconds:.1f}x cheaper than "
+                    f"{real.train_seconds:.0f} s of SGD), median error over {len(ok)} targets {entry['variants'][v['name']]['median_abs_pct_error']}",
+                    flush=True,
+                )
             results[key] = entry
-    metrics = {"enabled": True, "threads": int(cfg.threads), "log_samples": int(cc.log_samples), "tasks": results,
-               "reproduce": REPRODUCE, "measured": time.strftime("%Y-%m-%d")}
+    metrics = {
+        "enabled": True,
+        "threads": int(cfg.threads),
+        "log_samples": int(cc.log_samples),
+        "tasks": results,
+        "reproduce": REPRODUCE,
+        "measured": time.strftime("%Y-%m-%d"),
+    }
     write_json(metrics, out)
     figures.loss_curves(curves, {k: f"{k} ({results[k]['regime']} regime)" for k in curves}, fig)
     print(f"forecast_cost: {len(results)} full-data fine-tunes -> {out}")

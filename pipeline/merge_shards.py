@@ -44,19 +44,31 @@ def _tables(cfg: DictConfig, kind_name: str, rows: list[dict]) -> list[Path]:
         runs, tel = corpus_from_merged(cfg)
         folder = out / "corpus"
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
-        paths = [Path(write_table(runs.drop("split").sort("run_id"), folder / "runs.parquet")),
-                 Path(write_table(tel.sort("run_id", "epoch"), folder / "telemetry.parquet", OutcomeTelemetry))]
-        prov = {"settings": generating_settings(cfg), "generated": dt.date.today().isoformat(), "code_commit": head, "source": "distributed",
-                "hardware": list(cfg.distribute.hardware), "shards": list(cfg.distribute.shards), "runs": runs.height, "telemetry_rows": tel.height,
-                "diverged": int(runs["diverged"].sum())}
+        paths = [
+            Path(write_table(runs.drop("split").sort("run_id"), folder / "runs.parquet")),
+            Path(write_table(tel.sort("run_id", "epoch"), folder / "telemetry.parquet", OutcomeTelemetry)),
+        ]
+        prov = {
+            "settings": generating_settings(cfg),
+            "generated": dt.date.today().isoformat(),
+            "code_commit": head,
+            "source": "distributed",
+            "hardware": list(cfg.distribute.hardware),
+            "shards": list(cfg.distribute.shards),
+            "runs": runs.height,
+            "telemetry_rows": tel.height,
+            "diverged": int(runs["diverged"].sum()),
+        }
         paths.append(atomic_write_bytes(folder / "provenance.json", (json.dumps(prov, indent=1, sort_keys=True) + "\n").encode()))
         return paths
     if kind_name == "finetune":
         from pipeline.finetune import finetune_tables
 
         runs, curves = finetune_tables([(r["run"], r["curves"]) for r in rows], cfg, int(cfg.distribute.workers))
-        return [Path(write_table(runs, out / "finetune" / "runs.parquet", FinetuneRuns)),
-                Path(write_table(curves, out / "finetune" / "curves.parquet", LossCurves))]
+        return [
+            Path(write_table(runs, out / "finetune" / "runs.parquet", FinetuneRuns)),
+            Path(write_table(curves, out / "finetune" / "curves.parquet", LossCurves)),
+        ]
     return []
 
 

@@ -22,8 +22,18 @@ def _init(threads: int, initializer: Callable[..., None] | None, initargs: tuple
         initializer(*initargs)
 
 
-def run_items(fn: Callable[[T], Any], items: Iterable[T], *, workers: int, threads: int, desc: str, progress: bool,
-              unit: str = "config", initializer: Callable[..., None] | None = None, initargs: tuple = ()) -> Iterator[Any]:
+def run_items(
+    fn: Callable[[T], Any],
+    items: Iterable[T],
+    *,
+    workers: int,
+    threads: int,
+    desc: str,
+    progress: bool,
+    unit: str = "config",
+    initializer: Callable[..., None] | None = None,
+    initargs: tuple = (),
+) -> Iterator[Any]:
     """``fn(item)`` for every item (``fn`` a module-level function, items picklable), in input order; each process
     (this one when ``workers`` ≤ 1) first sets ``threads`` and calls ``initializer(*initargs)``."""
     items = list(items)
@@ -34,8 +44,7 @@ def run_items(fn: Callable[[T], Any], items: Iterable[T], *, workers: int, threa
                 yield fn(it)
                 bar.update()
             return
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init,
-                                 initargs=(threads, initializer, initargs)) as ex:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init, initargs=(threads, initializer, initargs)) as ex:
             for r in ex.map(fn, items):
                 yield r
                 bar.update()

@@ -8,7 +8,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
-from prenet.convergence.tasks import pretrain as pretrain_task, save, tasks_from_cfg
+from prenet.convergence.tasks import pretrain as pretrain_task
+from prenet.convergence.tasks import save, tasks_from_cfg
 from prenet.data.io import write_json
 
 
@@ -24,7 +25,9 @@ def pretrain(cfg: DictConfig) -> dict:
     for task in convergence_tasks(cfg):
         model, rec = pretrain_task(task, seed=int(cfg.seed))
         save(model, rec, cfg.paths.pretrained)
-        records[task.name] = {k: rec[k] for k in ("arch", "dataset", "data_source", "pretrain_samples", "train_accuracy", "test_accuracy", "seconds", "n_params")}
+        records[task.name] = {
+            k: rec[k] for k in ("arch", "dataset", "data_source", "pretrain_samples", "train_accuracy", "test_accuracy", "seconds", "n_params")
+        }
         print(f"pretrain: {task.name}: {rec['n_params']:,} parameters, test accuracy {rec['test_accuracy']:.3f} ({rec['seconds']:.1f} s)")
     write_json({"tasks": records, "threads": int(cfg.threads)}, Path(cfg.paths.metrics) / "pretrain.json")
     return records

@@ -44,9 +44,17 @@ def run_shard(cfg: DictConfig, kind_name: str, hardware: str, shard: int) -> dic
     t0 = time.monotonic()
     print(f"{kind_name}@{hardware}-{shard}: {len(mine)} items, {len(mine) - len(todo)} already done (scratch {scratch})", flush=True)
     with fh:
-        for key, result in run_items(_keyed, todo, workers=int(cfg.distribute.workers), threads=int(cfg.threads), desc=f"{kind_name}@{hardware}-{shard}",
-                                     progress=bool(cfg.progress), unit="item", initializer=k.initializer,
-                                     initargs=k.initargs(cfg) if k.initializer else ()):
+        for key, result in run_items(
+            _keyed,
+            todo,
+            workers=int(cfg.distribute.workers),
+            threads=int(cfg.threads),
+            desc=f"{kind_name}@{hardware}-{shard}",
+            progress=bool(cfg.progress),
+            unit="item",
+            initializer=k.initializer,
+            initargs=k.initargs(cfg) if k.initializer else (),
+        ):
             append_row(fh, {KEY: key, "hardware": hardware, **(result if isinstance(result, dict) else {"result": result})})
     out = shard_dir(cfg, kind_name) / f"{hardware}-{shard}.jsonl"
     n = promote(scratch, out, [key for key, _ in mine])

@@ -50,6 +50,7 @@ def _container(node: Any) -> Any:
 
 # ---- early-success corpus ------------------------------------------------------------------------------------------
 
+
 def merged_path(cfg: DictConfig, kind: str) -> Path:
     """Where the merge of ``kind``'s shards is written (a JSONL of every result, each key once, sorted)."""
     return Path(cfg.paths.distributed) / f"{kind}.jsonl"
@@ -107,6 +108,7 @@ def _corpus_init(fashion_train: int, fashion_test: int) -> None:
 
 # ---- layer benchmark -----------------------------------------------------------------------------------------------
 
+
 def _benchmark_settings(cfg: DictConfig) -> dict:
     return {"benchmark": _container(cfg.benchmark), "hardware": _container(cfg.hardware), "seed": int(cfg.seed), "threads": int(cfg.threads)}
 
@@ -122,14 +124,31 @@ def _benchmark_items(cfg: DictConfig) -> list[tuple[str, Any]]:
     hw = detect_local(threads=int(cfg.threads), device=cfg.hardware.device)
     plan = make_plan(_container(b.ops), directions=b.directions, optimizers=b.optimizers, seed=int(cfg.seed))
     tv = torch.__version__.split("+")[0]
-    opts = {"hardware_id": hw.hardware_id, "device": str(cfg.hardware.device), "threads": int(cfg.threads), "dtype": str(b.dtype),
-            "warmup": int(b.warmup), "repeats": int(b.repeats), "min_block_ms": float(b.min_block_ms)}
+    opts = {
+        "hardware_id": hw.hardware_id,
+        "device": str(cfg.hardware.device),
+        "threads": int(cfg.threads),
+        "dtype": str(b.dtype),
+        "warmup": int(b.warmup),
+        "repeats": int(b.repeats),
+        "min_block_ms": float(b.min_block_ms),
+    }
     # the key is the shape's identity without the hardware (every machine measures the same keys)
     out = []
     for s in plan:
         key = measurement_id(s, hardware_id="", device="", threads=0, dtype=str(b.dtype), torch_version="")
-        out.append((key, (s, measurement_id(s, hardware_id=hw.hardware_id, device=opts["device"], threads=opts["threads"],
-                                            dtype=opts["dtype"], torch_version=tv), opts)))
+        out.append(
+            (
+                key,
+                (
+                    s,
+                    measurement_id(
+                        s, hardware_id=hw.hardware_id, device=opts["device"], threads=opts["threads"], dtype=opts["dtype"], torch_version=tv
+                    ),
+                    opts,
+                ),
+            )
+        )
     return out
 
 
@@ -142,6 +161,7 @@ def _benchmark_work(item: tuple) -> dict:
 
 # ---- fine-tuning sweep ---------------------------------------------------------------------------------------------
 
+
 def _finetune_settings(cfg: DictConfig) -> dict:
     conv = {k: v for k, v in _container(cfg.convergence).items() if k != "workers"}
     return {"convergence": conv, "seed": int(cfg.seed), "threads": int(cfg.threads)}
@@ -153,8 +173,10 @@ def _finetune_items(cfg: DictConfig) -> list[tuple[str, Any]]:
 
     sw = cfg.convergence.sweep
     tasks = {t.name: t for t in convergence_tasks(cfg)}
-    return [(c.config_id, (tasks[c.task], c, str(cfg.paths.pretrained), float(sw.head_init_scale), int(task_sweep(tasks[c.task], sw)["log_every"])))
-            for c in enumerate_sweep(list(tasks.values()), sw)]
+    return [
+        (c.config_id, (tasks[c.task], c, str(cfg.paths.pretrained), float(sw.head_init_scale), int(task_sweep(tasks[c.task], sw)["log_every"])))
+        for c in enumerate_sweep(list(tasks.values()), sw)
+    ]
 
 
 def _finetune_work(item: tuple) -> dict:
@@ -167,8 +189,9 @@ def _finetune_work(item: tuple) -> dict:
 KINDS: dict[str, Kind] = {
     "benchmark": Kind("benchmark", _benchmark_items, _benchmark_work, _benchmark_settings, per_hardware=True),
     "corpus_prior": Kind("corpus_prior", _corpus_prior_items, _corpus_work, _corpus_settings, _corpus_init, _corpus_initargs),
-    "corpus_boundary": Kind("corpus_boundary", _corpus_boundary_items, _corpus_work, _corpus_settings, _corpus_init, _corpus_initargs,
-                            needs=("corpus_prior",)),
+    "corpus_boundary": Kind(
+        "corpus_boundary", _corpus_boundary_items, _corpus_work, _corpus_settings, _corpus_init, _corpus_initargs, needs=("corpus_prior",)
+    ),
     "finetune": Kind("finetune", _finetune_items, _finetune_work, _finetune_settings),
 }
 #: What `prenet distribute <work>` submits, in order (the corpus needs its prior phase merged before the boundary).
@@ -192,8 +215,10 @@ def slot(cfg: DictConfig, k: Kind, hardware: str, shard: int) -> tuple[int, int]
     (``per_hardware``) or every (hardware, shard) pair."""
     hws, shards = list(cfg.distribute.hardware), list(cfg.distribute.shards)
     if hardware not in hws or shard not in shards:
-        raise PrenetError(f"{k.name}@{hardware}-{shard} is not in distribute.hardware × distribute.shards of this configuration "
-                          f"({hws} × {shards}); compose it with `prenet distribute ... --hardware ... --shards K` first")
+        raise PrenetError(
+            f"{k.name}@{hardware}-{shard} is not in distribute.hardware × distribute.shards of this configuration "
+            f"({hws} × {shards}); compose it with `prenet distribute ... --hardware ... --shards K` first"
+        )
     if k.per_hardware:
         return shards.index(shard), len(shards)
     pairs = [(h, s) for h in hws for s in shards]
@@ -212,8 +237,10 @@ def merge_rows(cfg: DictConfig, kind_name: str) -> tuple[list[dict], int]:
     paths = expected_shards(cfg, kind_name)
     missing = [p.stem for p in paths if not p.exists()]
     if missing:
-        raise PrenetError(f"{kind_name}: shards {', '.join(missing)} are missing; run them (`prenet distribute`) or "
-                          f"`dvc repro --pull distributed/dvc.yaml:merge_{kind_name}` to fetch them from the remote")
+        raise PrenetError(
+            f"{kind_name}: shards {', '.join(missing)} are missing; run them (`prenet distribute`) or "
+            f"`dvc repro --pull distributed/dvc.yaml:merge_{kind_name}` to fetch them from the remote"
+        )
     return merge_lines(paths)
 
 
@@ -226,6 +253,8 @@ def corpus_from_merged(cfg: DictConfig) -> tuple[pl.DataFrame, pl.DataFrame]:
     plan = corpus_plan(cfg, prior_results({k: v for k, v in read_merged(cfg, "corpus_prior").items()}))
     missing = [s.run_id for s, _ in plan if s.run_id not in done]
     if missing:
-        raise PrenetError(f"{len(missing)} planned corpus runs are in no merged shard (e.g. {missing[0]}); the shards were made with "
-                          "other settings: re-run `prenet distribute corpus`")
+        raise PrenetError(
+            f"{len(missing)} planned corpus runs are in no merged shard (e.g. {missing[0]}); the shards were made with "
+            "other settings: re-run `prenet distribute corpus`"
+        )
     return corpus_tables(plan, done, cfg)

@@ -17,8 +17,9 @@ def split_rule(cfg: DictConfig, key_column: str | None = None) -> SplitRule:
     """The frozen rule of ``conf/split``; ``key_column`` overrides its key (``config_id`` for fine-tuning runs,
     ``run_id`` for the early-success corpus) — same salt and fractions for every table."""
     s = cfg.split
-    return SplitRule(key_column=key_column or s.key_column, salt=s.salt, holdout_fraction=float(s.holdout_fraction),
-                     val_fraction=float(s.val_fraction))
+    return SplitRule(
+        key_column=key_column or s.key_column, salt=s.salt, holdout_fraction=float(s.holdout_fraction), val_fraction=float(s.val_fraction)
+    )
 
 
 def split(cfg: DictConfig) -> dict:
@@ -30,8 +31,12 @@ def split(cfg: DictConfig) -> dict:
     write_table(dev, cfg.paths.dev, SplitLayerFeatures)
     write_table(hold, cfg.paths.holdout, SplitLayerFeatures)
     counts = {s: int((df.get_column("split") == s).sum()) for s in ("train", "val", "holdout")}
-    metrics = {**counts, "holdout_share": counts["holdout"] / max(df.height, 1),
-               "holdout_share_of_keys": hold.get_column(split_rule(cfg).key_column).n_unique() / max(df.get_column(split_rule(cfg).key_column).n_unique(), 1)}
+    metrics = {
+        **counts,
+        "holdout_share": counts["holdout"] / max(df.height, 1),
+        "holdout_share_of_keys": hold.get_column(split_rule(cfg).key_column).n_unique()
+        / max(df.get_column(split_rule(cfg).key_column).n_unique(), 1),
+    }
     write_json(metrics, Path(cfg.paths.metrics) / "split.json")
     print(f"split: {counts} -> {cfg.paths.dev}, {cfg.paths.holdout}")
     return metrics

@@ -18,7 +18,7 @@ import polars as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.config import CONF_DIR, hydra_entry
+from pipeline.config import compose, hydra_entry
 from pipeline.split import split_rule
 from prenet.data.io import read_table, write_json, write_table
 from prenet.data.schemas import SplitLayerFeatures
@@ -41,31 +41,57 @@ def train(cfg: DictConfig) -> dict:
     tr, va = dev.filter(pl.col("split") == "train"), dev.filter(pl.col("split") == "val")
     seed, threads, min_rows = int(cfg.seed), int(cfg.threads), int(cfg.train.min_rows)
     name, params = predictor_params(cfg.predictor, seed, threads)
-    metrics: dict = {"predictor": name, "feature_set": cfg.train.feature_set, "target": cfg.train.target,
-                     "extrapolate": bool(cfg.train.extrapolate), "compute_floor": bool(cfg.train.compute_floor), "threads": threads}
+    metrics: dict = {
+        "predictor": name,
+        "feature_set": cfg.train.feature_set,
+        "target": cfg.train.target,
+        "extrapolate": bool(cfg.train.extrapolate),
+        "compute_floor": bool(cfg.train.compute_floor),
+        "threads": threads,
+    }
 
     t0 = time.monotonic()
-    model, val = fit_step_time_model(tr, va, predictor=name, params=params, feature_set=cfg.train.feature_set,
-                                     min_rows=min_rows, progress=bool(cfg.progress), name="prenet", target=cfg.train.target,
-                                     extrapolate=bool(cfg.train.extrapolate), compute_floor=bool(cfg.train.compute_floor))
+    model, val = fit_step_time_model(
+        tr,
+        va,
+        predictor=name,
+        params=params,
+        feature_set=cfg.train.feature_set,
+        min_rows=min_rows,
+        progress=bool(cfg.progress),
+        name="prenet",
+        target=cfg.train.target,
+        extrapolate=bool(cfg.train.extrapolate),
+        compute_floor=bool(cfg.train.compute_floor),
+    )
     metrics["train_wall_s"] = round(time.monotonic() - t0, 1)
     model.save(cfg.paths.models, extra={"val_metrics": val, "threads": threads})
     metrics["val"] = val
 
     if cfg.train.baseline:
-        base, bval = fit_step_time_model(tr, va, predictor=name, params=params, feature_set="baseline",
-                                         min_rows=min_rows, progress=bool(cfg.progress), name="justus_recipe")
+        base, bval = fit_step_time_model(
+            tr, va, predictor=name, params=params, feature_set="baseline", min_rows=min_rows, progress=bool(cfg.progress), name="justus_recipe"
+        )
         base.save(cfg.paths.models_baseline, extra={"val_metrics": bval})
         metrics["val_baseline"] = bval
 
     sel = cfg.train.selection
     if sel.enabled:
-        # each candidate's settings are its file in conf/predictor/ (a dvc dep of this stage)
-        candidates = dict(predictor_params(OmegaConf.load(CONF_DIR / "predictor" / f"{p}.yaml"), seed, threads) for p in sel.predictors)
+        # each candidate's settings: its option of the predictor group (conf/predictor/, a dvc dep of this stage),
+        # composed by Hydra so an option built on another (xgboost_small on xgboost) gets the settings it says
+        candidates = dict(predictor_params(compose([f"predictor={p}"]).predictor, seed, threads) for p in sel.predictors)
         t1 = time.monotonic()
-        chosen, grid = select_step_time_model(tr, va, candidates=candidates, feature_sets=list(sel.feature_sets),
-                                              min_rows=min_rows, progress=bool(cfg.progress), name="prenet_recipe",
-                                              fallback=model.ops["_pooled"], workers=int(sel.get("workers", 1)))
+        chosen, grid = select_step_time_model(
+            tr,
+            va,
+            candidates=candidates,
+            feature_sets=list(sel.feature_sets),
+            min_rows=min_rows,
+            progress=bool(cfg.progress),
+            name="prenet_recipe",
+            fallback=model.ops["_pooled"],
+            workers=int(sel.get("workers", 1)),
+        )
         chosen.save(cfg.paths.models_selected)
         write_table(pl.DataFrame(grid), Path(cfg.paths.plots) / "selection_grid.csv")
         metrics["selection_wall_s"] = round(time.monotonic() - t1, 1)
@@ -77,8 +103,10 @@ def train(cfg: DictConfig) -> dict:
             for r in g.group_by("predictor", "feature_set").agg(pl.col("mape_pct").median()).sort("predictor", "feature_set").iter_rows(named=True)
         }
     write_json(metrics, Path(cfg.paths.metrics) / "train.json")
-    print(f"train: {name} ({cfg.train.feature_set}) in {metrics['train_wall_s']} s; val MAPE "
-          + ", ".join(f"{op} {m.get('mape_pct', float('nan')):.1f}%" for op, m in val.items()))
+    print(
+        f"train: {name} ({cfg.train.feature_set}) in {metrics['train_wall_s']} s; val MAPE "
+        + ", ".join(f"{op} {m.get('mape_pct', float('nan')):.1f}%" for op, m in val.items())
+    )
     return metrics
 
 

@@ -22,8 +22,12 @@ from prenet.steptime.op_evaluation import by_device
 
 def op_split_rule(cfg: DictConfig) -> SplitRule:
     """The frozen split of ``conf/split`` keyed by configuration (an op benchmark step, or a vendored shape on every GPU)."""
-    return SplitRule(key_column="config_id", salt=str(cfg.split.salt), holdout_fraction=float(cfg.split.holdout_fraction),
-                     val_fraction=float(cfg.split.val_fraction))
+    return SplitRule(
+        key_column="config_id",
+        salt=str(cfg.split.salt),
+        holdout_fraction=float(cfg.split.holdout_fraction),
+        val_fraction=float(cfg.split.val_fraction),
+    )
 
 
 def specs_for(ops: pl.DataFrame, local: HardwareSpec | None) -> dict[str, HardwareSpec]:
@@ -50,18 +54,31 @@ def all_ops(cfg: DictConfig) -> pl.DataFrame:
 def train_ops(cfg: DictConfig) -> dict:
     """Write ``paths.gpu_op_timings`` (vendored timings as ops), ``paths.models_ops`` and ``metrics/train_ops.json``."""
     t0 = time.monotonic()
-    gpu = load_gpu_ops(int(cfg.ops.external.max_rows_per_gpu)).with_columns(pl.lit("fp32").alias("precision"), pl.lit(0, dtype=pl.Int64).alias("threads"))
+    gpu = load_gpu_ops(int(cfg.ops.external.max_rows_per_gpu)).with_columns(
+        pl.lit("fp32").alias("precision"), pl.lit(0, dtype=pl.Int64).alias("threads")
+    )
     write_table(gpu, cfg.paths.gpu_op_timings, OpTimings)
     rule = op_split_rule(cfg)
     ops = all_ops(cfg)
     dev = ops.filter(pl.col("split") != "holdout")
     assert_no_holdout(dev, rule, where="train_ops")
     specs = specs_for(dev, local_spec(cfg.paths.hardware_record))
-    model = EfficiencyModel.fit(by_device(dev, specs), params=OmegaConf.to_container(cfg.ops.efficiency.params, resolve=True),
-                                min_rows=int(cfg.ops.efficiency.min_rows), threads=int(cfg.threads))
+    model = EfficiencyModel.fit(
+        by_device(dev, specs),
+        params=OmegaConf.to_container(cfg.ops.efficiency.params, resolve=True),
+        min_rows=int(cfg.ops.efficiency.min_rows),
+        threads=int(cfg.threads),
+    )
     model.save(cfg.paths.models_ops)
-    metrics = {"rows": model.rows, "median_efficiency": model.median_efficiency, "dev_ops": dev.height, "holdout_ops": ops.height - dev.height,
-               "gpu_ops": gpu.height, "wall_s": round(time.monotonic() - t0, 1), "threads": int(cfg.threads)}
+    metrics = {
+        "rows": model.rows,
+        "median_efficiency": model.median_efficiency,
+        "dev_ops": dev.height,
+        "holdout_ops": ops.height - dev.height,
+        "gpu_ops": gpu.height,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "threads": int(cfg.threads),
+    }
     write_json(metrics, Path(cfg.paths.metrics) / "train_ops.json")
     print(f"train_ops: {len(model.boosters)} efficiency models -> {cfg.paths.models_ops}")
     return metrics

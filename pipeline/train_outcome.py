@@ -26,16 +26,34 @@ def train_outcome(cfg: DictConfig) -> dict:
     assert_no_holdout(dev, outcome_split_rule(cfg), where="train_outcome")
     tel = read_table(cfg.paths.outcome_telemetry, OutcomeTelemetry).join(dev.select("run_id"), on="run_id", how="semi")
     t0 = time.monotonic()
-    models, manifest = train_all(dev, tel, epochs=list(o.epochs_at), params=OmegaConf.to_container(o.predictor, resolve=True),
-                                 classes=int(o.relative_classes), failure_fraction=float(o.failure_fraction),
-                                 interval=list(o.evaluate.interval), seed=int(cfg.seed), folds=int(o.evaluate.cv_folds),
-                                 mapper=lambda fn, items: run_items(fn, items, workers=int(o.workers), threads=int(cfg.threads),
-                                                                    desc="train_outcome", progress=bool(cfg.progress), unit="epoch"))
+    models, manifest = train_all(
+        dev,
+        tel,
+        epochs=list(o.epochs_at),
+        params=OmegaConf.to_container(o.predictor, resolve=True),
+        classes=int(o.relative_classes),
+        failure_fraction=float(o.failure_fraction),
+        interval=list(o.evaluate.interval),
+        seed=int(cfg.seed),
+        folds=int(o.evaluate.cv_folds),
+        mapper=lambda fn, items: run_items(
+            fn, items, workers=int(o.workers), threads=int(cfg.threads), desc="train_outcome", progress=bool(cfg.progress), unit="epoch"
+        ),
+    )
     save(models, manifest, cfg.paths.outcome_models)
-    metrics = {"dev_runs": dev.height, "models": len(models), "domains": manifest["domains"], "thresholds": manifest["thresholds"],
-               "workers": int(o.workers), "threads": int(cfg.threads), "wall_s": round(time.monotonic() - t0, 1)}
+    metrics = {
+        "dev_runs": dev.height,
+        "models": len(models),
+        "domains": manifest["domains"],
+        "thresholds": manifest["thresholds"],
+        "workers": int(o.workers),
+        "threads": int(cfg.threads),
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
     write_json(metrics, Path(cfg.paths.metrics) / "train_outcome.json")
-    print(f"train_outcome: {len(models)} models on {dev.height} development runs (pooled over {', '.join(manifest['domains'])}) -> {cfg.paths.outcome_models}")
+    print(
+        f"train_outcome: {len(models)} models on {dev.height} development runs (pooled over {', '.join(manifest['domains'])}) -> {cfg.paths.outcome_models}"
+    )
     return metrics
 
 

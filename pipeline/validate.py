@@ -6,7 +6,8 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from pipeline.config import hydra_entry
-from prenet.data.io import read_table, validate as validate_frame, write_json, write_table
+from prenet.data.io import read_table, write_json, write_table
+from prenet.data.io import validate as validate_frame
 from prenet.data.schemas import LayerFeatures, RawTimings
 from prenet.errors import DataValidationError
 

@@ -19,30 +19,46 @@ from typing import Any
 import polars as pl
 
 from prenet.hardware import HardwareSpec, resolve
-from prenet.paths import REPO_ROOT
 from prenet.steptime import predict as _p
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.step import DEFAULT_OP_MODELS, StepPrediction, predict_step
-
 
 
 def _hardware(hardware: str | HardwareSpec, threads: int) -> HardwareSpec:
     return hardware if isinstance(hardware, HardwareSpec) else resolve(hardware, threads=threads)
 
 
-def predict_step_time(model: Any, *, batch_size: int, hardware: str | HardwareSpec = "local", optimizer: str = "sgd",
-                      precision: str = "fp32", dataset_size: int | None = None, threads: int = 1,
-                      models_dir: str | Path = DEFAULT_OP_MODELS, overhead_ms: float | None = None,
-                      zoo_kwargs: dict[str, Any] | None = None) -> StepPrediction:
+def predict_step_time(
+    model: Any,
+    *,
+    batch_size: int,
+    hardware: str | HardwareSpec = "local",
+    optimizer: str = "sgd",
+    precision: str = "fp32",
+    dataset_size: int | None = None,
+    threads: int = 1,
+    models_dir: str | Path = DEFAULT_OP_MODELS,
+    overhead_ms: float | None = None,
+    zoo_kwargs: dict[str, Any] | None = None,
+) -> StepPrediction:
     """Predicted time of one training step (and of an epoch with ``dataset_size``) of ``model`` in ``precision``
     (fp32 | tf32 | fp16 | bf16), through the op-level path (:mod:`prenet.steptime.step`). ``overhead_ms`` None: the
     measured null step of the local CPU."""
     module, batch = model if isinstance(model, tuple) else _p.build_model(str(model), batch_size, zoo_kwargs)
-    return predict_step(module, batch, hardware=_hardware(hardware, threads), model=EfficiencyModel.load(models_dir), optimizer=optimizer,
-                        precision=precision, overhead_ms=overhead_ms, dataset_size=dataset_size)
+    return predict_step(
+        module,
+        batch,
+        hardware=_hardware(hardware, threads),
+        model=EfficiencyModel.load(models_dir),
+        optimizer=optimizer,
+        precision=precision,
+        overhead_ms=overhead_ms,
+        dataset_size=dataset_size,
+    )
 
 
-def predict_layers(table: pl.DataFrame, *, hardware: str | HardwareSpec, threads: int = 1,
-                   models_dir: str | Path = DEFAULT_OP_MODELS) -> pl.DataFrame:
+def predict_layers(
+    table: pl.DataFrame, *, hardware: str | HardwareSpec, threads: int = 1, models_dir: str | Path = DEFAULT_OP_MODELS
+) -> pl.DataFrame:
     """``table`` (the ``prenet predict layers`` CSV format) plus ``predicted_ms``, through the op-level path."""
     return _p.predict_layers(table, hardware=_hardware(hardware, threads), model=models_dir)

@@ -36,9 +36,11 @@ FASHION_SHA256 = {
 }
 DATASETS = ("digits", "fashion_mnist")
 #: The one-line error when Fashion-MNIST is needed and absent (``make install`` installs it where it can).
-FASHION_MISSING = ("Fashion-MNIST is not installed in {dir}: run `sudo apt-get install dataset-fashion-mnist` (or "
-                   "`make install` as root), or set PRENET_FASHION_MNIST_DIR to a folder with its four .gz files, or "
-                   "choose digits domains/tasks in conf/")
+FASHION_MISSING = (
+    "Fashion-MNIST is not installed in {dir}: run `sudo apt-get install dataset-fashion-mnist` (or "
+    "`make install` as root), or set PRENET_FASHION_MNIST_DIR to a folder with its four .gz files, or "
+    "choose digits domains/tasks in conf/"
+)
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,9 @@ class ImageData:
     def __len__(self) -> int:
         return int(self.y.shape[0])
 
-    def select(self, classes: list[int] | None = None, *, relabel: dict[int, int] | None = None, limit: int | None = None,
-               seed: int = 0) -> "ImageData":
+    def select(
+        self, classes: list[int] | None = None, *, relabel: dict[int, int] | None = None, limit: int | None = None, seed: int = 0
+    ) -> "ImageData":
         """Keep ``classes`` (renumbered 0..k-1 in the given order, or mapped by ``relabel``), then at most
         ``limit`` samples drawn without replacement with ``seed`` (stable for a given dataset)."""
         x, y = self.x, self.y
@@ -87,11 +90,13 @@ def _read_idx(path: Path) -> np.ndarray:
     digest = hashlib.sha256(raw).hexdigest()
     expected = FASHION_SHA256[path.name]
     if digest != expected:
-        raise PrenetError(f"{path}: SHA-256 of the decompressed data is {digest}, expected {expected}; the file is "
-                          f"corrupt or not Fashion-MNIST. Reinstall it: apt-get install --reinstall dataset-fashion-mnist")
+        raise PrenetError(
+            f"{path}: SHA-256 of the decompressed data is {digest}, expected {expected}; the file is "
+            f"corrupt or not Fashion-MNIST. Reinstall it: apt-get install --reinstall dataset-fashion-mnist"
+        )
     magic = int.from_bytes(raw[:4], "big")
     ndim = magic & 0xFF
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
@@ -156,6 +161,10 @@ def load(name: str, split: str = "train", *, digits_test_fraction: float = 0.25)
             raise PrenetError(FASHION_MISSING.format(dir=_fashion_dir()))
         xi, yi = _fashion(split)
         ref, _ = _fashion("train")
-        return ImageData("fashion_mnist", _standardise(xi.astype(np.float32) / 255.0, ref.astype(np.float32) / 255.0),
-                         torch.from_numpy(yi.astype(np.int64)), f"Debian dataset-fashion-mnist ({_fashion_dir()})")
+        return ImageData(
+            "fashion_mnist",
+            _standardise(xi.astype(np.float32) / 255.0, ref.astype(np.float32) / 255.0),
+            torch.from_numpy(yi.astype(np.int64)),
+            f"Debian dataset-fashion-mnist ({_fashion_dir()})",
+        )
     raise PrenetError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")

@@ -12,6 +12,10 @@ class UnknownHardwareError(PrenetError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ConfigError(PrenetError, ValueError):
+    """A configuration value that cannot be what it says (an unknown key, a wrong type)."""
+
+
 class HoldoutLeakError(PrenetError):
     """Rows of the frozen holdout reached a stage that must never see them."""
 

@@ -100,11 +100,18 @@ def load_intervals(metrics_dir: str | Path, *, steps_target: str | None = None, 
                 steps = entry["ratios"]
                 break
         if not steps:
-            raise PrenetError(f"{cv_path} has no measured forecast errors on holdout configurations; without them the steps have no "
-                              "interval. Rerun `dvc repro evaluate_convergence` (its holdout needs configurations that reach the targets)")
+            raise PrenetError(
+                f"{cv_path} has no measured forecast errors on holdout configurations; without them the steps have no "
+                "interval. Rerun `dvc repro evaluate_convergence` (its holdout needs configurations that reach the targets)"
+            )
     mem = ev.get("whole_model", {}).get("memory", {})
-    return Intervals(step_local=iv.get("local_whole_model", {}).get("ratios", []), step_gpu=iv.get("unseen_gpu", {}).get("ratios", []),
-                     steps=steps, memory_ratio_max=mem.get("ratio_max"), coverage=float(iv.get("coverage", 0.8)))
+    return Intervals(
+        step_local=iv.get("local_whole_model", {}).get("ratios", []),
+        step_gpu=iv.get("unseen_gpu", {}).get("ratios", []),
+        steps=steps,
+        memory_ratio_max=mem.get("ratio_max"),
+        coverage=float(iv.get("coverage", 0.8)),
+    )
 
 
 def load_prices(path: str | Path) -> dict[str, dict[str, Any]]:
@@ -209,8 +216,16 @@ def host_memory_gib() -> float | None:
         return None
 
 
-def plan_rows(step_seconds: dict[str, float], specs: dict[str, HardwareSpec], *, steps: int, memory: MemoryEstimate,
-              intervals: Intervals, prices: dict[str, dict[str, Any]], family_share: dict[str, dict[str, float]] | None = None) -> list[PlanRow]:
+def plan_rows(
+    step_seconds: dict[str, float],
+    specs: dict[str, HardwareSpec],
+    *,
+    steps: int,
+    memory: MemoryEstimate,
+    intervals: Intervals,
+    prices: dict[str, dict[str, Any]],
+    family_share: dict[str, dict[str, float]] | None = None,
+) -> list[PlanRow]:
     """One row per hardware from its predicted step time (s)."""
     lower_prices = {k.lower(): v for k, v in prices.items()}
     rows = []
@@ -224,15 +239,27 @@ def plan_rows(step_seconds: dict[str, float], specs: dict[str, HardwareSpec], *,
         mem_gib = spec.mem_gb if spec.kind == "gpu" else host_memory_gib()
         reserve = GPU_RESERVE_GIB if spec.kind == "gpu" else 0.0
         ratio = max(intervals.memory_ratio_max or 1.0, 1.0)
-        rows.append(PlanRow(
-            hardware=name, kind=spec.kind, step_seconds=step_s, step_low=step_s * slo, step_high=step_s * shi,
-            wall_seconds=wall, wall_low=wall * lo, wall_high=wall * hi, usd_per_hour=usd,
-            cost_usd=wall / 3600 * usd if usd is not None else None,
-            cost_low=wall * lo / 3600 * usd if usd is not None else None,
-            cost_high=wall * hi / 3600 * usd if usd is not None else None,
-            device_memory_gib=mem_gib, fits=fits(memory.total_bytes, mem_gib, reserve),
-            fits_upper=fits(memory.total_bytes * ratio, mem_gib, reserve), price_source=price.get("source") if price else None,
-            family_share=(family_share or {}).get(name, {})))
+        rows.append(
+            PlanRow(
+                hardware=name,
+                kind=spec.kind,
+                step_seconds=step_s,
+                step_low=step_s * slo,
+                step_high=step_s * shi,
+                wall_seconds=wall,
+                wall_low=wall * lo,
+                wall_high=wall * hi,
+                usd_per_hour=usd,
+                cost_usd=wall / 3600 * usd if usd is not None else None,
+                cost_low=wall * lo / 3600 * usd if usd is not None else None,
+                cost_high=wall * hi / 3600 * usd if usd is not None else None,
+                device_memory_gib=mem_gib,
+                fits=fits(memory.total_bytes, mem_gib, reserve),
+                fits_upper=fits(memory.total_bytes * ratio, mem_gib, reserve),
+                price_source=price.get("source") if price else None,
+                family_share=(family_share or {}).get(name, {}),
+            )
+        )
     return rows
 
 
@@ -288,7 +315,8 @@ def render_table(plan: Plan, rows: list[PlanRow]) -> str:
         + (f" · {plan.dataset_size:,} samples" if plan.dataset_size else ""),
         f"input {shape} · {plan.params / 1e6:,.1f} M parameters",
         *([f"time by op family on {top.hardware[:18]}: {mix}"] if mix else []),
-        f"steps: {plan.steps:,} ({plan.steps_from})" + (f", {pct}% interval {plan.steps_low:,}–{plan.steps_high:,}" if plan.steps_from == "forecast" else ""),
+        f"steps: {plan.steps:,} ({plan.steps_from})"
+        + (f", {pct}% interval {plan.steps_low:,}–{plan.steps_high:,}" if plan.steps_from == "forecast" else ""),
         f"peak training memory: {m.total_bytes / GIB:.2f} GiB",
         f"  (weights {m.weights_bytes / GIB:.2f}, gradients {m.gradients_bytes / GIB:.2f}, optimizer {m.optimizer_bytes / GIB:.2f}, "
         f"saved activations {m.activations_bytes / GIB:.2f})",
@@ -297,12 +325,15 @@ def render_table(plan: Plan, rows: list[PlanRow]) -> str:
     ]
     for r in rows:
         wall = f"{format_duration(r.wall_seconds)} [{format_duration(r.wall_low)}–{format_duration(r.wall_high)}]"
-        cost = (f"{format_usd(r.cost_usd)} [{format_usd(r.cost_low)}–{format_usd(r.cost_high)}]" if r.cost_usd is not None else "- (no price)")
+        cost = f"{format_usd(r.cost_usd)} [{format_usd(r.cost_low)}–{format_usd(r.cost_high)}]" if r.cost_usd is not None else "- (no price)"
         fit = "?" if r.fits is None else ("fits" if r.fits and r.fits_upper else ("tight" if r.fits else "NO"))
         lines.append(f"{r.hardware[:22]:<22} {format_step(r.step_seconds):>7}  {wall:<19} {cost:<19} {fit:<7}")
-    lines += ["", f"[{pct}%]: interval from the predictors' measured holdout errors (README: Planning).",
-              "memory: fits; tight = not if under-predicted as much as the worst zoo step;",
-              "NO = does not fit (a GPU keeps 1 GiB for CUDA); ? = device memory unknown."]
+    lines += [
+        "",
+        f"[{pct}%]: interval from the predictors' measured holdout errors (README: Planning).",
+        "memory: fits; tight = not if under-predicted as much as the worst zoo step;",
+        "NO = does not fit (a GPU keeps 1 GiB for CUDA); ? = device memory unknown.",
+    ]
     lines += plan.notes
     return "\n".join(line if len(line) <= 80 else line[:79] + "…" for line in lines)
 
@@ -317,7 +348,9 @@ def load_finetune_data(path: str | Path) -> tuple[Any, Any]:
 
     p = Path(path)
     if not p.is_file():
-        raise PrenetError(f"fine-tuning data {p} does not exist (a .pt file of {{'inputs': tensor, 'labels': tensor}} or an .npz with inputs, labels)")
+        raise PrenetError(
+            f"fine-tuning data {p} does not exist (a .pt file of {{'inputs': tensor, 'labels': tensor}} or an .npz with inputs, labels)"
+        )
     try:
         if p.suffix == ".npz":
             with np.load(p) as z:
@@ -327,16 +360,34 @@ def load_finetune_data(path: str | Path) -> tuple[Any, Any]:
     except Exception as e:  # noqa: BLE001 - any unreadable file becomes one message
         raise PrenetError(f"fine-tuning data {p} is not readable: {type(e).__name__}: {e}") from e
     if not isinstance(raw, dict) or not {"inputs", "labels"} <= set(raw):
-        raise PrenetError(f"fine-tuning data {p} must hold 'inputs' and 'labels' (found: {', '.join(map(str, raw)) if isinstance(raw, dict) else type(raw).__name__})")
+        raise PrenetError(
+            f"fine-tuning data {p} must hold 'inputs' and 'labels' (found: {', '.join(map(str, raw)) if isinstance(raw, dict) else type(raw).__name__})"
+        )
     x = torch.as_tensor(raw["inputs"]).float()
     y = torch.as_tensor(raw["labels"])
     if y.is_floating_point() or y.dim() != 1 or len(y) != len(x) or len(x) < 2:
-        raise PrenetError(f"fine-tuning data {p}: labels must be one integer class per input ({len(x)} inputs, labels of shape {tuple(y.shape)} and dtype {y.dtype})")
+        raise PrenetError(
+            f"fine-tuning data {p}: labels must be one integer class per input ({len(x)} inputs, labels of shape {tuple(y.shape)} and dtype {y.dtype})"
+        )
     return x, y.long()
 
 
-def forecast_steps(module: Any, inputs: Any, labels: Any, *, target: str, value: float, loss: str, lr: float, momentum: float,
-                   batch_size: int, max_steps: int, subset: int, seed: int = 0, max_gib: float = 4.0) -> dict[str, Any]:
+def forecast_steps(
+    module: Any,
+    inputs: Any,
+    labels: Any,
+    *,
+    target: str,
+    value: float,
+    loss: str,
+    lr: float,
+    momentum: float,
+    batch_size: int,
+    max_steps: int,
+    subset: int,
+    seed: int = 0,
+    max_gib: float = 4.0,
+) -> dict[str, Any]:
     """Steps of SGD fine-tuning of ``module`` on (``inputs``, ``labels``) to reach ``target`` (``converge_eps``:
     |L_t − L_T| ≤ ε (L_0 − L_T); ``target_loss``: L_t ≤ τ; ``target_accuracy``: training accuracy ≥ a), forecast
     from the NTK (the drift probe's corrected forecast when the plain one is flagged unreliable). Raises
@@ -350,22 +401,52 @@ def forecast_steps(module: Any, inputs: Any, labels: Any, *, target: str, value:
 
     check_target(OPTION_KIND[target], value)
     try:
-        fc = forecast(module, inputs, labels, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=max_steps, seed=seed,
-                      subset=min(subset, len(inputs)), max_bytes=int(max_gib * GIB))
+        fc = forecast(
+            module,
+            inputs,
+            labels,
+            loss=loss,
+            lr=lr,
+            momentum=momentum,
+            batch_size=batch_size,
+            steps=max_steps,
+            seed=seed,
+            subset=min(subset, len(inputs)),
+            max_bytes=int(max_gib * GIB),
+        )
     except ProblemTooLargeError as e:
         raise PrenetError(str(e)) from e
     best = fc.best()
     steps = {"converge_eps": best.steps_to_converge, "target_loss": best.steps_to_loss, "target_accuracy": best.steps_to_accuracy}[target](value)
     final_loss, final_acc = float(best.loss[-1]), (float(best.accuracy[-1]) if best.accuracy is not None else None)
     if steps is None or (target == "converge_eps" and steps >= max_steps):
-        what = {"converge_eps": f"converge to within ε = {value} of its final loss", "target_loss": f"reach loss ≤ {value}",
-                "target_accuracy": f"reach training accuracy ≥ {value}"}[target]
+        what = {
+            "converge_eps": f"converge to within ε = {value} of its final loss",
+            "target_loss": f"reach loss ≤ {value}",
+            "target_accuracy": f"reach training accuracy ≥ {value}",
+        }[target]
         acc = f", accuracy {final_acc:.3f}" if final_acc is not None else ""
-        raise PrenetError(f"the forecast does not {what} within {max_steps:,} steps (predicted loss at step {max_steps:,}: {final_loss:.4g}{acc}); "
-                          f"raise --max-steps, relax the target, or change --lr (now {lr})")
-    return {"steps": int(steps), "target": target, "value": value, "loss": loss, "lr": lr, "momentum": momentum, "n_train": int(len(inputs)),
-            "n_used": fc.n_used, "dynamics": fc.dynamics, "ntk": fc.ntk_method, "seconds": fc.seconds, "drift": fc.drift,
-            "reliable": fc.reliable, "answered_by": "corrected" if fc.variant == "corrected" else "forecast", "max_steps": max_steps}
+        raise PrenetError(
+            f"the forecast does not {what} within {max_steps:,} steps (predicted loss at step {max_steps:,}: {final_loss:.4g}{acc}); "
+            f"raise --max-steps, relax the target, or change --lr (now {lr})"
+        )
+    return {
+        "steps": int(steps),
+        "target": target,
+        "value": value,
+        "loss": loss,
+        "lr": lr,
+        "momentum": momentum,
+        "n_train": int(len(inputs)),
+        "n_used": fc.n_used,
+        "dynamics": fc.dynamics,
+        "ntk": fc.ntk_method,
+        "seconds": fc.seconds,
+        "drift": fc.drift,
+        "reliable": fc.reliable,
+        "answered_by": "corrected" if fc.variant == "corrected" else "forecast",
+        "max_steps": max_steps,
+    }
 
 
 def steps_target_key(target: str, value: float) -> str:
@@ -385,11 +466,27 @@ def _module_for_forecast(model: Any, batch_size: int, zoo_kwargs: dict[str, Any]
     return _p.build_model(str(model), batch_size, zoo_kwargs, meta=False)[0]
 
 
-def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, epochs: float | None = None, steps: int | None = None,
-              target: str | None = None, target_value: float | None = None, finetune: dict[str, Any] | None = None,
-              hardware: list[str] | None = None, optimizer: str = "sgd", momentum: float = 0.0,
-              prices: dict[str, dict[str, Any]] | None = None, models_dir: str | Path, metrics_dir: str | Path, threads: int = 1,
-              overhead_path: str | Path | None = None, zoo_kwargs: dict[str, Any] | None = None, precision: str = "fp32") -> Plan:
+def make_plan(
+    model: Any,
+    *,
+    batch_size: int,
+    dataset_size: int | None = None,
+    epochs: float | None = None,
+    steps: int | None = None,
+    target: str | None = None,
+    target_value: float | None = None,
+    finetune: dict[str, Any] | None = None,
+    hardware: list[str] | None = None,
+    optimizer: str = "sgd",
+    momentum: float = 0.0,
+    prices: dict[str, dict[str, Any]] | None = None,
+    models_dir: str | Path,
+    metrics_dir: str | Path,
+    threads: int = 1,
+    overhead_path: str | Path | None = None,
+    zoo_kwargs: dict[str, Any] | None = None,
+    precision: str = "fp32",
+) -> Plan:
     """Plan a training job of ``model`` (zoo name, ``file.py:function`` or ``(module, example_batch)``) on every
     hardware in the catalog plus ``local`` (or the ``hardware`` list). Exactly one of ``steps``, ``epochs`` (with
     ``dataset_size``) or ``target`` (``converge_eps`` | ``target_loss`` | ``target_accuracy``, with ``target_value``
@@ -398,18 +495,21 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
     step-time path (:mod:`prenet.steptime.step`) in ``precision``; a hardware without that unit gets a note, not a row."""
 
     from prenet.hardware import catalog, resolve
-    from prenet.steptime import predict as _p
-    from prenet.steptime.memory import predict_training_memory
+    from prenet.hardware.catalog import alias_note
     from prenet.ops import trace_step
+    from prenet.steptime import predict as _p
     from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError
+    from prenet.steptime.memory import predict_training_memory
     from prenet.steptime.step import DEFAULT_OVERHEAD, default_overhead_ms, device_type, predict_trace
 
     if batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {batch_size}")
     given = [k for k, v in (("steps", steps), ("epochs", epochs), ("target", target)) if v is not None]
     if len(given) != 1:
-        raise PrenetError("give exactly one of --steps N, --epochs N (with --dataset-size) or a convergence target "
-                          f"(--converge-eps, --target-loss, --target-accuracy with --finetune-data); got {', '.join(given) or 'none'}")
+        raise PrenetError(
+            "give exactly one of --steps N, --epochs N (with --dataset-size) or a convergence target "
+            f"(--converge-eps, --target-loss, --target-accuracy with --finetune-data); got {', '.join(given) or 'none'}"
+        )
     if dataset_size is not None and dataset_size < 1:
         raise PrenetError(f"--dataset-size must be a positive integer, got {dataset_size}")
     if epochs is not None and dataset_size is None:
@@ -418,13 +518,14 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
         raise PrenetError(f"--optimizer must be sgd or adam, got {optimizer!r}")
     names = list(hardware) if hardware else ["local", *sorted(catalog())]
     specs = {n: resolve(n, threads=threads) for n in names}  # unknown names fail here, before any work
+    alias_notes = [note for n in (hardware or []) if (note := alias_note(n))]
     module, batch = model if isinstance(model, tuple) else _p.build_model(str(model), batch_size, zoo_kwargs)
     label = model if isinstance(model, str) else type(module).__name__
     if zoo_kwargs:
         label += " (" + ", ".join(f"{k}={v}" for k, v in zoo_kwargs.items()) + ")"
     memory = predict_training_memory(module, batch, "sgd_momentum" if optimizer == "sgd" and momentum > 0 else optimizer)
     fc_info = None
-    notes: list[str] = []
+    notes: list[str] = list(alias_notes)
     op_model = EfficiencyModel.load(models_dir)  # what every plan needs is read before any forecast runs: a missing file fails fast
     if target is not None:
         if target_value is None or not finetune:
@@ -432,10 +533,20 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
         key = steps_target_key(target, float(target_value))
         by_source = {src: load_intervals(metrics_dir, steps_target=key, steps_source=src) for src in ("forecast", "corrected")}
         fmod = _module_for_forecast(model, batch_size, zoo_kwargs)
-        fc_info = forecast_steps(fmod, finetune["inputs"], finetune["labels"], target=target, value=float(target_value),
-                                 loss=finetune.get("loss", "cross_entropy"), lr=float(finetune["lr"]), momentum=momentum, batch_size=batch_size,
-                                 max_steps=int(finetune.get("max_steps", 2000)), subset=int(finetune.get("subset", 128)),
-                                 max_gib=float(finetune.get("max_gib", 4.0)))
+        fc_info = forecast_steps(
+            fmod,
+            finetune["inputs"],
+            finetune["labels"],
+            target=target,
+            value=float(target_value),
+            loss=finetune.get("loss", "cross_entropy"),
+            lr=float(finetune["lr"]),
+            momentum=momentum,
+            batch_size=batch_size,
+            max_steps=int(finetune.get("max_steps", 2000)),
+            subset=int(finetune.get("subset", 128)),
+            max_gib=float(finetune.get("max_gib", 4.0)),
+        )
         n_steps, steps_from = fc_info["steps"], "forecast"
         dataset_size = dataset_size or fc_info["n_train"]
         iv = by_source[fc_info["answered_by"]]
@@ -462,7 +573,7 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
         except UnsupportedPrecisionError:
             notes.append(f"{n}: not planned, no {precision} unit in its spec sheet")
             continue
-        except PrenetError as e:
+        except PrenetError:
             if precision == "tf32" and dt == "cpu":
                 notes.append(f"{n}: not planned: tf32 exists on NVIDIA GPUs only")
                 continue
@@ -476,12 +587,29 @@ def make_plan(model: Any, *, batch_size: int, dataset_size: int | None = None, e
     known = [r for r in rows if r.fits is not None]
     if known and not any(r.fits for r in known):
         biggest = max(known, key=lambda r: r.device_memory_gib or 0)
-        raise PrenetError(f"batch size {batch_size} does not fit: a training step needs about {memory.total_bytes / GIB:.1f} GiB "
-                          f"(activations {memory.activations_bytes / GIB:.1f} GiB) and the largest device "
-                          f"considered, {biggest.hardware}, has {biggest.device_memory_gib:g} GiB; use a smaller --batch-size "
-                          f"(activations scale with it) or add larger hardware")
+        raise PrenetError(
+            f"batch size {batch_size} does not fit: a training step needs about {memory.total_bytes / GIB:.1f} GiB "
+            f"(activations {memory.activations_bytes / GIB:.1f} GiB) and the largest device "
+            f"considered, {biggest.hardware}, has {biggest.device_memory_gib:g} GiB; use a smaller --batch-size "
+            f"(activations scale with it) or add larger hardware"
+        )
     lo, hi = steps_interval(n_steps, iv)
     trace = next(iter(traces.values()))
-    return Plan(model=label, batch_size=batch_size, optimizer=optimizer, dataset_size=dataset_size, steps=n_steps, steps_low=lo, steps_high=hi,
-                steps_from=steps_from, memory=memory, coverage=iv.coverage, rows=rows, forecast=fc_info, notes=notes, precision=precision,
-                input_shape=trace.input_shape, params=trace.params)
+    return Plan(
+        model=label,
+        batch_size=batch_size,
+        optimizer=optimizer,
+        dataset_size=dataset_size,
+        steps=n_steps,
+        steps_low=lo,
+        steps_high=hi,
+        steps_from=steps_from,
+        memory=memory,
+        coverage=iv.coverage,
+        rows=rows,
+        forecast=fc_info,
+        notes=notes,
+        precision=precision,
+        input_shape=trace.input_shape,
+        params=trace.params,
+    )

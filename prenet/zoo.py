@@ -42,9 +42,15 @@ def vgg16(batch_size: int = 32, image_size: int = 32, classes: int = 10) -> Exam
             c = int(v)
     side = image_size // 32
     model = nn.Sequential(
-        *layers, nn.Flatten(),
-        nn.Linear(512 * side * side, 4096), nn.ReLU(), nn.Dropout(0.5),
-        nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(0.5), nn.Linear(4096, classes),
+        *layers,
+        nn.Flatten(),
+        nn.Linear(512 * side * side, 4096),
+        nn.ReLU(),
+        nn.Dropout(0.5),
+        nn.Linear(4096, 4096),
+        nn.ReLU(),
+        nn.Dropout(0.5),
+        nn.Linear(4096, classes),
     )
     return model, (torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,)))
 
@@ -188,14 +194,21 @@ def gpt2_small_like(batch_size: int = 32, vocab: int = 50257, layers: int = 2, s
 
 # ---- architectures the op-level path must decompose (issue 11): none of them is measured by the op benchmark ----
 
+
 class _InvertedResidual(nn.Module):
     def __init__(self, cin: int, cout: int, stride: int, expand: int) -> None:
         super().__init__()
         hid = cin * expand
         self.block = nn.Sequential(
-            nn.Conv2d(cin, hid, 1, bias=False), nn.BatchNorm2d(hid), nn.ReLU6(),
-            nn.Conv2d(hid, hid, 3, stride, 1, groups=hid, bias=False), nn.BatchNorm2d(hid), nn.ReLU6(),
-            nn.Conv2d(hid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+            nn.Conv2d(cin, hid, 1, bias=False),
+            nn.BatchNorm2d(hid),
+            nn.ReLU6(),
+            nn.Conv2d(hid, hid, 3, stride, 1, groups=hid, bias=False),
+            nn.BatchNorm2d(hid),
+            nn.ReLU6(),
+            nn.Conv2d(hid, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        )
         self.residual = stride == 1 and cin == cout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -211,8 +224,14 @@ def mobilenet_v2_like(batch_size: int = 32, image_size: int = 64, classes: int =
         for i in range(n):
             layers.append(_InvertedResidual(cin, c, s if i == 0 else 1, t))
             cin = c
-    layers += [nn.Conv2d(cin, 4 * width, 1, bias=False), nn.BatchNorm2d(4 * width), nn.ReLU6(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-               nn.Linear(4 * width, classes)]
+    layers += [
+        nn.Conv2d(cin, 4 * width, 1, bias=False),
+        nn.BatchNorm2d(4 * width),
+        nn.ReLU6(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4 * width, classes),
+    ]
     return nn.Sequential(*layers), (torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,)))
 
 
@@ -238,17 +257,32 @@ class _ViT(nn.Module):
 
 def vit_tiny(batch_size: int = 32, image_size: int = 32, patch: int = 4, d: int = 192, layers: int = 4, heads: int = 3, classes: int = 10) -> Example:
     """ViT-Tiny-like (pre-norm encoder, GELU, class token and positional embedding owned by the top module)."""
-    return _ViT(image_size, patch, d, layers, heads, classes), (torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,)))
+    return _ViT(image_size, patch, d, layers, heads, classes), (
+        torch.randn(batch_size, 3, image_size, image_size),
+        torch.randint(0, classes, (batch_size,)),
+    )
 
 
 def audio_cnn1d(batch_size: int = 32, samples: int = 8000, channels: int = 64, classes: int = 12) -> Example:
     """A 1-D audio CNN on raw waveforms (Conv1d, BatchNorm1d, MaxPool1d), M5-like."""
     c = channels
     model = nn.Sequential(
-        nn.Conv1d(1, c, 80, 4), nn.BatchNorm1d(c), nn.ReLU(), nn.MaxPool1d(4),
-        nn.Conv1d(c, c, 3), nn.BatchNorm1d(c), nn.ReLU(), nn.MaxPool1d(4),
-        nn.Conv1d(c, 2 * c, 3), nn.BatchNorm1d(2 * c), nn.ReLU(), nn.MaxPool1d(4),
-        nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(2 * c, classes))
+        nn.Conv1d(1, c, 80, 4),
+        nn.BatchNorm1d(c),
+        nn.ReLU(),
+        nn.MaxPool1d(4),
+        nn.Conv1d(c, c, 3),
+        nn.BatchNorm1d(c),
+        nn.ReLU(),
+        nn.MaxPool1d(4),
+        nn.Conv1d(c, 2 * c, 3),
+        nn.BatchNorm1d(2 * c),
+        nn.ReLU(),
+        nn.MaxPool1d(4),
+        nn.AdaptiveAvgPool1d(1),
+        nn.Flatten(),
+        nn.Linear(2 * c, classes),
+    )
     return model, (torch.randn(batch_size, 1, samples), torch.randint(0, classes, (batch_size,)))
 
 
@@ -345,10 +379,20 @@ def functional_mlp(batch_size: int = 64, din: int = 512, hidden: int = 1024, cla
 
 
 ZOO: dict[str, Callable[..., Example]] = {
-    "mlp": mlp, "vgg16": vgg16, "resnet18": resnet18, "resnet50": resnet50, "lstm_lm": lstm_lm,
-    "bert_base_like": bert_base_like, "gpt2_small_like": gpt2_small_like,
-    "mobilenet_v2_like": mobilenet_v2_like, "vit_tiny": vit_tiny, "audio_cnn1d": audio_cnn1d, "unet_block": unet_block,
-    "gru_tagger": gru_tagger, "gpt_sdpa": gpt_sdpa, "functional_mlp": functional_mlp,
+    "mlp": mlp,
+    "vgg16": vgg16,
+    "resnet18": resnet18,
+    "resnet50": resnet50,
+    "lstm_lm": lstm_lm,
+    "bert_base_like": bert_base_like,
+    "gpt2_small_like": gpt2_small_like,
+    "mobilenet_v2_like": mobilenet_v2_like,
+    "vit_tiny": vit_tiny,
+    "audio_cnn1d": audio_cnn1d,
+    "unet_block": unet_block,
+    "gru_tagger": gru_tagger,
+    "gpt_sdpa": gpt_sdpa,
+    "functional_mlp": functional_mlp,
 }
 
 

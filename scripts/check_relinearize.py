@@ -33,8 +33,9 @@ from prenet.convergence.tasks import finetune_model  # noqa: E402
 from prenet.data.split import assign  # noqa: E402
 
 
-def relinearized_sgd(model: torch.nn.Module, x: torch.Tensor, y: np.ndarray, *, kind: str, lr: float, momentum: float,
-                     batches: list[np.ndarray], points: list[int]) -> tuple[np.ndarray, np.ndarray, list[float]]:
+def relinearized_sgd(
+    model: torch.nn.Module, x: torch.Tensor, y: np.ndarray, *, kind: str, lr: float, momentum: float, batches: list[np.ndarray], points: list[int]
+) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Linearized SGD on ``batches``, re-linearized at the steps in ``points`` at the weights it predicts there.
     Returns (loss, accuracy) per step and the kernel drift measured at each point."""
     params = [p for p in model.parameters()]
@@ -48,8 +49,8 @@ def relinearized_sgd(model: torch.nn.Module, x: torch.Tensor, y: np.ndarray, *, 
         return J.numpy(), (J @ J.T).numpy(), outputs(model, x).double().numpy().reshape(-1)
 
     J, theta, F = linearize()
-    a = np.zeros(n * c)              # momentum buffer in function-gradient coordinates: weight velocity = Jᵀ a
-    acc_a = np.zeros(n * c)          # Σ a since the last re-linearization
+    a = np.zeros(n * c)  # momentum buffer in function-gradient coordinates: weight velocity = Jᵀ a
+    acc_a = np.zeros(n * c)  # Σ a since the last re-linearization
     w = w0.clone()
     Ls, As, drifts = [losses.value(F.reshape(n, c), Y, kind)], [losses.accuracy(F.reshape(n, c), y)], []
     for t, b in enumerate(batches, start=1):
@@ -64,7 +65,7 @@ def relinearized_sgd(model: torch.nn.Module, x: torch.Tensor, y: np.ndarray, *, 
             off = 0
             with torch.no_grad():
                 for p in params:
-                    p.copy_(w[off:off + p.numel()].reshape(p.shape).to(p.dtype))
+                    p.copy_(w[off : off + p.numel()].reshape(p.shape).to(p.dtype))
                     off += p.numel()
             old = theta
             J, theta, F = linearize()
@@ -96,26 +97,51 @@ def main() -> None:
         model = finetune_model(task, cfg.paths.pretrained, seed=c.seed, head_init_scale=float(cfg.convergence.sweep.head_init_scale))
         batches = batch_schedule(len(d), c.batch_size, c.steps, c.seed)
         y = d.y.numpy()
-        with np.errstate(over="ignore", invalid="ignore"):   # the plain linearized SGD from the pre-trained kernel (the gap source)
-            plain = linear_sgd(empirical_ntk(model, d.x, method="exact").theta, outputs(model, d.x).double().numpy(), y, kind=c.loss, lr=c.lr,
-                               momentum=c.momentum, batches=batches)
-        rel = relinearized_sgd(model, d.x, y, kind=c.loss, lr=c.lr, momentum=c.momentum, batches=batches,
-                               points=[max(1, int(f * c.steps)) for f in fracs])
+        with np.errstate(over="ignore", invalid="ignore"):  # the plain linearized SGD from the pre-trained kernel (the gap source)
+            plain = linear_sgd(
+                empirical_ntk(model, d.x, method="exact").theta,
+                outputs(model, d.x).double().numpy(),
+                y,
+                kind=c.loss,
+                lr=c.lr,
+                momentum=c.momentum,
+                batches=batches,
+            )
+        rel = relinearized_sgd(
+            model, d.x, y, kind=c.loss, lr=c.lr, momentum=c.momentum, batches=batches, points=[max(1, int(f * c.steps)) for f in fracs]
+        )
         split = assign(c.group_id, rule)
         for kind, p, v in target_list(tcfg, float(real[0][0])):
             rs = steps_for(kind, v, *real)
             for src, (L, A) in (("plain", plain), ("relinearized", rel[:2])):
-                rows.append({"config": c.config_id, "split": split, "momentum": c.momentum, "target": f"{kind}={p:g}", "source": src,
-                             "real": rs, "pred": steps_for(kind, v, L, A), "drift_max": max(rel[2]) if rel[2] else 0.0})
-        print(f"{c.task} {c.loss} lr={c.lr:g} m={c.momentum:g} B={c.batch_size} seed={c.seed}: drifts at re-linearization "
-              + ", ".join(f"{x:.3f}" for x in rel[2]), flush=True)
+                rows.append(
+                    {
+                        "config": c.config_id,
+                        "split": split,
+                        "momentum": c.momentum,
+                        "target": f"{kind}={p:g}",
+                        "source": src,
+                        "real": rs,
+                        "pred": steps_for(kind, v, L, A),
+                        "drift_max": max(rel[2]) if rel[2] else 0.0,
+                    }
+                )
+        print(
+            f"{c.task} {c.loss} lr={c.lr:g} m={c.momentum:g} B={c.batch_size} seed={c.seed}: drifts at re-linearization "
+            + ", ".join(f"{x:.3f}" for x in rel[2]),
+            flush=True,
+        )
     df = pl.DataFrame(rows)
     pl.Config.set_tbl_rows(40)
     df = df.with_columns(((pl.col("pred") - pl.col("real")).abs() / pl.max_horizontal(pl.col("real"), pl.lit(1)) * 100).alias("ape"))
     for scope, sub in (("holdout", df.filter(pl.col("split") == "holdout")), ("all configurations", df)):
         print(f"\n{scope}: median abs. % error of steps (both reached), plain linearized SGD vs re-linearized at {fracs} of the steps")
-        print(sub.filter(pl.col("ape").is_not_null()).group_by("target", "source").agg(pl.col("ape").median().round(1).alias("median_ape_pct"),
-                                                                                        pl.len().alias("n")).sort("target", "source"))
+        print(
+            sub.filter(pl.col("ape").is_not_null())
+            .group_by("target", "source")
+            .agg(pl.col("ape").median().round(1).alias("median_ape_pct"), pl.len().alias("n"))
+            .sort("target", "source")
+        )
         miss = sub.group_by("source").agg(((pl.col("real").is_null()) != (pl.col("pred").is_null())).mean().round(3).alias("miss_rate"))
         print(miss.sort("source"))
 

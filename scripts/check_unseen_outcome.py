@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def train(cfg: dict, x: torch.Tensor, y: torch.Tensor, xv: torch.Tensor, yv: torch.Tensor, xt: torch.Tensor, yt: torch.Tensor,
-          epochs: int, with_val: bool):
+def train(
+    cfg: dict, x: torch.Tensor, y: torch.Tensor, xv: torch.Tensor, yv: torch.Tensor, xt: torch.Tensor, yt: torch.Tensor, epochs: int, with_val: bool
+):
     from prenet.telemetry import Recorder
 
     torch.manual_seed(cfg["seed"])
@@ -86,8 +87,16 @@ def main() -> int:
     nv = len(tr) // 7
     xv, yv, x, y = tr.x[perm[:nv]], tr.y[perm[:nv]], tr.x[perm[nv:]], tr.y[perm[nv:]]
     rng = np.random.default_rng(2026)
-    cfgs = [{"lr": float(10 ** rng.uniform(-3.5, 0.7)), "width": int(2 ** rng.integers(4, 9)), "batch": int(rng.choice([16, 32, 64, 128])),
-             "init_scale": float(math.exp(rng.uniform(math.log(0.1), math.log(5.0)))), "seed": 1000 + i} for i in range(a.runs)]
+    cfgs = [
+        {
+            "lr": float(10 ** rng.uniform(-3.5, 0.7)),
+            "width": int(2 ** rng.integers(4, 9)),
+            "batch": int(rng.choice([16, 32, 64, 128])),
+            "init_scale": float(math.exp(rng.uniform(math.log(0.1), math.log(5.0)))),
+            "seed": 1000 + i,
+        }
+        for i in range(a.runs)
+    ]
     result = {}
     for mode in ("no domain, no validation", "domain mlp_digits, schedule constant, validation"):
         with_val = mode.startswith("domain")
@@ -99,17 +108,26 @@ def main() -> int:
             for k in preds:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    out = predict(table.head(k), domain="mlp_digits" if with_val else None, schedule="constant" if with_val else None,
-                                  models_dir=a.models)
+                    out = predict(
+                        table.head(k), domain="mlp_digits" if with_val else None, schedule="constant" if with_val else None, models_dir=a.models
+                    )
                 preds[k][0].append(out.final_test_accuracy)
                 preds[k][1].append(out.failure_probability)
         yy, ff = np.array(ys), np.array(fails)
-        result[mode] = {f"epoch_{k}": {"r2": r2(yy, np.array(p)), "failure_auc": auc(ff, np.array(q)),
-                                       "mae": float(np.abs(yy - np.array(p)).mean())} for k, (p, q) in preds.items()}
+        result[mode] = {
+            f"epoch_{k}": {"r2": r2(yy, np.array(p)), "failure_auc": auc(ff, np.array(q)), "mae": float(np.abs(yy - np.array(p)).mean())}
+            for k, (p, q) in preds.items()
+        }
         result[mode]["failures"] = int(ff.sum())
-        print(mode, f"({a.runs} runs, {int(ff.sum())} failures):",
-              "; ".join(f"epoch {k}: R² {v['r2']:.3f}, AUC {v['failure_auc']:.3f}, MAE {v['mae']:.3f}"
-                        for k, v in ((int(e.split('_')[1]), v) for e, v in result[mode].items() if e.startswith("epoch_"))), flush=True)
+        print(
+            mode,
+            f"({a.runs} runs, {int(ff.sum())} failures):",
+            "; ".join(
+                f"epoch {k}: R² {v['r2']:.3f}, AUC {v['failure_auc']:.3f}, MAE {v['mae']:.3f}"
+                for k, v in ((int(e.split("_")[1]), v) for e, v in result[mode].items() if e.startswith("epoch_"))
+            ),
+            flush=True,
+        )
     print(json.dumps(result, indent=1))
     return 0
 

@@ -21,16 +21,15 @@ import time
 import traceback
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from prenet.benchmark.models import measure_model, null_step_ms, to_device
-from prenet.steptime.memory import measure_training_memory, predict_training_memory
 from prenet.benchmark.runner import make_plan, measure
+from prenet.steptime.memory import measure_training_memory, predict_training_memory
 
 HW_ID = "H200 SXM 141GB"
 DEV = os.environ.get("DEVICE", "cuda")
-SMOKE = os.environ.get("SMOKE") == "1"   # a fast CPU rehearsal of the script
+SMOKE = os.environ.get("SMOKE") == "1"  # a fast CPU rehearsal of the script
 
 
 def log(*a) -> None:
@@ -41,8 +40,19 @@ def layers(out: Path, plan_file: Path, tag: str, budget_s: float) -> None:
     b = json.loads(plan_file.read_text())
     plan = make_plan(b["ops"], directions=b["directions"], optimizers=b["optimizers"], seed=0)
     t0 = time.time()
-    rows = measure(plan, hardware_id=HW_ID, shard_dir=out / f"shards_{tag}", device=DEV, threads=1, dtype=b["dtype"],
-                   warmup=int(b["warmup"]), repeats=int(b["repeats"]), min_block_ms=float(b["min_block_ms"]), max_seconds=budget_s, progress=False)
+    rows = measure(
+        plan,
+        hardware_id=HW_ID,
+        shard_dir=out / f"shards_{tag}",
+        device=DEV,
+        threads=1,
+        dtype=b["dtype"],
+        warmup=int(b["warmup"]),
+        repeats=int(b["repeats"]),
+        min_block_ms=float(b["min_block_ms"]),
+        max_seconds=budget_s,
+        progress=False,
+    )
     with (out / f"h200_layers_{tag}.jsonl").open("w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
@@ -60,14 +70,27 @@ def zoo_models(out: Path, budget_s: float) -> None:
                     break
                 torch.manual_seed(0)
                 module, batch = to_device(*zoo.build(name, bs), DEV)
-                peak = measure_training_memory(module, batch, opt)          # CUDA: max_memory_allocated of one step
+                peak = measure_training_memory(module, batch, opt)  # CUDA: max_memory_allocated of one step
                 with torch.device("meta"):
                     predicted = predict_training_memory(*zoo.build(name, bs), opt).total_bytes
                 t = measure_model(module, batch, optimizer=opt, warmup=2, repeats=5, min_block_ms=5.0)
-                rows.append({"model": name, "batch_size": bs, "optimizer": opt, "hardware_id": HW_ID, "threads": 1,
-                             "torch_version": torch.__version__.split("+")[0], "dtype": "float32", "params": sum(p.numel() for p in module.parameters()),
-                             "measured_ms": t.median_ms, "spread_rel": t.spread_rel, "repeats": t.repeats,
-                             "peak_memory_bytes": peak, "predicted_memory_bytes": predicted})
+                rows.append(
+                    {
+                        "model": name,
+                        "batch_size": bs,
+                        "optimizer": opt,
+                        "hardware_id": HW_ID,
+                        "threads": 1,
+                        "torch_version": torch.__version__.split("+")[0],
+                        "dtype": "float32",
+                        "params": sum(p.numel() for p in module.parameters()),
+                        "measured_ms": t.median_ms,
+                        "spread_rel": t.spread_rel,
+                        "repeats": t.repeats,
+                        "peak_memory_bytes": peak,
+                        "predicted_memory_bytes": predicted,
+                    }
+                )
                 del module, batch
                 torch.cuda.empty_cache()
     overhead = {o: null_step_ms(o, device=DEV) for o in ["sgd", "adam"]}
@@ -84,10 +107,17 @@ def ops_by_precision(out: Path, budget_s: float) -> None:
 
     t0 = time.time()
     with (out / "h200_ops.jsonl").open("w") as f_ops, (out / "h200_steps_by_precision.jsonl").open("w") as f_steps:
-        for name, bs, kw in [("resnet50", 64, {"image_size": 224, "classes": 1000}), ("mobilenet_v2_like", 128, {"image_size": 224}),
-                             ("vit_tiny", 128, {"image_size": 224, "patch": 16}), ("gpt_sdpa", 8, {"d": 768, "layers": 12, "heads": 12, "seq_len": 1024}),
-                             ("bert_base_like", 32, {"layers": 12, "seq_len": 128}), ("unet_block", 16, {"image_size": 64, "channels": 128}),
-                             ("audio_cnn1d", 64, {}), ("gru_tagger", 64, {}), ("lstm_lm", 32, {})]:
+        for name, bs, kw in [
+            ("resnet50", 64, {"image_size": 224, "classes": 1000}),
+            ("mobilenet_v2_like", 128, {"image_size": 224}),
+            ("vit_tiny", 128, {"image_size": 224, "patch": 16}),
+            ("gpt_sdpa", 8, {"d": 768, "layers": 12, "heads": 12, "seq_len": 1024}),
+            ("bert_base_like", 32, {"layers": 12, "seq_len": 128}),
+            ("unet_block", 16, {"image_size": 64, "channels": 128}),
+            ("audio_cnn1d", 64, {}),
+            ("gru_tagger", 64, {}),
+            ("lstm_lm", 32, {}),
+        ]:
             for precision in ("fp32", "tf32", "fp16", "bf16"):
                 if time.time() - t0 > budget_s:
                     break
@@ -98,9 +128,22 @@ def ops_by_precision(out: Path, budget_s: float) -> None:
                 trace = measure_step(module, batch, optimizer="adam", precision=precision, min_block_ms=0.5, repeats=3)
                 for r in trace.records:
                     f_ops.write(json.dumps({"model": name, "batch_size": bs, "precision": precision, "hardware_id": HW_ID, **r.__dict__}) + "\n")
-                f_steps.write(json.dumps({"model": name, "batch_size": bs, "sizes": kw, "precision": precision, "hardware_id": HW_ID,
-                                          "measured_ms": t.median_ms, "spread_rel": t.spread_rel, "ops": len(trace.records),
-                                          "sum_of_ops_ms": sum(r.measured_ms or 0 for r in trace.records)}) + "\n")
+                f_steps.write(
+                    json.dumps(
+                        {
+                            "model": name,
+                            "batch_size": bs,
+                            "sizes": kw,
+                            "precision": precision,
+                            "hardware_id": HW_ID,
+                            "measured_ms": t.median_ms,
+                            "spread_rel": t.spread_rel,
+                            "ops": len(trace.records),
+                            "sum_of_ops_ms": sum(r.measured_ms or 0 for r in trace.records),
+                        }
+                    )
+                    + "\n"
+                )
                 del module, batch
                 torch.cuda.empty_cache()
     log(f"ops by precision in {time.time() - t0:.0f} s")
@@ -117,8 +160,17 @@ def convergence(out: Path) -> None:
     res: dict = {}
     dev = DEV
     # (a) digits, forecast API on cuda vs real fine-tuning on cuda
-    t = Task.from_cfg("cnn_digits_split", {"dataset": "digits", "arch": "cnn", "widths": [16, 32], "pretrain": {"classes": [0, 1, 2, 3, 4]},
-                                           "finetune": {"classes": [5, 6, 7, 8, 9], "n_train": 256}, "lrs": [0.006]})
+    t = Task.from_cfg(
+        "cnn_digits_split",
+        {
+            "dataset": "digits",
+            "arch": "cnn",
+            "widths": [16, 32],
+            "pretrain": {"classes": [0, 1, 2, 3, 4]},
+            "finetune": {"classes": [5, 6, 7, 8, 9], "n_train": 256},
+            "lrs": [0.006],
+        },
+    )
     m, rec = pretrain(t)
     with_new_head(m, 5, seed=0)
     m = m.to(dev).eval()
@@ -126,19 +178,40 @@ def convergence(out: Path) -> None:
     x, y = d.x.to(dev), d.y.to(dev)
     rows = []
     for loss in ["mse", "cross_entropy"]:
-        for lr, mom, B in ([(0.006, 0.0, 256)] if SMOKE else [(0.002, 0.0, 32), (0.006, 0.0, 32), (0.002, 0.9, 32), (0.006, 0.0, 256)]):
+        for lr, mom, B in [(0.006, 0.0, 256)] if SMOKE else [(0.002, 0.0, 32), (0.006, 0.0, 32), (0.002, 0.9, 32), (0.006, 0.0, 256)]:
             r = ft.finetune(copy.deepcopy(m), x, y, loss=loss, lr=lr, momentum=mom, batch_size=B, steps=200, seed=0)
             L, _ = ft.dense_curve(r, 200)
             f = forecast(m, x, y, loss=loss, lr=lr, momentum=mom, batch_size=B, steps=200, subset=128)
-            rows.append({"loss": loss, "lr": lr, "momentum": mom, "batch_size": B, "real_steps_eps0.1": targets.steps_to_converge(L, 0.1),
-                         "pred_steps_eps0.1": f.steps_to_converge(0.1), "corrected_steps_eps0.1": f.corrected.steps_to_converge(0.1) if f.corrected else None,
-                         "drift": f.drift, "train_seconds": r.train_seconds, "forecast_seconds": f.seconds, "ntk_method": f.ntk_method})
+            rows.append(
+                {
+                    "loss": loss,
+                    "lr": lr,
+                    "momentum": mom,
+                    "batch_size": B,
+                    "real_steps_eps0.1": targets.steps_to_converge(L, 0.1),
+                    "pred_steps_eps0.1": f.steps_to_converge(0.1),
+                    "corrected_steps_eps0.1": f.corrected.steps_to_converge(0.1) if f.corrected else None,
+                    "drift": f.drift,
+                    "train_seconds": r.train_seconds,
+                    "forecast_seconds": f.seconds,
+                    "ntk_method": f.ntk_method,
+                }
+            )
     res["digits_cuda"] = rows
     log("digits on cuda:", json.dumps(rows)[:600])
     # (b) NTK estimators on a larger CNN (exact vs projection), on cuda
-    tb = Task.from_cfg("fashion_cnn_wide", {"dataset": "fashion_mnist", "arch": "cnn_bn", "widths": [64, 128, 128], "image_size": 28,
-                                             "pretrain": {"classes": [0, 1, 2, 3, 4], "epochs": 2, "limit": 600 if SMOKE else 30000, "batch_size": 256},
-                                             "finetune": {"classes": [5, 6, 7, 8, 9], "n_train": 600 if SMOKE else 30000}, "lrs": [0.01]})
+    tb = Task.from_cfg(
+        "fashion_cnn_wide",
+        {
+            "dataset": "fashion_mnist",
+            "arch": "cnn_bn",
+            "widths": [64, 128, 128],
+            "image_size": 28,
+            "pretrain": {"classes": [0, 1, 2, 3, 4], "epochs": 2, "limit": 600 if SMOKE else 30000, "batch_size": 256},
+            "finetune": {"classes": [5, 6, 7, 8, 9], "n_train": 600 if SMOKE else 30000},
+            "lrs": [0.01],
+        },
+    )
     t0 = time.time()
     torch.manual_seed(0)
     data = tb.pretrain_data()
@@ -149,7 +222,7 @@ def convergence(out: Path) -> None:
     for _ in range(2):
         perm = torch.randperm(len(ys), device=dev)
         for i in range(0, len(ys), 256):
-            bi = perm[i:i + 256]
+            bi = perm[i : i + 256]
             opt.zero_grad()
             torch.nn.functional.cross_entropy(mb(xs[bi]), ys[bi]).backward()
             opt.step()
@@ -159,10 +232,10 @@ def convergence(out: Path) -> None:
     res["pretrain_fashion_seconds"] = time.time() - t0
     fd = tb.finetune_data()
     fx, fy = fd.x.to(dev), fd.y.to(dev)
-    xs256 = fx[:32 if SMOKE else 256]
+    xs256 = fx[: 32 if SMOKE else 256]
     ex = empirical_ntk(mb, xs256, method="exact")
     proj = {}
-    for k in ([50] if SMOKE else [500, 2000, 8000]):
+    for k in [50] if SMOKE else [500, 2000, 8000]:
         pr = empirical_ntk(mb, xs256, method="projection", proj_dim=k)
         proj[k] = {"relative_frobenius_error": relative_error(pr.theta, ex.theta), "seconds": pr.seconds}
     res["ntk_wide_cnn"] = {"n_params": ex.n_params, "samples": 256, "exact_seconds": ex.seconds, "projection": proj}
@@ -173,12 +246,38 @@ def convergence(out: Path) -> None:
         steps = epochs * (len(fy) // B)
         r = ft.finetune(copy.deepcopy(mb), fx, fy, loss=loss, lr=lr, momentum=mom, batch_size=B, steps=steps, seed=0, log_every=max(1, steps // 40))
         L, _ = ft.dense_curve(r, steps)
-        entry = {"loss": loss, "lr": lr, "momentum": mom, "batch_size": B, "steps": steps, "n_train": len(fy), "train_seconds": r.train_seconds,
-                 "real_steps_eps0.1": targets.steps_to_converge(L, 0.1), "real_final_loss": float(L[-1])}
+        entry = {
+            "loss": loss,
+            "lr": lr,
+            "momentum": mom,
+            "batch_size": B,
+            "steps": steps,
+            "n_train": len(fy),
+            "train_seconds": r.train_seconds,
+            "real_steps_eps0.1": targets.steps_to_converge(L, 0.1),
+            "real_final_loss": float(L[-1]),
+        }
         for dyn in ["ode", "sde"]:
-            f = forecast(mb, fx, fy, loss=loss, lr=lr, momentum=mom, batch_size=B, steps=steps, subset=32 if SMOKE else 256, dynamics_kind=dyn, probe_fraction=0.0)
-            entry[dyn] = {"seconds": f.seconds, "ntk_seconds": f.ntk_seconds, "pred_steps_eps0.1": f.steps_to_converge(0.1),
-                          "pred_final_loss": float(f.loss[-1]), "cost_ratio": r.train_seconds / f.seconds}
+            f = forecast(
+                mb,
+                fx,
+                fy,
+                loss=loss,
+                lr=lr,
+                momentum=mom,
+                batch_size=B,
+                steps=steps,
+                subset=32 if SMOKE else 256,
+                dynamics_kind=dyn,
+                probe_fraction=0.0,
+            )
+            entry[dyn] = {
+                "seconds": f.seconds,
+                "ntk_seconds": f.ntk_seconds,
+                "pred_steps_eps0.1": f.steps_to_converge(0.1),
+                "pred_final_loss": float(f.loss[-1]),
+                "cost_ratio": r.train_seconds / f.seconds,
+            }
         cost.append(entry)
         log("cost:", json.dumps(entry))
     res["cost_fashion_full"] = cost
@@ -189,10 +288,13 @@ def main() -> None:
     out, plans = Path(sys.argv[1]), Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
     log("torch", torch.__version__, torch.cuda.get_device_name(0) if DEV == "cuda" else "cpu")
-    steps = [("ops by precision", lambda: ops_by_precision(out, 5 if SMOKE else 150)),
-             ("convergence", lambda: convergence(out)), ("zoo", lambda: zoo_models(out, 5 if SMOKE else 60)),
-             ("layers quick", lambda: layers(out, plans / "bench_quick.json", "quick", 5 if SMOKE else 130)),
-             ("layers large", lambda: layers(out, plans / "bench_large.json", "large", 5 if SMOKE else 110))]
+    steps = [
+        ("ops by precision", lambda: ops_by_precision(out, 5 if SMOKE else 150)),
+        ("convergence", lambda: convergence(out)),
+        ("zoo", lambda: zoo_models(out, 5 if SMOKE else 60)),
+        ("layers quick", lambda: layers(out, plans / "bench_quick.json", "quick", 5 if SMOKE else 130)),
+        ("layers large", lambda: layers(out, plans / "bench_large.json", "large", 5 if SMOKE else 110)),
+    ]
     for name, fn in steps:
         try:
             fn()

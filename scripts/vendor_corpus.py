@@ -34,8 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     metrics = json.loads(Path(a.metrics).read_text())
     if metrics.get("source") != "generate":
-        print(f"vendor_corpus: {a.metrics} is not from a generated corpus (source {metrics.get('source')!r}); run "
-              "`python -m pipeline.corpus corpus=full` first", file=sys.stderr)
+        print(
+            f"vendor_corpus: {a.metrics} is not from a generated corpus (source {metrics.get('source')!r}); run "
+            "`python -m pipeline.corpus corpus=full` first",
+            file=sys.stderr,
+        )
         return 2
     runs = read_table(a.runs, OutcomeRuns).drop("split").sort("run_id")
     tel = read_table(a.telemetry, OutcomeTelemetry).sort("run_id", "epoch")
@@ -44,16 +47,24 @@ def main(argv: list[str] | None = None) -> int:
     write_table(runs, into / "runs.parquet")
     write_table(tel, into / "telemetry.parquet", OutcomeTelemetry)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    prov = {"settings": metrics["settings"], "generated": dt.date.today().isoformat(), "code_commit": head,
-            "generator_sha256": {f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest() for f in GENERATOR_FILES},
-            "runs": runs.height, "telemetry_rows": tel.height,
-            "failure_rate": {d: v["failure_rate"] for d, v in metrics["domains"].items()},
-            "generation_wall_s": metrics.get("wall_s"), "workers": metrics.get("workers"), "threads": metrics.get("threads"),
-            "recorder_time_share_pct": metrics.get("recorder_time_share_pct"), "overhead_pct_median": metrics.get("overhead_pct_median"),
-            "runs_per_optimizer": dict(sorted(runs["optimizer"].value_counts().iter_rows())),
-            "runs_per_schedule": dict(sorted(runs["schedule"].value_counts().iter_rows())),
-            "diverged": int(runs["diverged"].sum()),
-            "median_final_accuracy": {d: float(g["final_test_accuracy"].median()) for (d,), g in runs.group_by(["domain"], maintain_order=True)}}
+    prov = {
+        "settings": metrics["settings"],
+        "generated": dt.date.today().isoformat(),
+        "code_commit": head,
+        "generator_sha256": {f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest() for f in GENERATOR_FILES},
+        "runs": runs.height,
+        "telemetry_rows": tel.height,
+        "failure_rate": {d: v["failure_rate"] for d, v in metrics["domains"].items()},
+        "generation_wall_s": metrics.get("wall_s"),
+        "workers": metrics.get("workers"),
+        "threads": metrics.get("threads"),
+        "recorder_time_share_pct": metrics.get("recorder_time_share_pct"),
+        "overhead_pct_median": metrics.get("overhead_pct_median"),
+        "runs_per_optimizer": dict(sorted(runs["optimizer"].value_counts().iter_rows())),
+        "runs_per_schedule": dict(sorted(runs["schedule"].value_counts().iter_rows())),
+        "diverged": int(runs["diverged"].sum()),
+        "median_final_accuracy": {d: float(g["final_test_accuracy"].median()) for (d,), g in runs.group_by(["domain"], maintain_order=True)},
+    }
     (into / "provenance.json").write_text(json.dumps(prov, indent=1, sort_keys=True) + "\n")
     print(f"vendor_corpus: {runs.height} runs, {tel.height} telemetry rows -> {into} (commit {head[:10]})")
     return 0

@@ -1,7 +1,7 @@
 """Write the README's "Results" section from the metrics of the last pipeline run (``make run`` calls this).
 
-    python scripts/write_results.py            # rewrite the block between the markers in README.md
-    python scripts/write_results.py --check    # exit 1 when README.md and data/metrics disagree
+python scripts/write_results.py            # rewrite the block between the markers in README.md
+python scripts/write_results.py --check    # exit 1 when README.md and data/metrics disagree
 """
 
 from __future__ import annotations

@@ -17,15 +17,36 @@ torch.set_num_threads(1)
 from pipeline.config import compose  # noqa: E402
 
 PATH_KEYS = {
-    "shards": "raw/benchmark_shards", "raw_timings": "raw/local_timings.parquet", "hardware_record": "raw/hardware.json", "model_timings": "raw/model_timings.parquet", "step_overhead": "raw/step_overhead.json",
-    "features": "features/layers.parquet", "validated": "validated/layers.parquet", "validation_report": "validated/report.json",
-    "dev": "split/dev.parquet", "holdout": "split/holdout.parquet", "models": "models/steptime", "models_baseline": "models/steptime_baseline", "models_selected": "models/steptime_selected", "metrics": "metrics",
-    "plots": "plots", "report": "report", "pretrained": "models/pretrained", "finetune_runs": "convergence/runs.parquet",
-    "finetune_curves": "convergence/curves.parquet", "forecast_runs": "convergence/forecast_runs.parquet",
-    "forecast_curves": "convergence/forecast_curves.parquet", "convergence_targets": "convergence/targets.parquet",
-    "outcome_shards": "outcome/shards", "outcome_runs": "outcome/runs.parquet", "outcome_telemetry": "outcome/telemetry.parquet",
-    "outcome_models": "models/outcome", "outcome_predictions": "outcome/holdout_predictions.parquet",
-    "op_timings": "raw/op_timings.parquet", "gpu_op_timings": "features/gpu_ops.parquet", "models_ops": "models/steptime_ops",
+    "shards": "raw/benchmark_shards",
+    "raw_timings": "raw/local_timings.parquet",
+    "hardware_record": "raw/hardware.json",
+    "model_timings": "raw/model_timings.parquet",
+    "step_overhead": "raw/step_overhead.json",
+    "features": "features/layers.parquet",
+    "validated": "validated/layers.parquet",
+    "validation_report": "validated/report.json",
+    "dev": "split/dev.parquet",
+    "holdout": "split/holdout.parquet",
+    "models": "models/steptime",
+    "models_baseline": "models/steptime_baseline",
+    "models_selected": "models/steptime_selected",
+    "metrics": "metrics",
+    "plots": "plots",
+    "report": "report",
+    "pretrained": "models/pretrained",
+    "finetune_runs": "convergence/runs.parquet",
+    "finetune_curves": "convergence/curves.parquet",
+    "forecast_runs": "convergence/forecast_runs.parquet",
+    "forecast_curves": "convergence/forecast_curves.parquet",
+    "convergence_targets": "convergence/targets.parquet",
+    "outcome_shards": "outcome/shards",
+    "outcome_runs": "outcome/runs.parquet",
+    "outcome_telemetry": "outcome/telemetry.parquet",
+    "outcome_models": "models/outcome",
+    "outcome_predictions": "outcome/holdout_predictions.parquet",
+    "op_timings": "raw/op_timings.parquet",
+    "gpu_op_timings": "features/gpu_ops.parquet",
+    "models_ops": "models/steptime_ops",
     "distributed": "distributed",
 }
 
@@ -43,8 +64,9 @@ def tiny_cfg(tmp_path):
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """Every stage of the pipeline run once, in order, on the tiny config (shared by the tests that read it)."""
-    from pipeline import STAGES
     import importlib
+
+    from pipeline import STAGES
 
     root = tmp_path_factory.mktemp("tiny_run")
     cfg = compose(tiny_overrides(root))
@@ -52,6 +74,22 @@ def tiny_run(tmp_path_factory):
     for stage in STAGES:
         results[stage] = getattr(importlib.import_module(f"pipeline.{stage}"), stage)(cfg)
     return root, cfg, results
+
+
+#: What a scratch checkout of the project needs (tests add params.yaml or distributed/ as they need).
+PROJECT_FILES = [
+    "conf",
+    "pipeline",
+    "prenet",
+    "dvc.yaml",
+    "pyproject.toml",
+    "data/external",
+    "data/hardware",
+    "data/reference",
+    "data/outcome/vendored",
+    ".dvc/config",
+    ".dvc/.gitignore",
+]
 
 
 def copy_project(dst: Path, rels: list[str]) -> Path:

@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +18,18 @@ from prenet.hardware.spec import HardwareSpec
 HW = HardwareSpec("test-cpu", "cpu", 0.1, 10.0, 1, 2000.0)
 OPS = {
     "linear": {"n_configs": 3, "space": {"batch": [1, 16], "in_features": [8, 64], "out_features": [8, 64], "max_flops": 1e6}},
-    "conv2d": {"n_configs": 2, "space": {"batch": [1, 2], "in_channels": [1, 4], "out_channels": [1, 4], "kernel_size": [1, 3],
-                                         "input_size": [4, 8], "stride": [1, 2], "max_flops": 1e6}},
+    "conv2d": {
+        "n_configs": 2,
+        "space": {
+            "batch": [1, 2],
+            "in_channels": [1, 4],
+            "out_channels": [1, 4],
+            "kernel_size": [1, 3],
+            "input_size": [4, 8],
+            "stride": [1, 2],
+            "max_flops": 1e6,
+        },
+    },
 }
 
 

@@ -54,9 +54,11 @@ def test_stage_modules_have_hydra_help():
 
 def _task_file(tmp_path):
     f = tmp_path / "task.yaml"
-    f.write_text("tasks:\n  tiny_digits:\n    dataset: digits\n    arch: mlp\n    widths: [16]\n"
-                 "    pretrain: {epochs: 1}\n    finetune: {classes: [0, 1, 2], n_train: 48}\n    lrs: [0.05]\n"
-                 "run: {loss: cross_entropy, batch_size: 16, steps: 30}\n")
+    f.write_text(
+        "tasks:\n  tiny_digits:\n    dataset: digits\n    arch: mlp\n    widths: [16]\n"
+        "    pretrain: {epochs: 1}\n    finetune: {classes: [0, 1, 2], n_train: 48}\n    lrs: [0.05]\n"
+        "run: {loss: cross_entropy, batch_size: 16, steps: 30}\n"
+    )
     return f
 
 
@@ -67,7 +69,7 @@ def test_predict_convergence_from_a_config_file(tmp_path, capsys):
 
     out = json.loads(capsys.readouterr().out)
     assert out["task"] == "tiny_digits" and out["steps"] == 30 and out["n_train"] == 48 and out["drift"] is not None
-    assert (tmp_path / "pt" / "tiny_digits.pt").exists()   # pre-trained on first use, reused afterwards
+    assert (tmp_path / "pt" / "tiny_digits.pt").exists()  # pre-trained on first use, reused afterwards
     assert main(["predict", "convergence", "--config", str(f), "--pretrained", str(tmp_path / "pt"), "--target-loss", "1e-9"]) == 0
     assert "not reached within 30 steps" in capsys.readouterr().out
     # a target no curve can reach is one line, exit 2, before any work

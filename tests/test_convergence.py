@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from prenet import datasets
-from prenet.convergence import dynamics, forecast, losses, targets
+from prenet.convergence import dynamics, forecast, targets
 from prenet.convergence.baselines import curve_fit_forecast
 from prenet.convergence.finetune import dense_curve, finetune
 from prenet.convergence.ntk import ProblemTooLargeError, empirical_ntk, jacobian, relative_error
@@ -39,6 +39,7 @@ def _linear(classes: int = 3, seed: int = 0) -> nn.Module:
 
 
 # --- data ---------------------------------------------------------------------------------------------------
+
 
 def test_digits_split_is_fixed_and_standardised():
     tr, te = datasets.load("digits", "train"), datasets.load("digits", "test")
@@ -90,13 +91,14 @@ def test_select_relabels_and_limits(digits_small):
 
 # --- NTK -----------------------------------------------------------------------------------------------------
 
+
 def test_exact_ntk_equals_jacobian_products_by_autograd(digits_small):
     x, _ = digits_small
     model = _mlp()
     x = x[:5]
     rows = []
     for i in range(len(x)):
-        out = model(x[i:i + 1])[0]
+        out = model(x[i : i + 1])[0]
         for c in range(out.shape[0]):
             g = torch.autograd.grad(out[c], list(model.parameters()), retain_graph=True)
             rows.append(torch.cat([t.reshape(-1) for t in g]))
@@ -122,6 +124,7 @@ def test_too_large_problem_fails_early_with_sizes(digits_small):
 
 # --- dynamics ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("loss,momentum,batch", [("mse", 0.0, 48), ("cross_entropy", 0.9, 12), ("mse", 0.5, 8)])
 def test_linearized_sgd_is_exact_for_a_model_linear_in_its_parameters(digits_small, loss, momentum, batch):
     """For f(x) = W x + b the linearization is exact: simulating SGD in function space must reproduce torch SGD."""
@@ -129,8 +132,9 @@ def test_linearized_sgd_is_exact_for_a_model_linear_in_its_parameters(digits_sma
     model = _linear()
     theta = empirical_ntk(model, x, method="exact").theta
     F0 = model(x).detach().double().numpy()
-    L_sim, A_sim = dynamics.linear_sgd(theta, F0, y.numpy(), kind=loss, lr=0.01, momentum=momentum,
-                                       batches=dynamics.batch_schedule(len(y), batch, 30, seed=3))
+    L_sim, A_sim = dynamics.linear_sgd(
+        theta, F0, y.numpy(), kind=loss, lr=0.01, momentum=momentum, batches=dynamics.batch_schedule(len(y), batch, 30, seed=3)
+    )
     real = finetune(copy.deepcopy(model), x, y, loss=loss, lr=0.01, momentum=momentum, batch_size=batch, steps=30, seed=3)
     assert np.allclose(L_sim, real.loss, rtol=1e-4)
     assert np.allclose(A_sim, real.accuracy)
@@ -155,7 +159,7 @@ def test_cross_entropy_ode_and_sde_agree_without_noise(digits_small):
     F0 = model(x).detach().double().numpy()
     kw = dict(kind="cross_entropy", lr=0.01, momentum=0.0, steps=60)
     L_ode, _ = dynamics.ode(theta, F0, y.numpy(), **kw)
-    L_sde, _ = dynamics.sde(theta, F0, y.numpy(), batch_size=len(y), paths=1, **kw)   # B = N: no noise, explicit Euler
+    L_sde, _ = dynamics.sde(theta, F0, y.numpy(), batch_size=len(y), paths=1, **kw)  # B = N: no noise, explicit Euler
     assert np.allclose(L_ode, L_sde, rtol=0.02)
 
 
@@ -193,7 +197,7 @@ def test_momentum_ode_sde_and_exact_sgd_agree_and_beat_the_effective_lr_shortcut
     # targets: the first step below half the initial loss agrees within a step or two
     tau = 0.5 * L_gd[0]
     assert abs(targets.steps_to_loss(L_ode, tau) - targets.steps_to_loss(L_gd, tau)) <= 2
-    if m >= 0.9:   # the velocity's build-up (~1/(1 − m) steps) is what the η/(1 − m) shortcut skips
+    if m >= 0.9:  # the velocity's build-up (~1/(1 − m) steps) is what the η/(1 − m) shortcut skips
         assert targets.steps_to_loss(L_flat, tau) < targets.steps_to_loss(L_gd, tau) - 2
 
 
@@ -201,14 +205,14 @@ def test_heavy_ball_mode_decay_is_a_damped_oscillator():
     ts = np.arange(6.0)
     assert np.allclose(dynamics.heavy_ball_decay(np.array([0.3]), 0.0, ts)[:, 0], np.exp(-0.3 * ts))
     m = 0.9
-    crit = (1 - m) ** 2 / (4 * m)                          # critical damping: a repeated root
+    crit = (1 - m) ** 2 / (4 * m)  # critical damping: a repeated root
     a = np.array([0.0, 0.01, crit, crit * (1 + 1e-5), crit * (1 - 1e-5), 0.5])
     r = dynamics.heavy_ball_decay(a, m, np.array([0.0, 1e-4, 30.0, 200.0]))
-    assert np.allclose(r[0], 1.0) and np.allclose(r[1], 1.0, atol=1e-6)   # r(0) = 1, r'(0) = 0
+    assert np.allclose(r[0], 1.0) and np.allclose(r[1], 1.0, atol=1e-6)  # r(0) = 1, r'(0) = 0
     assert r[3, 0] == pytest.approx(1.0) and (np.abs(r[3, 1:]) < 0.1).all()
     s0 = -(1 - m) / (2 * m)
-    assert r[2, 2] == pytest.approx((1 - s0 * 30) * np.exp(s0 * 30))        # the critical branch
-    assert r[2, 3] == pytest.approx(r[2, 2], rel=1e-3) and r[2, 4] == pytest.approx(r[2, 2], rel=1e-3)   # continuous across it
+    assert r[2, 2] == pytest.approx((1 - s0 * 30) * np.exp(s0 * 30))  # the critical branch
+    assert r[2, 3] == pytest.approx(r[2, 2], rel=1e-3) and r[2, 4] == pytest.approx(r[2, 2], rel=1e-3)  # continuous across it
 
 
 def test_divergence_is_decided_up_front_with_the_largest_stable_lr(digits_small):
@@ -229,7 +233,7 @@ def test_divergence_is_decided_up_front_with_the_largest_stable_lr(digits_small)
     t0 = time.perf_counter()
     with pytest.raises(PrenetError, match="diverges"):
         forecast(model, x, y, loss="mse", lr=1e6, momentum=0.9, batch_size=8, steps=10**6, probe_fraction=0.0)
-    assert time.perf_counter() - t0 < 5   # answered at once, not after a million SDE steps
+    assert time.perf_counter() - t0 < 5  # answered at once, not after a million SDE steps
 
 
 def test_targets_are_checked_before_any_work(digits_small):
@@ -246,7 +250,7 @@ def test_targets_are_checked_before_any_work(digits_small):
 def test_the_default_answer_is_the_most_reliable_variant(digits_small):
     x, y = digits_small
     kw = dict(loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=48, steps=60, seed=0)
-    flagged = forecast(_mlp(), x, y, drift_threshold=0.0, **kw)    # every drift is above 0: the probe flags it
+    flagged = forecast(_mlp(), x, y, drift_threshold=0.0, **kw)  # every drift is above 0: the probe flags it
     assert flagged.variant == "corrected" and flagged.reliable is False and flagged.plain.variant == "plain"
     assert np.array_equal(flagged.loss, flagged.corrected.loss) and not np.array_equal(flagged.loss, flagged.plain.loss)
     assert flagged.steps_to_loss(0.5 * flagged.loss[0]) == targets.steps_to_loss(flagged.corrected.loss, 0.5 * flagged.loss[0])
@@ -263,13 +267,14 @@ def test_batch_schedule_is_epochs_of_permutations():
 
 # --- targets and baselines ---------------------------------------------------------------------------------
 
+
 def test_target_definitions():
     L = np.array([1.0, 0.6, 0.3, 0.2, 0.15, 0.1])
-    assert targets.steps_to_converge(L, 0.1) == 4          # |L_t - 0.1| <= 0.09
+    assert targets.steps_to_converge(L, 0.1) == 4  # |L_t - 0.1| <= 0.09
     assert targets.steps_to_loss(L, 0.25) == 3
     assert targets.steps_to_loss(L, 0.01) is None
     assert targets.steps_to_accuracy(np.array([0.1, 0.5, 0.95]), 0.9) == 2
-    assert targets.steps_to_converge(np.array([1.0, 1.2, 1.5]), 0.1) is None   # no progress
+    assert targets.steps_to_converge(np.array([1.0, 1.2, 1.5]), 0.1) is None  # no progress
     assert targets.steps_to_converge(np.array([1.0, np.inf, np.inf]), 0.1) is None
 
 
@@ -282,6 +287,7 @@ def test_curve_fit_recovers_an_exponential():
 
 # --- the forecast API ----------------------------------------------------------------------------------------
 
+
 def test_forecast_api_contract(digits_small):
     x, y = digits_small
     model = _mlp()
@@ -290,14 +296,18 @@ def test_forecast_api_contract(digits_small):
     assert fc.ode is not None and fc.ode.dynamics == "ode" and len(fc.ode.loss) == 81 and 0 < fc.ode.seconds
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())), "forecast must not modify the model"
     assert len(fc.loss) == 81 and len(fc.accuracy) == 81 and fc.seconds > 0
-    assert fc.steps_to_loss(1e-12) is None   # 0 itself is refused: test_targets_are_checked_before_any_work
+    assert fc.steps_to_loss(1e-12) is None  # 0 itself is refused: test_targets_are_checked_before_any_work
     assert fc.steps_to_loss(float(fc.loss[0])) == 0
     assert fc.drift is not None and fc.corrected is not None and len(fc.corrected.loss) == 81
-    assert fc.dynamics == "exact" and fc.n_used == 48   # all samples, N·C = 144: the exact linearized SGD
+    assert fc.dynamics == "exact" and fc.n_used == 48  # all samples, N·C = 144: the exact linearized SGD
     from prenet.convergence.forecast import auto_dynamics
 
-    assert [auto_dynamics(256, 256, 10, 256), auto_dynamics(256, 256, 5, 32), auto_dynamics(256, 128, 5, 32),
-            auto_dynamics(1000, 1000, 10, 32)] == ["ode", "exact", "sde", "sde"]
+    assert [auto_dynamics(256, 256, 10, 256), auto_dynamics(256, 256, 5, 32), auto_dynamics(256, 128, 5, 32), auto_dynamics(1000, 1000, 10, 32)] == [
+        "ode",
+        "exact",
+        "sde",
+        "sde",
+    ]
 
 
 def test_forecast_predicts_real_fine_tuning_of_a_small_net(digits_small):
@@ -320,6 +330,7 @@ def test_forecast_rejects_bad_labels(digits_small):
 
 
 # --- the stages (tiny run shared with test_pipeline) ---------------------------------------------------------
+
 
 def test_convergence_stages_write_validated_outputs(tiny_run):
     root, cfg, results = tiny_run
@@ -355,10 +366,10 @@ def test_seed_noise_floor_is_the_spread_across_seeds_of_one_configuration():
 
     from prenet.convergence.evaluation import seed_noise_floor
 
-    rows = [{"task": "t", "lr": 0.1, "seed": s, "target_kind": "relative_eps", "target_param": 0.1, "real_steps": v}
-            for s, v in ((0, 90), (1, 110))]
-    rows += [{"task": "u", "lr": 0.1, "seed": s, "target_kind": "relative_eps", "target_param": 0.1, "real_steps": v}
-             for s, v in ((0, 100), (1, None))]                         # one seed did not reach it: no spread
+    rows = [{"task": "t", "lr": 0.1, "seed": s, "target_kind": "relative_eps", "target_param": 0.1, "real_steps": v} for s, v in ((0, 90), (1, 110))]
+    rows += [
+        {"task": "u", "lr": 0.1, "seed": s, "target_kind": "relative_eps", "target_param": 0.1, "real_steps": v} for s, v in ((0, 100), (1, None))
+    ]  # one seed did not reach it: no spread
     out = seed_noise_floor(pl.DataFrame(rows), ["task", "lr"])
     assert out == {("relative_eps", 0.1): {"median_seed_spread_pct": pytest.approx(20.0), "configs": 1}}
     assert seed_noise_floor(pl.DataFrame(rows).filter(pl.col("seed") == 0), ["task", "lr"]) == {}

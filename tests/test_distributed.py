@@ -22,15 +22,23 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import PROJECT_FILES
 
 pytestmark = pytest.mark.distributed
 
 REPO = Path(__file__).resolve().parents[1]
-COPY = ["conf", "pipeline", "prenet", "distributed", "dvc.yaml", "pyproject.toml", "data/external", "data/hardware", "data/reference",
-        "data/outcome/vendored", ".dvc/config", ".dvc/.gitignore"]
+COPY = [*PROJECT_FILES, "distributed"]
 ITEMS, KILL_AFTER = 60, 12
-MATRIX = ["experiment=tiny", "progress=false", "outcome.corpus.domains=[mlp_digits]", f"outcome.corpus.runs_per_domain={2 * ITEMS}",
-          "outcome.corpus.prior_fraction=0.5", "distribute.hardware=[cpu]", "distribute.shards=[0]", "distribute.zombie_after_s=45"]
+MATRIX = [
+    "experiment=tiny",
+    "progress=false",
+    "outcome.corpus.domains=[mlp_digits]",
+    f"outcome.corpus.runs_per_domain={2 * ITEMS}",
+    "outcome.corpus.prior_fraction=0.5",
+    "distribute.hardware=[cpu]",
+    "distribute.shards=[0]",
+    "distribute.zombie_after_s=45",
+]
 BIN = Path(sys.executable).parent
 
 
@@ -87,18 +95,37 @@ def _kill_tree(pid: int) -> None:
 @pytest.fixture
 def services(tmp_path, monkeypatch):
     """Prefect server + moto_server, both on free local ports, torn down afterwards."""
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect_home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_UI_ENABLED": "false", "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect_home"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_UI_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "DVC_NO_ANALYTICS": "1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+    }
     pport, sport = _port(), _port()
     procs = []
     moto = shutil.which("moto_server", path=env["PATH"])
     if moto is None:
         pytest.skip("moto_server is not installed: `make install-distributed`")
-    procs.append(subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(sport)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                                  start_new_session=True))
-    procs.append(subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(pport)], env=env,
-                                  stdout=open(tmp_path / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True))
+    procs.append(
+        subprocess.Popen(
+            [moto, "-H", "127.0.0.1", "-p", str(sport)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    )
+    procs.append(
+        subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(pport)],
+            env=env,
+            stdout=open(tmp_path / "server.log", "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    )
     api = f"http://127.0.0.1:{pport}/api"
     try:
         _wait_http(f"http://127.0.0.1:{sport}/", 60, procs[0])
@@ -117,7 +144,7 @@ def services(tmp_path, monkeypatch):
 
 def _remote(repo: Path, endpoint: str, env: dict) -> None:
     _dvc(["remote", "add", "-d", "store", "s3://prenet/dvc"], repo, env)
-    _dvc(["remote", "modify", "store", "endpointurl", endpoint], repo, env)   # credentials come from the environment, never git
+    _dvc(["remote", "modify", "store", "endpointurl", endpoint], repo, env)  # credentials come from the environment, never git
 
 
 def _states(flow_run_id) -> list[str]:
@@ -126,6 +153,7 @@ def _states(flow_run_id) -> list[str]:
     async def go():
         async with get_client() as c:
             return [s.type.value for s in sorted(await c.read_flow_run_states(flow_run_id), key=lambda s: s.timestamp)]
+
     return asyncio.run(go())
 
 
@@ -148,7 +176,7 @@ def test_killed_shard_is_rescheduled_resumed_and_restored_from_the_run_cache(tmp
         workers = [_worker(work, env, tmp_path / f"worker{i}.log", f"w{i}") for i in range(2)]
         try:
             res = distribute(cfg, "corpus_prior", ["cpu"], 1, wait=False, repo_dir=str(work))
-            (name, fid), = res["flow_runs"].items()
+            ((name, fid),) = res["flow_runs"].items()
             scratch = work / scratch_path(cfg, "corpus_prior", "cpu", 0)
             deadline = time.monotonic() + 240
             while not (scratch.exists() and len(read_rows(scratch)) >= KILL_AFTER):
@@ -173,7 +201,7 @@ def test_killed_shard_is_rescheduled_resumed_and_restored_from_the_run_cache(tmp
                 _kill_tree(w.pid)
     # Crashed → rescheduled → Completed
     assert "CRASHED" in states and states.index("CRASHED") < len(states) - 1
-    after_crash = states[states.index("CRASHED") + 1:]
+    after_crash = states[states.index("CRASHED") + 1 :]
     assert after_crash[0] == "SCHEDULED" and after_crash[-1] == "COMPLETED", states
     out = work / "data/distributed/shards/corpus_prior/cpu-0.jsonl"
     rows = out.read_bytes().splitlines(keepends=True)
@@ -196,8 +224,14 @@ def test_killed_shard_is_rescheduled_resumed_and_restored_from_the_run_cache(tmp
 
 def _worker(repo: Path, env: dict, log: Path, name: str) -> subprocess.Popen:
     wenv = {**env, "PRENET_HARDWARE": "cpu", "PRENET_REPO": str(repo), "PREFECT_WORKER_QUERY_SECONDS": "1", "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30"}
-    return subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", "prenet", "--work-queue", "cpu", "--limit", "1",
-                             "--name", name], cwd=repo, env=wenv, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "prefect", "worker", "start", "--pool", "prenet", "--work-queue", "cpu", "--limit", "1", "--name", name],
+        cwd=repo,
+        env=wenv,
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def test_corpus_on_two_workers_equals_the_single_machine_corpus(tmp_path, services):
@@ -233,15 +267,23 @@ def test_corpus_on_two_workers_equals_the_single_machine_corpus(tmp_path, servic
     one = pl.read_parquet(coord / "data/outcome/runs.parquet").drop("split").sort("run_id")
     dist = pl.read_parquet(coord / "data/distributed/corpus/runs.parquet").sort("run_id")
     assert one.height == 16 and one.drop(timing).equals(dist.drop(timing))
-    assert pl.read_parquet(coord / "data/outcome/telemetry.parquet").sort("run_id", "epoch").equals(
-        pl.read_parquet(coord / "data/distributed/corpus/telemetry.parquet").sort("run_id", "epoch"))
+    assert (
+        pl.read_parquet(coord / "data/outcome/telemetry.parquet")
+        .sort("run_id", "epoch")
+        .equals(pl.read_parquet(coord / "data/distributed/corpus/telemetry.parquet").sort("run_id", "epoch"))
+    )
 
 
 def test_a_worker_on_other_hardware_refuses(tmp_path):
     """The guard inside the stage: a shard for 'h100' refuses on a machine that declares 'cpu' (one line, exit 2)."""
     work = _checkout(tmp_path / "w", ["experiment=tiny", "progress=false", "distribute.hardware=[h100]", "distribute.shards=[0]"])
-    p = subprocess.run([sys.executable, "-m", "pipeline.shard", "corpus_prior", "h100", "0"], cwd=work, capture_output=True, text=True,
-                       env={**os.environ, "PRENET_HARDWARE": "cpu"})
+    p = subprocess.run(
+        [sys.executable, "-m", "pipeline.shard", "corpus_prior", "h100", "0"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PRENET_HARDWARE": "cpu"},
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1
     assert "created for hardware 'h100'" in p.stderr and "Traceback" not in p.stderr
     assert not (work / "data/scratch").exists()
@@ -256,9 +298,27 @@ def test_schedule_registers_a_cron_deployment_whose_triggered_run_completes(tmp_
 
     env, _ = services
     repo = _checkout(tmp_path / "repo", ["experiment=tiny", "progress=false"])
-    serve = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "schedule", "--cron", "0 3 * * 0", "--name", "nightly", "--repo", str(repo),
-                              "experiment=tiny", "progress=false"], cwd=repo, env=env, stdout=open(tmp_path / "serve.log", "w"),
-                             stderr=subprocess.STDOUT, start_new_session=True)
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "schedule",
+            "--cron",
+            "0 3 * * 0",
+            "--name",
+            "nightly",
+            "--repo",
+            str(repo),
+            "experiment=tiny",
+            "progress=false",
+        ],
+        cwd=repo,
+        env=env,
+        stdout=open(tmp_path / "serve.log", "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
     async def deployment():
         async with get_client() as c:
@@ -266,6 +326,7 @@ def test_schedule_registers_a_cron_deployment_whose_triggered_run_completes(tmp_
                 return await c.read_deployment_by_name("prenet-retrain/nightly")
             except Exception:
                 return None
+
     try:
         with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
             deadline = time.monotonic() + 120
@@ -286,21 +347,30 @@ def test_a_killed_dask_worker_leaves_every_corpus_output_exactly_once(tmp_path, 
     run's output exists exactly once (one file per run, written once; no temporary file left)."""
     import threading
 
+    from conftest import tiny_overrides
     from dask.distributed import Client, LocalCluster
 
-    from conftest import tiny_overrides
     from pipeline.config import compose
     from pipeline.distribute import run_shard_on_dask
     from pipeline.shard import scratch_path
     from prenet.data.shards import read_rows
 
     n = 20
-    cfg = compose(tiny_overrides(tmp_path, "outcome.corpus.domains=[mlp_digits]", f"outcome.corpus.runs_per_domain={2 * n}",
-                                 "distribute.hardware=[cpu]", "distribute.shards=[0]", f"distribute.scratch={tmp_path / 'scratch'}"))
+    cfg = compose(
+        tiny_overrides(
+            tmp_path,
+            "outcome.corpus.domains=[mlp_digits]",
+            f"outcome.corpus.runs_per_domain={2 * n}",
+            "distribute.hardware=[cpu]",
+            "distribute.shards=[0]",
+            f"distribute.scratch={tmp_path / 'scratch'}",
+        )
+    )
     monkeypatch.setenv("PRENET_HARDWARE", "cpu")
     folder = scratch_path(cfg, "corpus_prior", "cpu", 0).with_suffix(".items")
     killed: list[int] = []
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
+
         def kill_one() -> None:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and len(list(folder.glob("*.json"))) < 5:
@@ -308,6 +378,7 @@ def test_a_killed_dask_worker_leaves_every_corpus_output_exactly_once(tmp_path, 
             pid = next(iter(client.run(os.getpid).values()))
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
+
         t = threading.Thread(target=kill_one, daemon=True)
         t.start()
         res = run_shard_on_dask(cfg, "corpus_prior", "cpu", 0, cluster.scheduler_address)

@@ -7,9 +7,15 @@ from prenet.data.external import load_justus_conv, load_justus_dense, load_neusi
 from prenet.hardware import catalog
 
 
-@pytest.mark.parametrize("loader,op,gpus", [
-    (load_justus_dense, "linear", 6), (load_justus_conv, "conv2d", 6), (load_neusight_linear, "linear", 5), (load_neusight_conv, "conv2d", 5),
-])
+@pytest.mark.parametrize(
+    "loader,op,gpus",
+    [
+        (load_justus_dense, "linear", 6),
+        (load_justus_conv, "conv2d", 6),
+        (load_neusight_linear, "linear", 5),
+        (load_neusight_conv, "conv2d", 5),
+    ],
+)
 def test_loader_shape_and_hardware(loader, op, gpus):
     df = loader(max_rows_per_gpu=50)
     assert set(df["op"]) == {op}

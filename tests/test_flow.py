@@ -6,11 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import PROJECT_FILES
 
 from pipeline import STAGES
 
 REPO = Path(__file__).resolve().parents[1]
-COPY = ["conf", "pipeline", "prenet", "dvc.yaml", "params.yaml", "pyproject.toml", "data/external", "data/hardware", "data/reference", "data/outcome/vendored", ".dvc/config", ".dvc/.gitignore"]
+COPY = [*PROJECT_FILES, "params.yaml"]
 
 
 @pytest.fixture(scope="session")

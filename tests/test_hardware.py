@@ -7,11 +7,19 @@ from prenet.hardware import catalog, get, load_spec_yaml, resolve, resolve_name
 from prenet.hardware.local import cpu_peak_tflops, detect_cpu, simd_width_bits
 
 
-@pytest.mark.parametrize("name,expected", [
-    ("H100 SXM5 80GB", "H100 SXM5 80GB"), ("h100 sxm5 80gb", "H100 SXM5 80GB"), ("L4", "L4"), ("l4", "L4"),
-    ("V100 PCIe 16/32GB", "V100 PCIe 16/32GB"), ("Tesla V100-PCIE-32GB", "V100 PCIe 16/32GB"), ("K80", "Tesla K80 (half board)"),
-    ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"),
-])
+@pytest.mark.parametrize(
+    "name,expected",
+    [
+        ("H100 SXM5 80GB", "H100 SXM5 80GB"),
+        ("h100 sxm5 80gb", "H100 SXM5 80GB"),
+        ("L4", "L4"),
+        ("l4", "L4"),
+        ("V100 PCIe 16/32GB", "V100 PCIe 16/32GB"),
+        ("Tesla V100-PCIE-32GB", "V100 PCIe 16/32GB"),
+        ("K80", "Tesla K80 (half board)"),
+        ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"),
+    ],
+)
 def test_names_match_case_insensitively_and_through_aliases(name, expected):
     assert resolve_name(name) == expected
 

@@ -123,7 +123,9 @@ def _reference_attention_flops(cfg):
     return fc.get_total_flops()
 
 
-@pytest.mark.parametrize("cfg", [{"batch": 2, "seq_len": 9, "embed_dim": 16, "num_heads": 4}, {"batch": 3, "seq_len": 4, "embed_dim": 24, "num_heads": 2}])
+@pytest.mark.parametrize(
+    "cfg", [{"batch": 2, "seq_len": 9, "embed_dim": 16, "num_heads": 4}, {"batch": 3, "seq_len": 4, "embed_dim": 24, "num_heads": 2}]
+)
 def test_attention_flops_match_an_explicit_attention(cfg):
     cost = REGISTRY["mha"].cost(cfg, 4)
     assert cost.forward_flops == _reference_attention_flops(cfg)

@@ -10,8 +10,16 @@ from prenet.steptime.memory import GIB, fits, measure_training_memory, predict_t
 
 def _convnet(batch: int = 32):
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
-                        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(32 * 16 * 16, 10))
+    net = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(32 * 16 * 16, 10),
+    )
     return net, (torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,)))
 
 
@@ -32,7 +40,7 @@ def test_components_scale_as_they_should():
     assert sgd.weights_bytes == sgd.gradients_bytes == params and sgd.optimizer_bytes == 0
     assert mom.optimizer_bytes == params and adam.optimizer_bytes == 2 * params
     big = predict_training_memory(*_convnet(64), "sgd")
-    assert 7.5 < big.activations_bytes / sgd.activations_bytes < 8.5      # activations grow with the batch, weights do not
+    assert 7.5 < big.activations_bytes / sgd.activations_bytes < 8.5  # activations grow with the batch, weights do not
     assert big.weights_bytes == sgd.weights_bytes
 
 
@@ -42,7 +50,7 @@ def test_saved_tensors_are_traced_on_meta_without_allocating():
     sizes, uses = trace_saved(net, batch)
     # conv1 input, its output (saved by batch norm), relu output, maxpool indices, conv2 input, relu, flatten/linear input, log-softmax
     assert len(sizes) >= 6 and all(s > 0 for s in sizes)
-    assert len(uses) == 4 and [pos for pos, _ in uses] == sorted(pos for pos, _ in uses)   # conv, bn, conv, linear, in call order
+    assert len(uses) == 4 and [pos for pos, _ in uses] == sorted(pos for pos, _ in uses)  # conv, bn, conv, linear, in call order
     assert all(p.device.type == "meta" for p in net.parameters())
 
 

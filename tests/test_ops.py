@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import polars as pl
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
 
 from prenet import zoo
 from prenet.errors import PrenetError
 from prenet.hardware.catalog import get
 from prenet.ops import measure_step, trace_step
 from prenet.ops.families import base_name
-from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError, feature_matrix
+from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError
 from prenet.steptime.step import predict_trace
 
 MUST_WORK = ["mobilenet_v2_like", "vit_tiny", "audio_cnn1d", "unet_block", "lstm_lm", "gru_tagger", "gpt_sdpa", "functional_mlp"]
@@ -54,14 +52,18 @@ def _dtypes(module, x, y, real: bool):
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if isinstance(out, torch.Tensor) and out.is_floating_point() and base_name(func) in ("addmm", "mm", "native_layer_norm", "_softmax", "_log_softmax"):
+            if (
+                isinstance(out, torch.Tensor)
+                and out.is_floating_point()
+                and base_name(func) in ("addmm", "mm", "native_layer_norm", "_softmax", "_log_softmax")
+            ):
                 self.ops.append((base_name(func), out.dtype))
             return out
 
     from prenet.ops.autocast import Autocast
 
     rec = Rec()
-    with rec, (torch.autocast("cpu", dtype=torch.bfloat16) if real else Autocast("cpu", torch.bfloat16)):
+    with rec, torch.autocast("cpu", dtype=torch.bfloat16) if real else Autocast("cpu", torch.bfloat16):
         torch.nn.functional.cross_entropy(module(x), y)
     return rec.ops
 

@@ -26,11 +26,11 @@ def test_gradient_snr_follows_its_definition():
     model = nn.Module()
     model.w = w
     rec = Recorder(model)
-    for g in ([1.0, 0.0], [3.0, 2.0]):        # element 0: mean 2, var 2 → 2; element 1: mean 1, var 2 → 0.5
+    for g in ([1.0, 0.0], [3.0, 2.0]):  # element 0: mean 2, var 2 → 2; element 1: mean 1, var 2 → 0.5
         w.grad = torch.tensor(g)
         rec.after_backward()
     row = rec.end_epoch(train_loss=1.0, train_accuracy=0.5)
-    assert math.isclose(row["log10_grad_snr"], math.log10((4 + 1) / (2 + 2)), rel_tol=1e-6)   # Σ mean² / Σ var
+    assert math.isclose(row["log10_grad_snr"], math.log10((4 + 1) / (2 + 2)), rel_tol=1e-6)  # Σ mean² / Σ var
     assert math.isclose(row["log10_grad_snr_median"], math.log10(0.5), rel_tol=1e-6)  # lower median of {2, 0.5}
     assert math.isclose(row["grad_norm"], (1 + math.sqrt(13)) / 2, rel_tol=1e-6)
 
@@ -44,12 +44,12 @@ def test_weight_growth_and_dead_relu_snapshot():
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(2.0)
-        lin.bias.fill_(-100.0)                   # every ReLU unit dead
+        lin.bias.fill_(-100.0)  # every ReLU unit dead
     row = rec.end_epoch(train_loss=0.5, train_accuracy=0.2)
     assert row["dead_relu_frac"] == 1.0 and row["saturated_frac"] is not None
-    assert rec.rows[0]["dead_relu_frac"] is not None   # a snapshot at every epoch end
+    assert rec.rows[0]["dead_relu_frac"] is not None  # a snapshot at every epoch end
     assert row["layer_norm_ratio_max"] == pytest.approx(2.0)
-    assert row["update_ratio"] > 0.5 and row["val_loss"] is None        # weights doubled (biases reset): ‖Δw‖/‖w‖ large
+    assert row["update_ratio"] > 0.5 and row["val_loss"] is None  # weights doubled (biases reset): ‖Δw‖/‖w‖ large
     t = rec.table()
     assert t.height == 2 and t["epoch"].to_list() == [1, 2]
 
@@ -61,7 +61,7 @@ def test_recorder_in_a_real_loop_gives_a_validated_table():
     res = train_run(spec, d, v, datasets.load("digits", "test"))
     assert len(res["rows"]) == 3 and 0 <= res["final_test_accuracy"] <= 1 and not res["diverged"]
     assert res["rows"][1]["saturated_frac"] is not None and 0 <= res["rows"][2]["val_accuracy"] <= 1
-    assert res["rows"][0]["minibatches"] == 4                      # half of 256 samples in batches of 32
+    assert res["rows"][0]["minibatches"] == 4  # half of 256 samples in batches of 32
 
 
 def test_a_diverging_run_is_recorded_as_such():
@@ -80,14 +80,16 @@ def test_schedules_and_optimizers_are_what_they_say():
     assert lr_factor("cosine", 0, 100) == 1.0 and lr_factor("cosine", 50, 100) == pytest.approx(0.5)
     assert lr_factor("warmup_cosine", 0, 100) == pytest.approx(0.1) and lr_factor("warmup_cosine", 9, 100) == 1.0
     assert lr_factor("warmup_cosine", 99, 100) < 0.01 and all(lr_factor(s, 3, 10) > 0 for s in SCHEDULES)
-    kinds = {o: type(make_optimizer(RunSpec("mlp_digits", 0.1, 16, 8, 1, "relu", 1.0, 0.0, o, 0, 1), [nn.Parameter(torch.zeros(1))])).__name__
-             for o in OPTIMIZERS}
+    kinds = {
+        o: type(make_optimizer(RunSpec("mlp_digits", 0.1, 16, 8, 1, "relu", 1.0, 0.0, o, 0, 1), [nn.Parameter(torch.zeros(1))])).__name__
+        for o in OPTIMIZERS
+    }
     assert kinds == {"sgd": "SGD", "momentum": "SGD", "adam": "Adam", "adamw": "AdamW"}
     d = datasets.load("digits", "train")
     noisy = run_train_set(RunSpec("mlp_digits", 0.1, 16, 8, 1, "relu", 1.0, 0.0, "sgd", 3, 1, "constant", 0.5, 0.25), d)
     assert len(noisy) == round(0.25 * len(d))
     clean = run_train_set(RunSpec("mlp_digits", 0.1, 16, 8, 1, "relu", 1.0, 0.0, "sgd", 3, 1, "constant", 0.0, 0.25), d)
-    assert torch.equal(noisy.x, clean.x) and 0.3 < float((noisy.y != clean.y).float().mean()) < 0.6   # ½ relabelled, 9/10 of those change
+    assert torch.equal(noisy.x, clean.x) and 0.3 < float((noisy.y != clean.y).float().mean()) < 0.6  # ½ relabelled, 9/10 of those change
 
 
 def test_boundary_interpolation_lands_between_its_parents():
@@ -98,16 +100,19 @@ def test_boundary_interpolation_lands_between_its_parents():
         span = math.log(4.0) - math.log(0.5)
         assert math.log(0.5) - 0.1 * span - 1e-9 <= math.log(c.init_scale) <= math.log(4.0) + 0.1 * span + 1e-9
         assert c.width in (16, 32) and c.optimizer in ("sgd", "adam")
-        assert c.lr in (1.0, 0.01)                     # different optimizers: the lr comes with its optimizer
+        assert c.lr in (1.0, 0.01)  # different optimizers: the lr comes with its optimizer
 
 
 def test_plan_is_deterministic_and_enriches_after_the_prior():
-    from pipeline.config import compose
     from omegaconf import OmegaConf
+
+    from pipeline.config import compose
 
     space = OmegaConf.to_container(compose([]).outcome.corpus.space)
     p1 = plan_domain("mlp_digits", space, n_runs=10, prior_fraction=0.5, epochs=15, seed=0)
-    assert len(p1) == 5 and [s.run_id for s, _ in p1] == [s.run_id for s, _ in plan_domain("mlp_digits", space, n_runs=10, prior_fraction=0.5, epochs=15, seed=0)]
+    assert len(p1) == 5 and [s.run_id for s, _ in p1] == [
+        s.run_id for s, _ in plan_domain("mlp_digits", space, n_runs=10, prior_fraction=0.5, epochs=15, seed=0)
+    ]
     results = {s.run_id: (0.9 if i % 2 else 0.05, False) for i, (s, _) in enumerate(p1)}
     full = plan_domain("mlp_digits", space, n_runs=10, prior_fraction=0.5, epochs=15, seed=0, prior_results=results)
     assert len(full) == 10 and [ph for _, ph in full[5:]] == ["boundary"] * 5
@@ -123,15 +128,18 @@ def test_features_are_normalised_and_name_their_groups():
     from prenet.outcome.features import GROUPS, design, feature_names, mask_groups
 
     base = {"train_accuracy": 0.5, "minibatches": 10, "grad_norm": 2.0, "val_accuracy": 0.4, "val_loss": 1.5}
-    rows = [{"run_id": r, "epoch": e, "train_loss": 2.0 * s / e, **{k: v * (s if k == "grad_norm" else 1) for k, v in base.items()}}
-            for r, s in (("a", 1.0), ("b", 10.0)) for e in (1, 2, 3)]
+    rows = [
+        {"run_id": r, "epoch": e, "train_loss": 2.0 * s / e, **{k: v * (s if k == "grad_norm" else 1) for k, v in base.items()}}
+        for r, s in (("a", 1.0), ("b", 10.0))
+        for e in (1, 2, 3)
+    ]
     tel = pl.DataFrame(rows)
     X = design(tel, ["a", "b"], 3, "telemetry", domains=["mlp_digits", "transformer_text"], schedules=["cosine", None])
     names = feature_names(3, "telemetry")
     col = {n: i for i, n in enumerate(names)}
-    assert X[0, col["log10_grad_norm_ratio_e3"]] == X[1, col["log10_grad_norm_ratio_e3"]] == 0.0     # scale-free
+    assert X[0, col["log10_grad_norm_ratio_e3"]] == X[1, col["log10_grad_norm_ratio_e3"]] == 0.0  # scale-free
     assert X[0, col["loss_ratio_e3"]] == pytest.approx(1 / 3) and X[0, col["loss_exponent"]] == pytest.approx(1.0)
-    assert X[0, col["loss_projected"]] == pytest.approx(2.0 / 15)                                       # a·15^(−1)
+    assert X[0, col["loss_projected"]] == pytest.approx(2.0 / 15)  # a·15^(−1)
     assert X[0, col["gap_accuracy_e2"]] == pytest.approx(0.1) and X[0, col["arch_code"]] == 0.0 and math.isnan(X[1, col["arch_code"]])
     assert X[0, col["schedule_code"]] == 2.0 and math.isnan(X[1, col["schedule_code"]])
     masked = mask_groups(X, 3, "telemetry", ("generalization",), rows=np.array([True, False]))
@@ -150,6 +158,7 @@ def test_scores():
 
 
 # --- stages, API and CLI on the tiny run ---------------------------------------------------------------------
+
 
 def test_outcome_stages_and_api(tiny_run):
     root, cfg, results = tiny_run
@@ -200,16 +209,22 @@ def _good_table() -> pl.DataFrame:
     return pl.DataFrame(rows, schema=telemetry_schema())
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda t: t.with_columns(pl.Series("grad_norm", [1.0, float("nan"), 1.0])), "column 'grad_norm', row 2: nan is not finite"),
-    (lambda t: t.with_columns(pl.Series("train_loss", [1.0, 1.0, float("inf")])), "column 'train_loss', row 3: inf is not finite"),
-    (lambda t: t.with_columns(pl.Series("train_accuracy", [0.2, 1.7, 0.5])), "column 'train_accuracy', row 2: 1.7 breaks the rule train_accuracy <= 1"),
-    (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 2])), "column 'epoch', row 3: epoch 2 repeats row 2"),
-    (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 4])), "column 'epoch': epoch 3 is missing"),
-    (lambda t: t.with_columns(pl.lit(1.0).alias("test_loss")), "column 'test_loss': unknown column"),
-    (lambda t: t.with_columns(pl.Series("train_loss", ["1.0", "x", "2"])), "column 'train_loss', row 2: 'x' is not a number"),
-    (lambda t: t.head(0), "the table has no rows"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda t: t.with_columns(pl.Series("grad_norm", [1.0, float("nan"), 1.0])), "column 'grad_norm', row 2: nan is not finite"),
+        (lambda t: t.with_columns(pl.Series("train_loss", [1.0, 1.0, float("inf")])), "column 'train_loss', row 3: inf is not finite"),
+        (
+            lambda t: t.with_columns(pl.Series("train_accuracy", [0.2, 1.7, 0.5])),
+            "column 'train_accuracy', row 2: 1.7 breaks the rule train_accuracy <= 1",
+        ),
+        (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 2])), "column 'epoch', row 3: epoch 2 repeats row 2"),
+        (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 4])), "column 'epoch': epoch 3 is missing"),
+        (lambda t: t.with_columns(pl.lit(1.0).alias("test_loss")), "column 'test_loss': unknown column"),
+        (lambda t: t.with_columns(pl.Series("train_loss", ["1.0", "x", "2"])), "column 'train_loss', row 2: 'x' is not a number"),
+        (lambda t: t.head(0), "the table has no rows"),
+    ],
+)
 def test_bad_telemetry_is_one_line_naming_column_row_and_rule(edit, message):
     from prenet.outcome.telemetry_input import TelemetryError, check_telemetry
 

@@ -68,9 +68,18 @@ def test_train_stage_guard_fires_on_a_leaked_dev_table(tiny_run, tmp_path):
 @pytest.mark.parametrize("predictor", ["linear", "mlp", "random_forest"])
 def test_each_predictor_gives_comparable_metrics(tiny_run, tmp_path, predictor):
     root, cfg, _ = tiny_run
-    c = compose(tiny_overrides(root, f"predictor={predictor}", f"paths.models={tmp_path / 'models'}", f"paths.metrics={tmp_path}",
-                               f"paths.models_baseline={tmp_path / 'mb'}", f"paths.models_selected={tmp_path / 'ms'}",
-                               f"paths.plots={tmp_path / 'plots'}", "predictor.epochs=20" if predictor == "mlp" else "seed=0"))
+    c = compose(
+        tiny_overrides(
+            root,
+            f"predictor={predictor}",
+            f"paths.models={tmp_path / 'models'}",
+            f"paths.metrics={tmp_path}",
+            f"paths.models_baseline={tmp_path / 'mb'}",
+            f"paths.models_selected={tmp_path / 'ms'}",
+            f"paths.plots={tmp_path / 'plots'}",
+            "predictor.epochs=20" if predictor == "mlp" else "seed=0",
+        )
+    )
     train(c)
     ev = evaluate(c)
     base = json.loads((Path(cfg.paths.metrics) / "evaluate.json").read_text())
@@ -82,10 +91,23 @@ def test_hydra_cli_runs_the_same_stage_function(tiny_run, tmp_path):
     root, cfg, _ = tiny_run
     args = [a for a in tiny_overrides(root) if not a.startswith(("paths.models", "paths.metrics", "paths.plots"))]
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.train", "predictor=random_forest", "predictor.n_estimators=30", *args,
-         f"paths.models={tmp_path / 'models'}", f"paths.models_baseline={tmp_path / 'mb'}", f"paths.models_selected={tmp_path / 'ms'}",
-         f"paths.metrics={tmp_path}", f"paths.plots={tmp_path / 'plots'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pipeline.train",
+            "predictor=random_forest",
+            "predictor.n_estimators=30",
+            *args,
+            f"paths.models={tmp_path / 'models'}",
+            f"paths.models_baseline={tmp_path / 'mb'}",
+            f"paths.models_selected={tmp_path / 'ms'}",
+            f"paths.metrics={tmp_path}",
+            f"paths.plots={tmp_path / 'plots'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     manifest = json.loads((tmp_path / "models" / "manifest.json").read_text())

@@ -28,10 +28,10 @@ def test_intervals_combine_the_measured_ratios():
     iv = Intervals(step_local=[0.5, 1.0, 2.0], step_gpu=[0.9, 1.1], steps=None, memory_ratio_max=1.2, coverage=1.0)
     assert iv.bounds("cpu") == (0.5, 2.0) and iv.bounds("gpu") == pytest.approx((0.9, 1.1))
     both = Intervals(step_local=[0.5, 2.0], step_gpu=[1.0], steps=[0.5, 3.0], memory_ratio_max=None, coverage=1.0)
-    assert both.bounds("cpu") == (0.25, 6.0)            # the extreme products of the two ratio sets
+    assert both.bounds("cpu") == (0.25, 6.0)  # the extreme products of the two ratio sets
     assert steps_interval(100, both) == (50, 300)
-    assert steps_interval(100, iv) == (100, 100)         # given steps are exact
-    assert loo_coverage([1.0] * 9 + [5.0], 0.8) == 0.9                # the outlier falls outside what the others span
+    assert steps_interval(100, iv) == (100, 100)  # given steps are exact
+    assert loo_coverage([1.0] * 9 + [5.0], 0.8) == 0.9  # the outlier falls outside what the others span
     assert loo_coverage([1.0, 2.0], 0.8) is None
     assert format_duration(0.25) == "250ms" and format_duration(5400) == "1.5h" and format_duration(3 * 86400) == "3.0d"
     assert format_duration(229.6 * 86400) == "230d"
@@ -47,7 +47,7 @@ def test_plan_every_hardware_fits_80_columns_and_ranks_by_cost(tiny_run, capsys)
     assert d["steps"] == 2 * math.ceil(1000 / 16) and d["sort"] == "cost"
     priced = [r for r in d["rows"] if r["cost_usd"] is not None]
     assert len(priced) >= 5 and [r["cost_usd"] for r in priced] == sorted(r["cost_usd"] for r in priced)
-    assert d["rows"][: len(priced)] == priced                     # unpriced after priced
+    assert d["rows"][: len(priced)] == priced  # unpriced after priced
     for r in d["rows"]:
         assert r["wall_seconds"] == pytest.approx(r["step_seconds"] * d["steps"])
         assert 0 < r["wall_low"] <= r["wall_high"] and r["step_low"] <= r["step_high"]
@@ -55,8 +55,13 @@ def test_plan_every_hardware_fits_80_columns_and_ranks_by_cost(tiny_run, capsys)
             assert r["cost_usd"] == pytest.approx(r["wall_seconds"] / 3600 * r["usd_per_hour"])
             assert r["cost_low"] == pytest.approx(r["wall_low"] / 3600 * r["usd_per_hour"])
     m = d["memory"]
-    assert m["total_bytes"] == (m["weights_bytes"] + m["inputs_bytes"] + m["optimizer_bytes"]
-                                + max(m["backward_live_bytes"] + m["transient_bytes"], m["gradients_bytes"])) and m["weights_bytes"] > 0
+    assert (
+        m["total_bytes"]
+        == (
+            m["weights_bytes"] + m["inputs_bytes"] + m["optimizer_bytes"] + max(m["backward_live_bytes"] + m["transient_bytes"], m["gradients_bytes"])
+        )
+        and m["weights_bytes"] > 0
+    )
     assert m["gradients_bytes"] <= m["backward_live_bytes"] <= m["activations_bytes"] + m["gradients_bytes"]
 
 
@@ -76,7 +81,7 @@ def test_memory_decides_fit_and_a_batch_that_fits_nowhere_is_an_error(tiny_run, 
     d = _plan_json(capsys, root, "--model", "gpt2_small_like", "--batch-size", "1024", "--steps", "10", "--hardware", "Tesla P4", "H200 SXM 141GB")
     fit = {r["hardware"]: r["fits"] for r in d["rows"]}
     assert fit == {"Tesla P4": False, "H200 SXM 141GB": True}
-    assert d["rows"][-1]["hardware"] == "Tesla P4"                # what does not fit ranks last
+    assert d["rows"][-1]["hardware"] == "Tesla P4"  # what does not fit ranks last
     assert main(_args(root, "--model", "gpt2_small_like", "--batch-size", "1024", "--steps", "10", "--hardware", "Tesla P4")) == 2
     err = capsys.readouterr().err
     assert "batch size 1024 does not fit" in err and "GiB" in err and "--batch-size" in err and len(err.strip().splitlines()) == 1
@@ -109,25 +114,44 @@ def test_plan_from_a_convergence_target(tiny_run, tmp_path, capsys):
     root, _, _ = tiny_run
     model = _tiny_model_file(tmp_path, GOOD)
     data = _finetune_file(tmp_path)
-    d = _plan_json(capsys, root, "--model", f"{model}:build", "--batch-size", "16", "--target-accuracy", "0.8", "--finetune-data", str(data),
-                   "--lr", "0.5", "--max-steps", "300", "--hardware", "local", "L4")
+    d = _plan_json(
+        capsys,
+        root,
+        "--model",
+        f"{model}:build",
+        "--batch-size",
+        "16",
+        "--target-accuracy",
+        "0.8",
+        "--finetune-data",
+        str(data),
+        "--lr",
+        "0.5",
+        "--max-steps",
+        "300",
+        "--hardware",
+        "local",
+        "L4",
+    )
     assert d["steps_from"] == "forecast" and 0 < d["steps"] < 300 and d["dataset_size"] == 96
     assert d["forecast"]["target"] == "target_accuracy" and d["forecast"]["n_train"] == 96
     iv = load_intervals(root / "metrics", steps_target="accuracy>=0.9", steps_source=d["forecast"]["answered_by"])
-    assert (d["steps_low"], d["steps_high"]) == steps_interval(d["steps"], iv)   # scaled by the measured forecast errors
+    assert (d["steps_low"], d["steps_high"]) == steps_interval(d["steps"], iv)  # scaled by the measured forecast errors
     assert all(r["wall_low"] <= r["wall_high"] for r in d["rows"])
 
 
-@pytest.mark.parametrize("case,body,extra,message", [
-    ("does not import", "raise RuntimeError('broken on purpose')\n", (), "failed to import: RuntimeError: broken on purpose"),
-    ("wrong return", "def build(batch_size=8):\n    return nn.Linear(2, 2)\n", (), "must return (module, example_batch)"),
-    ("unknown hardware", GOOD, ("--hardware", "H300"), "unknown hardware 'H300'"),
-    ("never reached", GOOD, ("--target-loss", "1e-9", "--lr", "1e-5", "--max-steps", "20"), "does not reach loss ≤ 1e-09 within 20 steps"),
-    ("no finetune data", GOOD, ("--target-loss", "0.1", "--lr", "0.1"), "give --finetune-data"),
-    ("bad batch", GOOD, ("--batch-size", "0"), "--batch-size must be a positive integer"),
-    ("epochs without size", GOOD, ("--epochs", "3"), "--epochs needs --dataset-size"),
-    ("zoo arg on a file model", GOOD, ("--zoo-arg", "image_size=224"), "--zoo-arg applies to zoo models only"),
-])
+@pytest.mark.parametrize(
+    "case,body,extra,message",
+    [
+        ("does not import", "raise RuntimeError('broken on purpose')\n", (), "failed to import: RuntimeError: broken on purpose"),
+        ("wrong return", "def build(batch_size=8):\n    return nn.Linear(2, 2)\n", (), "must return (module, example_batch)"),
+        ("unknown hardware", GOOD, ("--hardware", "H300"), "unknown hardware 'H300'"),
+        ("never reached", GOOD, ("--target-loss", "1e-9", "--lr", "1e-5", "--max-steps", "20"), "does not reach loss ≤ 1e-09 within 20 steps"),
+        ("no finetune data", GOOD, ("--target-loss", "0.1", "--lr", "0.1"), "give --finetune-data"),
+        ("epochs without size", GOOD, ("--epochs", "3"), "--epochs needs --dataset-size"),
+        ("zoo arg on a file model", GOOD, ("--zoo-arg", "image_size=224"), "--zoo-arg applies to zoo models only"),
+    ],
+)
 def test_plan_errors_are_one_line_and_exit_2(tiny_run, tmp_path, capsys, case, body, extra, message):
     root, _, _ = tiny_run
     model = _tiny_model_file(tmp_path, body)
@@ -146,8 +170,15 @@ def test_plan_errors_are_one_line_and_exit_2(tiny_run, tmp_path, capsys, case, b
 
 def test_render_table_marks_tight_and_missing_prices(tiny_run):
     root, _, _ = tiny_run
-    plan = make_plan("mlp", batch_size=16, steps=50, hardware=["local", "RTX A4000"], prices={}, models_dir=root / "models" / "steptime_ops",
-                     metrics_dir=root / "metrics")
+    plan = make_plan(
+        "mlp",
+        batch_size=16,
+        steps=50,
+        hardware=["local", "RTX A4000"],
+        prices={},
+        models_dir=root / "models" / "steptime_ops",
+        metrics_dir=root / "metrics",
+    )
     text = render_table(plan, plan.sorted("name"))
     assert "- (no price)" in text and "fits" in text
     assert np.isfinite([r.step_seconds for r in plan.rows]).all()
@@ -168,8 +199,21 @@ def test_zoo_sizes_change_the_plan(tiny_run, capsys):
 
 def test_plan_states_precision_shape_params_and_family_shares(tiny_run, capsys):
     root, _, _ = tiny_run
-    out = _plan_json(capsys, root, "--model", "resnet18", "--batch-size", "8", "--steps", "10", "--precision", "bf16",
-                     "--hardware", "H100 SXM5 80GB", "V100 PCIe 16/32GB")
+    out = _plan_json(
+        capsys,
+        root,
+        "--model",
+        "resnet18",
+        "--batch-size",
+        "8",
+        "--steps",
+        "10",
+        "--precision",
+        "bf16",
+        "--hardware",
+        "H100 SXM5 80GB",
+        "V100 PCIe 16/32GB",
+    )
     assert out["precision"] == "bf16" and out["input_shape"] == [8, 3, 64, 64] and out["params"] > 1e6
     assert [r["hardware"] for r in out["rows"]] == ["H100 SXM5 80GB"]  # the V100 has no BF16 unit: a note, not a row
     assert any("V100 PCIe 16/32GB: not planned, no bf16 unit" in n for n in out["notes"])

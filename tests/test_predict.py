@@ -1,7 +1,6 @@
 """Whole-model and layer-table predictions through the API and the CLI, with the errors a user can act on."""
 
 import json
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -35,18 +34,29 @@ def test_unseen_hardware_from_its_spec_sheet(models_dir, tmp_path):
 
 def test_user_function_with_batch_size(models_dir, tmp_path):
     f = tmp_path / "net.py"
-    f.write_text("import torch\nfrom torch import nn\n"
-                 "def build(batch_size):\n    return nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 3)), "
-                 "(torch.randn(batch_size, 10), torch.randint(0, 3, (batch_size,)))\n")
+    f.write_text(
+        "import torch\nfrom torch import nn\n"
+        "def build(batch_size):\n    return nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 3)), "
+        "(torch.randn(batch_size, 10), torch.randint(0, 3, (batch_size,)))\n"
+    )
     p = predict_step_time(f"{f}:build", batch_size=7, hardware="local", models_dir=models_dir)
     assert p.batch_size == 7 and p.params == 10 * 20 + 20 + 20 * 3 + 3 and p.ops > 4
 
 
-@pytest.mark.parametrize("source,fn,message", [
-    ("import nosuchmodule\n", "build", "failed to import: ModuleNotFoundError"),
-    ("def build(batch_size):\n    return 42\n", "build", "must return (module, example_batch)"),
-    ("def other():\n    pass\n", "build", "has no function 'build'"),
-])
+@pytest.mark.parametrize(
+    "source,fn,message",
+    [
+        ("import nosuchmodule\n", "build", "failed to import: ModuleNotFoundError"),
+        ("def build(batch_size):\n    return 42\n", "build", "must return (module, example_batch)"),
+        ("def other():\n    pass\n", "build", "has no function 'build'"),
+        (
+            "import torch\nfrom torch import nn\ndef build(batch_size):\n    return nn.Sequential(nn.Linear(10, 5), nn.Linear(6, 3)), "
+            "(torch.randn(batch_size, 10), torch.randint(0, 3, (batch_size,)))\n",
+            "build",
+            "the model's forward failed in 1",
+        ),
+    ],
+)
 def test_cli_model_errors_are_one_line(models_dir, tmp_path, capsys, source, fn, message):
     f = tmp_path / "bad.py"
     f.write_text(source)
@@ -56,8 +66,26 @@ def test_cli_model_errors_are_one_line(models_dir, tmp_path, capsys, source, fn,
 
 
 def test_cli_step_time_json(models_dir, capsys):
-    assert main(["predict", "step-time", "--model", "mlp", "--batch-size", "16", "--hardware", "T4", "--dataset-size", "160",
-                 "--models", models_dir, "--json"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "step-time",
+                "--model",
+                "mlp",
+                "--batch-size",
+                "16",
+                "--hardware",
+                "T4",
+                "--dataset-size",
+                "160",
+                "--models",
+                models_dir,
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert {"step_seconds", "epoch_seconds", "hardware", "family_share", "estimate_share", "input_shape", "params", "precision"} <= set(out)
     assert out["hardware"]["hardware_id"] == "Tesla T4" and out["epoch_seconds"] == pytest.approx(10 * out["step_seconds"])
@@ -70,22 +98,34 @@ def test_cli_unknown_hardware(models_dir, capsys):
 
 def test_layer_csv_round_trip(models_dir, tmp_path):
     src = tmp_path / "shapes.csv"
-    src.write_text("op,batch,in_features,out_features,in_channels,out_channels,kernel_size,input_size,stride,padding,direction,dtype\n"
-                   "linear,32,512,256,,,,,,,forward,float32\n"
-                   "conv2d,8,3,16,,,,,,,train_step,float32\n".replace("conv2d,8,3,16,,,,,,,", "conv2d,8,,,3,16,3,32,1,1,"))
+    src.write_text(
+        "op,batch,in_features,out_features,in_channels,out_channels,kernel_size,input_size,stride,padding,direction,dtype\n"
+        "linear,32,512,256,,,,,,,forward,float32\n"
+        "conv2d,8,3,16,,,,,,,train_step,float32\n".replace("conv2d,8,3,16,,,,,,,", "conv2d,8,,,3,16,3,32,1,1,")
+    )
     out = tmp_path / "pred.csv"
     assert main(["predict", "layers", "--hardware", "V100 PCIe 16/32GB", "--input", str(src), "--output", str(out), "--models", models_dir]) == 0
     df = pl.read_csv(out)
     assert df.height == 2 and (df["predicted_ms"] > 0).all()
 
 
+def test_header_only_layer_csv_is_one_line(models_dir, tmp_path, capsys):
+    src = tmp_path / "shapes.csv"
+    src.write_text("op,batch,in_features,out_features,direction,dtype\n")
+    assert main(["predict", "layers", "--hardware", "T4", "--input", str(src), "--output", str(tmp_path / "o.csv"), "--models", models_dir]) == 2
+    err = capsys.readouterr().err
+    assert "header but no rows" in err and err.strip().count("\n") == 0
+
+
 def test_layer_csv_invalid_rows_are_reported_and_nothing_is_written(models_dir, tmp_path, capsys):
     src = tmp_path / "shapes.csv"
-    src.write_text("op,batch,in_features,out_features,direction,dtype\n"
-                   "linear,32,512,256,forward,float32\n"
-                   "linear,-1,512,256,forward,float32\n"
-                   "lineer,1,2,3,forward,float32\n"
-                   "linear,4,5,6,sideways,float8\n")
+    src.write_text(
+        "op,batch,in_features,out_features,direction,dtype\n"
+        "linear,32,512,256,forward,float32\n"
+        "linear,-1,512,256,forward,float32\n"
+        "lineer,1,2,3,forward,float32\n"
+        "linear,4,5,6,sideways,float8\n"
+    )
     out = tmp_path / "pred.csv"
     assert main(["predict", "layers", "--hardware", "T4", "--input", str(src), "--output", str(out), "--models", models_dir]) == 2
     err = capsys.readouterr().err
@@ -95,8 +135,15 @@ def test_layer_csv_invalid_rows_are_reported_and_nothing_is_written(models_dir, 
 
 
 def test_api_predict_layers(models_dir):
-    df = pl.DataFrame({"op": ["relu", "layernorm"], "batch": ["64", "64"], "hidden": ["1024", "768"],
-                       "direction": ["forward", "train_step"], "dtype": ["float32", "float32"]})
+    df = pl.DataFrame(
+        {
+            "op": ["relu", "layernorm"],
+            "batch": ["64", "64"],
+            "hidden": ["1024", "768"],
+            "direction": ["forward", "train_step"],
+            "dtype": ["float32", "float32"],
+        }
+    )
     out = predict_layers(df, hardware="local", models_dir=models_dir)
     assert out.columns[-1] == "predicted_ms" and out.height == 2
     with pytest.raises(PrenetError, match="lacks column"):
@@ -104,21 +151,66 @@ def test_api_predict_layers(models_dir):
 
 
 def test_layer_directions_are_consistent(models_dir):
-    df = pl.DataFrame({"op": ["conv2d"] * 3, "batch": ["8"] * 3, "in_channels": ["64"] * 3, "out_channels": ["64"] * 3, "kernel_size": ["3"] * 3,
-                       "input_size": ["32"] * 3, "stride": ["1"] * 3, "padding": ["1"] * 3,
-                       "direction": ["forward", "forward_backward", "train_step"], "dtype": ["float32"] * 3})
+    df = pl.DataFrame(
+        {
+            "op": ["conv2d"] * 3,
+            "batch": ["8"] * 3,
+            "in_channels": ["64"] * 3,
+            "out_channels": ["64"] * 3,
+            "kernel_size": ["3"] * 3,
+            "input_size": ["32"] * 3,
+            "stride": ["1"] * 3,
+            "padding": ["1"] * 3,
+            "direction": ["forward", "forward_backward", "train_step"],
+            "dtype": ["float32"] * 3,
+        }
+    )
     for hw in ("local", "A100 40GB PCIe"):
         t = predict_layers(df, hardware=hw, models_dir=models_dir)["predicted_ms"].to_list()
         assert t[0] < t[1] <= t[2], (hw, t)
 
 
 def test_cli_step_time_precision_and_unsupported_unit(models_dir, capsys):
-    assert main(["predict", "step-time", "--model", "mlp", "--batch-size", "16", "--hardware", "H100 SXM5 80GB", "--precision", "bf16",
-                 "--models", models_dir]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "step-time",
+                "--model",
+                "mlp",
+                "--batch-size",
+                "16",
+                "--hardware",
+                "H100 SXM5 80GB",
+                "--precision",
+                "bf16",
+                "--models",
+                models_dir,
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "bf16" in out and "time by op family" in out and "input 16x784" in out
-    assert main(["predict", "step-time", "--model", "mlp", "--batch-size", "16", "--hardware", "V100 PCIe 16/32GB", "--precision", "bf16",
-                 "--models", models_dir]) == 2
+    assert (
+        main(
+            [
+                "predict",
+                "step-time",
+                "--model",
+                "mlp",
+                "--batch-size",
+                "16",
+                "--hardware",
+                "V100 PCIe 16/32GB",
+                "--precision",
+                "bf16",
+                "--models",
+                models_dir,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "BF16" in err
     with pytest.raises(SystemExit) as e:
@@ -127,7 +219,26 @@ def test_cli_step_time_precision_and_unsupported_unit(models_dir, capsys):
 
 
 def test_cli_step_time_zoo_arg_and_memory_warning(models_dir, capsys):
-    assert main(["predict", "step-time", "--model", "resnet50", "--zoo-arg", "image_size=224", "--batch-size", "256", "--hardware", "Tesla T4",
-                 "--precision", "fp16", "--models", models_dir]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "step-time",
+                "--model",
+                "resnet50",
+                "--zoo-arg",
+                "image_size=224",
+                "--batch-size",
+                "256",
+                "--hardware",
+                "Tesla T4",
+                "--precision",
+                "fp16",
+                "--models",
+                models_dir,
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "input 256x3x224x224" in out and "DOES NOT FIT" in out

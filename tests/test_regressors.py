@@ -5,7 +5,13 @@ import pytest
 
 from prenet.steptime.regressors import REGRESSORS, load_regressor, make_regressor
 
-SMALL = {"xgboost": {"n_estimators": 150}, "gbdt": {"n_estimators": 100}, "random_forest": {"n_estimators": 50}, "mlp": {"epochs": 60, "hidden": [32, 32]}, "linear": {}}
+SMALL = {
+    "xgboost": {"n_estimators": 150},
+    "gbdt": {"n_estimators": 100},
+    "random_forest": {"n_estimators": 50},
+    "mlp": {"epochs": 60, "hidden": [32, 32]},
+    "linear": {},
+}
 
 
 def _data(n, seed):

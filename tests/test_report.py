@@ -32,19 +32,30 @@ def test_report_renders_in_chromium_with_every_figure_and_no_console_error(tiny_
     root, cfg, _ = tiny_run
     page = Path(cfg.paths.report) / "index.html"
     html = page.read_text()
-    assert "<script src=" not in html and "http://" not in html and "https://" not in html   # self-contained: no CDN
+    assert "<script src=" not in html and "http://" not in html and "https://" not in html  # self-contained: no CDN
     check = check_page(page, chromium=chromium)
     assert check.figures >= 10, check
     assert check.loaded == check.figures and not check.console_errors and not check.external_requests, check
     files = {p.name for p in Path(cfg.paths.report).glob("*.png")}
-    assert {"holdout_scatter.png", "holdout_mape_by_hardware.png", "memory_scatter.png", "interval_ratios.png",
-            "convergence_curves.png", "outcome_by_epoch.png", "outcome_ablation.png", "outcome_importance.png"} <= files
+    assert {
+        "holdout_scatter.png",
+        "holdout_mape_by_hardware.png",
+        "memory_scatter.png",
+        "interval_ratios.png",
+        "convergence_curves.png",
+        "outcome_by_epoch.png",
+        "outcome_ablation.png",
+        "outcome_importance.png",
+    } <= files
 
 
 def test_the_browser_check_catches_a_broken_page(tmp_path, chromium):
     bad = tmp_path / "bad.html"
-    bad.write_text('<!doctype html><html><body><img src="missing.png"><script>console.error("boom"); undefinedName();</script>'
-                   + __import__("prenet.report.html", fromlist=["LOAD_CHECK"]).LOAD_CHECK + "</body></html>")
+    bad.write_text(
+        '<!doctype html><html><body><img src="missing.png"><script>console.error("boom"); undefinedName();</script>'
+        + __import__("prenet.report.html", fromlist=["LOAD_CHECK"]).LOAD_CHECK
+        + "</body></html>"
+    )
     check = check_page(bad, chromium=chromium)
     assert check.figures == 1 and check.loaded == 0
     assert any("boom" in e for e in check.console_errors) and any("undefinedName" in e for e in check.console_errors)
@@ -59,15 +70,16 @@ def test_report_numbers_come_from_the_metrics_files(tiny_run):
     import hashlib
 
     md5 = hashlib.md5((Path(cfg.paths.metrics) / "evaluate.json").read_bytes()).hexdigest()
-    assert md5 in html                                                   # provenance table
+    assert md5 in html  # provenance table
 
 
 def test_readme_results_agree_with_the_metrics():
     readme = (ROOT / "README.md").read_text()
     block = current_block(readme)
     assert block is not None, "README.md has no generated Results section; run `python scripts/write_results.py`"
-    assert block == results_markdown(ROOT / "data" / "metrics"), \
+    assert block == results_markdown(ROOT / "data" / "metrics"), (
         "README.md's Results section differs from data/metrics; run `python scripts/write_results.py`"
+    )
 
 
 def test_results_section_follows_a_changed_metric(tmp_path):
@@ -99,12 +111,18 @@ def test_cost_check_row_comes_from_this_run_or_is_labelled_as_the_reference(tmp_
     shutil.copytree(ROOT / "data" / "metrics", mdir)
     (mdir / "forecast_cost.json").write_text(json.dumps({"enabled": False}))
     assert "cost ratio, full-data fine-tune | not run" in results_markdown(mdir)
-    run = {"regime": "in", "n_train": 30000, "steps": 2340, "train_seconds": 250.0, "real_steps": {"relative_eps=0.1": 300},
-           "variants": {"plain_subset128": {"cost_ratio": 80.0, "median_abs_pct_error": 12.5, "drift": None}}}
+    run = {
+        "regime": "in",
+        "n_train": 30000,
+        "steps": 2340,
+        "train_seconds": 250.0,
+        "real_steps": {"relative_eps=0.1": 300},
+        "variants": {"plain_subset128": {"cost_ratio": 80.0, "median_abs_pct_error": 12.5, "drift": None}},
+    }
     ref = {"enabled": True, "measured": "2026-11-30", "reproduce": "python -m pipeline.forecast_cost convergence=full", "tasks": {"t lr=0.005": run}}
     (tmp_path / "reference").mkdir()
     (tmp_path / "reference" / "forecast_cost.json").write_text(json.dumps(ref))
     md = results_markdown(mdir)
     assert "plain_subset128: 80×, 12.5 %" in md and "reference run of 2026-11-30" in md
-    (mdir / "forecast_cost.json").write_text(json.dumps(ref))        # enabled in this run: no reference label
+    (mdir / "forecast_cost.json").write_text(json.dumps(ref))  # enabled in this run: no reference label
     assert "plain_subset128: 80×" in results_markdown(mdir) and "reference run" not in results_markdown(mdir)

@@ -8,8 +8,7 @@ import os
 
 import pytest
 
-from prenet.data.shards import (KEY, append_row, atomic_write_bytes, check_hardware, merge_lines, open_scratch, promote, read_rows,
-                                shard_slice)
+from prenet.data.shards import KEY, append_row, atomic_write_bytes, check_hardware, merge_lines, open_scratch, promote, read_rows, shard_slice
 from prenet.errors import PrenetError
 
 
@@ -36,7 +35,7 @@ def test_scratch_resumes_after_a_torn_line_and_promotes_byte_identical_rows(tmp_
         for k in ("b", "a"):
             append_row(fh, {KEY: k, "x": 0.1 if k == "a" else 2.5})
     first = scratch.read_bytes()
-    with scratch.open("ab") as f:          # a kill in the middle of a write
+    with scratch.open("ab") as f:  # a kill in the middle of a write
         f.write(b'{"key": "c", "x": 1.')
     assert [r[KEY] for r in read_rows(scratch)] == ["b", "a"]
     fh, done = open_scratch(scratch)
@@ -65,6 +64,7 @@ def test_an_interrupted_write_leaves_the_last_good_file(tmp_path, monkeypatch):
 
     def boom(*_):
         raise OSError("disk full")
+
     monkeypatch.setattr(os, "replace", boom)
     with pytest.raises(OSError):
         atomic_write_bytes(p, b"partial")
@@ -78,8 +78,14 @@ def test_shard_stage_runs_resumes_and_promotes_on_the_tiny_corpus(tiny_cfg, tmp_
     from pipeline.shard import run_shard
     from pipeline.shards import expected_shards, merge_rows
 
-    cfg = OmegaConf.merge(tiny_cfg, {"paths": {"distributed": str(tmp_path / "dist")}, "outcome": {"corpus": {"domains": ["mlp_digits"], "runs_per_domain": 4}},
-                                     "distribute": {"hardware": ["cpu"], "shards": [0, 1], "scratch": str(tmp_path / "scratch")}})
+    cfg = OmegaConf.merge(
+        tiny_cfg,
+        {
+            "paths": {"distributed": str(tmp_path / "dist")},
+            "outcome": {"corpus": {"domains": ["mlp_digits"], "runs_per_domain": 4}},
+            "distribute": {"hardware": ["cpu"], "shards": [0, 1], "scratch": str(tmp_path / "scratch")},
+        },
+    )
     monkeypatch.setenv("PRENET_HARDWARE", "cpu")
     first = run_shard(cfg, "corpus_prior", "cpu", 1)
     assert first["items"] == 1 and first["ran"] == 1
@@ -99,8 +105,13 @@ def test_distribute_without_a_server_is_one_line_exit_2():
     import sys
     from pathlib import Path
 
-    p = subprocess.run([sys.executable, "-m", "pipeline.cli", "distribute", "setup"], capture_output=True, text=True,
-                       cwd=Path(__file__).resolve().parents[1], env={**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"})
+    p = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "distribute", "setup"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"},
+    )
     err = p.stderr.strip()
     assert p.returncode == 2 and err.count("\n") == 0 and "does not answer" in err and "prefect server start" in err
 

@@ -16,9 +16,22 @@ def _rows(sizes, seed=0):
     rng = np.random.default_rng(seed)
     rows = []
     for b, i, o in sizes:
-        rows.append({"source": "local", "hardware_id": "cpu-test", "threads": 1, "dtype": "float32", "op": "linear",
-                     "direction": "forward", "optimizer": "none", "activation": "none",
-                     **{c: None for c in ALL_SHAPE_COLUMNS}, "batch": b, "in_features": i, "out_features": o})
+        rows.append(
+            {
+                "source": "local",
+                "hardware_id": "cpu-test",
+                "threads": 1,
+                "dtype": "float32",
+                "op": "linear",
+                "direction": "forward",
+                "optimizer": "none",
+                "activation": "none",
+                **{c: None for c in ALL_SHAPE_COLUMNS},
+                "batch": b,
+                "in_features": i,
+                "out_features": o,
+            }
+        )
     df = featurize(pl.DataFrame(rows, schema_overrides={c: pl.Int64 for c in ALL_SHAPE_COLUMNS}), {"cpu-test": HW})
     # the law: 2 × roofline + 0.01 ms, with 3 % noise
     t = (2 * df["roofline_ms"].to_numpy() + 0.01) * rng.lognormal(0, 0.03, df.height)
@@ -46,8 +59,9 @@ def test_extrapolation_beyond_the_benchmarked_range():
 def test_selection_keeps_the_best_per_op_and_round_trips(tmp_path):
     rng = np.random.default_rng(3)
     train, val = _rows(_sizes(rng, 300, 512), 0), _rows(_sizes(rng, 80, 512), 1)
-    model, grid = select_step_time_model(train, val, candidates={"linear": {}, "xgboost": {"n_estimators": 100}},
-                                         feature_sets=["baseline", "ct"], min_rows=10, progress=False)
+    model, grid = select_step_time_model(
+        train, val, candidates={"linear": {}, "xgboost": {"n_estimators": 100}}, feature_sets=["baseline", "ct"], min_rows=10, progress=False
+    )
     g = pl.DataFrame(grid)
     chosen = g.filter(pl.col("selected") & (pl.col("op") == "linear"))
     assert chosen.height == 1
@@ -74,8 +88,7 @@ def test_compute_floor_keeps_predictions_at_or_above_flops_over_peak():
     big = _rows([(2048, 4096, 4096)])
     params = {"n_estimators": 100, "early_stopping_rounds": None}
     plain, _ = fit_step_time_model(train, train.head(0), predictor="xgboost", params=params, min_rows=10, progress=False)
-    floored, _ = fit_step_time_model(train, train.head(0), predictor="xgboost", params=params, min_rows=10, progress=False,
-                                     compute_floor=True)
+    floored, _ = fit_step_time_model(train, train.head(0), predictor="xgboost", params=params, min_rows=10, progress=False, compute_floor=True)
     assert plain.predict_ms(big)[0] < big["ct_ms"][0]
     assert floored.predict_ms(big)[0] == pytest.approx(big["ct_ms"][0])
 
@@ -96,9 +109,23 @@ GPU = HardwareSpec("gpu-test", "gpu", 10.0, 500.0, 1000, 1500.0)
 
 def _linear_rows(hw, direction, sizes, efficiency, seed=0):
     rng = np.random.default_rng(seed)
-    rows = [{"source": "x", "hardware_id": hw.hardware_id, "threads": 1 if hw.kind == "cpu" else 0, "dtype": "float32", "op": "linear",
-             "direction": direction, "optimizer": "sgd" if direction == "train_step" else "none", "activation": "none",
-             **{c: None for c in ALL_SHAPE_COLUMNS}, "batch": b, "in_features": i, "out_features": o} for b, i, o in sizes]
+    rows = [
+        {
+            "source": "x",
+            "hardware_id": hw.hardware_id,
+            "threads": 1 if hw.kind == "cpu" else 0,
+            "dtype": "float32",
+            "op": "linear",
+            "direction": direction,
+            "optimizer": "sgd" if direction == "train_step" else "none",
+            "activation": "none",
+            **{c: None for c in ALL_SHAPE_COLUMNS},
+            "batch": b,
+            "in_features": i,
+            "out_features": o,
+        }
+        for b, i, o in sizes
+    ]
     df = featurize(pl.DataFrame(rows, schema_overrides={c: pl.Int64 for c in ALL_SHAPE_COLUMNS}), {hw.hardware_id: hw})
     return df.with_columns(pl.Series("time_ms", df["roofline_ms"].to_numpy() / efficiency * rng.lognormal(0, 0.02, df.height)))
 
@@ -106,14 +133,19 @@ def _linear_rows(hw, direction, sizes, efficiency, seed=0):
 def test_gpu_rows_of_a_direction_never_trained_on_come_from_the_gpu_roofline(tmp_path):
     rng = np.random.default_rng(4)
     # CPU rows in both directions (10 % of the roofline), GPU rows forward only (50 %)
-    train = pl.concat([_linear_rows(HW, "forward", _sizes(rng, 150, 256), 0.1), _linear_rows(HW, "train_step", _sizes(rng, 150, 256), 0.1, 1),
-                       _linear_rows(GPU, "forward", _sizes(rng, 150, 256), 0.5, 2)])
+    train = pl.concat(
+        [
+            _linear_rows(HW, "forward", _sizes(rng, 150, 256), 0.1),
+            _linear_rows(HW, "train_step", _sizes(rng, 150, 256), 0.1, 1),
+            _linear_rows(GPU, "forward", _sizes(rng, 150, 256), 0.5, 2),
+        ]
+    )
     model, _ = fit_step_time_model(train, train.head(0), predictor="xgboost", params={"n_estimators": 60}, min_rows=10, progress=False)
     assert model.gpu_transfer["coverage"]["linear"] == ["cpu/forward", "cpu/train_step", "gpu/forward"]
     assert model.gpu_transfer["efficiency"]["trainable"] == pytest.approx(0.5, rel=0.05)
     gpu_step = _linear_rows(GPU, "train_step", _sizes(np.random.default_rng(5), 20, 256), 0.5, 3)
     np.testing.assert_allclose(model.predict_ms(gpu_step), gpu_step["roofline_ms"].to_numpy() / model.gpu_transfer["efficiency"]["trainable"])
     gpu_fwd = _linear_rows(GPU, "forward", _sizes(np.random.default_rng(6), 20, 256), 0.5, 4)
-    np.testing.assert_allclose(model.predict_ms(gpu_fwd), gpu_fwd["time_ms"].to_numpy(), rtol=0.5)   # covered: the regressor answers
+    np.testing.assert_allclose(model.predict_ms(gpu_fwd), gpu_fwd["time_ms"].to_numpy(), rtol=0.5)  # covered: the regressor answers
     model.save(tmp_path / "m")
     np.testing.assert_allclose(StepTimeModel.load(tmp_path / "m").predict_ms(gpu_step), model.predict_ms(gpu_step))

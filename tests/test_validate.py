@@ -39,15 +39,24 @@ def test_clean_tables_pass(features_ready):
     assert Path(features_ready.paths.validated).exists()
 
 
-@pytest.mark.parametrize("case,corrupt,expect", [
-    ("negative time", lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 3).then(-1.0).otherwise(pl.col("time_ms")).alias("time_ms")),
-     ["column 'time_ms'", "greater_than(0)", '"row": 3']),
-    ("NaN time", lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 2).then(float("nan")).otherwise(pl.col("time_ms")).alias("time_ms")),
-     ["column 'time_ms'", "is_finite", '"row": 2']),
-    ("wrong dtype", lambda d: d.with_columns(pl.col("flops").cast(pl.String)), ["column 'flops'", "wrong dtype", "String"]),
-    ("missing column", lambda d: d.drop("hw_peak_tflops"), ["column 'hw_peak_tflops'", "missing", "column_in_dataframe"]),
-    ("duplicate key", lambda d: pl.concat([d, d.head(2)]), ["'sample_id'", "uniqueness", '"row": 0']),
-])
+@pytest.mark.parametrize(
+    "case,corrupt,expect",
+    [
+        (
+            "negative time",
+            lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 3).then(-1.0).otherwise(pl.col("time_ms")).alias("time_ms")),
+            ["column 'time_ms'", "greater_than(0)", '"row": 3'],
+        ),
+        (
+            "NaN time",
+            lambda d: d.with_columns(pl.when(pl.int_range(pl.len()) == 2).then(float("nan")).otherwise(pl.col("time_ms")).alias("time_ms")),
+            ["column 'time_ms'", "is_finite", '"row": 2'],
+        ),
+        ("wrong dtype", lambda d: d.with_columns(pl.col("flops").cast(pl.String)), ["column 'flops'", "wrong dtype", "String"]),
+        ("missing column", lambda d: d.drop("hw_peak_tflops"), ["column 'hw_peak_tflops'", "missing", "column_in_dataframe"]),
+        ("duplicate key", lambda d: pl.concat([d, d.head(2)]), ["'sample_id'", "uniqueness", '"row": 0']),
+    ],
+)
 def test_corrupted_features_fail_with_file_column_rule_and_rows(features_ready, case, corrupt, expect):
     _corrupt(features_ready, corrupt)
     with pytest.raises(DataValidationError) as e:
@@ -82,7 +91,11 @@ def test_validate_cli_exits_nonzero_without_traceback(features_ready, tmp_path):
     _corrupt(features_ready, lambda d: d.drop("hw_peak_tflops"))
     params = tmp_path / "params.yaml"
     OmegaConf.save(features_ready, params)
-    proc = subprocess.run([sys.executable, "-m", "pipeline.run", "validate", "--params", str(params)], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.run", "validate", "--params", str(params)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert proc.returncode == 2
     assert "hw_peak_tflops" in proc.stderr and "Traceback" not in proc.stderr

@@ -12,8 +12,7 @@ from prenet.benchmark.steps import make_optimizer, unpack_example
 from prenet.benchmark.timer import Timing, time_callable
 
 
-def training_step(module: nn.Module, example_batch: Any, optimizer: str, opt: torch.optim.Optimizer | None = None,
-                  precision: str = "fp32"):
+def training_step(module: nn.Module, example_batch: Any, optimizer: str, opt: torch.optim.Optimizer | None = None, precision: str = "fp32"):
     """One step as prenet predicts it: forward, scalar loss (:func:`prenet.ops.training_loss`), backward, optimizer step.
     Batch norm and dropout in train mode. ``opt``: an existing optimizer over ``module``'s parameters (default: a new one
     of kind ``optimizer``). ``precision`` ``bf16``/``fp16``: forward and loss under ``torch.autocast`` of the module's device."""
@@ -42,31 +41,70 @@ def to_device(module: nn.Module, example_batch: Any, device: str) -> tuple[nn.Mo
     return module, (inputs.to(device) if labels is None else (inputs.to(device), labels.to(device)))
 
 
-def measure_model(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd", warmup: int = 1, repeats: int = 3,
-                  min_block_ms: float = 1.0, warmed_ms: float | None = None, precision: str = "fp32") -> Timing:
+def measure_model(
+    module: nn.Module,
+    example_batch: Any,
+    *,
+    optimizer: str = "sgd",
+    warmup: int = 1,
+    repeats: int = 3,
+    min_block_ms: float = 1.0,
+    warmed_ms: float | None = None,
+    precision: str = "fp32",
+) -> Timing:
     """Median wall time of one training step (ms) and its run-to-run spread. ``warmed_ms``: a step of this model
     already ran (e.g. the memory measurement) and took about this long — no warm-up step is made."""
     p = next(module.parameters(), None)
     sync = torch.cuda.synchronize if p is not None and p.is_cuda else None
-    return time_callable(training_step(module, example_batch, optimizer, precision=precision), warmup=warmup, repeats=repeats, min_block_ms=min_block_ms, sync=sync,
-                         warmed_ms=warmed_ms)
+    return time_callable(
+        training_step(module, example_batch, optimizer, precision=precision),
+        warmup=warmup,
+        repeats=repeats,
+        min_block_ms=min_block_ms,
+        sync=sync,
+        warmed_ms=warmed_ms,
+    )
 
 
 def model_timing_schema() -> dict:
     """polars dtypes of a model-timing row (polars imported here, so measuring needs only torch)."""
     import polars as pl
 
-    return {"model": pl.String, "batch_size": pl.Int64, "optimizer": pl.String, "hardware_id": pl.String, "threads": pl.Int64,
-            "torch_version": pl.String, "dtype": pl.String, "params": pl.Int64, "measured_ms": pl.Float64, "spread_rel": pl.Float64,
-            "repeats": pl.Int64, "measured_at": pl.String, "peak_memory_bytes": pl.Int64}
+    return {
+        "model": pl.String,
+        "batch_size": pl.Int64,
+        "optimizer": pl.String,
+        "hardware_id": pl.String,
+        "threads": pl.Int64,
+        "torch_version": pl.String,
+        "dtype": pl.String,
+        "params": pl.Int64,
+        "measured_ms": pl.Float64,
+        "spread_rel": pl.Float64,
+        "repeats": pl.Int64,
+        "measured_at": pl.String,
+        "peak_memory_bytes": pl.Int64,
+    }
 
 
-def model_timing_row(name: str, batch_size: int, optimizer: str, hardware_id: str, threads: int, params: int, t: Timing,
-                     peak_memory_bytes: int | None = None) -> dict[str, Any]:
-    return {"model": name, "batch_size": batch_size, "optimizer": optimizer, "hardware_id": hardware_id, "threads": threads,
-            "torch_version": torch.__version__.split("+")[0], "dtype": "float32", "params": params, "measured_ms": t.median_ms,
-            "spread_rel": t.spread_rel, "repeats": t.repeats, "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "peak_memory_bytes": peak_memory_bytes}
+def model_timing_row(
+    name: str, batch_size: int, optimizer: str, hardware_id: str, threads: int, params: int, t: Timing, peak_memory_bytes: int | None = None
+) -> dict[str, Any]:
+    return {
+        "model": name,
+        "batch_size": batch_size,
+        "optimizer": optimizer,
+        "hardware_id": hardware_id,
+        "threads": threads,
+        "torch_version": torch.__version__.split("+")[0],
+        "dtype": "float32",
+        "params": params,
+        "measured_ms": t.median_ms,
+        "spread_rel": t.spread_rel,
+        "repeats": t.repeats,
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "peak_memory_bytes": peak_memory_bytes,
+    }
 
 
 def null_step_ms(optimizer: str = "sgd", repeats: int = 7, device: str = "cpu") -> float:

@@ -88,31 +88,54 @@ class _LMHeadBlock(nn.Module):
 
 def _blocks() -> dict[str, tuple[Callable[[np.random.Generator], dict[str, int]], Callable[[dict[str, int]], tuple[nn.Module, torch.Tensor]]]]:
     def s_dw(r):
-        return {"batch": log_uniform_int(r, 1, 32), "channels": log_uniform_int(r, 8, 96), "input_size": log_uniform_int(r, 4, 56),
-                "kernel_size": int(r.choice([3, 5])), "stride": int(r.choice([1, 2])), "expand": int(r.choice([1, 4, 6]))}
+        return {
+            "batch": log_uniform_int(r, 1, 32),
+            "channels": log_uniform_int(r, 8, 96),
+            "input_size": log_uniform_int(r, 4, 56),
+            "kernel_size": int(r.choice([3, 5])),
+            "stride": int(r.choice([1, 2])),
+            "expand": int(r.choice([1, 4, 6])),
+        }
 
     def b_dw(c):
-        return _DepthwiseBlock(c["channels"], c["kernel_size"], c["stride"], c["expand"]), torch.randn(c["batch"], c["channels"], c["input_size"], c["input_size"])
+        return _DepthwiseBlock(c["channels"], c["kernel_size"], c["stride"], c["expand"]), torch.randn(
+            c["batch"], c["channels"], c["input_size"], c["input_size"]
+        )
 
     def s_c1(r):
-        return {"batch": log_uniform_int(r, 1, 32), "in_channels": log_uniform_int(r, 1, 128), "out_channels": log_uniform_int(r, 8, 128),
-                "length": log_uniform_int(r, 16, 4000), "kernel_size": int(r.choice([3, 5, 9]))}
+        return {
+            "batch": log_uniform_int(r, 1, 32),
+            "in_channels": log_uniform_int(r, 1, 128),
+            "out_channels": log_uniform_int(r, 8, 128),
+            "length": log_uniform_int(r, 16, 4000),
+            "kernel_size": int(r.choice([3, 5, 9])),
+        }
 
     def b_c1(c):
         return _Conv1dBlock(c["in_channels"], c["out_channels"], c["kernel_size"]), torch.randn(c["batch"], c["in_channels"], c["length"])
 
     def s_gn(r):
         g = int(r.choice([4, 8, 16, 32]))
-        return {"batch": log_uniform_int(r, 1, 16), "channels": g * log_uniform_int(r, 1, 8), "groups": g, "input_size": log_uniform_int(r, 4, 32),
-                "conv_groups": int(r.choice([1, 1, 2, 4]))}
+        return {
+            "batch": log_uniform_int(r, 1, 16),
+            "channels": g * log_uniform_int(r, 1, 8),
+            "groups": g,
+            "input_size": log_uniform_int(r, 4, 32),
+            "conv_groups": int(r.choice([1, 1, 2, 4])),
+        }
 
     def b_gn(c):
         return _GroupNormBlock(c["channels"], c["groups"], c["conv_groups"]), torch.randn(c["batch"], c["channels"], c["input_size"], c["input_size"])
 
     def s_sdpa(r):
         h = int(r.choice([1, 2, 4, 8]))
-        return {"batch": log_uniform_int(r, 1, 16), "seq_len": log_uniform_int(r, 8, 256), "heads": h, "head_dim": int(r.choice([16, 32, 64])),
-                "causal": int(r.integers(0, 2))}
+        return {
+            "batch": log_uniform_int(r, 1, 16),
+            "seq_len": log_uniform_int(r, 8, 256),
+            "heads": h,
+            "head_dim": int(r.choice([16, 32, 64])),
+            "causal": int(r.integers(0, 2)),
+        }
 
     def b_sdpa(c):
         d = c["heads"] * c["head_dim"]
@@ -124,8 +147,13 @@ def _blocks() -> dict[str, tuple[Callable[[np.random.Generator], dict[str, int]]
     def b_lm(c):
         return _LMHeadBlock(c["vocab"], c["d"], c["tokens"]), torch.randint(0, c["vocab"], (c["tokens"],))
 
-    return {"depthwise_block": (s_dw, b_dw), "conv1d_block": (s_c1, b_c1), "groupnorm_block": (s_gn, b_gn), "sdpa_block": (s_sdpa, b_sdpa),
-            "lm_head_block": (s_lm, b_lm)}
+    return {
+        "depthwise_block": (s_dw, b_dw),
+        "conv1d_block": (s_c1, b_c1),
+        "groupnorm_block": (s_gn, b_gn),
+        "sdpa_block": (s_sdpa, b_sdpa),
+        "lm_head_block": (s_lm, b_lm),
+    }
 
 
 BLOCKS = _blocks()
@@ -201,8 +229,13 @@ def forward_flops(kind: str, cfg: dict[str, int]) -> float:
 def measure_config(kind: str, cfg: dict[str, int], *, optimizer: str, precision: str, min_block_ms: float, repeats: int) -> pl.DataFrame:
     """The timed ops of one training step of a configuration, with ``config_id``, ``kind``, ``optimizer`` and ``precision``."""
     module, x = build_config(kind, cfg)
-    trace = measure_step(module, x, optimizer=optimizer, precision=precision, min_block_ms=min_block_ms, repeats=repeats,
-                         input_grad=x.is_floating_point())
-    return trace.frame().with_columns(pl.lit(config_id(kind, cfg)).alias("config_id"), pl.lit(kind).alias("kind"),
-                                      pl.lit(json.dumps(cfg, sort_keys=True)).alias("config"), pl.lit(optimizer).alias("optimizer"),
-                                      pl.lit(precision).alias("precision"))
+    trace = measure_step(
+        module, x, optimizer=optimizer, precision=precision, min_block_ms=min_block_ms, repeats=repeats, input_grad=x.is_floating_point()
+    )
+    return trace.frame().with_columns(
+        pl.lit(config_id(kind, cfg)).alias("config_id"),
+        pl.lit(kind).alias("kind"),
+        pl.lit(json.dumps(cfg, sort_keys=True)).alias("config"),
+        pl.lit(optimizer).alias("optimizer"),
+        pl.lit(precision).alias("precision"),
+    )

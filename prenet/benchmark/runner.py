@@ -17,11 +17,14 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    import polars as pl
 
 from prenet.benchmark.steps import make_step
 from prenet.benchmark.timer import time_callable
@@ -66,16 +69,14 @@ def make_plan(ops: dict[str, dict[str, Any]], *, directions: Iterable[str], opti
             for d in directions:
                 if d == "train_step" and not lt.trainable:
                     continue  # nothing to update: the op's training step is its forward_backward
-                for o in (optimizers if d == "train_step" else ["none"]):
+                for o in optimizers if d == "train_step" else ["none"]:
                     plan.append(MeasurementSpec(op, shape, d, o))
     return plan
 
 
 def measurement_id(spec: MeasurementSpec, *, hardware_id: str, device: str, threads: int, dtype: str, torch_version: str) -> str:
     """Stable identity of a measurement: what was timed, where, with how many threads and which torch."""
-    payload = json.dumps(
-        [hardware_id, device, threads, dtype, torch_version, spec.op, list(spec.shape), spec.direction, spec.optimizer]
-    )
+    payload = json.dumps([hardware_id, device, threads, dtype, torch_version, spec.op, list(spec.shape), spec.direction, spec.optimizer])
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 
@@ -134,8 +135,17 @@ def measure(
             if max_seconds is not None and time.monotonic() - started > max_seconds:
                 bar.write(f"benchmark: stopping after {max_seconds:.0f} s; run again to resume")
                 break
-            row = measure_one(spec, mid, hardware_id=hardware_id, device=device, threads=threads, dtype=dtype, warmup=warmup,
-                              repeats=repeats, min_block_ms=min_block_ms)
+            row = measure_one(
+                spec,
+                mid,
+                hardware_id=hardware_id,
+                device=device,
+                threads=threads,
+                dtype=dtype,
+                warmup=warmup,
+                repeats=repeats,
+                min_block_ms=min_block_ms,
+            )
             out.write(json.dumps(row) + "\n")
             out.flush()
             os.fsync(out.fileno())
@@ -149,8 +159,9 @@ def measure(
     return [rows[i] for i in ids if i in rows]
 
 
-def measure_one(spec: MeasurementSpec, mid: str, *, hardware_id: str, device: str, threads: int, dtype: str, warmup: int,
-                repeats: int, min_block_ms: float) -> dict[str, Any]:
+def measure_one(
+    spec: MeasurementSpec, mid: str, *, hardware_id: str, device: str, threads: int, dtype: str, warmup: int, repeats: int, min_block_ms: float
+) -> dict[str, Any]:
     """Time one measurement (seeded by its id) on ``device`` and return its raw-timings row (times in ms per
     iteration, median over ``repeats``; the thread count and hardware recorded with it)."""
     torch.manual_seed(zlib.crc32(mid.encode()))
@@ -185,10 +196,22 @@ def timings_frame(rows: list[dict[str, Any]]) -> "pl.DataFrame":
     import polars as pl
 
     schema: dict[str, pl.DataType] = {
-        "measurement_id": pl.String, "hardware_id": pl.String, "device": pl.String, "threads": pl.Int64,
-        "torch_version": pl.String, "dtype": pl.String, "op": pl.String, "direction": pl.String, "optimizer": pl.String,
+        "measurement_id": pl.String,
+        "hardware_id": pl.String,
+        "device": pl.String,
+        "threads": pl.Int64,
+        "torch_version": pl.String,
+        "dtype": pl.String,
+        "op": pl.String,
+        "direction": pl.String,
+        "optimizer": pl.String,
         **{c: pl.Int64 for c in ALL_SHAPE_COLUMNS},
-        "time_ms": pl.Float64, "time_ms_min": pl.Float64, "time_ms_iqr": pl.Float64, "spread_rel": pl.Float64,
-        "repeats": pl.Int64, "number": pl.Int64, "measured_at": pl.String,
+        "time_ms": pl.Float64,
+        "time_ms_min": pl.Float64,
+        "time_ms_iqr": pl.Float64,
+        "spread_rel": pl.Float64,
+        "repeats": pl.Int64,
+        "number": pl.Int64,
+        "measured_at": pl.String,
     }
     return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)

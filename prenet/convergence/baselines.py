@@ -24,7 +24,7 @@ def curve_fit_forecast(loss: np.ndarray, steps: int, fraction: float) -> np.ndar
 
     k = max(3, int(np.ceil(fraction * steps)))
     t = np.arange(k + 1, dtype=float)
-    L = np.asarray(loss[:k + 1], dtype=float)
+    L = np.asarray(loss[: k + 1], dtype=float)
     T = np.arange(steps + 1, dtype=float)
     if not np.isfinite(L).all():
         return np.full(steps + 1, np.inf)
@@ -48,7 +48,7 @@ def curve_fit_forecast(loss: np.ndarray, steps: int, fraction: float) -> np.ndar
         return np.concatenate([L, np.full(steps - k, L[-1])])
     f, p = best
     out = f(T, *p)
-    out[:k + 1] = L
+    out[: k + 1] = L
     return out
 
 

@@ -83,18 +83,20 @@ def check_stable(theta: np.ndarray, F0: np.ndarray, *, kind: str, lr: float, mom
     if kind == "mse":
         lam = lam_theta
     else:
-        w, U = np.linalg.eigh(losses.ce_hessian_blocks(F0))                                                   # per-sample C×C blocks
-        Hs = np.einsum("icd,id,ied->ice", U, np.sqrt(np.clip(w, 0, None)), U)      # H^½ per block
+        w, U = np.linalg.eigh(losses.ce_hessian_blocks(F0))  # per-sample C×C blocks
+        Hs = np.einsum("icd,id,ied->ice", U, np.sqrt(np.clip(w, 0, None)), U)  # H^½ per block
 
         def hs(v: np.ndarray) -> np.ndarray:
             return np.einsum("icd,id->ic", Hs, v.reshape(n, c)).reshape(-1)
 
         lam = top_eigenvalue(lambda v: hs(theta @ hs(v)), n * c) / n
     bound = max_stable_lr(lam, momentum)
-    if kind == "mse" and lr >= bound:   # cross-entropy's curvature shrinks as predictions sharpen: no divergence to refuse
+    if kind == "mse" and lr >= bound:  # cross-entropy's curvature shrinks as predictions sharpen: no divergence to refuse
         what = "λ_max(Θ)/N" if kind == "mse" else "λ_max(H^½ Θ H^½)/N (H: the cross-entropy curvature at the starting outputs)"
-        raise DivergenceError(f"lr {lr:g} diverges: the linearized gradient descent (momentum {momentum:g}) is stable only for lr · {what} < 2 (1 + m), "
-                              f"here {lam:.4g}; the largest stable lr is {bound:.4g} — lower --lr below it")
+        raise DivergenceError(
+            f"lr {lr:g} diverges: the linearized gradient descent (momentum {momentum:g}) is stable only for lr · {what} < 2 (1 + m), "
+            f"here {lam:.4g}; the largest stable lr is {bound:.4g} — lower --lr below it"
+        )
     return lam_theta, lam
 
 
@@ -115,7 +117,7 @@ def batch_schedule(n: int, batch_size: int, steps: int, seed: int) -> list[np.nd
     out: list[np.ndarray] = []
     while len(out) < steps:
         perm = rng.permutation(n)
-        out += [perm[i * b:(i + 1) * b] for i in range(per_epoch)]
+        out += [perm[i * b : (i + 1) * b] for i in range(per_epoch)]
     return out[:steps]
 
 
@@ -157,7 +159,7 @@ def ode(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
         lam, V = np.linalg.eigh(theta)
         lam = np.clip(lam, 0.0, None)
         r0 = V.T @ (F0 - Y).reshape(-1)
-        R = (heavy_ball_decay(rate * lam, m, ts) * r0) @ V.T   # residuals (T, NC)
+        R = (heavy_ball_decay(rate * lam, m, ts) * r0) @ V.T  # residuals (T, NC)
         Fs = [Y + R[i].reshape(n, c) for i in range(len(ts))]
         return _curves(Fs, Y, y, kind)
     from scipy.integrate import solve_ivp
@@ -175,7 +177,8 @@ def ode(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
     if m == 0:
         rhs, jac, z0 = (lambda _t, f: force(f)), (lambda _t, f: force_jac(f)), F0.reshape(-1)
     else:
-        def rhs(_t: float, z: np.ndarray) -> np.ndarray:          # z = (F, F')
+
+        def rhs(_t: float, z: np.ndarray) -> np.ndarray:  # z = (F, F')
             return np.concatenate([z[nc:], (force(z[:nc]) - (1 - m) * z[nc:]) / m])
 
         def jac(_t: float, z: np.ndarray) -> np.ndarray:
@@ -193,25 +196,38 @@ def ode(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
     return _curves(Fs, Y, y, kind)
 
 
-def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: float, momentum: float, batch_size: int, steps: int,
-        n_full: int | None = None, paths: int = 8, seed: int = 0, progress: bool = False,
-        lam_max: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def sde(
+    theta: np.ndarray,
+    F0: np.ndarray,
+    y: np.ndarray,
+    *,
+    kind: str,
+    lr: float,
+    momentum: float,
+    batch_size: int,
+    steps: int,
+    n_full: int | None = None,
+    paths: int = 8,
+    seed: int = 0,
+    progress: bool = False,
+    lam_max: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Euler–Maruyama on the SDE; the loss and accuracy averaged over ``paths`` sample paths."""
     n, c = F0.shape
     N = n_full or n
     B = min(batch_size, N)
     Y = losses.onehot(y, c)
     m = float(momentum)
-    fpc = (N - B) / (B * max(N - 1, 1))          # variance of a without-replacement batch mean, per sample variance
+    fpc = (N - B) / (B * max(N - 1, 1))  # variance of a without-replacement batch mean, per sample variance
     rng = np.random.default_rng(seed)
     # without momentum, Euler–Maruyama sub-steps keep dt · η λ_max(Θ)/n ≤ 1.5 (explicit Euler is unstable above 2);
     # with momentum the discrete heavy-ball itself is simulated, one step per SGD step
     stiffness = lr * (lam_max if lam_max is not None else top_eigenvalue(lambda v: theta @ v, n * c)) / n
     substeps = 1 if m > 0 else min(MAX_SUBSTEPS, max(1, int(np.ceil(stiffness / 1.5))))
     dt = 1.0 / substeps
-    theta32 = theta.astype(np.float32)   # the product with Θ in float32: ~2.5x faster on CPU; F accumulates in float64
-    F = np.repeat(F0.reshape(1, n, c), paths, axis=0)            # (paths, n, C)
-    u = np.zeros((paths, n * c))                                 # the velocity (momentum buffer in function space)
+    theta32 = theta.astype(np.float32)  # the product with Θ in float32: ~2.5x faster on CPU; F accumulates in float64
+    F = np.repeat(F0.reshape(1, n, c), paths, axis=0)  # (paths, n, C)
+    u = np.zeros((paths, n * c))  # the velocity (momentum buffer in function space)
     loss = np.zeros((steps + 1, paths))
     acc = np.zeros((steps + 1, paths))
     bar = progress_bar(steps, "forecast (SDE)", progress)
@@ -222,10 +238,10 @@ def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
             loss[t] = np.where(finite, losses.values(F, Y[None], kind), np.inf)
             acc[t] = losses.accuracies(F, y)
         if t == steps or not np.isfinite(loss[t]).all():
-            loss[t + 1:] = np.inf
+            loss[t + 1 :] = np.inf
             break
         for _ in range(substeps):
-            G = losses.grad(F, Y[None], kind)                                   # (paths, n, C)
+            G = losses.grad(F, Y[None], kind)  # (paths, n, C)
             # per-sample updates gᵢ = Θ[:, i] Gᵢ; their mean ḡ = Θ vec(G)/n and the noise
             # Σᵢ (gᵢ − ḡ) zᵢ / √n = (Θ vec(z ⊙ G) − ḡ Σᵢ zᵢ) / √n, both from one product with Θ
             z = rng.standard_normal((paths, n, 1)) if fpc > 0 else np.zeros((paths, n, 1))
@@ -242,8 +258,9 @@ def sde(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
     return loss.mean(1), acc.mean(1)
 
 
-def linear_sgd(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: float, momentum: float,
-               batches: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def linear_sgd(
+    theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: float, momentum: float, batches: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """The linearized network trained by SGD (heavy-ball momentum) on the batch sequence ``batches``."""
     n, c = F0.shape
     Y = losses.onehot(y, c)
@@ -253,16 +270,28 @@ def linear_sgd(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, l
     Fs = [F0]
     cls = np.arange(c)
     for b in batches:
-        Gb = losses.grad(F.reshape(n, c)[b], Y[b], kind)             # (B, C): only the batch's columns of Θ are used,
-        rows = (b[:, None] * c + cls).reshape(-1)                    # read as rows (Θ is symmetric: contiguous)
+        Gb = losses.grad(F.reshape(n, c)[b], Y[b], kind)  # (B, C): only the batch's columns of Θ are used,
+        rows = (b[:, None] * c + cls).reshape(-1)  # read as rows (Θ is symmetric: contiguous)
         u = momentum * u + Gb.reshape(-1) @ theta[rows] / len(b)
         F = F - lr * u
         Fs.append(F.reshape(n, c).copy())
     return _curves(Fs, Y, y, kind)
 
 
-def exact_sgd(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: float, momentum: float, batch_size: int,
-              steps: int, paths: int = 8, seed: int = 0, progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def exact_sgd(
+    theta: np.ndarray,
+    F0: np.ndarray,
+    y: np.ndarray,
+    *,
+    kind: str,
+    lr: float,
+    momentum: float,
+    batch_size: int,
+    steps: int,
+    paths: int = 8,
+    seed: int = 0,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`linear_sgd` averaged over ``paths`` seeded batch orders (:func:`batch_schedule`): the expected curve of the
     exact linearized SGD, for a kernel on all N samples."""
     n = F0.shape[0]

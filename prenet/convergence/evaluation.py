@@ -62,12 +62,16 @@ def score(pairs: pl.DataFrame, within: float = 0.2) -> dict:
     rr, pr = ~np.isnan(r), ~np.isnan(p)
     any_ = rr | pr
     both = rr & pr
-    out: dict = {"n": int(pairs.height), "n_both": int(both.sum()),
-                 "miss_rate": float(((rr ^ pr) & any_).sum() / max(any_.sum(), 1))}
+    out: dict = {"n": int(pairs.height), "n_both": int(both.sum()), "miss_rate": float(((rr ^ pr) & any_).sum() / max(any_.sum(), 1))}
     if both.any():
         ape = np.abs(p[both] - r[both]) / np.maximum(r[both], 1.0)
-        out.update({"median_ape_pct": float(100 * np.median(ape)), "mean_ape_pct": float(100 * ape.mean()),
-                    "within_pct": float(100 * np.mean(ape <= within))})
+        out.update(
+            {
+                "median_ape_pct": float(100 * np.median(ape)),
+                "mean_ape_pct": float(100 * ape.mean()),
+                "within_pct": float(100 * np.mean(ape <= within)),
+            }
+        )
         if both.sum() >= 3 and np.std(r[both]) > 0 and np.std(p[both]) > 0:
             out["spearman"] = float(spearmanr(r[both], p[both]).statistic)
     return out
@@ -100,9 +104,12 @@ def seed_noise_floor(real: pl.DataFrame, config_columns: list[str]) -> dict:
     out: dict = {}
     reached = real.filter(pl.col("real_steps").is_not_null())
     for (kind, param), g in reached.group_by(["target_kind", "target_param"], maintain_order=True):
-        spread = (g.group_by(config_columns).agg(pl.col("real_steps").cast(pl.Float64).alias("s"), pl.len().alias("n"))
-                  .filter(pl.col("n") >= 2)
-                  .with_columns(((pl.col("s").list.max() - pl.col("s").list.min()) / pl.col("s").list.mean()).alias("rel")))
+        spread = (
+            g.group_by(config_columns)
+            .agg(pl.col("real_steps").cast(pl.Float64).alias("s"), pl.len().alias("n"))
+            .filter(pl.col("n") >= 2)
+            .with_columns(((pl.col("s").list.max() - pl.col("s").list.min()) / pl.col("s").list.mean()).alias("rel"))
+        )
         if spread.height:
             out[(kind, float(param))] = {"median_seed_spread_pct": float(100 * spread["rel"].median()), "configs": int(spread.height)}
     return out

@@ -31,8 +31,21 @@ class FinetuneResult:
     diverged: bool
 
 
-def finetune(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, loss: str, lr: float, momentum: float, batch_size: int,
-             steps: int, seed: int, log_every: int = 1, log_x: torch.Tensor | None = None, log_y: torch.Tensor | None = None) -> FinetuneResult:
+def finetune(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    loss: str,
+    lr: float,
+    momentum: float,
+    batch_size: int,
+    steps: int,
+    seed: int,
+    log_every: int = 1,
+    log_x: torch.Tensor | None = None,
+    log_y: torch.Tensor | None = None,
+) -> FinetuneResult:
     """Fine-tune ``model`` in place for ``steps`` steps. The loss is logged on (``log_x``, ``log_y``) — the
     training set by default — every ``log_every`` steps and at the last step. Stops early (``diverged``) when
     the loss becomes non-finite; the remaining logged values are ``inf``."""

@@ -96,19 +96,47 @@ def _labels(targets_: torch.Tensor | np.ndarray, n: int) -> np.ndarray:
     return y.astype(np.int64)
 
 
-def run_dynamics(kind: str, theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, loss: str, lr: float, momentum: float,
-                 batch_size: int, steps: int, n_full: int, seed: int, sde_paths: int, progress: bool = False,
-                 lam_max: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def run_dynamics(
+    kind: str,
+    theta: np.ndarray,
+    F0: np.ndarray,
+    y: np.ndarray,
+    *,
+    loss: str,
+    lr: float,
+    momentum: float,
+    batch_size: int,
+    steps: int,
+    n_full: int,
+    seed: int,
+    sde_paths: int,
+    progress: bool = False,
+    lam_max: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """The curve of dynamics ``kind``; ``lam_max``: λ_max(Θ) when the caller has it (the SDE's sub-stepping needs it)."""
     if steps <= 0:
         return np.array([losses.value(F0, losses.onehot(y, F0.shape[1]), loss)]), np.array([losses.accuracy(F0, y)])
     if kind == "ode":
         return dynamics.ode(theta, F0, y, kind=loss, lr=lr, momentum=momentum, steps=steps)
     if kind == "exact":
-        return dynamics.exact_sgd(theta, F0, y, kind=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
-                                  paths=sde_paths, seed=seed, progress=progress)
-    return dynamics.sde(theta, F0, y, kind=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
-                        n_full=n_full, paths=sde_paths, seed=seed, progress=progress, lam_max=lam_max)
+        return dynamics.exact_sgd(
+            theta, F0, y, kind=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps, paths=sde_paths, seed=seed, progress=progress
+        )
+    return dynamics.sde(
+        theta,
+        F0,
+        y,
+        kind=loss,
+        lr=lr,
+        momentum=momentum,
+        batch_size=batch_size,
+        steps=steps,
+        n_full=n_full,
+        paths=sde_paths,
+        seed=seed,
+        progress=progress,
+        lam_max=lam_max,
+    )
 
 
 def auto_dynamics(n_full: int, n_used: int, classes: int, batch_size: int) -> str:
@@ -121,11 +149,29 @@ def auto_dynamics(n_full: int, n_used: int, classes: int, batch_size: int) -> st
     return "sde"
 
 
-def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.ndarray, *, loss: str = "cross_entropy",
-             lr: float, momentum: float = 0.0, batch_size: int, steps: int, seed: int = 0, subset: int | None = None,
-             ntk: str = "auto", proj_dim: int = 2000, dynamics_kind: str = "auto", sde_paths: int = 8,
-             probe_fraction: float = 0.05, drift_threshold: float = 0.1, max_bytes: int = DEFAULT_MAX_BYTES,
-             also_ode: bool = False, progress: bool = True, raise_on_probe_divergence: bool = True) -> Forecast:
+def forecast(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor | np.ndarray,
+    *,
+    loss: str = "cross_entropy",
+    lr: float,
+    momentum: float = 0.0,
+    batch_size: int,
+    steps: int,
+    seed: int = 0,
+    subset: int | None = None,
+    ntk: str = "auto",
+    proj_dim: int = 2000,
+    dynamics_kind: str = "auto",
+    sde_paths: int = 8,
+    probe_fraction: float = 0.05,
+    drift_threshold: float = 0.1,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    also_ode: bool = False,
+    progress: bool = True,
+    raise_on_probe_divergence: bool = True,
+) -> Forecast:
     """Predict the full-training-set loss (and accuracy) of fine-tuning *all* parameters of ``model`` on
     (``inputs``, integer ``targets``) with SGD (``lr``, heavy-ball ``momentum``, ``batch_size``) for ``steps``
     steps. ``model`` is not modified. ``also_ode``: when the SDE answers, also run the noise-free ODE on the same
@@ -138,8 +184,9 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
     if dynamics_kind not in DYNAMICS:
         raise PrenetError(f"unknown dynamics {dynamics_kind!r}; choose one of {', '.join(DYNAMICS)}")
     if lr <= 0 or not 0 <= momentum < 1 or batch_size < 1 or steps < 0:
-        raise PrenetError(f"need lr > 0, 0 ≤ momentum < 1, batch_size ≥ 1, steps ≥ 0 (got lr={lr}, momentum={momentum}, "
-                          f"batch_size={batch_size}, steps={steps})")
+        raise PrenetError(
+            f"need lr > 0, 0 ≤ momentum < 1, batch_size ≥ 1, steps ≥ 0 (got lr={lr}, momentum={momentum}, batch_size={batch_size}, steps={steps})"
+        )
     t0 = time.perf_counter()
     N = len(inputs)
     y_all = _labels(targets, N)
@@ -157,17 +204,61 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
     lam_theta, lam_dyn = dynamics.check_stable(kernel.theta, F0, kind=loss, lr=lr, momentum=momentum)
     kind = dynamics_kind if dynamics_kind != "auto" else auto_dynamics(N, len(idx), C, batch_size)
     if kind == "exact" and len(idx) < N:
-        raise PrenetError(f"dynamics 'exact' simulates SGD on the samples themselves and needs all {N} of them; "
-                          f"drop subset={len(idx)} or choose dynamics 'sde'")
-    L, A = run_dynamics(kind, kernel.theta, F0, y, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps,
-                        n_full=N, seed=seed, sde_paths=sde_paths, progress=progress, lam_max=lam_theta * len(idx))
-    fc = Forecast(L, A, 0.0, kind, kernel.method, N, len(idx), kernel.n_params, kernel.seconds,
-                  details={"effective_lr": dynamics.effective_lr(lr, momentum), "theta_max_eig_over_n": lam_theta,
-                           "max_stable_lr": dynamics.max_stable_lr(lam_dyn, momentum)})
+        raise PrenetError(
+            f"dynamics 'exact' simulates SGD on the samples themselves and needs all {N} of them; drop subset={len(idx)} or choose dynamics 'sde'"
+        )
+    L, A = run_dynamics(
+        kind,
+        kernel.theta,
+        F0,
+        y,
+        loss=loss,
+        lr=lr,
+        momentum=momentum,
+        batch_size=batch_size,
+        steps=steps,
+        n_full=N,
+        seed=seed,
+        sde_paths=sde_paths,
+        progress=progress,
+        lam_max=lam_theta * len(idx),
+    )
+    fc = Forecast(
+        L,
+        A,
+        0.0,
+        kind,
+        kernel.method,
+        N,
+        len(idx),
+        kernel.n_params,
+        kernel.seconds,
+        details={
+            "effective_lr": dynamics.effective_lr(lr, momentum),
+            "theta_max_eig_over_n": lam_theta,
+            "max_stable_lr": dynamics.max_stable_lr(lam_dyn, momentum),
+        },
+    )
     if also_ode:
         t_ode = time.perf_counter()
-        Lo, Ao = (L, A) if kind == "ode" else run_dynamics("ode", kernel.theta, F0, y, loss=loss, lr=lr, momentum=momentum,
-                                                            batch_size=batch_size, steps=steps, n_full=N, seed=seed, sde_paths=sde_paths)
+        Lo, Ao = (
+            (L, A)
+            if kind == "ode"
+            else run_dynamics(
+                "ode",
+                kernel.theta,
+                F0,
+                y,
+                loss=loss,
+                lr=lr,
+                momentum=momentum,
+                batch_size=batch_size,
+                steps=steps,
+                n_full=N,
+                seed=seed,
+                sde_paths=sde_paths,
+            )
+        )
         ode_dyn_s = time.perf_counter() - t_ode
     if probe_fraction > 0 and steps > 1:
         k = min(steps - 1, max(1, math.ceil(probe_fraction * steps)))
@@ -176,30 +267,66 @@ def forecast(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor | np.
         probed = copy.deepcopy(model)
         from prenet.convergence.finetune import finetune
 
-        res = finetune(probed, inputs, torch.as_tensor(y_all, device=inputs.device), loss=loss, lr=lr, momentum=momentum,
-                       batch_size=batch_size, steps=k, seed=seed, log_x=x, log_y=torch.as_tensor(y, device=inputs.device))
+        res = finetune(
+            probed,
+            inputs,
+            torch.as_tensor(y_all, device=inputs.device),
+            loss=loss,
+            lr=lr,
+            momentum=momentum,
+            batch_size=batch_size,
+            steps=k,
+            seed=seed,
+            log_x=x,
+            log_y=torch.as_tensor(y, device=inputs.device),
+        )
         if res.diverged:
             if raise_on_probe_divergence:
-                raise dynamics.DivergenceError(f"the real fine-tuning diverged within the {k}-step probe at lr {lr:g} (momentum {momentum:g}): "
-                                               f"the network leaves its linear regime; lower lr or the momentum")
+                raise dynamics.DivergenceError(
+                    f"the real fine-tuning diverged within the {k}-step probe at lr {lr:g} (momentum {momentum:g}): "
+                    f"the network leaves its linear regime; lower lr or the momentum"
+                )
             fc.drift, fc.reliable = float("inf"), False
         else:
             kernel_k = empirical_ntk(probed, x, method=kernel.method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes)
             fc.drift = float(np.linalg.norm(kernel_k.theta - kernel.theta) / np.linalg.norm(kernel.theta))
             fc.reliable = fc.drift <= drift_threshold
             Fk = outputs(probed, x).double().cpu().numpy()
-            Lk, Ak = run_dynamics(kind, kernel_k.theta, Fk, y, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size,
-                                  steps=steps - k, n_full=N, seed=seed + 1, sde_paths=sde_paths)
-            fc.corrected = Forecast(np.concatenate([res.loss[:-1], Lk]), np.concatenate([res.accuracy[:-1], Ak]), 0.0, kind,
-                                    kernel.method, N, len(idx), kernel.n_params, kernel.seconds + kernel_k.seconds, probe_steps=k,
-                                    variant="corrected", plain_forecast=fc)
+            Lk, Ak = run_dynamics(
+                kind,
+                kernel_k.theta,
+                Fk,
+                y,
+                loss=loss,
+                lr=lr,
+                momentum=momentum,
+                batch_size=batch_size,
+                steps=steps - k,
+                n_full=N,
+                seed=seed + 1,
+                sde_paths=sde_paths,
+            )
+            fc.corrected = Forecast(
+                np.concatenate([res.loss[:-1], Lk]),
+                np.concatenate([res.accuracy[:-1], Ak]),
+                0.0,
+                kind,
+                kernel.method,
+                N,
+                len(idx),
+                kernel.n_params,
+                kernel.seconds + kernel_k.seconds,
+                probe_steps=k,
+                variant="corrected",
+                plain_forecast=fc,
+            )
         fc.details["probe_seconds"] = time.perf_counter() - t_probe
     fc.seconds = time.perf_counter() - t0
     if also_ode:
         ode_s = (fc.seconds - fc.details.get("probe_seconds", 0.0)) if kind == "ode" else kernel.seconds + ode_dyn_s
         fc.ode = Forecast(Lo, Ao, ode_s, "ode", kernel.method, N, len(idx), kernel.n_params, kernel.seconds)
         if kind != "ode":
-            fc.seconds -= ode_dyn_s   # the plain forecast's own cost excludes the optional ODE variant
+            fc.seconds -= ode_dyn_s  # the plain forecast's own cost excludes the optional ODE variant
     c = fc.corrected
     if c is None:
         return fc

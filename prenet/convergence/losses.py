@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-LOSSES = ("mse", "cross_entropy")
+from prenet.names import LOSSES
 
 
 def check_loss(kind: str) -> str:

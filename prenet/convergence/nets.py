@@ -69,7 +69,7 @@ def with_new_head(model: nn.Module, classes: int, *, seed: int, init_scale: floa
     old = model.head
     g = torch.Generator().manual_seed(seed)
     head = nn.Linear(old.in_features, classes)
-    bound = 1.0 / old.in_features ** 0.5
+    bound = 1.0 / old.in_features**0.5
     with torch.no_grad():
         head.weight.uniform_(-bound, bound, generator=g).mul_(init_scale)
         head.bias.uniform_(-bound, bound, generator=g).mul_(init_scale)

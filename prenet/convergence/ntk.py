@@ -65,14 +65,18 @@ def resolve_method(n: int, c: int, p: int, method: str, proj_dim: int, max_bytes
     need = required_bytes(n, c, p, method, proj_dim)
     if need > max_bytes:
         theta_only = (n * c) ** 2 * 8
-        hint = (f"use a subset of n samples (Θ needs (n·C)²·8 bytes: n ≤ {int(math.sqrt(max_bytes / 8 / 2)) // c} keeps Θ under half the limit)"
-                if theta_only > max_bytes / 2 else
-                f"use ntk='projection' with proj_dim ≤ {max(1, (max_bytes - theta_only) // (4 * n * c))}" if method == "exact" else
-                f"lower proj_dim (now {proj_dim}) or use a subset of samples")
+        hint = (
+            f"use a subset of n samples (Θ needs (n·C)²·8 bytes: n ≤ {int(math.sqrt(max_bytes / 8 / 2)) // c} keeps Θ under half the limit)"
+            if theta_only > max_bytes / 2
+            else f"use ntk='projection' with proj_dim ≤ {max(1, (max_bytes - theta_only) // (4 * n * c))}"
+            if method == "exact"
+            else f"lower proj_dim (now {proj_dim}) or use a subset of samples"
+        )
         raise ProblemTooLargeError(
             f"NTK too large for memory: N={n} samples × C={c} outputs × P={p:,} parameters with method={method} needs "
             f"{_gib(need)} (Jacobian {_gib(need - theta_only)}, Θ {_gib(theta_only)}), limit {_gib(max_bytes)}. "
-            f"To fix: {hint}, or raise max_bytes.")
+            f"To fix: {hint}, or raise max_bytes."
+        )
     return method
 
 
@@ -91,7 +95,7 @@ def outputs(model: nn.Module, x: torch.Tensor, *, chunk: int = 1024) -> torch.Te
     was = model.training
     model.eval()
     with torch.no_grad():
-        out = torch.cat([model(x[i:i + chunk]) for i in range(0, len(x), chunk)])
+        out = torch.cat([model(x[i : i + chunk]) for i in range(0, len(x), chunk)])
     model.train(was)
     return out
 
@@ -106,14 +110,13 @@ def jacobian(model: nn.Module, x: torch.Tensor, *, chunk: int = 64) -> torch.Ten
     jac_fn = vmap(jacrev(single), in_dims=(None, 0))
     blocks = []
     for i in range(0, len(x), chunk):
-        jd = jac_fn(params, x[i:i + chunk])
-        b, c = x[i:i + chunk].shape[0], next(iter(jd.values())).shape[1]
+        jd = jac_fn(params, x[i : i + chunk])
+        b, c = x[i : i + chunk].shape[0], next(iter(jd.values())).shape[1]
         blocks.append(torch.cat([v.reshape(b, c, -1) for v in jd.values()], dim=2).reshape(b * c, -1))
     return torch.cat(blocks)
 
 
-def projected_jacobian(model: nn.Module, x: torch.Tensor, proj_dim: int, *, seed: int = 0, chunk: int = 32,
-                       sample_chunk: int = 4096) -> torch.Tensor:
+def projected_jacobian(model: nn.Module, x: torch.Tensor, proj_dim: int, *, seed: int = 0, chunk: int = 32, sample_chunk: int = 4096) -> torch.Tensor:
     """J R / √k (N·C × k, float32) for k = ``proj_dim`` Gaussian directions, by forward-mode JVPs."""
     f, params = _functional(model)
     g = torch.Generator(device="cpu").manual_seed(seed)
@@ -124,15 +127,23 @@ def projected_jacobian(model: nn.Module, x: torch.Tensor, proj_dim: int, *, seed
         dirs = {n: torch.randn((k, *params[n].shape), generator=g).to(params[n].device, params[n].dtype) for n in names}
         parts = []
         for i in range(0, len(x), sample_chunk):
-            xi = x[i:i + sample_chunk]
+            xi = x[i : i + sample_chunk]
             tangent = vmap(lambda d: jvp(lambda p: f(p, xi), (params,), (d,))[1])(dirs)  # (k, n, C)
             parts.append(tangent.permute(1, 2, 0).reshape(-1, k))
         cols.append(torch.cat(parts))
     return torch.cat(cols, dim=1) / math.sqrt(proj_dim)
 
 
-def empirical_ntk(model: nn.Module, x: torch.Tensor, *, method: str = "auto", proj_dim: int = 2000, seed: int = 0,
-                  max_bytes: int = DEFAULT_MAX_BYTES, chunk: int = 64) -> NTK:
+def empirical_ntk(
+    model: nn.Module,
+    x: torch.Tensor,
+    *,
+    method: str = "auto",
+    proj_dim: int = 2000,
+    seed: int = 0,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    chunk: int = 64,
+) -> NTK:
     """Θ on the samples ``x`` at the model's current weights (eval mode)."""
     import time
 

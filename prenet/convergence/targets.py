@@ -25,8 +25,11 @@ def check_target(kind: str, value: float) -> float:
     if kind not in ok:
         raise PrenetError(f"unknown target kind {kind!r}; choose one of {', '.join(TARGET_KINDS)}")
     if not ok[kind]:
-        need = {"relative_eps": "a relative ε in (0, 1), e.g. 0.1", "loss": "a loss above 0 (cross-entropy and MSE cannot reach 0 or below)",
-                "accuracy": "an accuracy in (0, 1], e.g. 0.9 (a fraction, not a percentage)"}[kind]
+        need = {
+            "relative_eps": "a relative ε in (0, 1), e.g. 0.1",
+            "loss": "a loss above 0 (cross-entropy and MSE cannot reach 0 or below)",
+            "accuracy": "an accuracy in (0, 1], e.g. 0.9 (a fraction, not a percentage)",
+        }[kind]
         raise PrenetError(f"target {kind} = {value} cannot be reached; give {need}")
     return v
 

@@ -37,12 +37,12 @@ class Problem:
         if isinstance(rel, str) and rel.startswith("mod"):
             k = int(rel[3:])
             rel = {i: i % k for i in range(10)}
-        return Problem(tuple(c["classes"]) if c.get("classes") is not None else None,
-                       {int(k): int(v) for k, v in dict(rel).items()} if rel else None)
+        return Problem(tuple(c["classes"]) if c.get("classes") is not None else None, {int(k): int(v) for k, v in dict(rel).items()} if rel else None)
 
     def apply(self, d: datasets.ImageData, *, limit: int | None = None, seed: int = 0) -> datasets.ImageData:
-        return d.select(list(self.classes) if self.classes else (None if not self.relabel else sorted(self.relabel)),
-                        relabel=self.relabel, limit=limit, seed=seed)
+        return d.select(
+            list(self.classes) if self.classes else (None if not self.relabel else sorted(self.relabel)), relabel=self.relabel, limit=limit, seed=seed
+        )
 
 
 @dataclass(frozen=True)
@@ -67,19 +67,33 @@ class Task:
     def from_cfg(name: str, c: Mapping[str, Any]) -> "Task":
         p = dict(c.get("pretrain", {}))
         f = dict(c.get("finetune", {}))
-        return Task(name=name, dataset=str(c["dataset"]), arch=str(c["arch"]), widths=tuple(int(w) for w in c["widths"]),
-                    image_size=int(c.get("image_size", 8 if c["dataset"] == "digits" else 28)),
-                    pretrain=Problem.from_cfg(p), finetune=Problem.from_cfg(f), pretrain_epochs=int(p.get("epochs", 15)),
-                    pretrain_lr=float(p.get("lr", 3e-3)), pretrain_batch=int(p.get("batch_size", 64)),
-                    pretrain_limit=p.get("limit"), n_train=int(f.get("n_train", 512)),
-                    lrs=tuple(float(x) for x in c["lrs"]), regime=str(c.get("regime", "unknown")),
-                    sweep=dict(c["sweep"]) if c.get("sweep") else None)
+        return Task(
+            name=name,
+            dataset=str(c["dataset"]),
+            arch=str(c["arch"]),
+            widths=tuple(int(w) for w in c["widths"]),
+            image_size=int(c.get("image_size", 8 if c["dataset"] == "digits" else 28)),
+            pretrain=Problem.from_cfg(p),
+            finetune=Problem.from_cfg(f),
+            pretrain_epochs=int(p.get("epochs", 15)),
+            pretrain_lr=float(p.get("lr", 3e-3)),
+            pretrain_batch=int(p.get("batch_size", 64)),
+            pretrain_limit=p.get("limit"),
+            n_train=int(f.get("n_train", 512)),
+            lrs=tuple(float(x) for x in c["lrs"]),
+            regime=str(c.get("regime", "unknown")),
+            sweep=dict(c["sweep"]) if c.get("sweep") else None,
+        )
 
     def _data(self, split: str = "train") -> datasets.ImageData:
         d = datasets.load(self.dataset, split)
         if d.x.shape[-1] != self.image_size:
-            d = datasets.ImageData(d.name, torch.nn.functional.interpolate(d.x, size=(self.image_size, self.image_size),
-                                   mode="bilinear", align_corners=False), d.y, d.source)
+            d = datasets.ImageData(
+                d.name,
+                torch.nn.functional.interpolate(d.x, size=(self.image_size, self.image_size), mode="bilinear", align_corners=False),
+                d.y,
+                d.source,
+            )
         return d
 
     def pretrain_data(self) -> datasets.ImageData:
@@ -118,7 +132,7 @@ def pretrain(task: Task, *, seed: int = 0) -> tuple[nn.Module, dict]:
     for _ in range(task.pretrain_epochs):
         perm = torch.randperm(len(data), generator=g)
         for i in range(0, len(data), task.pretrain_batch):
-            b = perm[i:i + task.pretrain_batch]
+            b = perm[i : i + task.pretrain_batch]
             opt.zero_grad(set_to_none=True)
             torch.nn.functional.cross_entropy(model(data.x[b]), data.y[b]).backward()
             opt.step()
@@ -128,9 +142,19 @@ def pretrain(task: Task, *, seed: int = 0) -> tuple[nn.Module, dict]:
     with torch.no_grad():
         acc = float((model(data.x).argmax(1) == data.y).float().mean())
         test_acc = float((model(test.x).argmax(1) == test.y).float().mean())
-    return model, {"task": task.name, "arch": task.arch, "dataset": task.dataset, "data_source": data.source,
-                   "pretrain_samples": len(data), "pretrain_classes": int(data.y.max()) + 1, "train_accuracy": acc,
-                   "test_accuracy": test_acc, "seconds": seconds, "n_params": nets.n_params(model), "fingerprint": task.fingerprint()}
+    return model, {
+        "task": task.name,
+        "arch": task.arch,
+        "dataset": task.dataset,
+        "data_source": data.source,
+        "pretrain_samples": len(data),
+        "pretrain_classes": int(data.y.max()) + 1,
+        "train_accuracy": acc,
+        "test_accuracy": test_acc,
+        "seconds": seconds,
+        "n_params": nets.n_params(model),
+        "fingerprint": task.fingerprint(),
+    }
 
 
 def save(model: nn.Module, record: dict, folder: str | Path) -> Path:

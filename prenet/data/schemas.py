@@ -13,8 +13,7 @@ from pandera.api.polars.types import PolarsData
 import polars as pl
 
 from prenet.layers import DIRECTIONS, OPTIMIZERS, REGISTRY
-from prenet.outcome.space import OPTIMIZERS as CORPUS_OPTIMIZERS
-from prenet.outcome.space import SCHEDULES
+from prenet.names import CORPUS_OPTIMIZERS, LOSSES, SCHEDULES
 
 
 def _is_finite(data: PolarsData) -> pl.LazyFrame:
@@ -179,7 +178,6 @@ class ModelTimings(pa.DataFrameModel):
         name = "ModelTimings"
 
 
-LOSS_KINDS = ("mse", "cross_entropy")
 CURVE_SOURCES = ("real", "forecast", "default", "forecast_ode", "corrected", "linear_sgd", "dynamics_full")
 
 
@@ -193,7 +191,7 @@ class FinetuneRuns(pa.DataFrameModel):
     group_id: str = pa.Field(str_length={"min_value": 8})
     task: str
     arch: str
-    loss: str = pa.Field(isin=list(LOSS_KINDS))
+    loss: str = pa.Field(isin=list(LOSSES))
     lr: float = pa.Field(gt=0)
     momentum: float = pa.Field(ge=0, lt=1)
     batch_size: int = pa.Field(ge=1)

@@ -62,9 +62,20 @@ def _conv2d(m: nn.Conv2d, args, out) -> list[tuple[str, dict]]:
     if m.groups != 1:
         raise PrenetError(f"grouped/depthwise Conv2d (groups={m.groups}) is not in the layer registry yet")
     pad = m.padding if isinstance(m.padding, (tuple, list)) else (m.kernel_size[0] // 2 if m.padding == "same" else 0,)
-    return [("conv2d", {"batch": int(x.shape[0]), "in_channels": m.in_channels, "out_channels": m.out_channels,
-                        "kernel_size": _pair(m.kernel_size), "input_size": _square(int(x.shape[-2]), int(x.shape[-1])),
-                        "stride": _pair(m.stride), "padding": _pair(pad)})]
+    return [
+        (
+            "conv2d",
+            {
+                "batch": int(x.shape[0]),
+                "in_channels": m.in_channels,
+                "out_channels": m.out_channels,
+                "kernel_size": _pair(m.kernel_size),
+                "input_size": _square(int(x.shape[-2]), int(x.shape[-1])),
+                "stride": _pair(m.stride),
+                "padding": _pair(pad),
+            },
+        )
+    ]
 
 
 def _recurrent(m: nn.RNNBase, args, out) -> list[tuple[str, dict]]:
@@ -123,17 +134,38 @@ def _rowwise(op: str) -> Callable:
 
 
 MODULE_MAPPERS: dict[type, Callable] = {
-    nn.Linear: _linear, nn.Conv2d: _conv2d, nn.RNN: _recurrent, nn.LSTM: _recurrent, nn.GRU: _recurrent,
-    nn.MultiheadAttention: _mha, nn.Embedding: _embedding, nn.LayerNorm: _layernorm, nn.BatchNorm2d: _batchnorm,
-    nn.MaxPool2d: _pool("maxpool2d"), nn.AvgPool2d: _pool("avgpool2d"), nn.AdaptiveAvgPool2d: _pool("avgpool2d"),
+    nn.Linear: _linear,
+    nn.Conv2d: _conv2d,
+    nn.RNN: _recurrent,
+    nn.LSTM: _recurrent,
+    nn.GRU: _recurrent,
+    nn.MultiheadAttention: _mha,
+    nn.Embedding: _embedding,
+    nn.LayerNorm: _layernorm,
+    nn.BatchNorm2d: _batchnorm,
+    nn.MaxPool2d: _pool("maxpool2d"),
+    nn.AvgPool2d: _pool("avgpool2d"),
+    nn.AdaptiveAvgPool2d: _pool("avgpool2d"),
     nn.AdaptiveMaxPool2d: _pool("maxpool2d"),
-    nn.ReLU: _rowwise("relu"), nn.GELU: _rowwise("gelu"), nn.Tanh: _rowwise("tanh"), nn.Sigmoid: _rowwise("sigmoid"),
-    nn.Dropout: _rowwise("dropout"), nn.Softmax: _rowwise("softmax"),
+    nn.ReLU: _rowwise("relu"),
+    nn.GELU: _rowwise("gelu"),
+    nn.Tanh: _rowwise("tanh"),
+    nn.Sigmoid: _rowwise("sigmoid"),
+    nn.Dropout: _rowwise("dropout"),
+    nn.Softmax: _rowwise("softmax"),
 }
 #: Functional calls made outside any leaf module that are layers of their own.
 FUNCTIONAL: dict[Any, str] = {
-    F.relu: "relu", torch.relu: "relu", F.gelu: "gelu", torch.tanh: "tanh", torch.sigmoid: "sigmoid", F.dropout: "dropout",
-    torch.softmax: "softmax", F.softmax: "softmax", torch.Tensor.softmax: "softmax", torch.Tensor.relu: "relu",
+    F.relu: "relu",
+    torch.relu: "relu",
+    F.gelu: "gelu",
+    torch.tanh: "tanh",
+    torch.sigmoid: "sigmoid",
+    F.dropout: "dropout",
+    torch.softmax: "softmax",
+    F.softmax: "softmax",
+    torch.Tensor.softmax: "softmax",
+    torch.Tensor.relu: "relu",
 }
 ADDS = {torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__, torch.Tensor.__iadd__, torch.Tensor.add_}
 
@@ -205,7 +237,7 @@ def trace(module: nn.Module, *inputs: torch.Tensor) -> tuple[list[LayerCall], An
         def pre(mod, args):
             w.depth += 1
 
-        def post(mod, args, out, _name=name or type(m).__name__, _map=mapper):
+        def post(mod, args, out, _name=name or type(m).__name__, _map=mapper):  # noqa: B008 (binds this module's name now)
             w.depth -= 1
             if w.depth == 0:
                 for op, shape in _map(mod, args, out):

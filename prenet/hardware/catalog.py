@@ -144,6 +144,21 @@ def resolve_name(name: str) -> str:
     )
 
 
+def alias_note(name: str) -> str | None:
+    """A one-line note when ``name`` reached its catalog entry through an alias or a short name while other catalog
+    entries share that name (``h100`` → ``H100 SXM5 80GB`` while an H100 PCIe exists): say which was chosen."""
+    if name == "local" or name.endswith((".yaml", ".yml")):
+        return None
+    chosen = resolve_name(name)
+    key = _norm(name)
+    if key == _norm(chosen):
+        return None
+    others = sorted(k for k in _load(str(data_dir())) if k != chosen and key in _norm(k))
+    if not others:
+        return None
+    return f"{name!r} means {chosen}; other variants: {', '.join(others)} (name one to choose it)"
+
+
 def get(name: str) -> HardwareSpec:
     """Catalog entry by name (see :func:`resolve_name`)."""
     return _load(str(data_dir()))[resolve_name(name)]

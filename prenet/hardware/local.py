@@ -122,8 +122,13 @@ def detect_cpu(threads: int = 1, bandwidth_mb: int = 256) -> HardwareSpec:
         source="local detection (GEMM-measured peaks, copy-measured bandwidth)",
         peak_bf16_tflops=bf16,
         cache_bw_gbps=cache_bw,
-        extra={"model": model, "simd_bits": simd, "logical_cpus": cores, "threads": used,
-               "simd_peak_fp32_tflops": cpu_peak_tflops(used, clock, simd)},
+        extra={
+            "model": model,
+            "simd_bits": simd,
+            "logical_cpus": cores,
+            "threads": used,
+            "simd_peak_fp32_tflops": cpu_peak_tflops(used, clock, simd),
+        },
     )
 
 

@@ -57,8 +57,7 @@ class HardwareSpec:
     def peak_tflops(self, unit: str) -> float | None:
         """Peak TFLOP/s of arithmetic unit ``unit`` (fp32 | tf32 | fp16 | bf16); None where the spec sheet has no such
         unit (e.g. bf16 on a V100, tf32 on a CPU)."""
-        return {"fp32": self.peak_fp32_tflops, "tf32": self.peak_tf32_tflops, "fp16": self.peak_fp16_tflops,
-                "bf16": self.peak_bf16_tflops}[unit]
+        return {"fp32": self.peak_fp32_tflops, "tf32": self.peak_tf32_tflops, "fp16": self.peak_fp16_tflops, "bf16": self.peak_bf16_tflops}[unit]
 
     def features(self) -> dict[str, float]:
         """Hardware features used by the step-time regressors (PreNeT Table 1, hardware part)."""

@@ -28,6 +28,14 @@ def layer_type(op: str) -> LayerType:
 
 
 __all__ = [
-    "ALL_SHAPE_COLUMNS", "DIRECTIONS", "DTYPE_BYTES", "OPTIMIZERS", "REGISTRY", "LayerCost", "LayerType",
-    "direction_bytes", "direction_flops", "layer_type",
+    "ALL_SHAPE_COLUMNS",
+    "DIRECTIONS",
+    "DTYPE_BYTES",
+    "OPTIMIZERS",
+    "REGISTRY",
+    "LayerCost",
+    "LayerType",
+    "direction_bytes",
+    "direction_flops",
+    "layer_type",
 ]

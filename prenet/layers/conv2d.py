@@ -42,9 +42,9 @@ def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
 
 
 def build(cfg: dict[str, int], device: str, dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor]:
-    module = nn.Conv2d(
-        cfg["in_channels"], cfg["out_channels"], cfg["kernel_size"], stride=cfg["stride"], padding=cfg["padding"]
-    ).to(device=device, dtype=dtype)
+    module = nn.Conv2d(cfg["in_channels"], cfg["out_channels"], cfg["kernel_size"], stride=cfg["stride"], padding=cfg["padding"]).to(
+        device=device, dtype=dtype
+    )
     x = torch.randn(cfg["batch"], cfg["in_channels"], cfg["input_size"], cfg["input_size"], device=device, dtype=dtype)
     return module, x
 

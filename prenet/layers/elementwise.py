@@ -56,8 +56,13 @@ def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
     raise ValueError(f"space {space} admits no configuration under max_elements")
 
 
-def _make(op: str, module: Callable[[int, int], nn.Module], flops_per_element: float, weights: Callable[[int], int] = lambda h: 0,
-          scalar_output: bool = False) -> LayerType:
+def _make(
+    op: str,
+    module: Callable[[int, int], nn.Module],
+    flops_per_element: float,
+    weights: Callable[[int], int] = lambda h: 0,
+    scalar_output: bool = False,
+) -> LayerType:
     def build(cfg: dict[str, int], device: str, dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor]:
         b, h = cfg["batch"], cfg["hidden"]
         return module(b, h).to(device=device, dtype=dtype), torch.randn(b, h, device=device, dtype=dtype)

@@ -47,6 +47,7 @@ def _capped(space: dict[str, Any], draw, flops) -> dict[str, int]:
 
 # ---- recurrent ----------------------------------------------------------------------------------------------
 
+
 def _rnn_type(kind: str) -> LayerType:
     g = GATES[kind]
 
@@ -54,13 +55,25 @@ def _rnn_type(kind: str) -> LayerType:
         """Per step: the gate matmuls, 2·batch·gates·hidden·(in + hidden) FLOPs (gate non-linearities not counted)."""
         b, t, i, h = cfg["batch"], cfg["seq_len"], cfg["in_features"], cfg["hidden_size"]
         params = g * h * (i + h) + 2 * g * h
-        return LayerCost(forward_flops=2.0 * b * t * g * h * (i + h), params=params, weight_bytes=params * dtype_bytes,
-                         input_bytes=b * t * i * dtype_bytes, output_bytes=b * t * h * dtype_bytes)
+        return LayerCost(
+            forward_flops=2.0 * b * t * g * h * (i + h),
+            params=params,
+            weight_bytes=params * dtype_bytes,
+            input_bytes=b * t * i * dtype_bytes,
+            output_bytes=b * t * h * dtype_bytes,
+        )
 
     def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
-        return _capped(space, lambda: {"batch": log_uniform_int(rng, *space["batch"]), "seq_len": log_uniform_int(rng, *space["seq_len"]),
-                                       "in_features": log_uniform_int(rng, *space["in_features"]),
-                                       "hidden_size": log_uniform_int(rng, *space["hidden_size"])}, lambda c: cost(c, 4).forward_flops)
+        return _capped(
+            space,
+            lambda: {
+                "batch": log_uniform_int(rng, *space["batch"]),
+                "seq_len": log_uniform_int(rng, *space["seq_len"]),
+                "in_features": log_uniform_int(rng, *space["in_features"]),
+                "hidden_size": log_uniform_int(rng, *space["hidden_size"]),
+            },
+            lambda c: cost(c, 4).forward_flops,
+        )
 
     def build(cfg, device, dtype):
         m = RecurrentLayer(kind, cfg["in_features"], cfg["hidden_size"]).to(device=device, dtype=dtype)
@@ -74,20 +87,30 @@ RNN, LSTM, GRU = _rnn_type("rnn"), _rnn_type("lstm"), _rnn_type("gru")
 
 # ---- attention ----------------------------------------------------------------------------------------------
 
+
 def cost_mha(cfg: dict[str, int], dtype_bytes: int) -> LayerCost:
     """Q/K/V and output projections 8·B·L·E², scores and weighted sum 4·B·L²·E (softmax not counted)."""
     b, t, e = cfg["batch"], cfg["seq_len"], cfg["embed_dim"]
     params = 4 * e * e + 4 * e
-    return LayerCost(forward_flops=8.0 * b * t * e * e + 4.0 * b * t * t * e, params=params, weight_bytes=params * dtype_bytes,
-                     input_bytes=b * t * e * dtype_bytes, output_bytes=b * t * e * dtype_bytes)
+    return LayerCost(
+        forward_flops=8.0 * b * t * e * e + 4.0 * b * t * t * e,
+        params=params,
+        weight_bytes=params * dtype_bytes,
+        input_bytes=b * t * e * dtype_bytes,
+        output_bytes=b * t * e * dtype_bytes,
+    )
 
 
 def sample_mha(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
     def draw():
         heads = int(rng.choice(space["num_heads"]))
         head_dim = log_uniform_int(rng, *space["head_dim"])
-        return {"batch": log_uniform_int(rng, *space["batch"]), "seq_len": log_uniform_int(rng, *space["seq_len"]),
-                "embed_dim": heads * head_dim, "num_heads": heads}
+        return {
+            "batch": log_uniform_int(rng, *space["batch"]),
+            "seq_len": log_uniform_int(rng, *space["seq_len"]),
+            "embed_dim": heads * head_dim,
+            "num_heads": heads,
+        }
 
     return _capped(space, draw, lambda c: cost_mha(c, 4).forward_flops)
 
@@ -102,17 +125,21 @@ MHA = LayerType(op="mha", shape_columns=("batch", "seq_len", "embed_dim", "num_h
 
 # ---- embedding ----------------------------------------------------------------------------------------------
 
+
 def cost_embedding(cfg: dict[str, int], dtype_bytes: int) -> LayerCost:
     """A gather: no FLOPs; reads the looked-up rows, writes [batch, seq_len, embedding_dim]."""
     b, t, v, d = cfg["batch"], cfg["seq_len"], cfg["num_embeddings"], cfg["embedding_dim"]
-    return LayerCost(forward_flops=0.0, params=v * d, weight_bytes=v * d * dtype_bytes, input_bytes=b * t * 8,
-                     output_bytes=b * t * d * dtype_bytes)
+    return LayerCost(forward_flops=0.0, params=v * d, weight_bytes=v * d * dtype_bytes, input_bytes=b * t * 8, output_bytes=b * t * d * dtype_bytes)
 
 
 def sample_embedding(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
     for _ in range(1000):
-        cfg = {"batch": log_uniform_int(rng, *space["batch"]), "seq_len": log_uniform_int(rng, *space["seq_len"]),
-               "num_embeddings": log_uniform_int(rng, *space["num_embeddings"]), "embedding_dim": log_uniform_int(rng, *space["embedding_dim"])}
+        cfg = {
+            "batch": log_uniform_int(rng, *space["batch"]),
+            "seq_len": log_uniform_int(rng, *space["seq_len"]),
+            "num_embeddings": log_uniform_int(rng, *space["num_embeddings"]),
+            "embedding_dim": log_uniform_int(rng, *space["embedding_dim"]),
+        }
         if cfg["num_embeddings"] * cfg["embedding_dim"] <= float(space.get("max_params", float("inf"))):
             return cfg
     raise ValueError(f"space {space} admits no configuration under max_params")
@@ -123,5 +150,10 @@ def build_embedding(cfg, device, dtype):
     return m, torch.randint(0, cfg["num_embeddings"], (cfg["batch"], cfg["seq_len"]), device=device)
 
 
-EMBEDDING = LayerType(op="embedding", shape_columns=("batch", "seq_len", "num_embeddings", "embedding_dim"),
-                      sample=sample_embedding, build=build_embedding, cost=cost_embedding)
+EMBEDDING = LayerType(
+    op="embedding",
+    shape_columns=("batch", "seq_len", "num_embeddings", "embedding_dim"),
+    sample=sample_embedding,
+    build=build_embedding,
+    cost=cost_embedding,
+)

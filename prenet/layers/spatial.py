@@ -18,8 +18,11 @@ def _pool_out(cfg: dict[str, int]) -> int:
 
 def sample_bn(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
     for _ in range(1000):
-        cfg = {"batch": log_uniform_int(rng, *space["batch"]), "channels": log_uniform_int(rng, *space["channels"]),
-               "input_size": log_uniform_int(rng, *space["input_size"])}
+        cfg = {
+            "batch": log_uniform_int(rng, *space["batch"]),
+            "channels": log_uniform_int(rng, *space["channels"]),
+            "input_size": log_uniform_int(rng, *space["input_size"]),
+        }
         if cfg["batch"] * cfg["channels"] * cfg["input_size"] ** 2 <= float(space.get("max_elements", float("inf"))):
             return cfg
     raise ValueError(f"space {space} admits no configuration under max_elements")
@@ -62,13 +65,30 @@ def cost_pool(cfg: dict[str, int], dtype_bytes: int) -> LayerCost:
     o = _pool_out(cfg)
     out = cfg["batch"] * cfg["channels"] * o * o
     inp = cfg["batch"] * cfg["channels"] * cfg["input_size"] ** 2
-    return LayerCost(forward_flops=float(out * cfg["kernel_size"] ** 2), params=0, weight_bytes=0,
-                     input_bytes=inp * dtype_bytes, output_bytes=out * dtype_bytes)
+    return LayerCost(
+        forward_flops=float(out * cfg["kernel_size"] ** 2), params=0, weight_bytes=0, input_bytes=inp * dtype_bytes, output_bytes=out * dtype_bytes
+    )
 
 
 BATCHNORM2D = LayerType(op="batchnorm2d", shape_columns=("batch", "channels", "input_size"), sample=sample_bn, build=build_bn, cost=cost_bn)
 _POOL_COLS = ("batch", "channels", "input_size", "kernel_size", "stride")
-MAXPOOL2D = LayerType(op="maxpool2d", shape_columns=_POOL_COLS, sample=sample_pool, build=_pool_builder(nn.MaxPool2d), cost=cost_pool, trainable=False,
-                      derived_columns=("output_size",), derive=lambda cfg: {"output_size": _pool_out(cfg)})
-AVGPOOL2D = LayerType(op="avgpool2d", shape_columns=_POOL_COLS, sample=sample_pool, build=_pool_builder(nn.AvgPool2d), cost=cost_pool, trainable=False,
-                      derived_columns=("output_size",), derive=lambda cfg: {"output_size": _pool_out(cfg)})
+MAXPOOL2D = LayerType(
+    op="maxpool2d",
+    shape_columns=_POOL_COLS,
+    sample=sample_pool,
+    build=_pool_builder(nn.MaxPool2d),
+    cost=cost_pool,
+    trainable=False,
+    derived_columns=("output_size",),
+    derive=lambda cfg: {"output_size": _pool_out(cfg)},
+)
+AVGPOOL2D = LayerType(
+    op="avgpool2d",
+    shape_columns=_POOL_COLS,
+    sample=sample_pool,
+    build=_pool_builder(nn.AvgPool2d),
+    cost=cost_pool,
+    trainable=False,
+    derived_columns=("output_size",),
+    derive=lambda cfg: {"output_size": _pool_out(cfg)},
+)

@@ -20,8 +20,21 @@ import torch
 
 #: The families, in the order the report lists them.
 FAMILIES: tuple[str, ...] = (
-    "gemm", "conv", "conv_grouped", "conv_depthwise", "attention", "norm", "softmax", "elementwise", "reduction",
-    "embedding", "rnn", "copy", "loss", "optimizer", "other",
+    "gemm",
+    "conv",
+    "conv_grouped",
+    "conv_depthwise",
+    "attention",
+    "norm",
+    "softmax",
+    "elementwise",
+    "reduction",
+    "embedding",
+    "rnn",
+    "copy",
+    "loss",
+    "optimizer",
+    "other",
 )
 
 #: Families whose ops run on tensor cores in fp16 / bf16 (everything else uses the FP32 units) ...
@@ -30,48 +43,236 @@ TENSOR_CORE_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "attention", "
 TF32_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "rnn"})
 
 _GEMM = {"mm", "addmm", "bmm", "baddbmm", "linear", "matmul", "addbmm", "addmv", "mv", "dot", "_int_mm"}
-_CONV = {"convolution", "_convolution", "convolution_backward", "_slow_conv2d_forward", "_slow_conv2d_backward",
-         "mkldnn_convolution", "cudnn_convolution", "thnn_conv2d", "_conv_depthwise2d", "slow_conv3d_forward",
-         "slow_conv_dilated2d", "slow_conv_transpose2d"}
+_CONV = {
+    "convolution",
+    "_convolution",
+    "convolution_backward",
+    "_slow_conv2d_forward",
+    "_slow_conv2d_backward",
+    "mkldnn_convolution",
+    "cudnn_convolution",
+    "thnn_conv2d",
+    "_conv_depthwise2d",
+    "slow_conv3d_forward",
+    "slow_conv_dilated2d",
+    "slow_conv_transpose2d",
+}
 _ATTENTION_PREFIX = ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "scaled_dot_product")
-_NORM = {"native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-         "_native_batch_norm_legit_no_training", "native_layer_norm", "native_layer_norm_backward", "native_group_norm",
-         "native_group_norm_backward", "batch_norm_backward", "_batch_norm_with_update", "_batch_norm_no_update",
-         "cudnn_batch_norm", "cudnn_batch_norm_backward", "miopen_batch_norm", "_fused_rms_norm", "_fused_rms_norm_backward",
-         "batch_norm_stats", "batch_norm_elemt", "batch_norm_gather_stats"}
+_NORM = {
+    "native_batch_norm",
+    "native_batch_norm_backward",
+    "_native_batch_norm_legit",
+    "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training",
+    "native_layer_norm",
+    "native_layer_norm_backward",
+    "native_group_norm",
+    "native_group_norm_backward",
+    "batch_norm_backward",
+    "_batch_norm_with_update",
+    "_batch_norm_no_update",
+    "cudnn_batch_norm",
+    "cudnn_batch_norm_backward",
+    "miopen_batch_norm",
+    "_fused_rms_norm",
+    "_fused_rms_norm_backward",
+    "batch_norm_stats",
+    "batch_norm_elemt",
+    "batch_norm_gather_stats",
+}
 _SOFTMAX = {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "softmax", "log_softmax"}
-_REDUCTION = {"sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "norm", "linalg_vector_norm", "var",
-              "std", "var_mean", "std_mean", "logsumexp", "cumsum", "all", "any", "_foreach_norm", "max_pool2d_with_indices",
-              "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward", "_adaptive_avg_pool2d",
-              "_adaptive_avg_pool2d_backward", "adaptive_max_pool2d", "adaptive_max_pool2d_backward", "max_pool1d",
-              "max_pool1d_with_indices", "avg_pool1d", "max_pool3d_with_indices", "avg_pool3d", "_adaptive_avg_pool3d"}
-_EMBEDDING = {"embedding", "embedding_dense_backward", "index_select", "gather", "scatter", "scatter_add", "index_add",
-              "index_put", "_index_put_impl", "index", "take", "embedding_renorm_", "_embedding_bag", "scatter_reduce",
-              "masked_scatter", "index_copy", "_unsafe_index", "_unsafe_index_put"}
-_COPY = {"clone", "_to_copy", "copy", "copy_", "contiguous", "cat", "stack", "constant_pad_nd", "repeat", "_unsafe_view",
-         "flip", "roll", "fill", "fill_", "zero", "zero_", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
-         "new_full", "masked_fill", "where", "tril", "triu", "_reshape_copy", "narrow_copy", "split_with_sizes_copy",
-         "reflection_pad2d", "replication_pad2d", "upsample_nearest2d", "upsample_bilinear2d",
-         "upsample_nearest2d_backward", "upsample_bilinear2d_backward", "col2im", "im2col", "lift_fresh_copy",
-         "select_backward", "slice_backward", "select_scatter", "slice_scatter", "as_strided_scatter", "diagonal_backward",
-         "unfold_backward", "permute_copy", "transpose_copy", "expand_copy", "view_copy"}
-_LOSS = {"nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward", "mse_loss", "mse_loss_backward",
-         "binary_cross_entropy", "binary_cross_entropy_backward", "binary_cross_entropy_with_logits", "l1_loss",
-         "smooth_l1_loss", "smooth_l1_loss_backward", "huber_loss", "huber_loss_backward", "kl_div", "cross_entropy_loss"}
-_RNN_OPS = {"_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_backward",
-            "lstm", "gru", "rnn_tanh", "rnn_relu", "_cudnn_rnn", "_cudnn_rnn_backward", "mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"}
+_REDUCTION = {
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "prod",
+    "norm",
+    "linalg_vector_norm",
+    "var",
+    "std",
+    "var_mean",
+    "std_mean",
+    "logsumexp",
+    "cumsum",
+    "all",
+    "any",
+    "_foreach_norm",
+    "max_pool2d_with_indices",
+    "max_pool2d_with_indices_backward",
+    "avg_pool2d",
+    "avg_pool2d_backward",
+    "_adaptive_avg_pool2d",
+    "_adaptive_avg_pool2d_backward",
+    "adaptive_max_pool2d",
+    "adaptive_max_pool2d_backward",
+    "max_pool1d",
+    "max_pool1d_with_indices",
+    "avg_pool1d",
+    "max_pool3d_with_indices",
+    "avg_pool3d",
+    "_adaptive_avg_pool3d",
+}
+_EMBEDDING = {
+    "embedding",
+    "embedding_dense_backward",
+    "index_select",
+    "gather",
+    "scatter",
+    "scatter_add",
+    "index_add",
+    "index_put",
+    "_index_put_impl",
+    "index",
+    "take",
+    "embedding_renorm_",
+    "_embedding_bag",
+    "scatter_reduce",
+    "masked_scatter",
+    "index_copy",
+    "_unsafe_index",
+    "_unsafe_index_put",
+}
+_COPY = {
+    "clone",
+    "_to_copy",
+    "copy",
+    "copy_",
+    "contiguous",
+    "cat",
+    "stack",
+    "constant_pad_nd",
+    "repeat",
+    "_unsafe_view",
+    "flip",
+    "roll",
+    "fill",
+    "fill_",
+    "zero",
+    "zero_",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "new_zeros",
+    "new_ones",
+    "new_full",
+    "masked_fill",
+    "where",
+    "tril",
+    "triu",
+    "_reshape_copy",
+    "narrow_copy",
+    "split_with_sizes_copy",
+    "reflection_pad2d",
+    "replication_pad2d",
+    "upsample_nearest2d",
+    "upsample_bilinear2d",
+    "upsample_nearest2d_backward",
+    "upsample_bilinear2d_backward",
+    "col2im",
+    "im2col",
+    "lift_fresh_copy",
+    "select_backward",
+    "slice_backward",
+    "select_scatter",
+    "slice_scatter",
+    "as_strided_scatter",
+    "diagonal_backward",
+    "unfold_backward",
+    "permute_copy",
+    "transpose_copy",
+    "expand_copy",
+    "view_copy",
+}
+_LOSS = {
+    "nll_loss_forward",
+    "nll_loss_backward",
+    "nll_loss2d_forward",
+    "nll_loss2d_backward",
+    "mse_loss",
+    "mse_loss_backward",
+    "binary_cross_entropy",
+    "binary_cross_entropy_backward",
+    "binary_cross_entropy_with_logits",
+    "l1_loss",
+    "smooth_l1_loss",
+    "smooth_l1_loss_backward",
+    "huber_loss",
+    "huber_loss_backward",
+    "kl_div",
+    "cross_entropy_loss",
+}
+_RNN_OPS = {
+    "_thnn_fused_lstm_cell",
+    "_thnn_fused_lstm_cell_backward_impl",
+    "_thnn_fused_gru_cell",
+    "_thnn_fused_gru_cell_backward",
+    "lstm",
+    "gru",
+    "rnn_tanh",
+    "rnn_relu",
+    "_cudnn_rnn",
+    "_cudnn_rnn_backward",
+    "mkldnn_rnn_layer",
+    "mkldnn_rnn_layer_backward",
+}
 #: Ops that allocate or alias and move no data: not timed, not listed.
-FREE = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "alias", "lift_fresh", "_local_scalar_dense",
-        "resize_", "set_", "_has_compatible_shallow_copy_type", "is_same_size", "_to_dense", "sym_size", "sym_stride", "sym_numel",
-        "record_stream", "_version", "equal", "size", "stride", "numel", "dim", "is_nonzero", "item",
-        # in-place metadata changes (they move no data, and repeating one while timing would undo it)
-        "t_", "transpose_", "squeeze_", "unsqueeze_", "as_strided_", "resize_as_", "swapaxes_", "swapdims_", "detach_"}
+FREE = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "detach",
+    "alias",
+    "lift_fresh",
+    "_local_scalar_dense",
+    "resize_",
+    "set_",
+    "_has_compatible_shallow_copy_type",
+    "is_same_size",
+    "_to_dense",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "record_stream",
+    "_version",
+    "equal",
+    "size",
+    "stride",
+    "numel",
+    "dim",
+    "is_nonzero",
+    "item",
+    # in-place metadata changes (they move no data, and repeating one while timing would undo it)
+    "t_",
+    "transpose_",
+    "squeeze_",
+    "unsqueeze_",
+    "as_strided_",
+    "resize_as_",
+    "swapaxes_",
+    "swapdims_",
+    "detach_",
+}
 
 #: Families that a trained efficiency model answers by analogy when its own family has no data on a device kind:
 #: the analogy is named in every answer (``estimate`` column).
 ANALOGY: dict[str, str] = {
-    "conv_grouped": "conv", "conv_depthwise": "elementwise", "attention": "gemm", "norm": "softmax", "reduction": "elementwise",
-    "embedding": "elementwise", "copy": "elementwise", "loss": "softmax", "optimizer": "elementwise", "rnn": "gemm",
+    "conv_grouped": "conv",
+    "conv_depthwise": "elementwise",
+    "attention": "gemm",
+    "norm": "softmax",
+    "reduction": "elementwise",
+    "embedding": "elementwise",
+    "copy": "elementwise",
+    "loss": "softmax",
+    "optimizer": "elementwise",
+    "rnn": "gemm",
     "softmax": "elementwise",
 }  # "other" has no analogy: an op of no family is estimated by its roofline alone
 
@@ -86,10 +287,34 @@ def base_name(func: Any) -> str:
 
 
 #: Elementwise ops torch does not tag ``pointwise`` (random fills, comparisons' outputs, dropout).
-_ELEMENTWISE_EXTRA = {"native_dropout", "native_dropout_backward", "bernoulli", "bernoulli_", "uniform_", "normal_", "rand_like",
-                      "randn_like", "where", "masked_fill_", "clamp_min_", "clamp_max_", "sign", "lerp_", "threshold",
-                      "hardtanh_backward", "silu_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "elu_backward",
-                      "leaky_relu_backward", "softplus_backward", "hardswish_backward", "hardsigmoid_backward", "mish_backward"}
+_ELEMENTWISE_EXTRA = {
+    "native_dropout",
+    "native_dropout_backward",
+    "bernoulli",
+    "bernoulli_",
+    "uniform_",
+    "normal_",
+    "rand_like",
+    "randn_like",
+    "where",
+    "masked_fill_",
+    "clamp_min_",
+    "clamp_max_",
+    "sign",
+    "lerp_",
+    "threshold",
+    "hardtanh_backward",
+    "silu_backward",
+    "gelu_backward",
+    "sigmoid_backward",
+    "tanh_backward",
+    "elu_backward",
+    "leaky_relu_backward",
+    "softplus_backward",
+    "hardswish_backward",
+    "hardsigmoid_backward",
+    "mish_backward",
+}
 
 
 #: Work per element of an elementwise op beyond moving it (the ``op_class`` feature of the efficiency model): 0 = a
@@ -97,14 +322,74 @@ _ELEMENTWISE_EXTRA = {"native_dropout", "native_dropout_backward", "bernoulli", 
 #: SiLU and their backwards), 3 = a random draw (dropout masks: a counter-based RNG per element). The classes
 #: order the arithmetic cost per element; ops not listed are 0.
 _OP_CLASS: dict[str, int] = {
-    **dict.fromkeys(("div", "div_", "sqrt", "rsqrt", "reciprocal", "addcdiv", "addcdiv_", "_foreach_div", "_foreach_sqrt",
-                     "_foreach_addcdiv_", "_foreach_div_", "_foreach_sqrt_", "remainder", "fmod"), 1),
-    **dict.fromkeys(("exp", "exp_", "log", "log1p", "expm1", "tanh", "tanh_backward", "sigmoid", "sigmoid_backward", "gelu",
-                     "gelu_backward", "silu", "silu_backward", "erf", "erfinv", "pow", "pow_", "sin", "cos", "softplus",
-                     "softplus_backward", "mish", "mish_backward", "elu", "elu_backward", "log_sigmoid_forward",
-                     "log_sigmoid_backward", "_foreach_pow", "_foreach_exp"), 2),
-    **dict.fromkeys(("bernoulli", "bernoulli_", "native_dropout", "uniform_", "normal_", "rand_like", "randn_like", "randint_like",
-                     "exponential_", "multinomial"), 3),
+    **dict.fromkeys(
+        (
+            "div",
+            "div_",
+            "sqrt",
+            "rsqrt",
+            "reciprocal",
+            "addcdiv",
+            "addcdiv_",
+            "_foreach_div",
+            "_foreach_sqrt",
+            "_foreach_addcdiv_",
+            "_foreach_div_",
+            "_foreach_sqrt_",
+            "remainder",
+            "fmod",
+        ),
+        1,
+    ),
+    **dict.fromkeys(
+        (
+            "exp",
+            "exp_",
+            "log",
+            "log1p",
+            "expm1",
+            "tanh",
+            "tanh_backward",
+            "sigmoid",
+            "sigmoid_backward",
+            "gelu",
+            "gelu_backward",
+            "silu",
+            "silu_backward",
+            "erf",
+            "erfinv",
+            "pow",
+            "pow_",
+            "sin",
+            "cos",
+            "softplus",
+            "softplus_backward",
+            "mish",
+            "mish_backward",
+            "elu",
+            "elu_backward",
+            "log_sigmoid_forward",
+            "log_sigmoid_backward",
+            "_foreach_pow",
+            "_foreach_exp",
+        ),
+        2,
+    ),
+    **dict.fromkeys(
+        (
+            "bernoulli",
+            "bernoulli_",
+            "native_dropout",
+            "uniform_",
+            "normal_",
+            "rand_like",
+            "randn_like",
+            "randint_like",
+            "exponential_",
+            "multinomial",
+        ),
+        3,
+    ),
 }
 
 
@@ -118,11 +403,11 @@ def winograd_3x3(name: str, shapes: str, out_shapes: str | None, groups: int) ->
     2.25× fewer multiplies (F(2×2, 3×3)) than the direct FLOPs counted here."""
     if groups > 1 or "dilated" in name or not (name.startswith("conv") or name in _CONV):
         return False
-    four = [d for d in _dims(shapes) if len(d) == 4]          # forward: x, weight; backward: grad_out, x, weight
+    four = [d for d in _dims(shapes) if len(d) == 4]  # forward: x, weight; backward: grad_out, x, weight
     if len(four) < 2 or four[-1][2:] != [3, 3]:
         return False
     acts = four[:-1]
-    if len(acts) == 1:                                         # forward: compare the input with the output
+    if len(acts) == 1:  # forward: compare the input with the output
         outs = [d for d in _dims(out_shapes) if len(d) == 4]
         acts = acts + outs[:1]
     return len(acts) >= 2 and acts[0][2:] == acts[1][2:]
@@ -138,8 +423,13 @@ def family_of(name: str, *, phase: str, in_rnn: bool, groups: int = 1, channels:
     """The family of ATen op ``name`` executed in ``phase`` (forward | backward | optimizer); ``in_rnn``: it runs inside a
     recurrent module; ``groups``/``channels``: a convolution's groups and input channels; ``pointwise``: torch tags the op
     ``pointwise``. An op of no family is ``other``: estimated by its roofline alone (and said so)."""
-    if phase == "optimizer" or name.startswith("_foreach") or name.startswith("_fused_adam") or name.startswith("_fused_sgd") \
-            or name.startswith("_amp_"):
+    if (
+        phase == "optimizer"
+        or name.startswith("_foreach")
+        or name.startswith("_fused_adam")
+        or name.startswith("_fused_sgd")
+        or name.startswith("_amp_")
+    ):
         return "optimizer"
     if in_rnn or name in _RNN_OPS:
         return "rnn"

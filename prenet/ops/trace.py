@@ -28,8 +28,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from prenet.errors import PrenetError
 from prenet.ops.autocast import Autocast
-from prenet.ops.families import (FREE, TENSOR_CORE_FAMILIES, TF32_FAMILIES, base_name, conv_groups, family_of, gemm_view, moved_bytes, nbytes,
-                                 op_flops, tensors)
+from prenet.ops.families import (
+    FREE,
+    TENSOR_CORE_FAMILIES,
+    TF32_FAMILIES,
+    base_name,
+    conv_groups,
+    family_of,
+    gemm_view,
+    moved_bytes,
+    nbytes,
+    op_flops,
+    tensors,
+)
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
@@ -82,10 +93,28 @@ class StepTrace:
         return pl.DataFrame([asdict(r) for r in self.records], schema=OP_SCHEMA, orient="row")
 
 
-OP_SCHEMA = {"op": pl.String, "family": pl.String, "phase": pl.String, "module": pl.String, "flops": pl.Float64, "bytes": pl.Int64,
-             "dtype": pl.String, "unit": pl.String, "batch": pl.Int64, "m": pl.Int64, "n": pl.Int64, "k": pl.Int64, "groups": pl.Int64,
-             "out_numel": pl.Int64, "layout": pl.Int64, "shapes": pl.String,
-             "out_shapes": pl.String, "strides": pl.String, "measured_ms": pl.Float64, "spread_rel": pl.Float64}
+OP_SCHEMA = {
+    "op": pl.String,
+    "family": pl.String,
+    "phase": pl.String,
+    "module": pl.String,
+    "flops": pl.Float64,
+    "bytes": pl.Int64,
+    "dtype": pl.String,
+    "unit": pl.String,
+    "batch": pl.Int64,
+    "m": pl.Int64,
+    "n": pl.Int64,
+    "k": pl.Int64,
+    "groups": pl.Int64,
+    "out_numel": pl.Int64,
+    "layout": pl.Int64,
+    "shapes": pl.String,
+    "out_shapes": pl.String,
+    "strides": pl.String,
+    "measured_ms": pl.Float64,
+    "spread_rel": pl.Float64,
+}
 
 
 def unit_of(family: str, dtype: str, precision: str) -> str:
@@ -131,8 +160,17 @@ class _Labels(TorchFunctionMode):
         return out
 
 
-def fused_attention(device_type: str, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
-                    dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False) -> torch.Tensor:
+def fused_attention(
+    device_type: str,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: Any = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor:
     """``F.scaled_dot_product_attention`` as the fused kernel torch picks on a real device (on ``meta`` it decomposes into
     its math: more GEMMs, the L×L scores in memory, FP32 on a CPU): on a CPU the flash kernel for CPUs; on CUDA flash
     attention for FP16/BF16 without a mask, else memory-efficient attention. Their backward ops follow through autograd."""
@@ -140,8 +178,9 @@ def fused_attention(device_type: str, query: torch.Tensor, key: torch.Tensor, va
     if enable_gqa or query.shape[-3:-2] != key.shape[-3:-2]:
         return _SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     if device_type == "cpu":
-        return aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, float(dropout_p), bool(is_causal), attn_mask=attn_mask,
-                                                                 scale=scale)[0]
+        return aten._scaled_dot_product_flash_attention_for_cpu(
+            query, key, value, float(dropout_p), bool(is_causal), attn_mask=attn_mask, scale=scale
+        )[0]
     if query.dtype in (torch.float16, torch.bfloat16) and attn_mask is None:
         return aten._scaled_dot_product_flash_attention(query, key, value, float(dropout_p), bool(is_causal), scale=scale)[0]
     return aten._scaled_dot_product_efficient_attention(query, key, value, attn_mask, True, float(dropout_p), bool(is_causal), scale=scale)[0]
@@ -150,8 +189,9 @@ def fused_attention(device_type: str, query: torch.Tensor, key: torch.Tensor, va
 _SDPA = nn.functional.scaled_dot_product_attention
 
 
-def mkldnn_lstm(input: torch.Tensor, hx: Any, params: Any, has_biases: bool, num_layers: int, dropout: float, train: bool,
-                bidirectional: bool, batch_first: bool) -> Any:
+def mkldnn_lstm(
+    input: torch.Tensor, hx: Any, params: Any, has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool
+) -> Any:
     """``_VF.lstm`` as a CPU runs it (one fused oneDNN ``mkldnn_rnn_layer`` per layer and direction; on ``meta`` the
     LSTM would decompose into per-timestep products and gates). None where the CPU would not use oneDNN either
     (projections, packed sequences)."""
@@ -167,10 +207,11 @@ def mkldnn_lstm(input: torch.Tensor, hx: Any, params: Any, has_biases: bool, num
         outs = []
         for k in range(d):
             i = layer * d + k
-            w = params[i * stride:(i + 1) * stride]
+            w = params[i * stride : (i + 1) * stride]
             b_ih, b_hh = (w[2], w[3]) if has_biases else (torch.zeros(4 * hidden, device=x.device), torch.zeros(4 * hidden, device=x.device))
-            out, hy, cy, _ = torch.ops.aten.mkldnn_rnn_layer(x, w[0], w[1], b_ih, b_hh, h0[i], c0[i], k == 1, [], 2, hidden, 1, has_biases,
-                                                             bidirectional, False, train)
+            out, hy, cy, _ = torch.ops.aten.mkldnn_rnn_layer(
+                x, w[0], w[1], b_ih, b_hh, h0[i], c0[i], k == 1, [], 2, hidden, 1, has_biases, bidirectional, False, train
+            )
             outs.append(out)
             hs.append(hy)
             cs.append(cy)
@@ -210,9 +251,24 @@ class _FusedAttention(TorchFunctionMode):
 #: ATen ops (after decomposition) that autocast runs in FP16/BF16 on both device types: the dispatch-level safety net of
 #: the meta emulation, for products called inside Python composites the function-level lists cannot see
 #: (``F.multi_head_attention_forward``'s projections, for one).
-_LOW_ATEN = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "convolution", "_convolution",
-                       "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-                       "_scaled_dot_product_flash_attention", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell"})
+_LOW_ATEN = frozenset(
+    {
+        "mm",
+        "addmm",
+        "bmm",
+        "baddbmm",
+        "addbmm",
+        "mv",
+        "addmv",
+        "convolution",
+        "_convolution",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention",
+        "_thnn_fused_lstm_cell",
+        "_thnn_fused_gru_cell",
+    }
+)
 
 
 class _Tracer(TorchDispatchMode):
@@ -240,9 +296,20 @@ class _Tracer(TorchDispatchMode):
         low = a.to(self.low)
         self._casts[id(a)] = (a, low)
         module, _ = self.where()
-        self.records.append(OpRecord(op="_to_copy", family="copy", phase=self.phase, module=module, flops=float(a.numel()),
-                                     bytes=nbytes(a) + nbytes(low), dtype=_DTYPE_NAMES[self.low], unit="fp32", out_numel=int(a.numel()),
-                                     shapes=_shape_text((a,))))
+        self.records.append(
+            OpRecord(
+                op="_to_copy",
+                family="copy",
+                phase=self.phase,
+                module=module,
+                flops=float(a.numel()),
+                bytes=nbytes(a) + nbytes(low),
+                dtype=_DTYPE_NAMES[self.low],
+                unit="fp32",
+                out_numel=int(a.numel()),
+                shapes=_shape_text((a,)),
+            )
+        )
         return low
 
     def where(self) -> tuple[str, bool]:
@@ -274,18 +341,38 @@ class _Tracer(TorchDispatchMode):
             return out
         module, in_rnn = self.where()
         groups, channels = conv_groups(name, args)
-        family = family_of(name, phase=self.phase, in_rnn=in_rnn, groups=groups, channels=channels,
-                           pointwise=torch.Tag.pointwise in getattr(func, "tags", ()))
+        family = family_of(
+            name, phase=self.phase, in_rnn=in_rnn, groups=groups, channels=channels, pointwise=torch.Tag.pointwise in getattr(func, "tags", ())
+        )
         floats = [t for t in ins + outs if t.is_floating_point()]
         dtype = _DTYPE_NAMES.get(floats[0].dtype, str(floats[0].dtype)) if floats else "int64"
         if name in ("_to_copy", "copy_") and outs:
             dtype = _DTYPE_NAMES.get(outs[0].dtype, dtype)
         b, m, n, k = gemm_view(name, args, out)
-        self.records.append(OpRecord(
-            op=name, family=family, phase=self.phase, module=module, flops=op_flops(name, args, kwargs, out),
-            bytes=moved_bytes(args, kwargs, out), dtype=dtype, unit=unit_of(family, dtype, self.precision), batch=b, m=m, n=n, k=k,
-            groups=groups, out_numel=int(sum(t.numel() for t in outs)), layout=_layout(name, args) if m else 0, shapes=_shape_text(args),
-            out_shapes=_shape_text(outs), strides=_stride_text(args), measured_ms=ms, spread_rel=spread))
+        self.records.append(
+            OpRecord(
+                op=name,
+                family=family,
+                phase=self.phase,
+                module=module,
+                flops=op_flops(name, args, kwargs, out),
+                bytes=moved_bytes(args, kwargs, out),
+                dtype=dtype,
+                unit=unit_of(family, dtype, self.precision),
+                batch=b,
+                m=m,
+                n=n,
+                k=k,
+                groups=groups,
+                out_numel=int(sum(t.numel() for t in outs)),
+                layout=_layout(name, args) if m else 0,
+                shapes=_shape_text(args),
+                out_shapes=_shape_text(outs),
+                strides=_stride_text(args),
+                measured_ms=ms,
+                spread_rel=spread,
+            )
+        )
         return out
 
 
@@ -357,8 +444,19 @@ def _check(precision: str, optimizer: str) -> None:
 DIRECTIONS: tuple[str, ...] = ("forward", "forward_backward", "train_step")
 
 
-def _run(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor | None, tracer: _Tracer, *, optimizer: str, precision: str,
-         device_type: str, real: bool, input_grad: bool = False, direction: str = "train_step") -> None:
+def _run(
+    module: nn.Module,
+    inputs: torch.Tensor,
+    labels: torch.Tensor | None,
+    tracer: _Tracer,
+    *,
+    optimizer: str,
+    precision: str,
+    device_type: str,
+    real: bool,
+    input_grad: bool = False,
+    direction: str = "train_step",
+) -> None:
     """One step under ``tracer``: forward and loss (autocast when asked), backward, optimizer step. ``direction``
     ``forward``: the forward alone (eval mode, no grad); ``forward_backward``: forward, then backward from a gradient of
     the output's shape (no loss op: a layer inside a network) to weights and input; ``train_step``: the full step."""
@@ -402,8 +500,10 @@ def _run(module: nn.Module, inputs: torch.Tensor, labels: torch.Tensor | None, t
                     raise
                 except Exception as e:  # noqa: BLE001 - the user's model failed: say where
                     where = tracer.stack[-1][0] if tracer.stack else "the top module"
-                    raise PrenetError(f"the model's forward failed in {where} ({tracer.records[-1].op if tracer.records else 'before any op'} "
-                                      f"was the last op): {type(e).__name__}: {e}") from e
+                    raise PrenetError(
+                        f"the model's forward failed in {where} ({tracer.records[-1].op if tracer.records else 'before any op'} "
+                        f"was the last op): {type(e).__name__}: {e}"
+                    ) from e
                 if not isinstance(out, torch.Tensor):
                     raise PrenetError(f"the model's forward returned {type(out).__name__}; prenet needs a tensor (logits or a value to average)")
                 loss = None if layer or direction == "forward" else training_loss(out, labels)
@@ -439,9 +539,20 @@ def _unscale_records(tracer: _Tracer, module: nn.Module) -> None:
     if not grads:
         return
     size = sum(nbytes(g) for g in grads)
-    tracer.records.append(OpRecord(op="_amp_foreach_non_finite_check_and_unscale_", family="optimizer", phase="optimizer",
-                                   module="GradScaler", flops=float(sum(g.numel() for g in grads)), bytes=2 * size, dtype="float32",
-                                   unit="fp32", out_numel=int(sum(g.numel() for g in grads)), shapes=f"{len(grads)} gradients"))
+    tracer.records.append(
+        OpRecord(
+            op="_amp_foreach_non_finite_check_and_unscale_",
+            family="optimizer",
+            phase="optimizer",
+            module="GradScaler",
+            flops=float(sum(g.numel() for g in grads)),
+            bytes=2 * size,
+            dtype="float32",
+            unit="fp32",
+            out_numel=int(sum(g.numel() for g in grads)),
+            shapes=f"{len(grads)} gradients",
+        )
+    )
 
 
 def _split(example_batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -450,8 +561,16 @@ def _split(example_batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     return unpack_example(example_batch)
 
 
-def trace_step(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd", precision: str = "fp32",
-               device_type: str = "cpu", direction: str = "train_step", input_grad: bool = False) -> StepTrace:
+def trace_step(
+    module: nn.Module,
+    example_batch: Any,
+    *,
+    optimizer: str = "sgd",
+    precision: str = "fp32",
+    device_type: str = "cpu",
+    direction: str = "train_step",
+    input_grad: bool = False,
+) -> StepTrace:
     """The ops of one training step of ``module`` on ``example_batch`` (a tensor, or ``(inputs, labels)``), traced on the
     meta device. ``device_type`` (``cpu`` | ``cuda``) picks the autocast op lists and whether the optimizer uses foreach
     kernels, as torch does on that device. The module is copied (its weights are never touched). ``direction`` other
@@ -465,15 +584,34 @@ def trace_step(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd",
     for p in meta.parameters():
         p.grad = None
     tracer = _Tracer(precision=precision, meta=True, names=_module_names(meta), timing=None)
-    _run(meta, inputs.to("meta"), None if labels is None else labels.to("meta"), tracer, optimizer=optimizer, precision=precision,
-         device_type=device_type, real=False, input_grad=input_grad or direction != "train_step",
-         direction=direction)
-    return StepTrace(tracer.records, precision, optimizer, device_type, [int(s) for s in inputs.shape],
-                     sum(int(p.numel()) for p in meta.parameters()))
+    _run(
+        meta,
+        inputs.to("meta"),
+        None if labels is None else labels.to("meta"),
+        tracer,
+        optimizer=optimizer,
+        precision=precision,
+        device_type=device_type,
+        real=False,
+        input_grad=input_grad or direction != "train_step",
+        direction=direction,
+    )
+    return StepTrace(
+        tracer.records, precision, optimizer, device_type, [int(s) for s in inputs.shape], sum(int(p.numel()) for p in meta.parameters())
+    )
 
 
-def measure_step(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd", precision: str = "fp32", min_block_ms: float = 0.3,
-                 repeats: int = 3, warmup: bool = True, input_grad: bool = False) -> StepTrace:
+def measure_step(
+    module: nn.Module,
+    example_batch: Any,
+    *,
+    optimizer: str = "sgd",
+    precision: str = "fp32",
+    min_block_ms: float = 0.3,
+    repeats: int = 3,
+    warmup: bool = True,
+    input_grad: bool = False,
+) -> StepTrace:
     """The ops of one real training step on the module's device (CPU or CUDA), each timed in place (``measured_ms`` per
     call, median of ``repeats`` blocks of ≥ ``min_block_ms``). ``fp16``/``bf16`` use the real ``torch.autocast`` of that
     device; on CUDA ``fp32`` turns TF32 off in cuBLAS and cuDNN and ``tf32`` on. ``warmup`` runs one untimed step first
@@ -492,8 +630,7 @@ def measure_step(module: nn.Module, example_batch: Any, *, optimizer: str = "sgd
     tracer = _Tracer(precision=precision, meta=False, names=_module_names(module), timing={"min_block_ms": min_block_ms, "repeats": repeats})
     _run(module, inputs, labels, tracer, **kw)
     module.zero_grad(set_to_none=True)
-    return StepTrace(tracer.records, precision, optimizer, dev, [int(s) for s in inputs.shape],
-                     sum(int(p.numel()) for p in module.parameters()))
+    return StepTrace(tracer.records, precision, optimizer, dev, [int(s) for s in inputs.shape], sum(int(p.numel()) for p in module.parameters()))
 
 
 def _on_meta(module: nn.Module) -> bool:

@@ -112,8 +112,9 @@ def build_model(spec: RunSpec, *, image_size: int, classes: int = 10) -> nn.Modu
             prev = w
         model = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(prev, classes))
     elif spec.arch == "resnet":
-        model = nn.Sequential(nn.Conv2d(1, w, 3, padding=1), act(), *[_Block(w, act) for _ in range(d)],
-                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(w, classes))
+        model = nn.Sequential(
+            nn.Conv2d(1, w, 3, padding=1), act(), *[_Block(w, act) for _ in range(d)], nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(w, classes)
+        )
     else:
         raise ValueError(f"unknown architecture {spec.arch!r}; choose one of {', '.join(DOMAIN_ARCHS)}")
     with torch.no_grad():
@@ -157,8 +158,9 @@ def make_optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
     raise ValueError(f"unknown optimizer {spec.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
-def domain_data(dataset: str, *, fashion_train: int, fashion_test: int,
-                image_size: int = 14) -> tuple[datasets.ImageData, datasets.ImageData, datasets.ImageData]:
+def domain_data(
+    dataset: str, *, fashion_train: int, fashion_test: int, image_size: int = 14
+) -> tuple[datasets.ImageData, datasets.ImageData, datasets.ImageData]:
     """(train, validation, test) of a dataset as the corpus uses it: Fashion-MNIST as a fixed subset downsampled to
     ``image_size``; the validation set is a fixed :data:`VALIDATION_SHARE` of the training data (seed 11)."""
     if dataset == "digits":
@@ -175,8 +177,11 @@ def domain_data(dataset: str, *, fashion_train: int, fashion_test: int,
     perm = torch.randperm(len(full), generator=torch.Generator().manual_seed(11))
     nv = max(1, int(VALIDATION_SHARE * len(full)))
     va, tr = perm[:nv], perm[nv:]
-    return (datasets.ImageData(full.name, full.x[tr], full.y[tr], full.source),
-            datasets.ImageData(full.name, full.x[va], full.y[va], full.source), te)
+    return (
+        datasets.ImageData(full.name, full.x[tr], full.y[tr], full.source),
+        datasets.ImageData(full.name, full.x[va], full.y[va], full.source),
+        te,
+    )
 
 
 def run_train_set(spec: RunSpec, train: datasets.ImageData, classes: int = 10) -> datasets.ImageData:
@@ -204,8 +209,9 @@ def _evaluate(model: nn.Module, data: datasets.ImageData) -> tuple[float, float]
     return float(nn.functional.cross_entropy(out, data.y)), float((out.argmax(1) == data.y).float().mean())
 
 
-def train_run(spec: RunSpec, train: datasets.ImageData, val: datasets.ImageData, test: datasets.ImageData, *, probe: int = 128,
-              record: bool = True) -> dict[str, Any]:
+def train_run(
+    spec: RunSpec, train: datasets.ImageData, val: datasets.ImageData, test: datasets.ImageData, *, probe: int = 128, record: bool = True
+) -> dict[str, Any]:
     """Train one run for ``spec.epochs`` epochs on its own training set (:func:`run_train_set`). Returns its telemetry
     rows (with validation loss and accuracy each epoch), final test accuracy, whether the loss became non-finite
     (training stops there; later epochs repeat the last row with null losses) and wall times (s)."""
@@ -230,7 +236,7 @@ def train_run(spec: RunSpec, train: datasets.ImageData, val: datasets.ImageData,
         perm = torch.randperm(len(train), generator=g)
         tl, tc, n = 0.0, 0, 0
         for i in range(0, len(train), spec.batch_size):
-            b = perm[i:i + spec.batch_size]
+            b = perm[i : i + spec.batch_size]
             for group in opt.param_groups:
                 group["lr"] = spec.lr * lr_factor(spec.schedule, step, total)
             step += 1
@@ -250,14 +256,20 @@ def train_run(spec: RunSpec, train: datasets.ImageData, val: datasets.ImageData,
                 break
         if rec is not None:
             vl, va = _evaluate(model, val)
-            rows.append(rec.end_epoch(train_loss=tl / n if diverged_at is None else float("nan"), train_accuracy=tc / n,
-                                      val_loss=vl, val_accuracy=va))
+            rows.append(
+                rec.end_epoch(train_loss=tl / n if diverged_at is None else float("nan"), train_accuracy=tc / n, val_loss=vl, val_accuracy=va)
+            )
     wall = time.perf_counter() - t0
     _, acc = _evaluate(model, test)
     if diverged_at is not None:
         acc = 1.0 / 10
-    return {"rows": rows, "final_test_accuracy": acc, "diverged": diverged_at is not None, "wall_seconds": wall,
-            "recorder_seconds": rec.seconds if rec is not None else 0.0}
+    return {
+        "rows": rows,
+        "final_test_accuracy": acc,
+        "diverged": diverged_at is not None,
+        "wall_seconds": wall,
+        "recorder_seconds": rec.seconds if rec is not None else 0.0,
+    }
 
 
 def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
@@ -273,13 +285,27 @@ def sample_prior(domain: str, space: Mapping[str, Any], rng: np.random.Generator
     wd = 0.0 if rng.random() < 0.5 else _log_uniform(rng, *space["weight_decay_range"][opt])
     noise = float(rng.uniform(*space["label_noise_range"])) if rng.random() < float(space["label_noise_probability"]) else 0.0
     frac = 1.0 if rng.random() < float(space["full_data_probability"]) else _log_uniform(rng, *space["train_fraction_range"])
-    return RunSpec(domain, _log_uniform(rng, lo, hi), int(rng.choice(space["batch_sizes"])), int(rng.choice(space["widths"])),
-                   int(rng.choice(space["depths"])), str(rng.choice(space["activations"])), _log_uniform(rng, *space["init_scale_range"]),
-                   wd, opt, seed, epochs, str(rng.choice(space["schedules"])), noise, frac)
+    return RunSpec(
+        domain,
+        _log_uniform(rng, lo, hi),
+        int(rng.choice(space["batch_sizes"])),
+        int(rng.choice(space["widths"])),
+        int(rng.choice(space["depths"])),
+        str(rng.choice(space["activations"])),
+        _log_uniform(rng, *space["init_scale_range"]),
+        wd,
+        opt,
+        seed,
+        epochs,
+        str(rng.choice(space["schedules"])),
+        noise,
+        frac,
+    )
 
 
 def sample_between(a: RunSpec, b: RunSpec, rng: np.random.Generator, *, seed: int) -> RunSpec:
     """Boundary interpolation between a failed run ``a`` and a successful run ``b`` (see the module docstring)."""
+
     def between(x: float, y: float) -> float:
         lx, ly = math.log(max(x, 1e-12)), math.log(max(y, 1e-12))
         span = abs(ly - lx)
@@ -287,14 +313,27 @@ def sample_between(a: RunSpec, b: RunSpec, rng: np.random.Generator, *, seed: in
         return float(math.exp(rng.uniform(lo, hi))) if hi > lo else float(math.exp(lx))
 
     pick = lambda f: getattr(a if rng.random() < 0.5 else b, f)  # noqa: E731
-    src = a if rng.random() < 0.5 else b          # the optimizer and its learning rate come as a pair
+    src = a if rng.random() < 0.5 else b  # the optimizer and its learning rate come as a pair
     opt = src.optimizer
     lr = between(a.lr, b.lr) if a.optimizer == b.optimizer else src.lr
     wd = 0.0 if (a.weight_decay == 0 and b.weight_decay == 0) else between(a.weight_decay or 1e-6, b.weight_decay or 1e-6)
     noise = float(rng.uniform(min(a.label_noise, b.label_noise), max(a.label_noise, b.label_noise)))
-    return RunSpec(a.domain, lr, pick("batch_size"), pick("width"), pick("depth"), pick("activation"),
-                   between(a.init_scale, b.init_scale), wd, opt, seed, a.epochs, pick("schedule"), noise,
-                   min(1.0, between(a.train_fraction, b.train_fraction)))
+    return RunSpec(
+        a.domain,
+        lr,
+        pick("batch_size"),
+        pick("width"),
+        pick("depth"),
+        pick("activation"),
+        between(a.init_scale, b.init_scale),
+        wd,
+        opt,
+        seed,
+        a.epochs,
+        pick("schedule"),
+        noise,
+        min(1.0, between(a.train_fraction, b.train_fraction)),
+    )
 
 
 def is_failure(final_test_accuracy: float, diverged: bool, threshold: float) -> bool:
@@ -302,8 +341,17 @@ def is_failure(final_test_accuracy: float, diverged: bool, threshold: float) -> 
     return bool(diverged or final_test_accuracy < threshold)
 
 
-def plan_domain(domain: str, space: Mapping[str, Any], *, n_runs: int, prior_fraction: float, epochs: int, seed: int,
-                prior_results: Mapping[str, tuple[float, bool]] | None = None, failure_fraction: float = 0.5) -> list[tuple[RunSpec, str]]:
+def plan_domain(
+    domain: str,
+    space: Mapping[str, Any],
+    *,
+    n_runs: int,
+    prior_fraction: float,
+    epochs: int,
+    seed: int,
+    prior_results: Mapping[str, tuple[float, bool]] | None = None,
+    failure_fraction: float = 0.5,
+) -> list[tuple[RunSpec, str]]:
     """The runs of one domain, as (spec, phase). The first ⌈prior_fraction · n_runs⌉ come from the prior; the
     rest are boundary interpolations between prior runs, which needs ``prior_results`` (run_id → (final test
     accuracy, diverged)); without it, only the prior runs are returned. Deterministic in (domain, seed, results)."""

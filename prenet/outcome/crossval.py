@@ -26,32 +26,54 @@ def naive_guess(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> dict
     return {"final_test_accuracy": guess, "failure": 1.0 - guess}
 
 
-def score_predictions(runs: pl.DataFrame, pred: dict[str, np.ndarray], n_boot: int, seed: int, thresholds: dict[str, dict[str, Any]],
-                      fallback: dict[str, Any]) -> dict:
+def score_predictions(
+    runs: pl.DataFrame, pred: dict[str, np.ndarray], n_boot: int, seed: int, thresholds: dict[str, dict[str, Any]], fallback: dict[str, Any]
+) -> dict:
     """:func:`~prenet.outcome.evaluation.scores` of predictions for labelled runs; the relative class is where the
     predicted accuracy falls among each run's domain cut points (:func:`prenet.outcome.models.relative_class`)."""
     cuts = [thresholds.get(d, fallback)["class_cuts"] for d in runs["domain"].to_list()]
     pc, _ = relative_class(np.clip(pred["final_test_accuracy"], 0, 1), cuts)
-    return scores(runs["final_test_accuracy"].to_numpy(), pred["final_test_accuracy"], runs["failure"].to_numpy(), pred["failure"],
-                  runs["relative_class"].to_numpy(), pc, n_boot, seed)
+    return scores(
+        runs["final_test_accuracy"].to_numpy(),
+        pred["final_test_accuracy"],
+        runs["failure"].to_numpy(),
+        pred["failure"],
+        runs["relative_class"].to_numpy(),
+        pc,
+        n_boot,
+        seed,
+    )
 
 
-def leave_group_out(train: pl.DataFrame, test: pl.DataFrame, telemetry: pl.DataFrame, column: str, value: str, *, epochs: list[int],
-                    params: dict, thresholds: dict, fallback: dict, n_boot: int, seed: int) -> dict:
+def leave_group_out(
+    train: pl.DataFrame,
+    test: pl.DataFrame,
+    telemetry: pl.DataFrame,
+    column: str,
+    value: str,
+    *,
+    epochs: list[int],
+    params: dict,
+    thresholds: dict,
+    fallback: dict,
+    n_boot: int,
+    seed: int,
+) -> dict:
     """Fit on the ``train`` runs whose ``column`` ≠ ``value``, score on the ``test`` runs with ``column`` = ``value``.
     The telemetry model answers with the domain masked when ``column`` is the domain (as for a user's unknown
     domain, with the pooled class cut points). Scores of the telemetry model, the loss/accuracy-only model and the
     naive guess per epoch."""
     tr, te = train.filter(pl.col(column) != value), test.filter(pl.col(column) == value)
-    if column == "domain":   # an unknown domain's relative class comes from the pooled cut points, as in predict()
+    if column == "domain":  # an unknown domain's relative class comes from the pooled cut points, as in predict()
         thresholds = {d: t for d, t in thresholds.items() if d != value}
     out: dict = {"train_runs": tr.height, "test_runs": te.height}
     for e in epochs:
         res = {}
         for fs in ("telemetry", "loss_acc"):
             m = fit_targets(tr, telemetry, e, fs, params=params, seed=seed)
-            res[fs] = score_predictions(te, predict_targets(m, te, telemetry, e, fs, known_domain=column != "domain"), n_boot, seed,
-                                        thresholds, fallback)
+            res[fs] = score_predictions(
+                te, predict_targets(m, te, telemetry, e, fs, known_domain=column != "domain"), n_boot, seed, thresholds, fallback
+            )
         res["naive"] = score_predictions(te, naive_guess(te, telemetry, e), n_boot, seed, thresholds, fallback)
         out[f"epoch_{e}"] = res
     return out
@@ -76,6 +98,8 @@ def ablate_groups(dev: pl.DataFrame, hold: pl.DataFrame, telemetry: pl.DataFrame
             continue
         m = fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed, drop=(g,))
         p = predict_targets(m, hold, telemetry, epoch, "telemetry", drop=(g,))
-        out[g] = {"r2": paired_difference(r2, y, full["final_test_accuracy"], p["final_test_accuracy"], n_boot, seed),
-                  "failure_auc": paired_difference(auc, yf, full["failure"], p["failure"], n_boot, seed)}
+        out[g] = {
+            "r2": paired_difference(r2, y, full["final_test_accuracy"], p["final_test_accuracy"], n_boot, seed),
+            "failure_auc": paired_difference(auc, yf, full["failure"], p["failure"], n_boot, seed),
+        }
     return out

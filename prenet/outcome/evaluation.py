@@ -23,7 +23,7 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
         return float("nan")
     uniq, inv, counts = np.unique(np.asarray(scores, dtype=float), return_inverse=True, return_counts=True)
     upper = np.cumsum(counts)
-    avg_rank = upper - (counts - 1) / 2.0          # average 1-based rank of each distinct score
+    avg_rank = upper - (counts - 1) / 2.0  # average 1-based rank of each distinct score
     rank_sum = float(avg_rank[inv][labels == 1].sum())
     return float((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
 
@@ -36,8 +36,12 @@ def class_accuracy(labels: np.ndarray, predicted: np.ndarray) -> float:
 def scores(y: np.ndarray, pa: np.ndarray, yf: np.ndarray, pf: np.ndarray, yc: np.ndarray, pc: np.ndarray, n: int, seed: int) -> dict:
     """R², MAE, failure ROC AUC and relative-class accuracy, each with its bootstrap 95 % interval over runs."""
     out: dict = {"n": int(len(y)), "failures": int(np.sum(yf))}
-    for name, fn, arrays in (("r2", r2, [y, pa]), ("mae", mae, [y, pa]), ("failure_auc", auc, [yf, pf]),
-                             ("relative_class_accuracy", class_accuracy, [yc, pc])):
+    for name, fn, arrays in (
+        ("r2", r2, [y, pa]),
+        ("mae", mae, [y, pa]),
+        ("failure_auc", auc, [yf, pf]),
+        ("relative_class_accuracy", class_accuracy, [yc, pc]),
+    ):
         pt, lo, hi = bootstrap(fn, arrays, n, seed)
         out.update({name: pt, f"{name}_low": lo, f"{name}_high": hi})
     return out
@@ -94,5 +98,4 @@ def paired_difference(fn, y: np.ndarray, a: np.ndarray, b: np.ndarray, n: int, s
     if not diffs:
         return {"difference": point, "low": float("nan"), "high": float("nan"), "p_value": float("nan")}
     d = np.array(diffs)
-    return {"difference": float(point), "low": float(np.percentile(d, 2.5)), "high": float(np.percentile(d, 97.5)),
-            "p_value": float((d <= 0).mean())}
+    return {"difference": float(point), "low": float(np.percentile(d, 2.5)), "high": float(np.percentile(d, 97.5)), "p_value": float((d <= 0).mean())}

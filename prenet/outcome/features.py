@@ -59,17 +59,20 @@ def domain_codes(domain: str | None) -> tuple[float, float]:
 
 def _groups(epoch: int) -> dict[str, list[str]]:
     ks = range(1, epoch + 1)
-    g = {"loss_acc": [f"{c}_e{k}" for k in ks for c in ("train_loss", "train_accuracy")] + ["d_train_loss", "d_train_accuracy"]
-         + [f"loss_ratio_e{k}" for k in ks if k >= 2],
-         "progress": ["log10_steps_per_epoch"],
-         "curve": ["loss_exponent", "loss_projected", "error_exponent", "error_projected"] if epoch >= 2 else [],
-         "gradient": [f"{c}_e{k}" for k in ks for c in ("log10_grad_snr", "log10_grad_snr_median")]
-         + [f"log10_grad_norm_ratio_e{k}" for k in ks if k >= 2],
-         "weights": [f"{c}_e{k}" for k in ks for c in (*_WEIGHTS, "log10_update_ratio")],
-         "activations": [f"{c}_e{k}" for k in ks for c in ("dead_relu_frac", "saturated_frac")],
-         "generalization": [f"{c}_e{k}" for k in ks for c in ("val_accuracy", "val_loss", "gap_accuracy", "gap_loss")],
-         "domain": ["arch_code", "dataset_code"],
-         "schedule": ["schedule_code"]}
+    g = {
+        "loss_acc": [f"{c}_e{k}" for k in ks for c in ("train_loss", "train_accuracy")]
+        + ["d_train_loss", "d_train_accuracy"]
+        + [f"loss_ratio_e{k}" for k in ks if k >= 2],
+        "progress": ["log10_steps_per_epoch"],
+        "curve": ["loss_exponent", "loss_projected", "error_exponent", "error_projected"] if epoch >= 2 else [],
+        "gradient": [f"{c}_e{k}" for k in ks for c in ("log10_grad_snr", "log10_grad_snr_median")]
+        + [f"log10_grad_norm_ratio_e{k}" for k in ks if k >= 2],
+        "weights": [f"{c}_e{k}" for k in ks for c in (*_WEIGHTS, "log10_update_ratio")],
+        "activations": [f"{c}_e{k}" for k in ks for c in ("dead_relu_frac", "saturated_frac")],
+        "generalization": [f"{c}_e{k}" for k in ks for c in ("val_accuracy", "val_loss", "gap_accuracy", "gap_loss")],
+        "domain": ["arch_code", "dataset_code"],
+        "schedule": ["schedule_code"],
+    }
     return g
 
 
@@ -127,8 +130,16 @@ def _row(tel: dict[int, dict], epoch: int, domain: str | None, schedule: str | N
     return out
 
 
-def design(telemetry: pl.DataFrame, run_ids: list[str], epoch: int, feature_set: str, *, domains: Sequence[str | None] | None = None,
-           schedules: Sequence[str | None] | None = None, drop: Sequence[str] = ()) -> np.ndarray:
+def design(
+    telemetry: pl.DataFrame,
+    run_ids: list[str],
+    epoch: int,
+    feature_set: str,
+    *,
+    domains: Sequence[str | None] | None = None,
+    schedules: Sequence[str | None] | None = None,
+    drop: Sequence[str] = (),
+) -> np.ndarray:
     """(runs × features) for the runs ``run_ids`` (in that order) from a long telemetry table (run_id, epoch, …);
     ``domains`` and ``schedules`` (one per run, ``None`` = unknown) feed the domain and schedule groups."""
     by_run: dict[str, dict[int, dict]] = {}
@@ -140,7 +151,7 @@ def design(telemetry: pl.DataFrame, run_ids: list[str], epoch: int, feature_set:
     rows = [_row(by_run.get(rid, {}), epoch, d, sc) for rid, d, sc in zip(run_ids, doms, scheds)]
     X = np.array([[r.get(n, float("nan")) for n in names] for r in rows], dtype=float).reshape(len(run_ids), len(names))
     with np.errstate(over="ignore"):
-        X = np.where(np.isfinite(X) & (np.abs(X) < 1e30), X, np.nan)   # an overflowing ratio is as unknown as a missing value
+        X = np.where(np.isfinite(X) & (np.abs(X) < 1e30), X, np.nan)  # an overflowing ratio is as unknown as a missing value
     return X
 
 
@@ -150,8 +161,9 @@ def design(telemetry: pl.DataFrame, run_ids: list[str], epoch: int, feature_set:
 OPTIONAL_MASKS = {"domain": 0.75, "schedule": 0.75, "generalization": 0.5, "activations": 0.5, "log10_update_ratio": 0.25}
 
 
-def mask_groups(X: np.ndarray, epoch: int, feature_set: str, groups: Sequence[str], drop: Sequence[str] = (),
-                rows: np.ndarray | None = None) -> np.ndarray:
+def mask_groups(
+    X: np.ndarray, epoch: int, feature_set: str, groups: Sequence[str], drop: Sequence[str] = (), rows: np.ndarray | None = None
+) -> np.ndarray:
     """A copy of ``X`` with the columns of ``groups`` (feature groups, or column-name prefixes) set to NaN (in ``rows``
     only, when given): what a run without that telemetry, or of an unknown domain (``"domain"``), looks like."""
     names = feature_names(epoch, feature_set, drop)
@@ -164,7 +176,6 @@ def mask_groups(X: np.ndarray, epoch: int, feature_set: str, groups: Sequence[st
     return out
 
 
-def single_run(table: pl.DataFrame, epoch: int, feature_set: str = "telemetry", domain: str | None = None,
-               schedule: str | None = None) -> np.ndarray:
+def single_run(table: pl.DataFrame, epoch: int, feature_set: str = "telemetry", domain: str | None = None, schedule: str | None = None) -> np.ndarray:
     """Features of one run's recorder table (``Recorder.table()``), 1 × features."""
     return design(table.with_columns(pl.lit("run").alias("run_id")), ["run"], epoch, feature_set, domains=[domain], schedules=[schedule])

@@ -31,8 +31,10 @@ def domain_thresholds(runs: pl.DataFrame, failure_fraction: float, classes: int)
     out = {}
     for (d,), g in runs.group_by(["domain"], maintain_order=True):
         acc = g["final_test_accuracy"].to_numpy()
-        out[d] = {"failure_threshold": float(failure_fraction * np.quantile(acc, 0.9)),
-                  "class_cuts": [float(np.quantile(acc, q)) for q in np.arange(1, classes) / classes]}
+        out[d] = {
+            "failure_threshold": float(failure_fraction * np.quantile(acc, 0.9)),
+            "class_cuts": [float(np.quantile(acc, q)) for q in np.arange(1, classes) / classes],
+        }
     return out
 
 
@@ -49,9 +51,16 @@ def labels(runs: pl.DataFrame, thresholds: dict[str, dict[str, Any]], pooled_fal
 def _model(target: str, params: dict, seed: int):
     import xgboost as xgb
 
-    kw = dict(n_estimators=int(params["n_estimators"]), max_depth=int(params["max_depth"]), learning_rate=float(params["learning_rate"]),
-              subsample=float(params["subsample"]), colsample_bytree=float(params["colsample_bytree"]), max_bin=int(params["max_bin"]),
-              random_state=seed, n_jobs=1)
+    kw = dict(
+        n_estimators=int(params["n_estimators"]),
+        max_depth=int(params["max_depth"]),
+        learning_rate=float(params["learning_rate"]),
+        subsample=float(params["subsample"]),
+        colsample_bytree=float(params["colsample_bytree"]),
+        max_bin=int(params["max_bin"]),
+        random_state=seed,
+        n_jobs=1,
+    )
     if target == "final_test_accuracy":
         return xgb.XGBRegressor(**kw)
     return xgb.XGBClassifier(**kw, eval_metric="logloss")
@@ -84,7 +93,9 @@ def fit_one(target: str, X: np.ndarray, y: np.ndarray, params: dict, seed: int) 
     return Fitted(target, m)
 
 
-def relative_class(accuracy: np.ndarray, cuts: list[float] | list[list[float]], residuals: list[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+def relative_class(
+    accuracy: np.ndarray, cuts: list[float] | list[list[float]], residuals: list[float] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(class, class probabilities) of predicted final accuracies: the class is where the prediction falls among the
     cut points (one list, or one per run); the probabilities are the shares of ``residuals`` (out-of-fold actual −
     predicted) that would put the run in each class (one-hot on the class without residuals)."""
@@ -102,14 +113,24 @@ def relative_class(accuracy: np.ndarray, cuts: list[float] | list[list[float]], 
     return cls, probs
 
 
-def fit_targets(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, feature_set: str, *, params: dict, seed: int,
-                drop: tuple[str, ...] = (), targets: tuple[str, ...] = TARGETS) -> dict[str, Fitted]:
+def fit_targets(
+    runs: pl.DataFrame,
+    telemetry: pl.DataFrame,
+    epoch: int,
+    feature_set: str,
+    *,
+    params: dict,
+    seed: int,
+    drop: tuple[str, ...] = (),
+    targets: tuple[str, ...] = TARGETS,
+) -> dict[str, Fitted]:
     """The models of one (epoch, feature set) on labelled ``runs`` (:func:`labels`). For the telemetry set every run
     is also added once with what a user's call may lack masked, each independently in its share of the copies
     (:data:`~prenet.outcome.features.OPTIONAL_MASKS`), so an unstated domain or schedule, or a table without
     validation, activations or update ratio, is a case the model has seen."""
-    X = design(telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(),
-               schedules=runs["schedule"].to_list(), drop=drop)
+    X = design(
+        telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(), schedules=runs["schedule"].to_list(), drop=drop
+    )
     reps = 1
     if feature_set == "telemetry":
         rng = np.random.default_rng(seed)
@@ -125,8 +146,17 @@ def fit_targets(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, feature
     return out
 
 
-def predict_targets(models: dict[str, Fitted], runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, feature_set: str, *,
-                    drop: tuple[str, ...] = (), known_domain: bool = True, known_schedule: bool = True) -> dict[str, np.ndarray]:
+def predict_targets(
+    models: dict[str, Fitted],
+    runs: pl.DataFrame,
+    telemetry: pl.DataFrame,
+    epoch: int,
+    feature_set: str,
+    *,
+    drop: tuple[str, ...] = (),
+    known_domain: bool = True,
+    known_schedule: bool = True,
+) -> dict[str, np.ndarray]:
     """Predictions of :func:`fit_targets` models for ``runs``: accuracy and failure probability.
     ``known_domain=False`` answers as for a domain the models never saw (domain features masked);
     ``known_schedule=False`` as for a user who did not say the schedule."""
@@ -172,8 +202,10 @@ def residual_key(epoch: int, stated: bool) -> str:
 
 def pooled_thresholds(thr: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Thresholds for a domain without its own: the medians over the known domains."""
-    return {"failure_threshold": float(np.median([t["failure_threshold"] for t in thr.values()])),
-            "class_cuts": list(np.median([t["class_cuts"] for t in thr.values()], axis=0))}
+    return {
+        "failure_threshold": float(np.median([t["failure_threshold"] for t in thr.values()])),
+        "class_cuts": list(np.median([t["class_cuts"] for t in thr.values()], axis=0)),
+    }
 
 
 def fit_epoch(item: tuple) -> tuple[int, dict, dict[str, list[float]]]:
@@ -184,8 +216,19 @@ def fit_epoch(item: tuple) -> tuple[int, dict, dict[str, list[float]]]:
     return e, fitted, cv_residuals(runs, telemetry, e, params=params, seed=seed, folds=folds)
 
 
-def train_all(runs: pl.DataFrame, telemetry: pl.DataFrame, *, epochs: list[int], params: dict, classes: int, failure_fraction: float,
-              interval: list[float], seed: int, folds: int = 10, mapper: Callable = map) -> tuple[dict, dict]:
+def train_all(
+    runs: pl.DataFrame,
+    telemetry: pl.DataFrame,
+    *,
+    epochs: list[int],
+    params: dict,
+    classes: int,
+    failure_fraction: float,
+    interval: list[float],
+    seed: int,
+    folds: int = 10,
+    mapper: Callable = map,
+) -> tuple[dict, dict]:
     """Fit the pooled models (domain as a feature) for every (epoch, feature set, target) on the development
     ``runs``, and the ``folds``-fold out-of-fold residuals behind the intervals. ``mapper(fn, items)`` runs the
     per-epoch work (the builtin ``map``, or a process pool's). Returns (models keyed ("pooled", epoch, feature set,
@@ -203,17 +246,30 @@ def train_all(runs: pl.DataFrame, telemetry: pl.DataFrame, *, epochs: list[int],
             key = residual_key(e, kind == "stated")
             residuals[key] = res
             quantiles[key] = [float(np.quantile(res, q)) for q in interval] if res else [float("nan")] * len(interval)
-    manifest = {"epochs": epochs, "scopes": ["pooled"], "feature_sets": list(FEATURE_SETS), "targets": list(TARGETS), "classes": classes,
-                "thresholds": thr, "pooled_thresholds": pooled, "failure_fraction": failure_fraction, "interval_quantiles": interval,
-                "residual_quantiles": quantiles, "residuals": residuals, "features": {f"{e}|{fs}": feature_names(e, fs) for e in epochs for fs in FEATURE_SETS},
-                "domains": sorted(thr), "dev_runs": runs.height, "cv_folds": folds}
+    manifest = {
+        "epochs": epochs,
+        "scopes": ["pooled"],
+        "feature_sets": list(FEATURE_SETS),
+        "targets": list(TARGETS),
+        "classes": classes,
+        "thresholds": thr,
+        "pooled_thresholds": pooled,
+        "failure_fraction": failure_fraction,
+        "interval_quantiles": interval,
+        "residual_quantiles": quantiles,
+        "residuals": residuals,
+        "features": {f"{e}|{fs}": feature_names(e, fs) for e in epochs for fs in FEATURE_SETS},
+        "domains": sorted(thr),
+        "dev_runs": runs.height,
+        "cv_folds": folds,
+    }
     return models, manifest
 
 
 def save(models: dict, manifest: dict, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("*__*.json"):      # models of an earlier fit (another epoch list, target set…)
+    for old in folder.glob("*__*.json"):  # models of an earlier fit (another epoch list, target set…)
         old.unlink()
     consts = {}
     for (scope, e, fs, target), m in models.items():

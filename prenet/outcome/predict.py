@@ -48,8 +48,7 @@ class Outcome:
         return {**asdict(self), "relative_class_name": self.relative_class_name}
 
 
-def predict(table: pl.DataFrame, *, domain: str | None = None, schedule: str | None = None,
-            models_dir: str | Path = DEFAULT_MODELS) -> Outcome:
+def predict(table: pl.DataFrame, *, domain: str | None = None, schedule: str | None = None, models_dir: str | Path = DEFAULT_MODELS) -> Outcome:
     """Predict from a recorder table (``Recorder.table()``: one row per epoch seen so far). Uses the model of the
     largest trained epoch ≤ the epochs seen. One pooled model answers, with the domain as a feature; a domain
     the corpus never had (or ``None``) is answered as unknown, with a warning when a name was given. ``schedule``
@@ -70,8 +69,9 @@ def predict(table: pl.DataFrame, *, domain: str | None = None, schedule: str | N
     scope = "pooled"
     known = manifest.get("domains", [])
     if domain is not None and domain not in known:
-        warnings.warn(f"domain {domain!r} was not in the corpus (known: {', '.join(known)}); the pooled model answers as for an "
-                      "unknown domain", stacklevel=2)
+        warnings.warn(
+            f"domain {domain!r} was not in the corpus (known: {', '.join(known)}); the pooled model answers as for an unknown domain", stacklevel=2
+        )
     X = single_run(table, e, "telemetry", domain=domain if domain in known else None, schedule=schedule)
     acc = float(np.clip(models[(scope, e, "telemetry", "final_test_accuracy")].predict(X)[0], 0.0, 1.0))
     rkey = residual_key(e, stated=domain in known and schedule is not None)

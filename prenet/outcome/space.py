@@ -1,6 +1,7 @@
-"""Names the early-success corpus may use (one definition; the corpus, its schema and the config check read them)."""
+"""Names the early-success corpus may use (defined once in :mod:`prenet.names`; the corpus, its schema and the config
+check read them)."""
 
-#: Optimizers of the corpus: plain SGD, SGD with heavy-ball momentum 0.9, Adam (L2 weight decay), AdamW (decoupled).
-OPTIMIZERS = ("sgd", "momentum", "adam", "adamw")
-#: Learning-rate schedules, per minibatch step (:func:`prenet.outcome.corpus.lr_factor`).
-SCHEDULES = ("constant", "step", "cosine", "warmup_cosine")
+from prenet.names import CORPUS_OPTIMIZERS as OPTIMIZERS
+from prenet.names import SCHEDULES
+
+__all__ = ["OPTIMIZERS", "SCHEDULES"]

@@ -57,11 +57,26 @@ def check_page(html_path: str | Path, *, chromium: str | None = None, timeout_s:
         raise PrenetError(f"report {page} does not exist; render it with `prenet report` (or `dvc repro report`)")
     with tempfile.TemporaryDirectory(prefix="prenet-chromium-") as profile:
         # background services (updates, sync, QUIC probes) stay off: on a closed network they only fail and log
-        cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-               "--no-first-run", "--disable-quic", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--enable-logging=stderr", "--v=0", "--virtual-time-budget=5000",
-               # any request leaving the machine fails (and is reported): the page must open offline
-               "--host-resolver-rules=MAP * ~NOTFOUND", "--dump-dom", page.as_uri()]
+        cmd = [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}",
+            "--no-first-run",
+            "--disable-quic",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=5000",
+            # any request leaving the machine fails (and is reported): the page must open offline
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--dump-dom",
+            page.as_uri(),
+        ]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired as e:
@@ -77,5 +92,4 @@ def check_page(html_path: str | Path, *, chromium: str | None = None, timeout_s:
         if c:
             errors.append(c.group("msg").strip())
     external = sorted(set(re.findall(r'(?:src|href)="(https?://[^"]+)"', dom)))
-    return BrowserCheck(figures=int(m.group(1)) if m else 0, loaded=int(n.group(1)) if n else 0, console_errors=errors,
-                        external_requests=external)
+    return BrowserCheck(figures=int(m.group(1)) if m else 0, loaded=int(n.group(1)) if n else 0, console_errors=errors, external_requests=external)

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
+
 def _save(fig, path: Path, dpi: int) -> Path:
     """Lay out, write (creating the folder) and close a figure."""
     fig.tight_layout()
@@ -78,8 +79,14 @@ def scatter_whole_models(df: pl.DataFrame, models: list[str], path: Path) -> Pat
     return _save(fig, path, 110)
 
 
-CURVE_STYLES = {"real": ("k", "-", 2.0), "forecast": ("#1f77b4", "--", 1.5), "forecast_ode": ("#17becf", "--", 1.2), "corrected": ("#2ca02c", ":", 1.8),
-                "linear_sgd": ("#ff7f0e", "-.", 1.2), "curve_fit": ("#9467bd", (0, (1, 3)), 1.2)}
+CURVE_STYLES = {
+    "real": ("k", "-", 2.0),
+    "forecast": ("#1f77b4", "--", 1.5),
+    "forecast_ode": ("#17becf", "--", 1.2),
+    "corrected": ("#2ca02c", ":", 1.8),
+    "linear_sgd": ("#ff7f0e", "-.", 1.2),
+    "curve_fit": ("#9467bd", (0, (1, 3)), 1.2),
+}
 
 
 def loss_curves(curves: dict[str, dict[str, tuple | None]], titles: dict[str, str], path: Path) -> Path:
@@ -88,7 +95,7 @@ def loss_curves(curves: dict[str, dict[str, tuple | None]], titles: dict[str, st
     cols = min(4, n)
     rows = int(np.ceil(n / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-    for ax in axes.ravel()[len(curves):]:
+    for ax in axes.ravel()[len(curves) :]:
         ax.axis("off")
     for ax, (cid, srcs) in zip(axes.ravel(), curves.items()):
         for src, v in srcs.items():
@@ -149,12 +156,22 @@ def reliability_curve(by_epoch: dict, path: Path) -> Path:
     for key, rel in by_epoch.items():
         b = rel.get("bins", [])
         if b:
-            ax.plot([r["predicted"] for r in b], [r["observed"] for r in b], "o-", ms=4,
-                    label=f"{key.replace('_', ' ')} (ECE {rel.get('ece', float('nan')):.3f})")
+            ax.plot(
+                [r["predicted"] for r in b],
+                [r["observed"] for r in b],
+                "o-",
+                ms=4,
+                label=f"{key.replace('_', ' ')} (ECE {rel.get('ece', float('nan')):.3f})",
+            )
     ax.plot([0, 1], [0, 1], "k-", lw=0.8)
     ax.legend(fontsize=7)
-    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="predicted failure probability", ylabel="observed failure frequency",
-           title="holdout: failure-probability reliability")
+    ax.set(
+        xlim=(0, 1),
+        ylim=(0, 1),
+        xlabel="predicted failure probability",
+        ylabel="observed failure frequency",
+        title="holdout: failure-probability reliability",
+    )
     ax.title.set_fontsize(9)
     return _save(fig, path, 110)
 

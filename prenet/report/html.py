@@ -22,8 +22,7 @@ def _fmt(v: Any) -> str:
 def table(rows: dict[str, dict[str, Any]], columns: list[str], first: str = "") -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in [first, *columns])
     body = "".join(
-        "<tr>" + f"<td>{html.escape(k)}</td>" + "".join(f"<td>{_fmt(r.get(c, ''))}</td>" for c in columns) + "</tr>"
-        for k, r in rows.items()
+        "<tr>" + f"<td>{html.escape(k)}</td>" + "".join(f"<td>{_fmt(r.get(c, ''))}</td>" for c in columns) + "</tr>" for k, r in rows.items()
     )
     return f"<table><tr>{head}</tr>{body}</table>"
 
@@ -35,13 +34,17 @@ def image(path: Path, alt: str) -> str:
 
 #: Inline (no network) script: on load, records on <body> how many figures the page has and how many decoded, so a
 #: headless browser's DOM dump tells whether every figure loaded (prenet.report.browser.check_page).
-LOAD_CHECK = ("<script>window.addEventListener('load',function(){var i=Array.prototype.slice.call(document.images);"
-              "document.body.setAttribute('data-figures',i.length);"
-              "document.body.setAttribute('data-loaded',i.filter(function(x){return x.complete&&x.naturalWidth>0;}).length);});</script>")
+LOAD_CHECK = (
+    "<script>window.addEventListener('load',function(){var i=Array.prototype.slice.call(document.images);"
+    "document.body.setAttribute('data-figures',i.length);"
+    "document.body.setAttribute('data-loaded',i.filter(function(x){return x.complete&&x.naturalWidth>0;}).length);});</script>"
+)
 
 
 def page(title: str, sections: list[tuple[str, str]]) -> str:
     toc = "<nav><ol>" + "".join(f'<li><a href="#s{i}">{html.escape(h)}</a></li>' for i, (h, _) in enumerate(sections)) + "</ol></nav>"
     body = "".join(f'<section id="s{i}"><h2>{html.escape(h)}</h2>{content}</section>' for i, (h, content) in enumerate(sections))
-    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{CSS}</style></head>"
-            f"<body><h1>{html.escape(title)}</h1>{toc}{body}{LOAD_CHECK}</body></html>\n")
+    return (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title><style>{CSS}</style></head>"
+        f"<body><h1>{html.escape(title)}</h1>{toc}{body}{LOAD_CHECK}</body></html>\n"
+    )

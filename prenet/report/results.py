@@ -57,22 +57,40 @@ def _step_time(ev: dict) -> list[Row]:
     gain = f" ({100 * (jus - pre) / jus:.0f} % lower)" if jus and pre else ""
     rows: list[Row] = [
         ("step time (PreNeT)", "this project", "published"),
-        (f"layer MAPE, frozen holdout ({ev.get('overall', {}).get('n', 0):,} rows, {ev.get('predictor')})",
-         f"{_pct(ev.get('overall', {}).get('mape_pct'))} (noise floor: local {_pct(nf.get('local_median_spread_pct'))}, "
-         f"Justus {_pct(nf.get('justus2018_median_spread_pct'))})", "–"),
+        (
+            f"layer MAPE, frozen holdout ({ev.get('overall', {}).get('n', 0):,} rows, {ev.get('predictor')})",
+            f"{_pct(ev.get('overall', {}).get('mape_pct'))} (noise floor: local {_pct(nf.get('local_median_spread_pct'))}, "
+            f"Justus {_pct(nf.get('justus2018_median_spread_pct'))})",
+            "–",
+        ),
         ("computational features vs none: holdout MAPE, Justus recipe → PreNeT recipe", f"{_pct(jus)} → {_pct(pre)}{gain}", PUBLISHED["prenet"]),
     ]
     if u:
         m = u.get("mean_mape_pct", {})
-        rows.append((f"unseen GPU (leave-one-GPU-out, {u.get('folds')} folds): mean layer MAPE, PreNeT recipe / roofline",
-                     f"{_pct(m.get('prenet_recipe'))} / {_pct(m.get('roofline'))}", PUBLISHED["neusight"]))
+        rows.append(
+            (
+                f"unseen GPU (leave-one-GPU-out, {u.get('folds')} folds): mean layer MAPE, PreNeT recipe / roofline",
+                f"{_pct(m.get('prenet_recipe'))} / {_pct(m.get('roofline'))}",
+                PUBLISHED["neusight"],
+            )
+        )
     if wm:
-        rows.append((f"whole-model training step, local CPU ({wm.get('prenet', {}).get('overall', {}).get('n', 0)} zoo steps): MAPE prenet / PreNeT recipe",
-                     f"{_pct(wm.get('prenet', {}).get('overall', {}).get('mape_pct'))} / {_pct(wm.get('prenet_recipe', {}).get('overall', {}).get('mape_pct'))} "
-                     f"(noise floor {_pct(wm.get('noise_floor_median_spread_pct'))})", "–"))
+        rows.append(
+            (
+                f"whole-model training step, local CPU ({wm.get('prenet', {}).get('overall', {}).get('n', 0)} zoo steps): MAPE prenet / PreNeT recipe",
+                f"{_pct(wm.get('prenet', {}).get('overall', {}).get('mape_pct'))} / {_pct(wm.get('prenet_recipe', {}).get('overall', {}).get('mape_pct'))} "
+                f"(noise floor {_pct(wm.get('noise_floor_median_spread_pct'))})",
+                "–",
+            )
+        )
     if mem:
-        rows.append((f"peak training memory, zoo on the CPU ({mem.get('n')} steps): MAPE, measured/predicted range",
-                     f"{_pct(mem.get('mape_pct'))}, {mem.get('ratio_min', 0):.2f}–{mem.get('ratio_max', 0):.2f}", "–"))
+        rows.append(
+            (
+                f"peak training memory, zoo on the CPU ({mem.get('n')} steps): MAPE, measured/predicted range",
+                f"{_pct(mem.get('mape_pct'))}, {mem.get('ratio_min', 0):.2f}–{mem.get('ratio_max', 0):.2f}",
+                "–",
+            )
+        )
     return rows
 
 
@@ -89,31 +107,58 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
         return f" [{lo_hi[0]:.1f}, {lo_hi[1]:.1f}]" if len(lo_hi) == 2 else ""
 
     pre_logo = ev.get("unseen_hardware", {}).get("mean_mape_pct", {}).get("prenet_recipe")
-    cells = "; ".join(f"{d} {p} {_pct(r['mape_pct'])} (roofline {_pct(r['roofline_mape_pct'])}, {r['rows']:,} ops)" for (d, p), r in sorted(by.items()))
+    cells = "; ".join(
+        f"{d} {p} {_pct(r['mape_pct'])} (roofline {_pct(r['roofline_mape_pct'])}, {r['rows']:,} ops)" for (d, p), r in sorted(by.items())
+    )
     rows: list[Row] = [
         ("step time v2: ops, roofline ÷ learned efficiency (MAPE [95 % bootstrap interval])", "this project", "published"),
         ("per-op MAPE, frozen holdout (by device and precision)", cells or "–", "–"),
     ]
     if u:
-        rows.append((f"unseen GPU (leave-one-GPU-out over {u.get('folds')} GPUs, forward ops): mean MAPE, op model / roofline; hardest GPU",
-                     f"{_pct(u.get('mean_mape_pct'))}{ci(u, 'mean_mape_ci95')} / {_pct(u.get('roofline_mean_mape_pct'))}; {u.get('hardest', {}).get('hardware_id')} "
-                     f"{_pct(u.get('hardest', {}).get('mape_pct'))} (PreNeT recipe on layer rows: {_pct(pre_logo)}; target ≤ 12 %)", PUBLISHED["neusight"]))
+        rows.append(
+            (
+                f"unseen GPU (leave-one-GPU-out over {u.get('folds')} GPUs, forward ops): mean MAPE, op model / roofline; hardest GPU",
+                f"{_pct(u.get('mean_mape_pct'))}{ci(u, 'mean_mape_ci95')} / {_pct(u.get('roofline_mean_mape_pct'))}; {u.get('hardest', {}).get('hardware_id')} "
+                f"{_pct(u.get('hardest', {}).get('mape_pct'))} (PreNeT recipe on layer rows: {_pct(pre_logo)}; target ≤ 12 %)",
+                PUBLISHED["neusight"],
+            )
+        )
     if f32:
-        rows.append((f"whole-model training step, local CPU, FP32 ({f32.get('n')} zoo steps): MAPE op model / PreNeT recipe / roofline",
-                     f"{_pct(f32.get('mape_pct'))}{ci(f32, 'mape_ci95')} / {_pct(wm.get('prenet_recipe_fp32_mape_pct'))} / {_pct(f32.get('roofline_mape_pct'))} "
-                     f"(noise floor {_pct(f32.get('noise_floor_pct'))}; target ≤ 10 %)", "–"))
+        rows.append(
+            (
+                f"whole-model training step, local CPU, FP32 ({f32.get('n')} zoo steps): MAPE op model / PreNeT recipe / roofline",
+                f"{_pct(f32.get('mape_pct'))}{ci(f32, 'mape_ci95')} / {_pct(wm.get('prenet_recipe_fp32_mape_pct'))} / {_pct(f32.get('roofline_mape_pct'))} "
+                f"(noise floor {_pct(f32.get('noise_floor_pct'))}; target ≤ 10 %)",
+                "–",
+            )
+        )
     if b16:
-        rows.append((f"whole-model training step, local CPU, BF16 autocast ({b16.get('n')} zoo steps): MAPE op model / roofline",
-                     f"{_pct(b16.get('mape_pct'))}{ci(b16, 'mape_ci95')} / {_pct(b16.get('roofline_mape_pct'))} (noise floor {_pct(b16.get('noise_floor_pct'))})", "–"))
+        rows.append(
+            (
+                f"whole-model training step, local CPU, BF16 autocast ({b16.get('n')} zoo steps): MAPE op model / roofline",
+                f"{_pct(b16.get('mape_pct'))}{ci(b16, 'mape_ci95')} / {_pct(b16.get('roofline_mape_pct'))} (noise floor {_pct(b16.get('noise_floor_pct'))})",
+                "–",
+            )
+        )
     ts = eo.get("trace_seconds", {})
     if ts:
-        rows.append(("trace of one training step of a 1.3 B-parameter GPT on the meta device (Adam, bf16, 8 × 2048 tokens)",
-                     f"{ts.get('gpt_1p3b_s')} s, {ts.get('ops'):,} ops, no weight memory (target < 10 s)", "–"))
+        rows.append(
+            (
+                "trace of one training step of a 1.3 B-parameter GPT on the meta device (Adam, bf16, 8 × 2048 tokens)",
+                f"{ts.get('gpt_1p3b_s')} s, {ts.get('ops'):,} ops, no weight memory (target < 10 s)",
+                "–",
+            )
+        )
     fb = eo.get("fallback", [])
     if fb:
         worst = max(fb, key=lambda r: 1 - r.get("model_share", 0.0))
-        rows.append(("share of a zoo step's predicted time not from its own family's model (analogy or roofline), worst case",
-                     f"{_pct(100 * (1 - worst.get('model_share', 0.0)))} ({worst['model']}, {worst['hardware']}, {worst['precision']})", "–"))
+        rows.append(
+            (
+                "share of a zoo step's predicted time not from its own family's model (analogy or roofline), worst case",
+                f"{_pct(100 * (1 - worst.get('model_share', 0.0)))} ({worst['model']}, {worst['hardware']}, {worst['precision']})",
+                "–",
+            )
+        )
     return rows
 
 
@@ -129,18 +174,28 @@ def _convergence(cv: dict, fc_cost: dict) -> list[Row]:
     cost = cv.get("cost", {})
     rows: list[Row] = [
         ("steps to converge (Zancato et al.)", "this project", "published"),
-        (f"median abs. error of steps to {primary}, holdout ({cv.get('holdout_configs')} of {cv.get('configs')} configurations): forecast / corrected",
-         f"{_pct(f.get('median_ape_pct'))} / {_pct(c.get('median_ape_pct'))} (within ±20 %: {_pct(f.get('within_pct'), 0)}; {_seed_floor(cv, primary)})",
-         PUBLISHED["zancato_error"]),
-        ("cost ratio (fine-tuning time / forecast time), small default tasks, median", f"{cost.get('median_ratio_forecast', float('nan')):.2f}×",
-         PUBLISHED["zancato_cost"]),
+        (
+            f"median abs. error of steps to {primary}, holdout ({cv.get('holdout_configs')} of {cv.get('configs')} configurations): forecast / corrected",
+            f"{_pct(f.get('median_ape_pct'))} / {_pct(c.get('median_ape_pct'))} (within ±20 %: {_pct(f.get('within_pct'), 0)}; {_seed_floor(cv, primary)})",
+            PUBLISHED["zancato_error"],
+        ),
+        (
+            "cost ratio (fine-tuning time / forecast time), small default tasks, median",
+            f"{cost.get('median_ratio_forecast', float('nan')):.2f}×",
+            PUBLISHED["zancato_cost"],
+        ),
     ]
-    for key, per in (cv.get("holdout") or {}).items():   # every target kind, answered by the default (most reliable) variant
+    for key, per in (cv.get("holdout") or {}).items():  # every target kind, answered by the default (most reliable) variant
         d, fc = per.get("default", {}), per.get("forecast", {})
         if d:
-            rows.append((f"median abs. error of steps to {key}, holdout: default answer (plain forecast)",
-                         f"{_pct(d.get('median_ape_pct'))} ({_pct(fc.get('median_ape_pct'))}); within ±20 %: {_pct(d.get('within_pct'), 0)}; "
-                         f"miss rate {_pct(100 * d['miss_rate'] if d.get('miss_rate') is not None else None, 0)}; {_seed_floor(cv, key)}", "—"))
+            rows.append(
+                (
+                    f"median abs. error of steps to {key}, holdout: default answer (plain forecast)",
+                    f"{_pct(d.get('median_ape_pct'))} ({_pct(fc.get('median_ape_pct'))}); within ±20 %: {_pct(d.get('within_pct'), 0)}; "
+                    f"miss rate {_pct(100 * d['miss_rate'] if d.get('miss_rate') is not None else None, 0)}; {_seed_floor(cv, key)}",
+                    "—",
+                )
+            )
     mom = cv.get("by_momentum") or {}
     if mom:
         cells = "; ".join(f"{m}: {_pct(v.get(primary, {}).get('forecast_median_ape_pct'))}" for m, v in sorted(mom.items()))
@@ -165,14 +220,29 @@ def _cost_check(fc_cost: dict) -> list[Row]:
     """Rows of the full-data cost check (stage forecast_cost): per fine-tune, each forecast variant's cost ratio and
     median error over the targets; from this run, or from the reference run under data/reference (said so)."""
     if not fc_cost.get("tasks"):
-        return [("cost ratio, full-data fine-tune", "not run (`convergence.cost_check.enabled=false`; on with `convergence=full`)", PUBLISHED["zancato_cost"])]
+        return [
+            (
+                "cost ratio, full-data fine-tune",
+                "not run (`convergence.cost_check.enabled=false`; on with `convergence=full`)",
+                PUBLISHED["zancato_cost"],
+            )
+        ]
     where = "this run" if not fc_cost.get("reference") else f"reference run of {fc_cost.get('measured')}, `{fc_cost.get('reproduce')}`"
     rows: list[Row] = []
     for key, r in fc_cost["tasks"].items():
-        cells = "; ".join(f"{name}: {v['cost_ratio']:.0f}×, {_pct(v.get('median_abs_pct_error'))}"
-                          + (f" (drift {v['drift']:.2g})" if v.get("drift") is not None else "") for name, v in r["variants"].items())
-        rows.append((f"full-data fine-tune {key} ({r['regime']} regime, {r['n_train']:,} samples, {r['steps']:,} steps, {r['train_seconds']:.0f} s of SGD): "
-                     f"cost ratio, median error over {len(r['real_steps'])} targets ({where})", cells, PUBLISHED["zancato_cost"]))
+        cells = "; ".join(
+            f"{name}: {v['cost_ratio']:.0f}×, {_pct(v.get('median_abs_pct_error'))}"
+            + (f" (drift {v['drift']:.2g})" if v.get("drift") is not None else "")
+            for name, v in r["variants"].items()
+        )
+        rows.append(
+            (
+                f"full-data fine-tune {key} ({r['regime']} regime, {r['n_train']:,} samples, {r['steps']:,} steps, {r['train_seconds']:.0f} s of SGD): "
+                f"cost ratio, median error over {len(r['real_steps'])} targets ({where})",
+                cells,
+                PUBLISHED["zancato_cost"],
+            )
+        )
     return rows
 
 
@@ -181,26 +251,45 @@ def _outcome(oc: dict, cp: dict) -> list[Row]:
     abl = oc.get("ablation", {}).get("pooled", {})
     src = f"{cp.get('runs')} runs, {'vendored' if cp.get('source') == 'vendored' else 'generated'} corpus"
     rows: list[Row] = [("early success (telemetry → XGBoost)", "this project", "published")]
-    for ep, label, key, pub in (("epoch_2", "R² of final test accuracy at epoch 2", "r2", "outcome_r2"),
-                                ("epoch_3", "failure ROC AUC at epoch 3", "failure_auc", "outcome_auc")):
+    for ep, label, key, pub in (
+        ("epoch_2", "R² of final test accuracy at epoch 2", "r2", "outcome_r2"),
+        ("epoch_3", "failure ROC AUC at epoch 3", "failure_auc", "outcome_auc"),
+    ):
         r = pooled.get(ep, {})
-        rows.append((f"{label}, holdout ({oc.get('holdout_runs')} of {src}): telemetry, domain and schedule stated / nothing stated / "
-                     "loss-acc only / naive epoch-k accuracy",
-                     " / ".join(_ci(r.get(m, {}), key) for m in ("telemetry", "telemetry_unstated", "loss_acc", "naive")), PUBLISHED[pub]))
-    for name, res in (("leave-one-domain-out", oc.get("leave_one_domain_out", {})), ("leave-one-optimizer-out", oc.get("leave_one_optimizer_out", {}))):
+        rows.append(
+            (
+                f"{label}, holdout ({oc.get('holdout_runs')} of {src}): telemetry, domain and schedule stated / nothing stated / "
+                "loss-acc only / naive epoch-k accuracy",
+                " / ".join(_ci(r.get(m, {}), key) for m in ("telemetry", "telemetry_unstated", "loss_acc", "naive")),
+                PUBLISHED[pub],
+            )
+        )
+    for name, res in (
+        ("leave-one-domain-out", oc.get("leave_one_domain_out", {})),
+        ("leave-one-optimizer-out", oc.get("leave_one_optimizer_out", {})),
+    ):
         if res:
             cells = "; ".join(f"{g}: {_ci(v.get('epoch_2', {}).get('telemetry', {}), 'r2')}" for g, v in res.items())
             rows.append((f"{name}: R² at epoch 2 (never saw the group; naive guess in outcome.json)", cells, "not published"))
     e2 = abl.get("epoch_2", {}).get("r2", {})
     if e2:
-        rows.append(("telemetry gain over loss/accuracy only at epoch 2 (ΔR², paired bootstrap)",
-                     f"{e2.get('difference', 0):+.3f} (p {_p(e2.get('p_value', 1.0))})", PUBLISHED["outcome_ablation"]))
+        rows.append(
+            (
+                "telemetry gain over loss/accuracy only at epoch 2 (ΔR², paired bootstrap)",
+                f"{e2.get('difference', 0):+.3f} (p {_p(e2.get('p_value', 1.0))})",
+                PUBLISHED["outcome_ablation"],
+            )
+        )
     cal = oc.get("calibration", {}).get("epoch_2", {})
     if cal:
-        rows.append(("interval coverage at epoch 2, stated / nothing stated (nominal) · failure-probability ECE",
-                     f"{100 * cal['interval_coverage']:.1f} / {100 * cal.get('interval_coverage_unstated', float('nan')):.1f} % "
-                     f"({100 * cal['interval_nominal']:.0f} %) · {cal['failure_reliability']['ece']:.3f}",
-                     "not published"))
+        rows.append(
+            (
+                "interval coverage at epoch 2, stated / nothing stated (nominal) · failure-probability ECE",
+                f"{100 * cal['interval_coverage']:.1f} / {100 * cal.get('interval_coverage_unstated', float('nan')):.1f} % "
+                f"({100 * cal['interval_nominal']:.0f} %) · {cal['failure_reliability']['ece']:.3f}",
+                "not published",
+            )
+        )
     return rows
 
 
@@ -211,18 +300,30 @@ def results_tables(metrics_dir: str | Path) -> list[list[Row]]:
     mdir = Path(metrics_dir)
     ev, cv, fcc = _load(mdir, "evaluate.json"), _load(mdir, "convergence.json"), cost_check_record(mdir)[0]
     oc, cp, eo = _load(mdir, "outcome.json"), _load(mdir, "corpus.json"), _load(mdir, "evaluate_ops.json")
-    return [t for t in (_step_time_ops(eo, ev) if eo else [], _step_time(ev) if ev else [], _convergence(cv, fcc) if cv else [],
-                        _outcome(oc, cp) if oc else []) if t]
+    return [
+        t
+        for t in (
+            _step_time_ops(eo, ev) if eo else [],
+            _step_time(ev) if ev else [],
+            _convergence(cv, fcc) if cv else [],
+            _outcome(oc, cp) if oc else [],
+        )
+        if t
+    ]
 
 
 def results_markdown(metrics_dir: str | Path) -> str:
     """The generated block (markers included): :func:`results_tables` as Markdown under a note on what was measured."""
     bm = _load(Path(metrics_dir), "benchmark.json")
-    lines = [BEGIN, "",
-             f"Measured by the last `make run` on its default configuration ({bm.get('hardware_id', 'local CPU')}, {bm.get('threads', 1)} thread, "
-             "no GPU), read from `data/metrics/*.json`; the published figures are each paper's own claim on its own data and "
-             "hardware, quoted for scale, not reproduced here. Small default samples make some of these figures noisy: the "
-             "larger runs are described in the sections below.", ""]
+    lines = [
+        BEGIN,
+        "",
+        f"Measured by the last `make run` on its default configuration ({bm.get('hardware_id', 'local CPU')}, {bm.get('threads', 1)} thread, "
+        "no GPU), read from `data/metrics/*.json`; the published figures are each paper's own claim on its own data and "
+        "hardware, quoted for scale, not reproduced here. Small default samples make some of these figures noisy: the "
+        "larger runs are described in the sections below.",
+        "",
+    ]
     for rows in results_tables(metrics_dir):
         lines += [f"| {' | '.join(rows[0])} |", "|---|---|---|", *(f"| {' | '.join(r)} |" for r in rows[1:]), ""]
     lines.append(END)
@@ -236,11 +337,11 @@ def replace_block(readme: str, block: str) -> str:
     end = readme.find(END)
     if start == -1 or end == -1:
         return readme.rstrip("\n") + "\n\n## Results\n\n" + block + "\n"
-    return readme[:start] + block + readme[end + len(END):]
+    return readme[:start] + block + readme[end + len(END) :]
 
 
 def current_block(readme: str) -> str | None:
     """The generated block now in ``readme`` (markers included), or None."""
     start = readme.find(BEGIN.split(" — ")[0])
     end = readme.find(END)
-    return None if start == -1 or end == -1 else readme[start:end + len(END)]
+    return None if start == -1 or end == -1 else readme[start : end + len(END)]

@@ -139,8 +139,14 @@ def op_zoo_scatter(zoo: pl.DataFrame, path: Path) -> Path:
 
 def op_unseen_by_gpu(folds: pl.DataFrame, path: Path) -> Path:
     """Leave-one-GPU-out of the op model: MAPE of each family on each held-out GPU, beside the pure roofline's."""
-    per = folds.group_by("hardware_id").agg(((pl.col("mape") * pl.col("rows")).sum() / pl.col("rows").sum()).alias("op model"),
-                                            ((pl.col("roofline_mape") * pl.col("rows")).sum() / pl.col("rows").sum()).alias("roofline")).sort("op model")
+    per = (
+        folds.group_by("hardware_id")
+        .agg(
+            ((pl.col("mape") * pl.col("rows")).sum() / pl.col("rows").sum()).alias("op model"),
+            ((pl.col("roofline_mape") * pl.col("rows")).sum() / pl.col("rows").sum()).alias("roofline"),
+        )
+        .sort("op model")
+    )
     gpus = per["hardware_id"].to_list()
     fig, ax = plt.subplots(figsize=(max(7, 0.8 * len(gpus) + 2), 4.2))
     x = np.arange(len(gpus))

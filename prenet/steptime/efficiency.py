@@ -33,9 +33,31 @@ from prenet.hardware.spec import HardwareSpec
 from prenet.ops.families import ANALOGY, op_class, winograd_3x3
 
 FEATURES: tuple[str, ...] = (
-    "log2_flops", "log2_bytes", "log2_intensity", "log2_ridge_ratio", "log2_roofline_ms", "log2_m", "log2_n", "log2_k",
-    "log2_batch", "log2_groups", "log2_tiles", "log2_waves", "tail_occupancy", "log2_bytes_per_l2", "log2_out_numel",
-    "dtype_bytes", "unit_code", "phase_code", "tf1", "hw_log2_l2", "layout", "align_m", "align_n", "align_k", "op_class",
+    "log2_flops",
+    "log2_bytes",
+    "log2_intensity",
+    "log2_ridge_ratio",
+    "log2_roofline_ms",
+    "log2_m",
+    "log2_n",
+    "log2_k",
+    "log2_batch",
+    "log2_groups",
+    "log2_tiles",
+    "log2_waves",
+    "tail_occupancy",
+    "log2_bytes_per_l2",
+    "log2_out_numel",
+    "dtype_bytes",
+    "unit_code",
+    "phase_code",
+    "tf1",
+    "hw_log2_l2",
+    "layout",
+    "align_m",
+    "align_n",
+    "align_k",
+    "op_class",
 )
 # The spec sheet enters through the roofline, the ridge ratio, the waves over the SMs and bytes per L2. Raw peak,
 # bandwidth, SM count and clock as features of their own let the trees recognise the ~10 training GPUs instead of
@@ -60,8 +82,10 @@ def peaks(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
         p = hw.peak_tflops(str(u))
         if p is None:
             what = {"tf32": "TF32 tensor cores", "fp16": "FP16 tensor-core peak", "bf16": "BF16 peak"}.get(str(u), str(u))
-            raise UnsupportedPrecisionError(f"{hw.hardware_id} has no {what} in its spec sheet; its GEMMs cannot run in {u} "
-                                            f"(choose another --precision, e.g. fp32{', fp16' if hw.peak_fp16_tflops else ''})")
+            raise UnsupportedPrecisionError(
+                f"{hw.hardware_id} has no {what} in its spec sheet; its GEMMs cannot run in {u} "
+                f"(choose another --precision, e.g. fp32{', fp16' if hw.peak_fp16_tflops else ''})"
+            )
         out[units == u] = p * 1e12
     return out
 
@@ -116,18 +140,29 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
     g = {c: frame.get_column(c).to_numpy().astype(float) for c in ("flops", "bytes", "m", "n", "k", "batch", "groups", "out_numel")}
     sms = float(hw.sms or hw.cores or 1)
     gemm = g["m"] > 0
-    tiles = np.where(gemm, np.maximum(g["batch"], 1) * np.ceil(g["m"] / TILE) * np.ceil(np.maximum(g["n"], 1) / TILE),
-                     np.ceil(np.maximum(g["out_numel"], 1) / (TILE * TILE)))
+    tiles = np.where(
+        gemm,
+        np.maximum(g["batch"], 1) * np.ceil(g["m"] / TILE) * np.ceil(np.maximum(g["n"], 1) / TILE),
+        np.ceil(np.maximum(g["out_numel"], 1) / (TILE * TILE)),
+    )
     waves = np.ceil(tiles / sms)
     l2_bytes = (hw.l2_mb or 1.0) * 2**20
     tf1 = frame.get_column("tf1").to_numpy().astype(float) if "tf1" in frame.columns else np.zeros(frame.height)
     cols = {
-        "log2_flops": _log2(g["flops"]), "log2_bytes": _log2(g["bytes"]),
+        "log2_flops": _log2(g["flops"]),
+        "log2_bytes": _log2(g["bytes"]),
         "log2_intensity": np.log2((g["flops"] + 1) / (g["bytes"] + 1)),
-        "log2_ridge_ratio": np.log2((compute + 1e-9) / (memory + 1e-9)), "log2_roofline_ms": np.log2(roof + 1e-9),
-        "log2_m": _log2(g["m"]), "log2_n": _log2(g["n"]), "log2_k": _log2(g["k"]), "log2_batch": _log2(g["batch"]),
-        "log2_groups": _log2(g["groups"]), "log2_tiles": _log2(tiles), "log2_waves": _log2(waves),
-        "tail_occupancy": tiles / (waves * sms), "log2_bytes_per_l2": np.log2((g["bytes"] + 1) / l2_bytes),
+        "log2_ridge_ratio": np.log2((compute + 1e-9) / (memory + 1e-9)),
+        "log2_roofline_ms": np.log2(roof + 1e-9),
+        "log2_m": _log2(g["m"]),
+        "log2_n": _log2(g["n"]),
+        "log2_k": _log2(g["k"]),
+        "log2_batch": _log2(g["batch"]),
+        "log2_groups": _log2(g["groups"]),
+        "log2_tiles": _log2(tiles),
+        "log2_waves": _log2(waves),
+        "tail_occupancy": tiles / (waves * sms),
+        "log2_bytes_per_l2": np.log2((g["bytes"] + 1) / l2_bytes),
         "log2_out_numel": _log2(g["out_numel"]),
         "dtype_bytes": np.array([_DTYPE_BYTES.get(d, 4.0) for d in frame.get_column("dtype").to_list()]),
         "unit_code": np.array([_UNIT_CODE.get(u, 0.0) for u in frame.get_column("unit").to_list()]),
@@ -135,7 +170,9 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
         "tf1": tf1,
         "layout": frame.get_column("layout").to_numpy().astype(float) if "layout" in frame.columns else np.zeros(frame.height),
         "hw_log2_l2": np.full(frame.height, math.log2(hw.l2_mb or 1.0)),
-        "align_m": alignment(g["m"]), "align_n": alignment(g["n"]), "align_k": alignment(g["k"]),
+        "align_m": alignment(g["m"]),
+        "align_n": alignment(g["n"]),
+        "align_k": alignment(g["k"]),
         "op_class": np.array([float(op_class(o)) for o in frame.get_column("op").to_list()]),
     }
     return np.column_stack([cols[f] for f in FEATURES]), roof
@@ -189,8 +226,9 @@ class EfficiencyModel:
             y = np.concatenate(targets[key])
             if len(y) < min_rows:
                 continue
-            model.boosters[key] = xgb.train(p, xgb.DMatrix(x, label=y, feature_names=list(FEATURES)),
-                                            num_boost_round=int(params.get("n_estimators", 300)))
+            model.boosters[key] = xgb.train(
+                p, xgb.DMatrix(x, label=y, feature_names=list(FEATURES)), num_boost_round=int(params.get("n_estimators", 300))
+            )
             model.rows[key] = int(len(y))
         return model
 
@@ -212,8 +250,9 @@ class EfficiencyModel:
         import xgboost as xgb
 
         if frame.height == 0:
-            return frame.with_columns(pl.lit(0.0).alias("roofline_ms"), pl.lit(1.0).alias("efficiency"), pl.lit(0.0).alias("predicted_ms"),
-                                      pl.lit("").alias("estimate"))
+            return frame.with_columns(
+                pl.lit(0.0).alias("roofline_ms"), pl.lit(1.0).alias("efficiency"), pl.lit(0.0).alias("predicted_ms"), pl.lit("").alias("estimate")
+            )
         x, roof = feature_matrix(frame, hw)
         fams = frame.get_column("family").to_numpy()
         eff = np.full(frame.height, self.median_efficiency.get(hw.kind, 0.5))
@@ -226,16 +265,30 @@ class EfficiencyModel:
                 continue
             key = f"{hw.kind}/{fam if src == 'model' else src.split(':', 1)[1]}"
             eff[sel] = _sigmoid(self.boosters[key].predict(xgb.DMatrix(x[sel], feature_names=list(FEATURES))))
-        return frame.with_columns(pl.Series("roofline_ms", roof), pl.Series("efficiency", eff), pl.Series("predicted_ms", roof / eff),
-                                  pl.Series("estimate", how.astype(str)))
+        return frame.with_columns(
+            pl.Series("roofline_ms", roof),
+            pl.Series("efficiency", eff),
+            pl.Series("predicted_ms", roof / eff),
+            pl.Series("estimate", how.astype(str)),
+        )
 
     def save(self, directory: str | Path) -> None:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         for key, b in self.boosters.items():
             b.save_model(str(d / f"{key.replace('/', '__')}.json"))
-        (d / "manifest.json").write_text(json.dumps({"features": list(FEATURES), "models": sorted(self.boosters), "rows": self.rows,
-                                                     "median_efficiency": self.median_efficiency, "params": self.params}, indent=2))
+        (d / "manifest.json").write_text(
+            json.dumps(
+                {
+                    "features": list(FEATURES),
+                    "models": sorted(self.boosters),
+                    "rows": self.rows,
+                    "median_efficiency": self.median_efficiency,
+                    "params": self.params,
+                },
+                indent=2,
+            )
+        )
 
     @staticmethod
     def load(directory: str | Path) -> "EfficiencyModel":

@@ -41,8 +41,10 @@ def featurize(rows: pl.DataFrame, hardware: Mapping[str, HardwareSpec]) -> pl.Da
     missing = sorted(set(rows.get_column("hardware_id").unique().to_list()) - set(hardware))
     if missing:
         raise KeyError(f"no hardware spec for {', '.join(missing)}; add it to the catalog or the benchmark's hardware record")
-    out: dict[str, list] = {k: [] for k in ("sample_id", "shape_id", "flops", "params", "weight_bytes", "input_bytes",
-                                          "output_bytes", "bytes_moved", "ct_ms", "roofline_ms")}
+    out: dict[str, list] = {
+        k: []
+        for k in ("sample_id", "shape_id", "flops", "params", "weight_bytes", "input_bytes", "output_bytes", "bytes_moved", "ct_ms", "roofline_ms")
+    }
     hw_cols: dict[str, list[float]] = {k: [] for k in next(iter(hardware.values())).features()} if hardware else {}
     for r in rows.iter_rows(named=True):
         lt = layer_type(r["op"])
@@ -68,7 +70,14 @@ def featurize(rows: pl.DataFrame, hardware: Mapping[str, HardwareSpec]) -> pl.Da
     extra = pl.DataFrame({**out, **hw_cols}, schema_overrides={"params": pl.Int64})
     base = rows.select(*IDENTITY_COLUMNS, *ALL_SHAPE_COLUMNS, "time_ms", pl.col("spread_rel").cast(pl.Float64))
     return pl.concat([base, extra], how="horizontal").select(
-        "sample_id", "shape_id", *IDENTITY_COLUMNS, *ALL_SHAPE_COLUMNS, "time_ms", "spread_rel", *[k for k in out if k not in ("sample_id", "shape_id")], *hw_cols
+        "sample_id",
+        "shape_id",
+        *IDENTITY_COLUMNS,
+        *ALL_SHAPE_COLUMNS,
+        "time_ms",
+        "spread_rel",
+        *[k for k in out if k not in ("sample_id", "shape_id")],
+        *hw_cols,
     )
 
 
@@ -119,9 +128,7 @@ def design_matrix(df: pl.DataFrame, op: str, feature_set: str) -> tuple[np.ndarr
         (pl.col("optimizer") == "adam").cast(pl.Float64).alias("is_adam"),
         (pl.col("activation") != "none").cast(pl.Float64).alias("has_activation"),
     )
-    exprs = [
-        (pl.col(c).cast(pl.Float64).log1p() if c in _LOGGED else pl.col(c).cast(pl.Float64)).alias(c) for c in cols
-    ]
+    exprs = [(pl.col(c).cast(pl.Float64).log1p() if c in _LOGGED else pl.col(c).cast(pl.Float64)).alias(c) for c in cols]
     X = derived.select(exprs).to_numpy().astype(np.float64)
     if np.isnan(X).any():
         bad = [c for c, j in zip(cols, np.isnan(X).any(axis=0)) if j]
@@ -136,5 +143,3 @@ def log_target(time_ms: np.ndarray) -> np.ndarray:
 
 def from_log_target(y: np.ndarray) -> np.ndarray:
     return np.exp(np.asarray(y, dtype=np.float64))
-
-

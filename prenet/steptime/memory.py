@@ -61,8 +61,9 @@ class MemoryEstimate:
     @property
     def total_bytes(self) -> int:
         """weights + batch + optimizer state + max(backward's live tensors + transient, all gradients)."""
-        return (self.weights_bytes + self.inputs_bytes + self.optimizer_bytes
-                + max(self.backward_live_bytes + self.transient_bytes, self.gradients_bytes))
+        return (
+            self.weights_bytes + self.inputs_bytes + self.optimizer_bytes + max(self.backward_live_bytes + self.transient_bytes, self.gradients_bytes)
+        )
 
     def to_dict(self) -> dict[str, int]:
         return {**asdict(self), "total_bytes": self.total_bytes}
@@ -126,11 +127,11 @@ def backward_live_peak(saved: list[int], uses: list[tuple[int, int]], unplaced_g
     import numpy as np
 
     n = len(saved)
-    alive = np.concatenate([[0], np.cumsum(saved, dtype=np.int64)])          # alive[k] = Σ saved[:k]
+    alive = np.concatenate([[0], np.cumsum(saved, dtype=np.int64)])  # alive[k] = Σ saved[:k]
     grads_at = np.zeros(n + 2, dtype=np.int64)
     for pos, b in uses:
         grads_at[min(pos, n)] += b
-    formed = np.cumsum(grads_at[::-1])[::-1][: n + 1]                           # formed[k] = Σ grads of uses at ≥ k
+    formed = np.cumsum(grads_at[::-1])[::-1][: n + 1]  # formed[k] = Σ grads of uses at ≥ k
     return int((alive + formed).max()) + int(unplaced_grad_bytes)
 
 
@@ -145,10 +146,15 @@ def predict_training_memory(module: nn.Module, example_batch: Any, optimizer: st
     in_bytes = inputs.numel() * inputs.element_size() + (labels.numel() * labels.element_size() if labels is not None else 0)
     saved, uses = trace_saved(module, example_batch)
     placed = sum(b for _, b in uses)
-    return MemoryEstimate(weights_bytes=int(weights), gradients_bytes=int(trainable),
-                          optimizer_bytes=int(OPTIMIZER_STATE_BUFFERS[optimizer] * trainable), inputs_bytes=int(in_bytes),
-                          activations_bytes=int(sum(saved)), backward_live_bytes=backward_live_peak(saved, uses, max(trainable - placed, 0)),
-                          transient_bytes=int(2 * max(saved, default=0)))
+    return MemoryEstimate(
+        weights_bytes=int(weights),
+        gradients_bytes=int(trainable),
+        optimizer_bytes=int(OPTIMIZER_STATE_BUFFERS[optimizer] * trainable),
+        inputs_bytes=int(in_bytes),
+        activations_bytes=int(sum(saved)),
+        backward_live_bytes=backward_live_peak(saved, uses, max(trainable - placed, 0)),
+        transient_bytes=int(2 * max(saved, default=0)),
+    )
 
 
 def _tensor_bytes(obj: Any) -> int:
@@ -178,8 +184,12 @@ def measure_training_memory(module: nn.Module, example_batch: Any, optimizer: st
     if warmup:
         step()
     opt.zero_grad(set_to_none=True)
-    base = (_tensor_bytes(list(module.parameters())) + _tensor_bytes(list(module.buffers())) + _tensor_bytes(list(opt.state.values()))
-            + _tensor_bytes([inputs, labels]))
+    base = (
+        _tensor_bytes(list(module.parameters()))
+        + _tensor_bytes(list(module.buffers()))
+        + _tensor_bytes(list(opt.state.values()))
+        + _tensor_bytes([inputs, labels])
+    )
     if inputs.is_cuda:
         torch.cuda.synchronize()
         start = torch.cuda.memory_allocated()
@@ -187,11 +197,11 @@ def measure_training_memory(module: nn.Module, example_batch: Any, optimizer: st
         step()
         torch.cuda.synchronize()
         return int(base + torch.cuda.max_memory_allocated() - start)
-    from torch.profiler import ProfilerActivity, profile
-
     import logging
     import os
     import sys
+
+    from torch.profiler import ProfilerActivity, profile
 
     # the profiler warns once per block allocated before it started (their frees are not reported): silence it
     stderr_fd = sys.stderr.fileno() if hasattr(sys.stderr, "fileno") else None

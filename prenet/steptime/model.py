@@ -137,9 +137,16 @@ class StepTimeModel:
         manifest: dict[str, Any] = {"name": self.name, "ops": {}, "gpu_transfer": self.gpu_transfer, **(extra or {})}
         for op, m in self.ops.items():
             files = [p.name for p in m.regressor.save(d / op)]
-            manifest["ops"][op] = {"predictor": m.predictor, "feature_set": m.feature_set, "params": m.params,
-                                   "columns": m.columns, "files": files, "target": m.target,
-                                   "extrapolate_above_ms": m.extrapolate_above_ms, "compute_floor": m.compute_floor}
+            manifest["ops"][op] = {
+                "predictor": m.predictor,
+                "feature_set": m.feature_set,
+                "params": m.params,
+                "columns": m.columns,
+                "files": files,
+                "target": m.target,
+                "extrapolate_above_ms": m.extrapolate_above_ms,
+                "compute_floor": m.compute_floor,
+            }
         return write_json(manifest, d / MANIFEST)
 
     @classmethod
@@ -150,9 +157,19 @@ class StepTimeModel:
 
             raise PrenetError(f"no trained step-time model in {d}; run `dvc repro train` (or `make run`) first")
         m = json.loads((d / MANIFEST).read_text())
-        ops = {op: OpModel(e["predictor"], e["feature_set"], e["params"], load_regressor(e["predictor"], d / op, **e["params"]),
-                           e["columns"], e.get("target", "time"), e.get("extrapolate_above_ms"), e.get("compute_floor", False))
-               for op, e in m["ops"].items()}
+        ops = {
+            op: OpModel(
+                e["predictor"],
+                e["feature_set"],
+                e["params"],
+                load_regressor(e["predictor"], d / op, **e["params"]),
+                e["columns"],
+                e.get("target", "time"),
+                e.get("extrapolate_above_ms"),
+                e.get("compute_floor", False),
+            )
+            for op, e in m["ops"].items()
+        }
         return cls(ops, m.get("name", "steptime"), m.get("gpu_transfer"))
 
 
@@ -193,9 +210,18 @@ def _range_limits(tr: pl.DataFrame) -> dict[str, list[float]]:
     return out
 
 
-def _fit_one(tr: pl.DataFrame, va: pl.DataFrame, op: str, predictor: str, params: dict[str, Any], feature_set: str,
-             progress: bool, target: str = "time", extrapolate: bool = False,
-             compute_floor: bool = False) -> tuple[OpModel, dict[str, float]]:
+def _fit_one(
+    tr: pl.DataFrame,
+    va: pl.DataFrame,
+    op: str,
+    predictor: str,
+    params: dict[str, Any],
+    feature_set: str,
+    progress: bool,
+    target: str = "time",
+    extrapolate: bool = False,
+    compute_floor: bool = False,
+) -> tuple[OpModel, dict[str, float]]:
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; use one of {', '.join(TARGETS)}")
     X, cols = design_matrix(tr, op, feature_set)
@@ -236,9 +262,18 @@ def fit_step_time_model(
     model = StepTimeModel(name=name)
     val_metrics: dict[str, dict[str, float]] = {}
     for op in tqdm(_ops_to_fit(train, min_rows), desc=f"train {name}: {predictor}/{feature_set}", unit="op", disable=not progress):
-        model.ops[op], val_metrics[op] = _fit_one(_rows_of(train, op), _rows_of(val, op), op, predictor, params, feature_set,
-                                                  progress=False, target=target, extrapolate=extrapolate,
-                                                  compute_floor=compute_floor)
+        model.ops[op], val_metrics[op] = _fit_one(
+            _rows_of(train, op),
+            _rows_of(val, op),
+            op,
+            predictor,
+            params,
+            feature_set,
+            progress=False,
+            target=target,
+            extrapolate=extrapolate,
+            compute_floor=compute_floor,
+        )
     model.gpu_transfer = fit_gpu_transfer(train, model.ops)
     return model, val_metrics
 

@@ -43,7 +43,15 @@ def leave_one_gpu_out(gpu_ops: pl.DataFrame, *, params: dict[str, Any], threads:
             t = p.get_column("measured_ms").to_numpy()
             e = ape(p.get_column("predicted_ms").to_numpy(), t)
             ratio = t / p.get_column("predicted_ms").to_numpy()
-            out.append({"hardware_id": held, "family": fam, "rows": p.height, "mape": float(e.mean()), "median_ape": float(np.median(e)),
-                        "roofline_mape": float(ape(p.get_column("roofline_ms").to_numpy(), t).mean()),
-                        "ratio_deciles": [round(float(v), 4) for v in np.quantile(ratio, np.linspace(0.1, 0.9, 9))]})
+            out.append(
+                {
+                    "hardware_id": held,
+                    "family": fam,
+                    "rows": p.height,
+                    "mape": float(e.mean()),
+                    "median_ape": float(np.median(e)),
+                    "roofline_mape": float(ape(p.get_column("roofline_ms").to_numpy(), t).mean()),
+                    "ratio_deciles": [round(float(v), 4) for v in np.quantile(ratio, np.linspace(0.1, 0.9, 9))],
+                }
+            )
     return pl.DataFrame(out)

@@ -54,7 +54,9 @@ def step_calls(module: nn.Module, example_batch: Any) -> list[LayerCall]:
     if not isinstance(out, torch.Tensor):
         raise PrenetError(f"the model's forward returned {type(out).__name__}; prenet needs a tensor (logits or a value to average)")
     if labels is not None and out.dim() == 2 and labels.dim() == 1 and labels.shape[0] == out.shape[0] and not labels.is_floating_point():
-        calls.append(LayerCall("loss", "cross_entropy", REGISTRY["cross_entropy"].complete({"batch": int(out.shape[0]), "hidden": int(out.shape[1])})))
+        calls.append(
+            LayerCall("loss", "cross_entropy", REGISTRY["cross_entropy"].complete({"batch": int(out.shape[0]), "hidden": int(out.shape[1])}))
+        )
     return calls
 
 
@@ -63,17 +65,27 @@ def layer_rows(calls: list[LayerCall], *, hardware: HardwareSpec, optimizer: str
     rows = []
     for c in calls:
         trainable = REGISTRY[c.op].trainable
-        rows.append(_row(c.op, c.shape, "train_step" if trainable else "forward_backward", optimizer if trainable else "none",
-                         hardware, threads, dtype))
+        rows.append(
+            _row(c.op, c.shape, "train_step" if trainable else "forward_backward", optimizer if trainable else "none", hardware, threads, dtype)
+        )
     return _featurized(rows, hardware)
 
 
-def _row(op: str, shape: dict[str, int], direction: str, optimizer: str, hardware: HardwareSpec, threads: int,
-         dtype: str = "float32") -> dict[str, Any]:
+def _row(
+    op: str, shape: dict[str, int], direction: str, optimizer: str, hardware: HardwareSpec, threads: int, dtype: str = "float32"
+) -> dict[str, Any]:
     """One raw row to predict (GPU rows carry threads = 0, as in the external training data)."""
-    return {"source": "predict", "hardware_id": hardware.hardware_id, "threads": threads if hardware.kind == "cpu" else 0,
-            "dtype": dtype, "op": op, "direction": direction, "optimizer": optimizer, "activation": "none",
-            **{k: shape.get(k) for k in ALL_SHAPE_COLUMNS}}
+    return {
+        "source": "predict",
+        "hardware_id": hardware.hardware_id,
+        "threads": threads if hardware.kind == "cpu" else 0,
+        "dtype": dtype,
+        "op": op,
+        "direction": direction,
+        "optimizer": optimizer,
+        "activation": "none",
+        **{k: shape.get(k) for k in ALL_SHAPE_COLUMNS},
+    }
 
 
 def _featurized(rows: list[dict[str, Any]], hardware: HardwareSpec) -> pl.DataFrame:
@@ -101,13 +113,15 @@ def predict_step_time(
         raise PrenetError("the model has no layers prenet can time (walked no layer calls)")
     feats = layer_rows(calls, hardware=hardware, optimizer=optimizer, threads=threads)
     ms = model.predict_ms(feats)
-    layers = [{"name": c.name, "op": c.op, "direction": d, "predicted_ms": float(t), **c.shape}
-              for c, d, t in zip(calls, feats.get_column("direction"), ms)]
+    layers = [
+        {"name": c.name, "op": c.op, "direction": d, "predicted_ms": float(t), **c.shape} for c, d, t in zip(calls, feats.get_column("direction"), ms)
+    ]
     step_s = (float(ms.sum()) + overhead_ms) / 1e3
     inputs, _ = unpack_example(example_batch)
     batch = int(inputs.shape[0]) if inputs.dim() else None
-    pred = StepTimePrediction(step_seconds=step_s, hardware=hardware.to_dict(), optimizer=optimizer, batch_size=batch,
-                              layers=layers, overhead_ms=overhead_ms)
+    pred = StepTimePrediction(
+        step_seconds=step_s, hardware=hardware.to_dict(), optimizer=optimizer, batch_size=batch, layers=layers, overhead_ms=overhead_ms
+    )
     if dataset_size is not None:
         if not batch:
             raise PrenetError("an epoch needs the batch size: the example batch has no batch dimension")
@@ -252,8 +266,15 @@ def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any) -
     for r in rows:
         with torch.device("meta"):
             module, x = REGISTRY[r.op].build(r.shape, "meta", torch.float32)
-        trace = trace_step(module, x, optimizer=r.optimizer if r.optimizer != "none" else "sgd", precision=r.precision,
-                           device_type=device_type(hardware), direction=r.direction, input_grad=True)
+        trace = trace_step(
+            module,
+            x,
+            optimizer=r.optimizer if r.optimizer != "none" else "sgd",
+            precision=r.precision,
+            device_type=device_type(hardware),
+            direction=r.direction,
+            input_grad=True,
+        )
         pred, _ = predict_trace(trace, hardware, model)
         out.append(pred.step_seconds * 1e3)
     return table.with_columns(pl.Series("predicted_ms", out))

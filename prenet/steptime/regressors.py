@@ -29,6 +29,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from prenet.data.io import write_json
+from prenet.errors import ConfigError
 
 
 class Regressor(Protocol):
@@ -57,12 +58,30 @@ class _TqdmCallback(xgb.callback.TrainingCallback):
 class XGBoostRegressor:
     name = "xgboost"
 
-    def __init__(self, n_estimators: int = 400, max_depth: int = 8, learning_rate: float = 0.05, subsample: float = 0.8,
-                 colsample_bytree: float = 0.9, min_child_weight: float = 1.0, early_stopping_rounds: int | None = 30,
-                 n_jobs: int = 1, seed: int = 0, progress: bool = False, **_: Any):
-        self.params = dict(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate, subsample=subsample,
-                           colsample_bytree=colsample_bytree, min_child_weight=min_child_weight, n_jobs=n_jobs,
-                           random_state=seed, tree_method="hist")
+    def __init__(
+        self,
+        n_estimators: int = 400,
+        max_depth: int = 8,
+        learning_rate: float = 0.05,
+        subsample: float = 0.8,
+        colsample_bytree: float = 0.9,
+        min_child_weight: float = 1.0,
+        early_stopping_rounds: int | None = 30,
+        n_jobs: int = 1,
+        seed: int = 0,
+        progress: bool = False,
+    ):
+        self.params = dict(
+            n_estimators=n_estimators,
+            max_depth=max_depth,
+            learning_rate=learning_rate,
+            subsample=subsample,
+            colsample_bytree=colsample_bytree,
+            min_child_weight=min_child_weight,
+            n_jobs=n_jobs,
+            random_state=seed,
+            tree_method="hist",
+        )
         self.early_stopping_rounds = early_stopping_rounds
         self.progress = progress
         self.model: xgb.XGBRegressor | None = None
@@ -97,10 +116,27 @@ class XGBoostRegressor:
 class RandomForestRegressor(XGBoostRegressor):
     name = "random_forest"
 
-    def __init__(self, n_estimators: int = 200, max_depth: int = 14, subsample: float = 0.8, colsample_bynode: float = 0.7,
-                 min_child_weight: float = 1.0, n_jobs: int = 1, seed: int = 0, progress: bool = False, **_: Any):
-        self.params = dict(n_estimators=n_estimators, max_depth=max_depth, subsample=subsample, colsample_bynode=colsample_bynode,
-                           min_child_weight=min_child_weight, n_jobs=n_jobs, random_state=seed, tree_method="hist")
+    def __init__(
+        self,
+        n_estimators: int = 200,
+        max_depth: int = 14,
+        subsample: float = 0.8,
+        colsample_bynode: float = 0.7,
+        min_child_weight: float = 1.0,
+        n_jobs: int = 1,
+        seed: int = 0,
+        progress: bool = False,
+    ):
+        self.params = dict(
+            n_estimators=n_estimators,
+            max_depth=max_depth,
+            subsample=subsample,
+            colsample_bynode=colsample_bynode,
+            min_child_weight=min_child_weight,
+            n_jobs=n_jobs,
+            random_state=seed,
+            tree_method="hist",
+        )
         self.progress = progress
         self.model = None
 
@@ -125,8 +161,7 @@ class GBDTRegressor:
 
     name = "gbdt"
 
-    def __init__(self, n_estimators: int = 300, max_depth: int = 4, learning_rate: float = 0.1, subsample: float = 1.0,
-                 seed: int = 0, **_: Any):
+    def __init__(self, n_estimators: int = 300, max_depth: int = 4, learning_rate: float = 0.1, subsample: float = 1.0, seed: int = 0):
         self.params = dict(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate, subsample=subsample, random_state=seed)
         self.init = 0.0
         self.trees: list[dict[str, np.ndarray]] = []
@@ -139,8 +174,15 @@ class GBDTRegressor:
         self.trees = []
         for est in gb.estimators_[:, 0]:
             t = est.tree_
-            self.trees.append({"left": t.children_left.copy(), "right": t.children_right.copy(), "feature": t.feature.copy(),
-                               "threshold": t.threshold.copy(), "value": t.value[:, 0, 0] * self.params["learning_rate"]})
+            self.trees.append(
+                {
+                    "left": t.children_left.copy(),
+                    "right": t.children_right.copy(),
+                    "feature": t.feature.copy(),
+                    "threshold": t.threshold.copy(),
+                    "value": t.value[:, 0, 0] * self.params["learning_rate"],
+                }
+            )
         return self
 
     def predict(self, X):
@@ -160,8 +202,7 @@ class GBDTRegressor:
 
     def save(self, stem: Path) -> list[Path]:
         p = stem.with_suffix(".json")
-        write_json({"params": self.params, "init": self.init,
-                    "trees": [{k: v.tolist() for k, v in t.items()} for t in self.trees]}, p)
+        write_json({"params": self.params, "init": self.init, "trees": [{k: v.tolist() for k, v in t.items()} for t in self.trees]}, p)
         return [p]
 
     @classmethod
@@ -189,7 +230,7 @@ class _Standardizer:
 class LinearRegressor:
     name = "linear"
 
-    def __init__(self, alpha: float = 1e-3, **_: Any):
+    def __init__(self, alpha: float = 1e-3):
         self.alpha = alpha
         self.scaler: _Standardizer | None = None
         self.coef: np.ndarray | None = None
@@ -208,8 +249,16 @@ class LinearRegressor:
 
     def save(self, stem: Path) -> list[Path]:
         p = stem.with_suffix(".json")
-        write_json({"alpha": self.alpha, "mean": self.scaler.mean.tolist(), "std": self.scaler.std.tolist(),
-                    "coef": self.coef.tolist(), "intercept": self.intercept}, p)
+        write_json(
+            {
+                "alpha": self.alpha,
+                "mean": self.scaler.mean.tolist(),
+                "std": self.scaler.std.tolist(),
+                "coef": self.coef.tolist(),
+                "intercept": self.intercept,
+            },
+            p,
+        )
         return [p]
 
     @classmethod
@@ -224,8 +273,17 @@ class LinearRegressor:
 class MLPRegressor:
     name = "mlp"
 
-    def __init__(self, hidden: list[int] | tuple[int, ...] = (128, 128), epochs: int = 200, batch_size: int = 256,
-                 lr: float = 2e-3, weight_decay: float = 1e-5, patience: int = 20, seed: int = 0, progress: bool = False, **_: Any):
+    def __init__(
+        self,
+        hidden: list[int] | tuple[int, ...] = (128, 128),
+        epochs: int = 200,
+        batch_size: int = 256,
+        lr: float = 2e-3,
+        weight_decay: float = 1e-5,
+        patience: int = 20,
+        seed: int = 0,
+        progress: bool = False,
+    ):
         self.hidden = [int(h) for h in hidden]
         self.epochs, self.batch_size, self.lr, self.weight_decay, self.patience = epochs, batch_size, lr, weight_decay, patience
         self.seed, self.progress = seed, progress
@@ -292,8 +350,17 @@ class MLPRegressor:
     def save(self, stem: Path) -> list[Path]:
         pt, meta = stem.with_suffix(".pt"), stem.with_suffix(".json")
         torch.save(self.net.state_dict(), pt)
-        write_json({"hidden": self.hidden, "n_in": int(len(self.scaler.mean)), "mean": self.scaler.mean.tolist(),
-                    "std": self.scaler.std.tolist(), "y_mean": self.y_mean, "y_std": self.y_std}, meta)
+        write_json(
+            {
+                "hidden": self.hidden,
+                "n_in": int(len(self.scaler.mean)),
+                "mean": self.scaler.mean.tolist(),
+                "std": self.scaler.std.tolist(),
+                "y_mean": self.y_mean,
+                "y_std": self.y_std,
+            },
+            meta,
+        )
         return [pt, meta]
 
     @classmethod
@@ -310,13 +377,60 @@ class MLPRegressor:
 REGRESSORS: dict[str, type] = {c.name: c for c in (XGBoostRegressor, RandomForestRegressor, GBDTRegressor, MLPRegressor, LinearRegressor)}
 
 
+#: Settings the pipeline passes to every regressor (not from conf/predictor/); a class that has no use for one does
+#: not take it, and it is dropped for that class.
+RUN_SETTINGS = ("seed", "n_jobs", "progress")
+
+
+def _check_setting(name: str, key: str, value: Any, default: Any, nullable: bool) -> Any:
+    """``value`` of ``predictor.<key>`` if it has the kind of its default (integer, number, flag, list; null where the
+    setting allows it); else one line naming the setting, the expected kind and the file."""
+
+    def bad(kind: str) -> ConfigError:
+        return ConfigError(f"predictor.{key}={value!r}: expected {kind} (predictor {name}, conf/predictor/{name}.yaml)")
+
+    if value is None:
+        if nullable:
+            return value
+        raise bad("a value (null is not allowed)")
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise bad("true or false")
+    elif isinstance(default, int):
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            raise bad("an integer")
+        return int(value)
+    elif isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("a number")
+    elif isinstance(default, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise bad("a list of integers")
+    return value
+
+
+def _settings(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The constructor keywords of predictor ``name`` from ``params``: every key must be one of its settings (or a
+    :data:`RUN_SETTINGS` key), of the kind of its default. A typo or a wrong type is refused in one line."""
+    import inspect
+
+    if name not in REGRESSORS:
+        raise ConfigError(f"unknown predictor {name!r}; choose one of {', '.join(sorted(REGRESSORS))} (conf/predictor/)")
+    sig = {k: p for k, p in inspect.signature(REGRESSORS[name].__init__).parameters.items() if k != "self"}
+    unknown = sorted(k for k in params if k not in sig and k not in RUN_SETTINGS)
+    if unknown:
+        raise ConfigError(
+            f"predictor {name} has no setting {', '.join('predictor.' + k for k in unknown)}; its settings are "
+            f"{', '.join(k for k in sig if k not in RUN_SETTINGS)} (conf/predictor/{name}.yaml)"
+        )
+    return {k: _check_setting(name, k, v, sig[k].default, "None" in str(sig[k].annotation)) for k, v in params.items() if k in sig}
+
+
 def make_regressor(name: str, **params: Any) -> Regressor:
-    """A fresh regressor by config name (``predictor.name``); unknown names list the known ones."""
-    try:
-        return REGRESSORS[name](**params)
-    except KeyError:
-        raise ValueError(f"unknown predictor {name!r}; choose one of {', '.join(sorted(REGRESSORS))} (conf/predictor/)") from None
+    """A fresh regressor by config name (``predictor.name``) with checked settings (see :func:`_settings`)."""
+    settings = _settings(name, params)  # an unknown name is refused here
+    return REGRESSORS[name](**settings)
 
 
 def load_regressor(name: str, stem: Path, **params: Any) -> Regressor:
-    return REGRESSORS[name].load(stem, **params)
+    return REGRESSORS[name].load(stem, **_settings(name, params))

@@ -73,8 +73,9 @@ def default_overhead_ms(hw: HardwareSpec, optimizer: str, path: str | Path = DEF
     return float(rec.get("null_step_ms", {}).get(optimizer, rec.get("null_step_ms", {}).get("sgd", 0.0)))
 
 
-def predict_trace(trace: StepTrace, hw: HardwareSpec, model: EfficiencyModel, *, overhead_ms: float = 0.0,
-                  top: int = 8) -> tuple[StepPrediction, pl.DataFrame]:
+def predict_trace(
+    trace: StepTrace, hw: HardwareSpec, model: EfficiencyModel, *, overhead_ms: float = 0.0, top: int = 8
+) -> tuple[StepPrediction, pl.DataFrame]:
     """The prediction of a traced step on ``hw`` and the per-op table it sums (raises
     :class:`~prenet.steptime.efficiency.UnsupportedPrecisionError` when ``hw`` lacks the trace's precision)."""
     ops = model.predict(trace.frame(), hw)
@@ -85,20 +86,40 @@ def predict_trace(trace: StepTrace, hw: HardwareSpec, model: EfficiencyModel, *,
     fallback = ops.filter(pl.col("estimate") != "model")
     if fallback.height:
         kinds = ", ".join(f"{f} ({e})" for f, e in fallback.select("family", "estimate").unique().sort("family").iter_rows())
-        notes.append(f"{100 * float(fallback['predicted_ms'].sum()) / max(total_ms, 1e-12):.1f} % of the time has no {hw.kind} "
-                     f"measurements of its own family: {kinds}")
+        notes.append(
+            f"{100 * float(fallback['predicted_ms'].sum()) / max(total_ms, 1e-12):.1f} % of the time has no {hw.kind} "
+            f"measurements of its own family: {kinds}"
+        )
     top_rows = ops.sort("predicted_ms", descending=True).head(top).select("op", "family", "phase", "module", "shapes", "predicted_ms", "estimate")
     pred = StepPrediction(
-        step_seconds=(total_ms + overhead_ms) / 1e3, hardware=hw.to_dict(), optimizer=trace.optimizer, precision=trace.precision,
-        batch_size=trace.input_shape[0] if trace.input_shape else None, input_shape=trace.input_shape, params=trace.params,
-        overhead_ms=overhead_ms, family_ms={f: float(t) for f, t in fam.iter_rows()},
-        estimate_share={e: float(t) / max(total_ms, 1e-12) for e, t in est.iter_rows()}, ops=ops.height, notes=notes + trace.notes,
-        top_ops=top_rows.to_dicts())
+        step_seconds=(total_ms + overhead_ms) / 1e3,
+        hardware=hw.to_dict(),
+        optimizer=trace.optimizer,
+        precision=trace.precision,
+        batch_size=trace.input_shape[0] if trace.input_shape else None,
+        input_shape=trace.input_shape,
+        params=trace.params,
+        overhead_ms=overhead_ms,
+        family_ms={f: float(t) for f, t in fam.iter_rows()},
+        estimate_share={e: float(t) / max(total_ms, 1e-12) for e, t in est.iter_rows()},
+        ops=ops.height,
+        notes=notes + trace.notes,
+        top_ops=top_rows.to_dicts(),
+    )
     return pred, ops
 
 
-def predict_step(module: nn.Module, example_batch: Any, *, hardware: HardwareSpec, model: EfficiencyModel, optimizer: str = "sgd",
-                 precision: str = "fp32", overhead_ms: float | None = None, dataset_size: int | None = None) -> StepPrediction:
+def predict_step(
+    module: nn.Module,
+    example_batch: Any,
+    *,
+    hardware: HardwareSpec,
+    model: EfficiencyModel,
+    optimizer: str = "sgd",
+    precision: str = "fp32",
+    overhead_ms: float | None = None,
+    dataset_size: int | None = None,
+) -> StepPrediction:
     """Trace one training step of ``module`` for ``hardware``'s device type and precision, and predict it.
     ``overhead_ms`` None: the measured null step of the local CPU (:func:`default_overhead_ms`)."""
     trace = trace_step(module, example_batch, optimizer=optimizer, precision=precision, device_type=device_type(hardware))

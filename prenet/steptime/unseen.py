@@ -54,16 +54,18 @@ def _fold(job: tuple) -> list[dict[str, Any]]:
     return out
 
 
-def leave_one_gpu_out(features: pl.DataFrame, *, predictor: str, params: dict[str, Any], min_rows: int = 50,
-                      progress: bool = True, workers: int = 1) -> pl.DataFrame:
+def leave_one_gpu_out(
+    features: pl.DataFrame, *, predictor: str, params: dict[str, Any], min_rows: int = 50, progress: bool = True, workers: int = 1
+) -> pl.DataFrame:
     """One row per (source, op, held-out GPU, recipe): n, MAPE %, median APE %, within ±20 %.
 
     ``features`` are LayerFeatures rows of the external sources (each source is evaluated on its own GPUs only:
     the datasets differ in framework and timing method)."""
     out: list[dict[str, Any]] = []
     groups = features.select("source", "op").unique().sort("source", "op").iter_rows()
-    tasks = [(s, o, g) for s, o in groups
-             for g in sorted(features.filter((pl.col("source") == s) & (pl.col("op") == o))["hardware_id"].unique().to_list())]
+    tasks = [
+        (s, o, g) for s, o in groups for g in sorted(features.filter((pl.col("source") == s) & (pl.col("op") == o))["hardware_id"].unique().to_list())
+    ]
     jobs = [(features.filter((pl.col("source") == s) & (pl.col("op") == o)), s, o, g, predictor, params, min_rows) for s, o, g in tasks]
     bar = tqdm(total=len(jobs), desc="leave-one-GPU-out", unit="fold", disable=not progress)
     if workers > 1 and len(jobs) > 1:
@@ -93,6 +95,9 @@ def summarize(logo: pl.DataFrame) -> dict[str, Any]:
     per = {}
     for (s, o, r), g in logo.group_by(["source", "op", "recipe"]):
         per.setdefault(f"{s}/{o}", {})[r] = float(g["mape_pct"].mean())
-    return {"mean_mape_pct": dict(sorted(overall.items())), "by_source_op": dict(sorted(per.items())),
-            "folds": int(logo.select("source", "op", "held_out").unique().height),
-            "median_fold_mape_pct": {r: float(np.median(g["mape_pct"].to_numpy())) for (r,), g in logo.group_by(["recipe"])}}
+    return {
+        "mean_mape_pct": dict(sorted(overall.items())),
+        "by_source_op": dict(sorted(per.items())),
+        "folds": int(logo.select("source", "op", "held_out").unique().height),
+        "median_fold_mape_pct": {r: float(np.median(g["mape_pct"].to_numpy())) for (r,), g in logo.group_by(["recipe"])},
+    }

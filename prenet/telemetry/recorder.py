@@ -55,8 +55,14 @@ class Recorder:
     """Collects gradient moments after each backward pass and, at each epoch end, the weight norms and (at
     ``snapshot_epoch``) the activation saturation on ``probe_inputs``. ``seconds`` is the recorder's own wall time."""
 
-    def __init__(self, model: nn.Module, *, probe_inputs: torch.Tensor | None = None, snapshot_epoch: int | None = None,
-                 saturation_threshold: float = SATURATION_THRESHOLD) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        probe_inputs: torch.Tensor | None = None,
+        snapshot_epoch: int | None = None,
+        saturation_threshold: float = SATURATION_THRESHOLD,
+    ) -> None:
         self.model = model
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
@@ -74,8 +80,9 @@ class Recorder:
         self._m = self._fresh()
 
     def _fresh(self) -> _Moments:
-        return _Moments(0, [torch.zeros_like(p, dtype=torch.float32) for p in self.params],
-                        [torch.zeros_like(p, dtype=torch.float32) for p in self.params], [])
+        return _Moments(
+            0, [torch.zeros_like(p, dtype=torch.float32) for p in self.params], [torch.zeros_like(p, dtype=torch.float32) for p in self.params], []
+        )
 
     def after_backward(self) -> None:
         """Call right after ``loss.backward()`` (before the optimizer step)."""
@@ -115,6 +122,7 @@ class Recorder:
                 s = o.abs() > thr if kind == "tanh" else (2 * o - 1).abs() > thr
                 sat_n += int(s.sum())
                 sat_total += s.numel()
+
             return hook
 
         for m in self.model.modules():
@@ -135,8 +143,7 @@ class Recorder:
             self.model.train(was)
         return (dead / relu_units if relu_units else None), (sat_n / sat_total if sat_total else None)
 
-    def end_epoch(self, *, train_loss: float, train_accuracy: float, val_loss: float | None = None,
-                  val_accuracy: float | None = None) -> dict:
+    def end_epoch(self, *, train_loss: float, train_accuracy: float, val_loss: float | None = None, val_accuracy: float | None = None) -> dict:
         """Close the epoch: one row with the losses given (validation optional) and the telemetry measured. Returns
         the row."""
         t0 = time.perf_counter()
@@ -199,9 +206,22 @@ class Recorder:
         return validate(df, Telemetry, source="Recorder.table()")
 
 
-TELEMETRY_FLOAT = ("train_loss", "train_accuracy", "log10_grad_snr", "log10_grad_snr_median", "grad_norm", "weight_norm_ratio",
-                   "weight_distance", "layer_norm_ratio_max", "layer_norm_ratio_mean", "update_ratio", "val_loss", "val_accuracy", "dead_relu_frac",
-                   "saturated_frac")
+TELEMETRY_FLOAT = (
+    "train_loss",
+    "train_accuracy",
+    "log10_grad_snr",
+    "log10_grad_snr_median",
+    "grad_norm",
+    "weight_norm_ratio",
+    "weight_distance",
+    "layer_norm_ratio_max",
+    "layer_norm_ratio_mean",
+    "update_ratio",
+    "val_loss",
+    "val_accuracy",
+    "dead_relu_frac",
+    "saturated_frac",
+)
 
 
 def telemetry_schema() -> dict:
