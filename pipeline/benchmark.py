@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
-from prenet.benchmark import make_plan, run_benchmark
+from prenet.benchmark import measurement_plan, run_benchmark
 from prenet.data.io import write_json, write_table
 from prenet.data.schemas import RawTimings
 from prenet.hardware.local import detect_local
@@ -39,7 +39,7 @@ def benchmark(cfg: DictConfig) -> dict:
     b = cfg.benchmark
     t0 = time.monotonic()
     hw = _hardware(cfg)
-    plan = make_plan(OmegaConf.to_container(b.ops, resolve=True), directions=b.directions, optimizers=b.optimizers, seed=int(cfg.seed))
+    plan = measurement_plan(OmegaConf.to_container(b.ops, resolve=True), directions=b.directions, optimizers=b.optimizers, seed=int(cfg.seed))
     df = run_benchmark(
         plan,
         hardware=hw,

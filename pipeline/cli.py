@@ -291,7 +291,7 @@ def _cmd_predict_outcome(args: argparse.Namespace) -> None:
 def _prices(args: argparse.Namespace) -> dict:
     """The pricing of ``--pricing`` (a conf/pricing/ option or a YAML file) with the ``--price NAME=USD`` overrides."""
     from pipeline.config import CONF_DIR
-    from prenet.plan import check_prices, load_prices
+    from prenet.planner.pricing import check_prices, load_prices
 
     src = Path(args.pricing)
     if not src.is_file():
@@ -316,7 +316,8 @@ def _prices(args: argparse.Namespace) -> dict:
 def _cmd_plan(args: argparse.Namespace) -> None:
     import torch
 
-    from prenet.plan import load_finetune_data, make_plan, render_table
+    from prenet.planner.plan import load_finetune_data, make_plan
+    from prenet.planner.render import render_table
 
     torch.set_num_threads(args.threads)
     targets = {k: getattr(args, k) for k in ("converge_eps", "target_loss", "target_accuracy") if getattr(args, k) is not None}

@@ -23,7 +23,7 @@ from prenet.data.schemas import HoldoutPredictions, ModelTimings, SplitLayerFeat
 from prenet.data.split import assign
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
-from prenet.plan import loo_coverage
+from prenet.planner.intervals import loo_coverage, ratio_summary
 from prenet.steptime import StepTimeModel, error_metrics
 from prenet.steptime.memory import predict_training_memory
 from prenet.steptime.predict import predict_step_time
@@ -105,14 +105,8 @@ def interval_ratios(measured: np.ndarray, predicted: np.ndarray) -> list[float]:
     return [round(float(v), 4) for v in np.asarray(measured, float) / np.asarray(predicted, float)]
 
 
-def ratio_summary(ratios: list[float], coverage: float) -> dict:
-    """The ratios (rounded) with the central ``coverage`` share's bounds: the record behind one of the planner's intervals."""
-    lo, hi = (1 - coverage) / 2, (1 + coverage) / 2
-    return {"ratios": [round(float(v), 4) for v in ratios], "low": float(np.quantile(ratios, lo)), "high": float(np.quantile(ratios, hi))}
-
-
 def intervals(whole: pl.DataFrame, logo: pl.DataFrame | None, coverage: float) -> dict:
-    """The error distributions behind the planner's intervals (``prenet.plan``): measured / predicted step time of
+    """The error distributions behind the planner's intervals (``prenet.planner``): measured / predicted step time of
     every whole zoo step on the local CPU (recipe ``prenet``), and, for GPUs, the deciles of measured / predicted
     per layer on each held-out GPU of the leave-one-GPU-out evaluation (recipe ``prenet_recipe``: the same
     features and target as ``prenet``), pooled over folds."""

@@ -17,7 +17,7 @@ from prenet.convergence.evaluation import auc, by_curve, curve_distance, dense, 
 from prenet.data.io import read_table, write_json, write_table
 from prenet.data.schemas import ConvergenceTargets, FinetuneRuns, ForecastRuns, LossCurves
 from prenet.data.split import assert_no_holdout
-from prenet.plan import loo_coverage
+from prenet.planner.intervals import loo_coverage
 from prenet.report import figures
 
 PRED_SOURCES = ("default", "forecast", "forecast_ode", "corrected", "curve_fit", "probe_regressor")

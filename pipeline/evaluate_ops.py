@@ -14,14 +14,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
-from pipeline.evaluate import interval_ratios, ratio_summary
+from pipeline.evaluate import interval_ratios
 from pipeline.train_ops import all_ops, local_spec, specs_for
 from prenet import zoo
 from prenet.data.io import read_table, write_json, write_table
 from prenet.data.schemas import ModelTimings
 from prenet.hardware.catalog import get
 from prenet.ops import trace_step
-from prenet.plan import loo_coverage
+from prenet.planner.intervals import loo_coverage, ratio_summary
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.op_evaluation import ape, leave_one_gpu_out, predict_rows
 from prenet.steptime.step import default_overhead_ms, device_type, predict_trace

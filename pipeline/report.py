@@ -304,12 +304,14 @@ def _planner_section(ev: dict, cv: dict, zoo, out: Path) -> str:
         fig = summary_figures.interval_ratios(groups, cov, out / "interval_ratios.png")
         import numpy as np
 
+        from prenet.planner.intervals import central
+
         rows = {
             k: {
                 "n": len(v),
-                "low": float(np.quantile(v, (1 - cov) / 2)),
+                "low": central(v, cov)[0],
                 "median": float(np.median(v)),
-                "high": float(np.quantile(v, (1 + cov) / 2)),
+                "high": central(v, cov)[1],
                 "leave-one-out coverage": "–" if loo.get(k) is None else f"{100 * loo[k]:.0f} %",
             }
             for k, v in groups.items()

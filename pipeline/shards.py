@@ -116,13 +116,13 @@ def _benchmark_settings(cfg: DictConfig) -> dict:
 def _benchmark_items(cfg: DictConfig) -> list[tuple[str, Any]]:
     import torch
 
-    from prenet.benchmark import make_plan
+    from prenet.benchmark import measurement_plan
     from prenet.benchmark.runner import measurement_id
     from prenet.hardware.local import detect_local
 
     b = cfg.benchmark
     hw = detect_local(threads=int(cfg.threads), device=cfg.hardware.device)
-    plan = make_plan(_container(b.ops), directions=b.directions, optimizers=b.optimizers, seed=int(cfg.seed))
+    plan = measurement_plan(_container(b.ops), directions=b.directions, optimizers=b.optimizers, seed=int(cfg.seed))
     tv = torch.__version__.split("+")[0]
     opts = {
         "hardware_id": hw.hardware_id,

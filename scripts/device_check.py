@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from prenet.benchmark.models import measure_model, null_step_ms, to_device
-from prenet.benchmark.runner import make_plan, measure
+from prenet.benchmark.runner import measure, measurement_plan
 from prenet.steptime.memory import measure_training_memory, predict_training_memory
 
 HW_ID = "H200 SXM 141GB"
@@ -38,7 +38,7 @@ def log(*a) -> None:
 
 def layers(out: Path, plan_file: Path, tag: str, budget_s: float) -> None:
     b = json.loads(plan_file.read_text())
-    plan = make_plan(b["ops"], directions=b["directions"], optimizers=b["optimizers"], seed=0)
+    plan = measurement_plan(b["ops"], directions=b["directions"], optimizers=b["optimizers"], seed=0)
     t0 = time.time()
     rows = measure(
         plan,

@@ -86,15 +86,18 @@ def missing_deps(stage: dict) -> list[Path]:
     deps = [str(d if isinstance(d, str) else next(iter(d))) for d in stage.get("deps", [])]
     covered = [ROOT / d.rstrip("/") for d in deps if not d.startswith("$")]
     needed = set().union(*(closure(m) for m in _stage_modules(stage["cmd"])))
-    return sorted(f for f in needed if (f.name != "__init__.py" or f.parent.name in PACKAGES) and not any(f == c or c in f.parents for c in covered))
+    return sorted(f for f in needed if not any(f == c or c in f.parents for c in covered))
 
 
 def cover(files: list[Path]) -> list[str]:
-    """Dependency entries covering ``files``: a library package's folder, else the file."""
+    """Dependency entries covering ``files``: a library package's folder when every module in it is needed, else
+    the files (so a stage that needs ``prenet/planner/intervals.py`` does not re-run on a change to the rendering)."""
     out = set()
+    needed = set(files)
     for f in files:
         rel = f.relative_to(ROOT)
-        out.add(rel.parent.as_posix() if rel.parts[0] == "prenet" and len(rel.parts) > 2 else rel.as_posix())
+        whole = rel.parts[0] == "prenet" and len(rel.parts) > 2 and set(f.parent.glob("*.py")) <= needed
+        out.add(rel.parent.as_posix() if whole else rel.as_posix())
     return sorted(out)
 
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from prenet.benchmark import make_plan, run_benchmark, time_callable
+from prenet.benchmark import measurement_plan, run_benchmark, time_callable
 from prenet.benchmark.runner import read_shards
 from prenet.data.io import validate
 from prenet.data.schemas import RawTimings
@@ -53,17 +53,17 @@ def test_timer_reports_median_spread_and_calibrates_inner_loop():
 
 
 def test_plan_is_deterministic_and_per_op_independent():
-    a = make_plan(OPS, directions=["forward", "forward_backward", "train_step"], optimizers=["sgd", "adam"], seed=1)
-    b = make_plan(OPS, directions=["forward", "forward_backward", "train_step"], optimizers=["sgd", "adam"], seed=1)
+    a = measurement_plan(OPS, directions=["forward", "forward_backward", "train_step"], optimizers=["sgd", "adam"], seed=1)
+    b = measurement_plan(OPS, directions=["forward", "forward_backward", "train_step"], optimizers=["sgd", "adam"], seed=1)
     assert a == b
     assert {m.direction for m in a} == {"forward", "forward_backward", "train_step"}
     assert {m.optimizer for m in a if m.direction == "train_step"} == {"sgd", "adam"}
-    only_linear = make_plan({"linear": OPS["linear"]}, directions=["forward"], optimizers=[], seed=1)
+    only_linear = measurement_plan({"linear": OPS["linear"]}, directions=["forward"], optimizers=[], seed=1)
     assert [m for m in a if m.op == "linear" and m.direction == "forward"] == only_linear
 
 
 def test_runner_writes_valid_rows_with_hardware_and_threads(tmp_path):
-    plan = make_plan(OPS, directions=["forward", "train_step"], optimizers=["adam"], seed=0)
+    plan = measurement_plan(OPS, directions=["forward", "train_step"], optimizers=["adam"], seed=0)
     df = run_benchmark(plan, hardware=HW, shard_dir=tmp_path, threads=1, warmup=1, repeats=3, min_block_ms=0.2, progress=False)
     validate(df, RawTimings)
     assert df.height == len(plan)
@@ -71,7 +71,7 @@ def test_runner_writes_valid_rows_with_hardware_and_threads(tmp_path):
 
 
 def test_runner_resumes_from_shards_and_skips_a_torn_line(tmp_path):
-    plan = make_plan(OPS, directions=["forward"], optimizers=[], seed=0)
+    plan = measurement_plan(OPS, directions=["forward"], optimizers=[], seed=0)
     first = run_benchmark(plan[:3], hardware=HW, shard_dir=tmp_path, warmup=1, repeats=3, min_block_ms=0.2, progress=False)
     shard = next(tmp_path.glob("*.jsonl"))
     with shard.open("a") as f:
@@ -87,11 +87,11 @@ def test_kill_minus_9_keeps_finished_measurements(tmp_path):
     """A benchmark process killed with SIGKILL keeps every finished row; the next run completes the plan."""
     script = f"""
 import json, sys
-from prenet.benchmark import make_plan, run_benchmark
+from prenet.benchmark import measurement_plan, run_benchmark
 from prenet.hardware.spec import HardwareSpec
 ops = json.loads({json.dumps(json.dumps(OPS))})
 ops['linear']['n_configs'] = 40
-plan = make_plan(ops, directions=['forward', 'forward_backward'], optimizers=[], seed=0)
+plan = measurement_plan(ops, directions=['forward', 'forward_backward'], optimizers=[], seed=0)
 run_benchmark(plan, hardware=HardwareSpec('test-cpu','cpu',0.1,10.0,1,2000.0), shard_dir=sys.argv[1], warmup=1, repeats=20, min_block_ms=5, progress=False)
 """
     proc = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -104,7 +104,7 @@ run_benchmark(plan, hardware=HardwareSpec('test-cpu','cpu',0.1,10.0,1,2000.0), s
     assert len(kept) >= 3
     ops = json.loads(json.dumps(OPS))
     ops["linear"]["n_configs"] = 40
-    plan = make_plan(ops, directions=["forward", "forward_backward"], optimizers=[], seed=0)
+    plan = measurement_plan(ops, directions=["forward", "forward_backward"], optimizers=[], seed=0)
     assert len(kept) < len(plan), "the run was meant to be interrupted"
     df = run_benchmark(plan, hardware=HW, shard_dir=tmp_path, warmup=1, repeats=2, min_block_ms=0.1, progress=False)
     assert df.height == len(plan)

@@ -12,7 +12,9 @@ import torch
 
 from pipeline.cli import main
 from prenet.errors import PrenetError
-from prenet.plan import Intervals, format_duration, load_intervals, loo_coverage, make_plan, render_table, steps_interval
+from prenet.planner.intervals import Intervals, load_intervals, loo_coverage, steps_interval
+from prenet.planner.plan import make_plan
+from prenet.planner.render import format_duration, render_table
 
 
 def _args(root, *extra):

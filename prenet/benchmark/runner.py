@@ -48,7 +48,7 @@ class MeasurementSpec:
         return dict(self.shape)
 
 
-def make_plan(ops: dict[str, dict[str, Any]], *, directions: Iterable[str], optimizers: Iterable[str], seed: int) -> list[MeasurementSpec]:
+def measurement_plan(ops: dict[str, dict[str, Any]], *, directions: Iterable[str], optimizers: Iterable[str], seed: int) -> list[MeasurementSpec]:
     """Sample ``n_configs`` configurations per op from its ``space`` and expand them over directions
     (``train_step`` once per optimizer, and only for ops with parameters). Each op draws from its own stream seeded by (seed, op), so adding an
     op or changing one op's count leaves the other ops' configurations unchanged."""

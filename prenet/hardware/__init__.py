@@ -1,6 +1,21 @@
-"""Hardware descriptions: the vendored catalog, YAML spec files and local detection."""
+"""Hardware descriptions: the vendored catalog, YAML spec files and local detection.
 
-from prenet.hardware.catalog import catalog, get, resolve, resolve_name
+:func:`resolve` dispatches between the three; it lives here so that ``catalog`` and ``local`` do not import each
+other (``local`` reads the catalog for a detected GPU's spec sheet)."""
+
+from prenet.hardware.catalog import catalog, get, resolve_name
 from prenet.hardware.spec import HardwareSpec, load_spec_yaml
 
 __all__ = ["HardwareSpec", "catalog", "get", "load_spec_yaml", "resolve", "resolve_name"]
+
+
+def resolve(target: str, *, threads: int = 1) -> HardwareSpec:
+    """Hardware from a catalog name, ``local`` (this machine, detected with ``threads`` threads) or a path to a
+    ``.yaml`` spec file."""
+    if target == "local":
+        from prenet.hardware.local import detect_local
+
+        return detect_local(threads=threads)
+    if target.endswith((".yaml", ".yml")):
+        return load_spec_yaml(target)
+    return get(target)

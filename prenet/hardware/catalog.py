@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from prenet.errors import UnknownHardwareError
-from prenet.hardware.spec import HardwareSpec, load_spec_yaml
+from prenet.hardware.spec import HardwareSpec
 from prenet.paths import data_dir
 
 #: Device strings used by the vendored datasets (and common short names) → catalog names.
@@ -162,14 +162,3 @@ def alias_note(name: str) -> str | None:
 def get(name: str) -> HardwareSpec:
     """Catalog entry by name (see :func:`resolve_name`)."""
     return _load(str(data_dir()))[resolve_name(name)]
-
-
-def resolve(target: str, *, threads: int = 1) -> HardwareSpec:
-    """Hardware from a catalog name, ``local`` (this machine) or a path to a ``.yaml`` spec file."""
-    if target == "local":
-        from prenet.hardware.local import detect_local
-
-        return detect_local(threads=threads)
-    if target.endswith((".yaml", ".yml")):
-        return load_spec_yaml(target)
-    return get(target)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from prenet.planner.intervals import central
 from prenet.report.figures import SOURCE_COLORS, _save, plt
 
 
@@ -69,12 +70,11 @@ def interval_ratios(groups: dict[str, list[float]], coverage: float, path: Path)
     ``coverage`` share shaded."""
     names = [n for n, v in groups.items() if v]
     fig, ax = plt.subplots(figsize=(8, 0.7 * len(names) + 1.6))
-    lo_q, hi_q = (1 - coverage) / 2, (1 + coverage) / 2
     for i, n in enumerate(names):
         r = np.asarray(groups[n], float)
         jitter = np.random.default_rng(0).uniform(-0.15, 0.15, r.size)
         ax.scatter(r, i + jitter, s=8, alpha=0.5)
-        lo, hi = np.quantile(r, [lo_q, hi_q])
+        lo, hi = central(r, coverage)
         ax.plot([lo, hi], [i, i], "k-", lw=3, alpha=0.4)
         ax.text(1.01, i, f"[{lo:.2f}, {hi:.2f}] n={r.size}", fontsize=7, va="center", transform=ax.get_yaxis_transform())
     ax.axvline(1.0, color="k", lw=0.8)

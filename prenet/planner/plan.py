@@ -1,4 +1,4 @@
-"""The planner: what a training job costs on each hardware option — step time × steps × price per hour.
+"""The plan itself: what a training job costs on each hardware option — step time × steps × price per hour.
 
 For every hardware option the plan holds
 
@@ -26,7 +26,6 @@ the point prediction. It describes the errors measured so far; it is not a guara
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -37,110 +36,11 @@ import numpy as np
 
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
+from prenet.planner.intervals import Intervals, load_intervals, steps_interval
 from prenet.steptime.memory import GIB, MemoryEstimate, fits
 
 #: Memory a GPU needs beyond the tensors of a step (CUDA context, caching allocator, library workspaces), GiB.
 GPU_RESERVE_GIB = 1.0
-
-
-@dataclass(frozen=True)
-class Intervals:
-    """Measured error ratios (measured / predicted) behind the plan's intervals."""
-
-    step_local: list[float]
-    step_gpu: list[float]
-    steps: list[float] | None  # None: the steps are given, not predicted
-    memory_ratio_max: float | None  # largest measured / predicted peak memory of the zoo on the CPU
-    coverage: float = 0.8
-
-    def bounds(self, kind: str, *, with_steps: bool = True) -> tuple[float, float]:
-        """(low, high) factors on a predicted wall time (``with_steps``) or step time for hardware of ``kind``
-        (``cpu`` or ``gpu``)."""
-        step = np.asarray(self.step_local if kind == "cpu" else self.step_gpu, float)
-        if step.size == 0:
-            step = np.asarray(self.step_gpu or self.step_local or [1.0], float)
-        total = step if not (self.steps and with_steps) else np.outer(step, np.asarray(self.steps, float)).ravel()
-        lo, hi = (1 - self.coverage) / 2, (1 + self.coverage) / 2
-        return float(np.quantile(total, lo)), float(np.quantile(total, hi))
-
-
-def loo_coverage(ratios: list[float], coverage: float) -> float | None:
-    """Share of the ratios inside the central ``coverage`` interval built from all the others (leave one out): how
-    often an interval made from this few measured errors holds a new one. None below 3 ratios."""
-    r = np.asarray(ratios, float)
-    if r.size < 3:
-        return None
-    lo, hi = (1 - coverage) / 2, (1 + coverage) / 2
-    hits = [np.quantile(np.delete(r, i), lo) <= r[i] <= np.quantile(np.delete(r, i), hi) for i in range(r.size)]
-    return float(np.mean(hits))
-
-
-def load_intervals(metrics_dir: str | Path, *, steps_target: str | None = None, steps_source: str = "forecast") -> Intervals:
-    """The error ratios recorded by the pipeline's ``evaluate`` (step time, memory) and ``evaluate_convergence``
-    (steps to ``steps_target``, e.g. ``relative_eps=0.1``) stages in ``metrics_dir``."""
-    mdir = Path(metrics_dir)
-    ev_path = mdir / "evaluate.json"
-    if not ev_path.is_file():
-        raise PrenetError(f"{ev_path} does not exist: the intervals come from the step-time evaluation; run `dvc repro evaluate` (or `make run`)")
-    ev = json.loads(ev_path.read_text())
-    ops_path = mdir / "evaluate_ops.json"  # the op-level model answers step times: its measured errors bound them
-    iv = json.loads(ops_path.read_text()).get("intervals") if ops_path.is_file() else ev.get("intervals")
-    if not iv:
-        raise PrenetError(f"{ev_path} has no 'intervals' (written by an older prenet); rerun `dvc repro evaluate`")
-    steps = None
-    if steps_target is not None:
-        cv_path = mdir / "convergence.json"
-        cv = json.loads(cv_path.read_text()) if cv_path.is_file() else {}
-        measured = cv.get("intervals", {})
-        # the target's own kind first, then any other measured kind (the forecast's error on the closest target)
-        for key in [steps_target, *sorted(k for k in measured if k != steps_target)]:
-            per = measured.get(key, {})
-            entry = per.get(steps_source) or per.get("forecast") or {}
-            if entry.get("ratios"):
-                steps = entry["ratios"]
-                break
-        if not steps:
-            raise PrenetError(
-                f"{cv_path} has no measured forecast errors on holdout configurations; without them the steps have no "
-                "interval. Rerun `dvc repro evaluate_convergence` (its holdout needs configurations that reach the targets)"
-            )
-    mem = ev.get("whole_model", {}).get("memory", {})
-    return Intervals(
-        step_local=iv.get("local_whole_model", {}).get("ratios", []),
-        step_gpu=iv.get("unseen_gpu", {}).get("ratios", []),
-        steps=steps,
-        memory_ratio_max=mem.get("ratio_max"),
-        coverage=float(iv.get("coverage", 0.8)),
-    )
-
-
-def load_prices(path: str | Path) -> dict[str, dict[str, Any]]:
-    """``prices:`` of a pricing YAML file (``conf/pricing/*.yaml`` format): hardware name → {usd_per_hour, source, as_of}."""
-    from omegaconf import OmegaConf
-
-    p = Path(path)
-    if not p.is_file():
-        raise PrenetError(f"pricing file {p} does not exist (format: conf/pricing/on_demand.yaml)")
-    raw = OmegaConf.to_container(OmegaConf.load(p), resolve=True)
-    prices = raw.get("prices") if isinstance(raw, dict) else None
-    if not isinstance(prices, dict):
-        raise PrenetError(f"{p} has no 'prices:' mapping (format: conf/pricing/on_demand.yaml)")
-    return check_prices(prices, str(p))
-
-
-def check_prices(prices: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
-    """Each entry as {usd_per_hour: float ≥ 0, ...}; a bare number is accepted as the price."""
-    out = {}
-    for name, v in prices.items():
-        entry = dict(v) if isinstance(v, dict) else {"usd_per_hour": v}
-        try:
-            price = float(entry["usd_per_hour"])
-        except (KeyError, TypeError, ValueError):
-            raise PrenetError(f"{where}: price of {name!r} must be a number of USD per hour (usd_per_hour), got {v!r}") from None
-        if not math.isfinite(price) or price < 0:
-            raise PrenetError(f"{where}: price of {name!r} must be ≥ 0 USD per hour, got {price}")
-        out[str(name)] = {**entry, "usd_per_hour": price}
-    return out
 
 
 @dataclass
@@ -261,81 +161,6 @@ def plan_rows(
             )
         )
     return rows
-
-
-def steps_interval(steps: int, intervals: Intervals) -> tuple[int, int]:
-    """(low, high) steps: the point when given, else the forecast scaled by the measured ratio quantiles."""
-    if not intervals.steps:
-        return steps, steps
-    lo, hi = (1 - intervals.coverage) / 2, (1 + intervals.coverage) / 2
-    r = np.asarray(intervals.steps, float)
-    return int(math.floor(steps * np.quantile(r, lo))), int(math.ceil(steps * np.quantile(r, hi)))
-
-
-def format_duration(seconds: float) -> str:
-    """A compact duration: 850ms, 42s, 12m, 3.4h, 2.1d, 230d (at most 6 characters below 10,000 days)."""
-    if seconds < 1:
-        return f"{seconds * 1e3:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.0f}s" if seconds >= 10 else f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f}m" if seconds >= 600 else f"{seconds / 60:.1f}m"
-    if seconds < 86400 * 2:
-        return f"{seconds / 3600:.1f}h"
-    days = seconds / 86400
-    return f"{days:.1f}d" if days < 100 else f"{days:,.0f}d"
-
-
-def format_usd(v: float | None) -> str:
-    if v is None:
-        return "-"
-    if v < 0.01:
-        return "<0.01"
-    if v < 10:
-        return f"{v:.2f}"
-    if v < 1000:
-        return f"{v:.0f}"
-    return f"{v / 1000:.1f}k"
-
-
-def format_step(seconds: float) -> str:
-    ms = seconds * 1e3
-    return f"{ms:.2f}ms" if ms < 10 else (f"{ms:.0f}ms" if ms < 1000 else f"{seconds:.1f}s")
-
-
-def render_table(plan: Plan, rows: list[PlanRow]) -> str:
-    """The plan as text no wider than 80 columns."""
-    pct = round(plan.coverage * 100)
-    m = plan.memory
-    shape = "x".join(str(v) for v in plan.input_shape)
-    top = rows[0] if rows else None
-    mix = ", ".join(f"{f} {100 * v:.0f}%" for f, v in sorted((top.family_share if top else {}).items(), key=lambda kv: -kv[1])[:4])
-    lines = [
-        f"{plan.model[:40]} · batch {plan.batch_size} · {plan.optimizer} · {plan.precision}"
-        + (f" · {plan.dataset_size:,} samples" if plan.dataset_size else ""),
-        f"input {shape} · {plan.params / 1e6:,.1f} M parameters",
-        *([f"time by op family on {top.hardware[:18]}: {mix}"] if mix else []),
-        f"steps: {plan.steps:,} ({plan.steps_from})"
-        + (f", {pct}% interval {plan.steps_low:,}–{plan.steps_high:,}" if plan.steps_from == "forecast" else ""),
-        f"peak training memory: {m.total_bytes / GIB:.2f} GiB",
-        f"  (weights {m.weights_bytes / GIB:.2f}, gradients {m.gradients_bytes / GIB:.2f}, optimizer {m.optimizer_bytes / GIB:.2f}, "
-        f"saved activations {m.activations_bytes / GIB:.2f})",
-        "",
-        f"{'hardware':<22} {'step':>7}  {'wall time [' + str(pct) + '%]':<19} {'cost USD [' + str(pct) + '%]':<19} {'memory':<7}",
-    ]
-    for r in rows:
-        wall = f"{format_duration(r.wall_seconds)} [{format_duration(r.wall_low)}–{format_duration(r.wall_high)}]"
-        cost = f"{format_usd(r.cost_usd)} [{format_usd(r.cost_low)}–{format_usd(r.cost_high)}]" if r.cost_usd is not None else "- (no price)"
-        fit = "?" if r.fits is None else ("fits" if r.fits and r.fits_upper else ("tight" if r.fits else "NO"))
-        lines.append(f"{r.hardware[:22]:<22} {format_step(r.step_seconds):>7}  {wall:<19} {cost:<19} {fit:<7}")
-    lines += [
-        "",
-        f"[{pct}%]: interval from the predictors' measured holdout errors (README: Planning).",
-        "memory: fits; tight = not if under-predicted as much as the worst zoo step;",
-        "NO = does not fit (a GPU keeps 1 GiB for CUDA); ? = device memory unknown.",
-    ]
-    lines += plan.notes
-    return "\n".join(line if len(line) <= 80 else line[:79] + "…" for line in lines)
 
 
 TARGETS = ("converge_eps", "target_loss", "target_accuracy")
