@@ -5,11 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 from pipeline.config import rooted
@@ -382,37 +378,6 @@ def _cmd_report(args: argparse.Namespace) -> None:
     print(f"open {out['html']} in a browser (self-contained: no network needed)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_local_server(timeout_s: float = 90.0) -> tuple[subprocess.Popen, str]:
-    """Start ``prefect server start`` on a free local port; return the process and its API URL once healthy."""
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise PrenetError(f"`prefect server start` exited with {proc.returncode}; run it by hand to see why")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.5)
-    proc.terminate()
-    raise PrenetError(f"the local Prefect server did not answer on {url} within {timeout_s:.0f} s")
-
-
 def _cmd_schedule(args: argparse.Namespace) -> None:
     from contextlib import nullcontext
 
@@ -421,6 +386,8 @@ def _cmd_schedule(args: argparse.Namespace) -> None:
     server = None
     ctx = nullcontext()
     if not PREFECT_API_URL.value():
+        from pipeline.flows import start_local_server
+
         server, url = start_local_server()
         ctx = temporary_settings(updates={PREFECT_API_URL: url})
         print(f"no Prefect server configured: started a local one at {url} (it stops with this process)")
@@ -667,7 +634,6 @@ def _positive(value: str) -> int:
 
 def _threads(value: str) -> int:
     """``--threads``: an integer from 1 to this machine's CPU count (refused, never clamped)."""
-    import os
 
     cores = os.cpu_count() or 1
     try:

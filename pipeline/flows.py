@@ -9,14 +9,18 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 from prefect import flow, task
 
 from pipeline import STAGES
 from pipeline.config import REPO_ROOT, compose, write_params
+from prenet.errors import PrenetError
 
 #: Output lines of a failed stage shown in the task's error.
 TAIL_LINES = 40
@@ -74,6 +78,37 @@ def retrain(repo_dir: str = str(REPO_ROOT), overrides: list[str] | None = None, 
     status = pipeline_status(repo_dir)
     print(f"dvc status: {status}")
     return {"stages": logs, "dvc_status": status}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_local_server(timeout_s: float = 90.0) -> tuple[subprocess.Popen, str]:
+    """Start ``prefect server start`` on a free local port; return the process and its API URL once healthy."""
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_UI_ENABLED": "false"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise PrenetError(f"`prefect server start` exited with {proc.returncode}; run it by hand to see why")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.5)
+    proc.terminate()
+    raise PrenetError(f"the local Prefect server did not answer on {url} within {timeout_s:.0f} s")
 
 
 def main(argv: list[str] | None = None) -> None:
