@@ -357,6 +357,7 @@ def test_a_killed_dask_worker_leaves_every_corpus_output_exactly_once(tmp_path, 
 
     from conftest import tiny_overrides
     from dask.distributed import Client, LocalCluster
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from pipeline.config import compose
     from pipeline.distribute import run_shard_on_dask
@@ -389,7 +390,8 @@ def test_a_killed_dask_worker_leaves_every_corpus_output_exactly_once(tmp_path, 
 
         t = threading.Thread(target=kill_one, daemon=True)
         t.start()
-        res = run_shard_on_dask(cfg, "corpus_prior", "cpu", 0, cluster.scheduler_address)
+        with temporary_settings(updates={PREFECT_API_URL: services[0]["PREFECT_API_URL"]}):
+            res = run_shard_on_dask(cfg, "corpus_prior", "cpu", 0, cluster.scheduler_address)
         t.join(5)
     assert killed, "a worker was killed"
     files = sorted(folder.iterdir())
