@@ -121,3 +121,28 @@ def test_distribute_refuses_a_matrix_params_yaml_does_not_hold(tiny_cfg):
 
     with pytest.raises(PrenetError, match=r"python -m pipeline.compose distribute.hardware=\[cpu,h100\] distribute.shards=\[0,1,2\]"):
         check_matrix(tiny_cfg, ["cpu", "h100"], 3)
+
+
+def test_benchmark_and_finetune_shards_merge_into_the_stage_tables(tiny_run, tmp_path, monkeypatch):
+    """The other two kinds through the stage functions on the tiny config: the layer benchmark (every shape on each
+    hardware id) and the fine-tuning sweep (split over the slots), merged into RawTimings and FinetuneRuns tables
+    with as many rows as the single-machine plan."""
+    import polars as pl
+    from omegaconf import OmegaConf
+
+    from pipeline.merge_shards import merge
+    from pipeline.shard import run_shard
+    from pipeline.shards import kind
+
+    root, cfg, _ = tiny_run
+    c = OmegaConf.merge(
+        cfg, {"paths": {"distributed": str(tmp_path / "dist")}, "distribute": {"hardware": ["cpu"], "shards": [0, 1], "scratch": str(tmp_path / "s")}}
+    )
+    monkeypatch.setenv("PRENET_HARDWARE", "cpu")
+    for name, table in (("benchmark", "benchmark_timings.parquet"), ("finetune", "finetune/runs.parquet")):
+        planned = len(kind(name).items(c))
+        ran = sum(run_shard(c, name, "cpu", k)["items"] for k in (0, 1))
+        assert ran == planned
+        out = merge(c, name)
+        assert out["items"] == planned and out["duplicates_dropped"] == 0
+        assert pl.read_parquet(tmp_path / "dist" / table).height == planned
