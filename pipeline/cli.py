@@ -302,10 +302,12 @@ def _prices(args: argparse.Namespace) -> dict:
             raise PrenetError(f'--price {item!r}: expected NAME=USD_PER_HOUR, e.g. --price "H100 SXM5 80GB=2.49"')
         from prenet.hardware.catalog import alias_note, resolve_name
 
-        canonical = resolve_name(name.strip())  # a GPU not in the catalog is refused, with the closest names
-        if (note := alias_note(name.strip())) is not None:
-            print(f"note: --price {note}")
-        prices.update(check_prices({canonical: usd.strip()}, "--price"))
+        key = name.strip()
+        if key != "local" and not key.endswith((".yaml", ".yml")):
+            if (note := alias_note(key)) is not None:  # a GPU not in the catalog is refused here, with the closest names
+                print(f"note: --price {note}", file=sys.stderr)
+            key = resolve_name(key)
+        prices.update(check_prices({key: usd.strip()}, "--price"))
     return prices
 
 

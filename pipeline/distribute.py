@@ -30,9 +30,9 @@ from omegaconf import DictConfig
 from prefect import flow, task
 
 from pipeline.config import REPO_ROOT
-from pipeline.flows import dvc
+from pipeline.flows import DvcError, dvc
 from pipeline.shards import KINDS, WORK
-from prenet.data.shards import HARDWARE_ENV, KEY, check_hardware, item_path, promote_items, shard_slice, write_item
+from prenet.data.shards import HARDWARE_ENV, KEY, check_hardware, item_path, promote_items, retire, shard_slice, write_item
 from prenet.errors import PrenetError
 
 FLOW_NAME = "prenet-shard"
@@ -42,6 +42,14 @@ REPO_ENV = "PRENET_REPO"
 FINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 ZOMBIE_AUTOMATION = "prenet: crash silent shard runs"
 RESCHEDULE_AUTOMATION = "prenet: reschedule crashed shard runs"
+
+
+def _crashes(flow_run_id: Any) -> int:
+    """How many times a flow run has crashed (Crashed states in its history)."""
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        return sum(s.type.value == "CRASHED" for s in client.read_flow_run_states(flow_run_id))
 
 
 def shard_stage(kind: str, hardware: str, shard: int) -> str:
@@ -76,17 +84,18 @@ def has_remote(repo_dir: str | Path) -> bool:
 def shard_flow(kind: str, hardware: str, shard: int, max_attempts: int = 3, repo_dir: str | None = None) -> dict:
     """Run one shard on this machine through DVC and push it (with the run-cache) to the DVC remote, if any.
 
-    Refuses (Failed, never retried) when this machine is not ``hardware`` or after ``max_attempts`` runs of this
-    flow run. ``repo_dir`` defaults to this machine's ``PRENET_REPO``, else the checkout prenet is installed from.
+    Refuses (Failed, never rescheduled) when this machine is not ``hardware`` or once this flow run has crashed
+    ``max_attempts`` times. ``repo_dir`` defaults to this machine's ``PRENET_REPO``, else the checkout prenet is installed from.
     A kind that reads another kind's merge (the corpus's boundary phase) first reproduces that merge here with
     ``dvc repro --pull``: its shards come from the remote's run-cache, nothing is re-run."""
     from prefect.runtime import flow_run
 
     attempt = int(flow_run.run_count or 1)
-    if attempt > max_attempts:
+    crashes = _crashes(flow_run.id) if flow_run.id else 0
+    if crashes >= max_attempts:
         raise PrenetError(
-            f"{kind}@{hardware}-{shard}: run {attempt} exceeds distribute.max_attempts={max_attempts}; "
-            "look at why it crashed, then `prefect flow-run retry` it by hand"
+            f"{kind}@{hardware}-{shard}: crashed {crashes} times (distribute.max_attempts={max_attempts}); "
+            "look at why it crashed, then submit the shard again (`prenet distribute ...`)"
         )
     check_hardware(hardware)
     repo = Path(repo_dir or os.environ.get(REPO_ENV) or REPO_ROOT)
@@ -94,7 +103,11 @@ def shard_flow(kind: str, hardware: str, shard: int, max_attempts: int = 3, repo
     print(f"{stage}: attempt {attempt} on {os.uname().nodename} ({HARDWARE_ENV}={hardware}) in {repo}")
     for need in KINDS[kind].needs:
         dvc(["repro", "--pull", merge_stage(need)], repo)
-    log = dvc(["repro", "--single-item", stage], repo)
+    try:
+        log = dvc(["repro", "--single-item", stage], repo)
+    except DvcError as e:
+        print(e.tail)  # the stage's own output, in the flow run's log
+        raise
     print(log.strip().splitlines()[-1] if log.strip() else "")
     pushed = has_remote(repo)
     if pushed:
@@ -109,7 +122,7 @@ def shard_flow(kind: str, hardware: str, shard: int, max_attempts: int = 3, repo
 
 
 @task(name="shard-item")
-def item_task(kind_name: str, key: str, payload: Any, folder: str, initargs: tuple) -> bool:
+def item_task(kind_name: str, key: str, payload: Any, folder: str, initargs: tuple, hardware: str) -> bool:
     """One item on a Dask worker, written to its own file only once (idempotent: Dask may run it again)."""
     k = KINDS[kind_name]
     if item_path(folder, key).exists():
@@ -117,7 +130,7 @@ def item_task(kind_name: str, key: str, payload: Any, folder: str, initargs: tup
     if k.initializer is not None:
         k.initializer(*initargs)
     result = k.work(payload)
-    return write_item(folder, {KEY: key, **(result if isinstance(result, dict) else {"result": result})})
+    return write_item(folder, {KEY: key, "hardware": hardware, **(result if isinstance(result, dict) else {"result": result})})
 
 
 def run_shard_on_dask(cfg: DictConfig, kind_name: str, hardware: str, shard: int, address: str) -> dict:
@@ -140,12 +153,13 @@ def run_shard_on_dask(cfg: DictConfig, kind_name: str, hardware: str, shard: int
 
     @flow(name=f"{FLOW_NAME}-dask", task_runner=DaskTaskRunner(address=address))
     def on_dask() -> int:
-        futures = [item_task.submit(kind_name, key, payload, str(folder), initargs) for key, payload in mine]
+        futures = [item_task.submit(kind_name, key, payload, str(folder), initargs, hardware) for key, payload in mine]
         return sum(bool(f.result()) for f in futures)
 
     written = on_dask()
     out = shard_dir(cfg, kind_name) / f"{hardware}-{shard}.jsonl"
     n = promote_items(folder, out, [key for key, _ in mine])
+    retire(folder)
     return {"items": n, "written_this_run": written, "output": str(out)}
 
 
@@ -275,18 +289,24 @@ def check_matrix(cfg: DictConfig, hardware: list[str], shards: int) -> None:
 
 async def _submit(cfg: DictConfig, kind: str, hardware: list[str], repo_dir: str | None) -> list[tuple[str, Any]]:
     from prefect.deployments import run_deployment
+    from prefect.exceptions import ObjectNotFound
 
     d = cfg.distribute
     out = []
     for hw in hardware:
         for k in d.shards:
-            fr = await run_deployment(
-                f"{FLOW_NAME}/{d.deployment}",
-                parameters={"kind": kind, "hardware": hw, "shard": int(k), "max_attempts": int(d.max_attempts), "repo_dir": repo_dir},
-                work_queue_name=hw,
-                timeout=0,
-                flow_run_name=f"{kind}@{hw}-{k}",
-            )
+            try:
+                fr = await run_deployment(
+                    f"{FLOW_NAME}/{d.deployment}",
+                    parameters={"kind": kind, "hardware": hw, "shard": int(k), "max_attempts": int(d.max_attempts), "repo_dir": repo_dir},
+                    work_queue_name=hw,
+                    timeout=0,
+                    flow_run_name=f"{kind}@{hw}-{k}",
+                )
+            except ObjectNotFound:
+                raise PrenetError(
+                    f"no deployment {FLOW_NAME}/{d.deployment} (or no queue {hw!r}) on the server: run `prenet distribute setup` first"
+                ) from None
             out.append((f"{kind}@{hw}-{k}", fr.id))
     return out
 

@@ -34,13 +34,23 @@ def _env() -> dict[str, str]:
     return env
 
 
+class DvcError(PrenetError, RuntimeError):
+    """A ``dvc`` command failed: one line (the command, the folder, DVC's own error line); ``tail`` keeps the last
+    lines of its output for the flow's log."""
+
+    def __init__(self, args: list[str], repo_dir: str | Path, code: int, output: str):
+        lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+        reason = next((ln for ln in reversed(lines) if ln.startswith("ERROR")), lines[-1] if lines else "no output")
+        super().__init__(f"`dvc {' '.join(args)}` failed in {repo_dir} (exit {code}): {reason}")
+        self.tail = "\n".join(output.splitlines()[-TAIL_LINES:])
+
+
 def dvc(args: list[str], repo_dir: str | Path) -> str:
-    """Run ``dvc <args>`` in ``repo_dir`` with this interpreter's environment; raise with the output tail on failure."""
+    """Run ``dvc <args>`` in ``repo_dir`` with this interpreter's environment; raise :class:`DvcError` on failure."""
     proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=repo_dir, env=_env(), capture_output=True, text=True)
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        tail = "\n".join(out.splitlines()[-TAIL_LINES:])
-        raise RuntimeError(f"`dvc {' '.join(args)}` failed in {repo_dir} (exit {proc.returncode}):\n{tail}")
+        raise DvcError(args, repo_dir, proc.returncode, out)
     return out
 
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from pipeline.config import load_params, run_guarded
 from pipeline.pool import run_items
 from pipeline.shards import KINDS, kind, settings_digest, shard_dir, slot
-from prenet.data.shards import KEY, append_row, check_hardware, open_scratch, promote, shard_slice
+from prenet.data.shards import KEY, append_row, check_hardware, open_scratch, promote, retire, shard_slice
 
 
 def scratch_path(cfg: DictConfig, kind_name: str, hardware: str, shard: int) -> Path:
@@ -58,6 +58,7 @@ def run_shard(cfg: DictConfig, kind_name: str, hardware: str, shard: int) -> dic
             append_row(fh, {KEY: key, "hardware": hardware, **(result if isinstance(result, dict) else {"result": result})})
     out = shard_dir(cfg, kind_name) / f"{hardware}-{shard}.jsonl"
     n = promote(scratch, out, [key for key, _ in mine])
+    retire(scratch)  # a re-run (code or inputs changed) starts afresh; the finished scratch stays as <name>.done
     print(f"{kind_name}@{hardware}-{shard}: {n} items promoted -> {out}", flush=True)
     return {"items": len(mine), "resumed": len(mine) - len(todo), "ran": len(todo), "seconds": round(time.monotonic() - t0, 1)}
 

@@ -241,7 +241,7 @@ def merge_rows(cfg: DictConfig, kind_name: str) -> tuple[list[dict], int]:
             f"{kind_name}: shards {', '.join(missing)} are missing; run them (`prenet distribute`) or "
             f"`dvc repro --pull distributed/dvc.yaml:merge_{kind_name}` to fetch them from the remote"
         )
-    return merge_lines(paths)
+    return merge_lines(paths, per_hardware=kind(kind_name).per_hardware)
 
 
 def corpus_from_merged(cfg: DictConfig) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -208,7 +208,8 @@ def test_killed_shard_is_rescheduled_resumed_and_restored_from_the_run_cache(tmp
     keys = [json.loads(r)["key"] for r in rows]
     assert len(rows) == ITEMS and len(set(keys)) == ITEMS
     assert set(before) <= set(rows), "rows written before the kill changed"
-    assert len(read_rows(scratch)) == ITEMS, "the rescheduled run resumed: no item was run twice"
+    finished = scratch.with_name(scratch.name + ".done")  # retired after promotion
+    assert len(read_rows(finished)) == ITEMS, "the rescheduled run resumed: no item was run twice"
     # the coordinator: a clean checkout restores the shard from the remote's run-cache, without running it
     coord = _checkout(tmp_path / "coordinator", MATRIX)
     _remote(coord, endpoint, env)
@@ -394,7 +395,7 @@ def test_a_killed_dask_worker_leaves_every_corpus_output_exactly_once(tmp_path, 
             res = run_shard_on_dask(cfg, "corpus_prior", "cpu", 0, cluster.scheduler_address)
         t.join(5)
     assert killed, "a worker was killed"
-    files = sorted(folder.iterdir())
+    files = sorted(folder.with_name(folder.name + ".done").iterdir())  # retired after promotion
     assert len(files) == n and all(f.suffix == ".json" for f in files), [f.name for f in files]
     rows = read_rows(res["output"])
     assert len(rows) == n and len({r["key"] for r in rows}) == n

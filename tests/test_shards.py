@@ -59,6 +59,15 @@ def test_merge_keeps_each_key_once_sorted(tmp_path):
     assert [(r[KEY], r["from"]) for r in rows] == [("a", "cpu-0"), ("b", "cpu-1"), ("c", "cpu-0")] and dropped == 1
 
 
+def test_a_per_hardware_merge_keeps_every_device(tmp_path):
+    """The benchmark times the same keys on every hardware id: its merge keeps one row per (hardware, key)."""
+    for hw in ("cpu", "h100"):
+        (tmp_path / f"{hw}-0.jsonl").write_text("".join(json.dumps({KEY: k, "hardware": hw}) + "\n" for k in "ab"))
+    rows, dropped = merge_lines(sorted(tmp_path.glob("*.jsonl")), per_hardware=True)
+    assert [(r["hardware"], r[KEY]) for r in rows] == [("cpu", "a"), ("cpu", "b"), ("h100", "a"), ("h100", "b")] and dropped == 0
+    assert len(merge_lines(sorted(tmp_path.glob("*.jsonl")))[0]) == 2
+
+
 def test_an_interrupted_write_leaves_the_last_good_file(tmp_path, monkeypatch):
     p = atomic_write_bytes(tmp_path / "merged.jsonl", b"good\n")
 
@@ -89,8 +98,12 @@ def test_shard_stage_runs_resumes_and_promotes_on_the_tiny_corpus(tiny_cfg, tmp_
     monkeypatch.setenv("PRENET_HARDWARE", "cpu")
     first = run_shard(cfg, "corpus_prior", "cpu", 1)
     assert first["items"] == 1 and first["ran"] == 1
-    again = run_shard(cfg, "corpus_prior", "cpu", 1)
-    assert again["resumed"] == 1 and again["ran"] == 0
+    from pipeline.shard import scratch_path
+
+    done = scratch_path(cfg, "corpus_prior", "cpu", 1)
+    assert not done.exists() and done.with_name(done.name + ".done").exists()  # retired after promotion
+    again = run_shard(cfg, "corpus_prior", "cpu", 1)  # a re-run (DVC re-runs a stage whose code changed) starts afresh
+    assert again["resumed"] == 0 and again["ran"] == 1
     with pytest.raises(PrenetError, match="shards cpu-0 are missing"):
         merge_rows(cfg, "corpus_prior")
     run_shard(cfg, "corpus_prior", "cpu", 0)

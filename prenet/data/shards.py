@@ -159,15 +159,33 @@ def promote_items(folder: str | Path, out: str | Path, expected_keys: Iterable[s
     return len(keys)
 
 
-def merge_lines(paths: Iterable[str | Path]) -> tuple[list[dict[str, Any]], int]:
-    """Rows of every promoted shard in ``paths``, each natural key once (the first shard in path order wins),
-    sorted by key; and how many duplicates were dropped."""
-    seen: dict[str, dict[str, Any]] = {}
+def merge_lines(paths: Iterable[str | Path], *, per_hardware: bool = False) -> tuple[list[dict[str, Any]], int]:
+    """Rows of every promoted shard in ``paths``, each natural key once (the first shard in path order wins) — or
+    once per hardware id with ``per_hardware`` (a benchmark times the same keys on every device) — sorted by
+    (hardware,) key; and how many duplicates were dropped."""
+    seen: dict[tuple[str, ...], dict[str, Any]] = {}
     dropped = 0
     for p in sorted(Path(x) for x in paths):
         for row in read_rows(p):
-            if row[KEY] in seen:
+            k = (str(row.get("hardware", "")), row[KEY]) if per_hardware else (row[KEY],)
+            if k in seen:
                 dropped += 1
                 continue
-            seen[row[KEY]] = row
+            seen[k] = row
     return [seen[k] for k in sorted(seen)], dropped
+
+
+def retire(scratch: str | Path) -> Path | None:
+    """Move a promoted shard's scratch (file, or per-item folder) aside to ``<name>.done``: a later run of the stage
+    (after its code or inputs changed) starts afresh instead of promoting these results again; the last finished
+    scratch stays readable. Returns the new path."""
+    import shutil
+
+    p = Path(scratch)
+    if not p.exists():
+        return None
+    done = p.with_name(p.name + ".done")
+    if done.is_dir():
+        shutil.rmtree(done)
+    os.replace(p, done)
+    return done
