@@ -444,6 +444,23 @@ def _cmd_distribute(args: argparse.Namespace) -> None:
         print(f"merged on this machine: {', '.join(out['merged'])}")
 
 
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    """``--model``, ``--batch-size`` and ``--zoo-arg``: how `predict step-time` and `plan` name the model."""
+    p.add_argument(
+        "--model",
+        required=True,
+        help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, gpt2_small_like) "
+        "or path/to/file.py:function returning (module, example_batch)",
+    )
+    p.add_argument("--batch-size", type=_positive, required=True, help="samples per step (a positive integer)")
+    p.add_argument(
+        "--zoo-arg",
+        action="append",
+        metavar="KEY=N",
+        help="a zoo model's size (repeatable), e.g. image_size=224, layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="prenet", description="Predict a training job's time, steps and success before paying for it.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -461,20 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("predict", help="predict step times or steps to converge")
     psub = pr.add_subparsers(dest="what", required=True)
     st = psub.add_parser("step-time", help="one training step (and epoch) of a model on a hardware target")
-    st.add_argument(
-        "--model",
-        required=True,
-        help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, "
-        "gpt2_small_like) or path/to/file.py:function returning (module, example_batch)",
-    )
-    st.add_argument("--batch-size", type=_positive, required=True, help="samples per step (a positive integer)")
+    _add_model_args(st)
     st.add_argument("--hardware", default="local", help="catalog name, 'local' or spec.yaml (default: local)")
-    st.add_argument(
-        "--zoo-arg",
-        action="append",
-        metavar="KEY=N",
-        help="a zoo model's size (repeatable), e.g. image_size=224, layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)",
-    )
     st.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the step (default: sgd)")
     st.add_argument(
         "--precision",
@@ -537,19 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict step time, steps, wall time, cost and memory fit of a training job on every hardware "
         "option, with intervals from the predictors' measured holdout errors.",
     )
-    pn.add_argument(
-        "--model",
-        required=True,
-        help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, gpt2_small_like) "
-        "or path/to/file.py:function returning (module, example_batch)",
-    )
-    pn.add_argument("--batch-size", type=_positive, required=True, help="samples per step (a positive integer)")
-    pn.add_argument(
-        "--zoo-arg",
-        action="append",
-        metavar="KEY=N",
-        help="a zoo model's size (repeatable), e.g. image_size=224, layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)",
-    )
+    _add_model_args(pn)
     pn.add_argument("--dataset-size", type=_positive, help="training samples (one epoch); default with a target: the fine-tuning set's size")
     how = pn.add_mutually_exclusive_group()
     how.add_argument("--epochs", type=float, help="epochs over --dataset-size samples")
