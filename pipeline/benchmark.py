@@ -7,11 +7,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
-from prenet.benchmark import measurement_plan, run_benchmark
-from prenet.data.io import write_json, write_table
-from prenet.data.schemas import RawTimings
+from pipeline.record import record_metrics
+from prenet.data.io import write_json
 from prenet.hardware.local import detect_local
+from prenet.measurement import measurement_plan, run_benchmark
 
 
 def _hardware(cfg: DictConfig):
@@ -53,7 +54,7 @@ def benchmark(cfg: DictConfig) -> dict:
         max_seconds=b.max_seconds,
         progress=bool(cfg.progress),
     )
-    write_table(df, cfg.paths.raw_timings, RawTimings)
+    write_artifact(df, cfg, "raw_timings")
     write_json(hw.to_dict(), cfg.paths.hardware_record)
     metrics = {
         "hardware_id": hw.hardware_id,
@@ -64,7 +65,7 @@ def benchmark(cfg: DictConfig) -> dict:
         "noise_floor_median_spread_pct": float(100 * df.get_column("spread_rel").median()) if df.height else None,
         "wall_s": round(time.monotonic() - t0, 1),
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "benchmark.json")
+    record_metrics(cfg, "benchmark", metrics)
     print(f"benchmark: {df.height}/{len(plan)} measurements on {hw.hardware_id} -> {cfg.paths.raw_timings}")
     return metrics
 

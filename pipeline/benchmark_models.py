@@ -4,19 +4,19 @@ whole-model prediction)."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import polars as pl
 import torch
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
+from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
+from pipeline.record import record_metrics
 from prenet import zoo
-from prenet.benchmark.models import measure_model, model_timing_row, model_timing_schema, null_step_ms, to_device
-from prenet.data.io import write_json, write_table
-from prenet.data.schemas import ModelTimings
+from prenet.data.io import write_json
 from prenet.hardware.local import detect_local
+from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema, null_step_ms, to_device
 from prenet.steptime.memory import measure_training_memory
 
 
@@ -53,7 +53,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
         )
         del module, batch
     df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
-    write_table(df, cfg.paths.model_timings, ModelTimings)
+    write_artifact(df, cfg, "model_timings")
     overhead = {o: null_step_ms(o, device=str(cfg.hardware.device)) for o in m.optimizers}
     write_json({"hardware_id": hw.hardware_id, "threads": int(cfg.threads), "null_step_ms": overhead}, cfg.paths.step_overhead)
     metrics = {
@@ -63,7 +63,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
         "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()),
         "null_step_ms": overhead,
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "benchmark_models.json")
+    record_metrics(cfg, "benchmark_models", metrics)
     print(f"benchmark_models: {df.height} model steps -> {cfg.paths.model_timings}")
     return metrics
 

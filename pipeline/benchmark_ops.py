@@ -4,25 +4,24 @@ place (FP32, and a share under BF16 autocast), plus the BF16-autocast whole-step
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import polars as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
+from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
+from pipeline.record import record_metrics
 from prenet import zoo
-from prenet.benchmark.models import measure_model, model_timing_row, model_timing_schema
-from prenet.benchmark.ops import forward_flops, measure_config, sample_configs, sample_wide
-from prenet.data.io import write_json, write_table
-from prenet.data.schemas import ModelTimings, OpTimings
 from prenet.errors import PrenetError
 from prenet.hardware.local import detect_local
+from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema
+from prenet.measurement.ops import forward_flops, measure_config, sample_configs, sample_wide
 
 
 def benchmark_ops(cfg: DictConfig) -> dict:
-    """Write ``paths.op_timings`` (one row per timed op), ``<paths.model_timings stem>_bf16.parquet`` and
+    """Write ``paths.op_timings`` (one row per timed op), ``paths.model_timings_bf16`` and
     ``metrics/benchmark_ops.json``."""
     b = cfg.ops.benchmark
     torch.set_num_threads(int(cfg.threads))
@@ -60,7 +59,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         pl.lit(torch.__version__.split("+")[0]).alias("torch_version"),
     )
     ops = ops.filter(pl.col("measured_ms") > 0)
-    write_table(ops, cfg.paths.op_timings, OpTimings)
+    write_artifact(ops, cfg, "op_timings")
     zrows = []
     for name, bs in b.zoo_bf16:
         torch.manual_seed(int(cfg.seed))
@@ -70,8 +69,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         )
         row = model_timing_row(str(name), int(bs), "sgd", hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t)
         zrows.append({**row, "dtype": "bf16"})
-    zoo_path = Path(cfg.paths.model_timings).with_name(Path(cfg.paths.model_timings).stem + "_bf16.parquet")
-    write_table(pl.DataFrame(zrows, schema=model_timing_schema(), orient="row"), zoo_path, ModelTimings)
+    write_artifact(pl.DataFrame(zrows, schema=model_timing_schema(), orient="row"), cfg, "model_timings_bf16")
     metrics = {
         "configurations": len(configs) + len(wide),
         "wide_configurations": len(wide),
@@ -87,7 +85,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         "zoo_bf16_steps": len(zrows),
         "wall_s": round(time.monotonic() - t0, 1),
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "benchmark_ops.json")
+    record_metrics(cfg, "benchmark_ops", metrics)
     print(f"benchmark_ops: {ops.height} ops from {len(frames)} steps -> {cfg.paths.op_timings}")
     return metrics
 

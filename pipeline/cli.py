@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pipeline.config import rooted
 from prenet.errors import PrenetError
-from prenet.paths import REPO_ROOT
+from prenet.paths import artifact
 
 
 def _cmd_hardware(args: argparse.Namespace) -> None:
@@ -125,10 +125,10 @@ def _cmd_predict_layers(args: argparse.Namespace) -> None:
 
 
 def _convergence_task(args: argparse.Namespace):
-    """The task named by ``--task`` in conf/convergence (or in the ``--config`` YAML file)."""
+    """The task named by ``--task`` in conf/convergence (or in the ``--config`` YAML file), with the file's ``run:``."""
     from omegaconf import OmegaConf
 
-    from prenet.convergence.tasks import Task
+    from prenet.convergence.query import pick_task
 
     if args.config:
         path = Path(args.config)
@@ -142,146 +142,37 @@ def _convergence_task(args: argparse.Namespace):
 
         cfg = rooted(compose([f"convergence={args.convergence}"]))
         tasks, run = OmegaConf.to_container(cfg.convergence.tasks, resolve=True), {}
-    tasks = {k: v for k, v in (tasks or {}).items() if isinstance(v, dict)}
-    name = args.task or (next(iter(tasks)) if len(tasks) == 1 else None)
-    if name not in tasks:
-        where = args.config or f"conf/convergence/{args.convergence}.yaml"
-        raise PrenetError(f"task {name!r} is not defined in {where}; known tasks: {', '.join(tasks) or 'none'}")
-    try:
-        return Task.from_cfg(name, tasks[name]), run
-    except (KeyError, TypeError, ValueError) as e:
-        raise PrenetError(f"task {name!r} is incomplete: {e} (needs dataset, arch, widths, lrs; see conf/convergence/quick.yaml)") from e
+    return pick_task(tasks, args.task, args.config or f"conf/convergence/{args.convergence}.yaml"), run
 
 
 def _cmd_predict_convergence(args: argparse.Namespace) -> None:
-    import torch
+    from prenet.convergence.query import SETTINGS, answer, fine_tune_settings, render
 
-    from prenet.convergence import forecast
-    from prenet.convergence.nets import with_new_head
-    from prenet.convergence.targets import OPTION_KIND, check_target
-    from prenet.convergence.tasks import load_pretrained, pretrain, save
-
-    for key in ("eps", "target_loss", "target_accuracy"):  # targets are checked before any work
-        if getattr(args, key, None) is not None:
-            check_target(OPTION_KIND[key], getattr(args, key))
     task, run = _convergence_task(args)
-    opt = {k: getattr(args, k) if getattr(args, k) is not None else run.get(k) for k in ("loss", "lr", "momentum", "batch_size", "steps")}
-    opt["lr"] = opt["lr"] if opt["lr"] is not None else task.lrs[0]
-    opt["momentum"] = opt["momentum"] or 0.0
-    opt["loss"] = opt["loss"] or "cross_entropy"
-    if opt["batch_size"] is None or opt["steps"] is None:
-        raise PrenetError("give --batch-size and --steps (or set them under 'run:' in the config file)")
-    torch.set_num_threads(args.threads)
-    folder = Path(args.pretrained)
-    try:
-        model = load_pretrained(task, folder)
-    except PrenetError:
-        print(f"no pre-trained weights for {task.name!r} in {folder}: pre-training them now (saved there)", file=sys.stderr)
-        model, rec = pretrain(task, seed=args.seed)
-        save(model, rec, folder)
-    data = task.finetune_data()
-    with_new_head(model, int(data.y.max()) + 1, seed=args.seed)
-    fc = forecast(
-        model,
-        data.x,
-        data.y,
-        loss=opt["loss"],
-        lr=float(opt["lr"]),
-        momentum=float(opt["momentum"]),
-        batch_size=int(opt["batch_size"]),
-        steps=int(opt["steps"]),
+    res = answer(
+        task,
+        fine_tune_settings(task, {k: getattr(args, k) for k in SETTINGS}, run),
+        eps=args.eps,
+        target_loss=args.target_loss,
+        target_accuracy=args.target_accuracy,
+        pretrained=args.pretrained,
         seed=args.seed,
         subset=args.subset,
-        probe_fraction=args.probe,
+        probe=args.probe,
         ntk=args.ntk,
-        max_bytes=int(args.max_gib * 2**30),
+        max_gib=args.max_gib,
+        threads=args.threads,
     )
-    plain = fc.plain
-    res = {
-        "task": task.name,
-        **opt,
-        "n_train": len(data),
-        "n_used": fc.n_used,
-        "dynamics": fc.dynamics,
-        "ntk": fc.ntk_method,
-        "seconds": fc.seconds,
-        "drift": fc.drift,
-        "reliable": fc.reliable,
-        "variant": fc.variant,
-        "steps_to_converge": {
-            "eps": args.eps,
-            "answer": fc.steps_to_converge(args.eps),
-            "plain": plain.steps_to_converge(args.eps),
-            "corrected": fc.corrected.steps_to_converge(args.eps) if fc.corrected else None,
-        },
-        "loss": {str(t): float(fc.loss[t]) for t in sorted({0, fc.steps // 4, fc.steps // 2, fc.steps})},
-    }
-    if args.target_loss is not None:
-        res["steps_to_loss"] = {"tau": args.target_loss, "answer": fc.steps_to_loss(args.target_loss), "plain": plain.steps_to_loss(args.target_loss)}
-    if args.target_accuracy is not None:
-        res["steps_to_accuracy"] = {
-            "a": args.target_accuracy,
-            "answer": fc.steps_to_accuracy(args.target_accuracy),
-            "plain": plain.steps_to_accuracy(args.target_accuracy),
-        }
-    if args.json:
-        print(json.dumps(res, indent=2, default=float))
-        return
-    print(
-        f"{task.name}: fine-tune {fc.n_params:,} parameters on {len(data)} samples · {opt['loss']} · lr {opt['lr']} · momentum {opt['momentum']} · "
-        f"batch {opt['batch_size']} · {opt['steps']} steps"
-    )
-    print(
-        f"  forecast: {fc.dynamics.upper()} on an {fc.ntk_method} NTK of {fc.n_used} samples, {fc.seconds:.2f} s; "
-        f"answered by the {fc.variant} forecast"
-    )
-    print("  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss"].items()))
-    sc = res["steps_to_converge"]
-    print(f"  steps to converge (|L_t - L_T| <= {args.eps} (L_0 - L_T)): {sc['answer'] if sc['answer'] is not None else 'not within the horizon'}")
-    if fc.drift is not None:
-        verdict = (
-            "reliable: the plain forecast answers"
-            if fc.reliable
-            else "UNRELIABLE: fine-tuning moves the features; the corrected (re-linearized) forecast answers"
-        )
-        print(f"  kernel drift after a {fc.probe_steps}-step probe: {fc.drift:.3f} ({verdict}); plain: {sc['plain']}, corrected: {sc['corrected']}")
-    for key, label in (("steps_to_loss", "loss <= {tau}"), ("steps_to_accuracy", "training accuracy >= {a}")):
-        if key in res:
-            r = res[key]
-            v = r["answer"]
-            print(f"  steps to {label.format(**r)}: {v if v is not None else 'not reached within ' + str(opt['steps']) + ' steps'}")
+    print(json.dumps(res, indent=2, default=float) if args.json else render(res))
 
 
 def _cmd_predict_outcome(args: argparse.Namespace) -> None:
-    import warnings
+    from prenet.outcome.predict import predict_file, render_outcome
 
-    import polars as pl
-
-    from prenet.outcome import predict
-    from prenet.outcome.telemetry_input import check_telemetry
-
-    src = Path(args.telemetry)
-    if not src.is_file():
-        raise PrenetError(f"telemetry file {src} does not exist (write one with prenet.telemetry.Recorder(...).table())")
-    try:
-        table = pl.read_parquet(src) if src.suffix == ".parquet" else pl.read_csv(src)
-    except Exception as e:  # noqa: BLE001
-        raise PrenetError(f"{src} is not a readable CSV or parquet file: {e}") from e
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        table = check_telemetry(table, source=str(src))
-        out = predict(table, domain=args.domain, schedule=args.schedule, models_dir=args.models)
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
-    if args.json:
-        print(json.dumps({**out.to_dict(), "advice_only": True}, indent=2))
-        return
-    lo, hi = out.interval
-    print(f"after {out.epochs_seen} epoch(s) — model of epoch {out.epoch}, domain {out.scope}, schedule {out.schedule or 'not stated'}:")
-    print(f"  final test accuracy   {out.final_test_accuracy:.3f}   (interval {lo:.3f} – {hi:.3f})")
-    print(f"  failure probability   {out.failure_probability:.3f}")
-    print(f"  relative class        {out.relative_class_name} of its domain")
-    print("This is advice to look at the run, not an automatic stop: prenet never stops a run by itself.")
+    out, warned = predict_file(args.telemetry, domain=args.domain, schedule=args.schedule, models_dir=args.models)
+    for w in warned:
+        print(f"warning: {w}", file=sys.stderr)
+    print(json.dumps({**out.to_dict(), "advice_only": True}, indent=2) if args.json else render_outcome(out))
 
 
 def _prices(args: argparse.Namespace) -> dict:
@@ -358,7 +249,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         momentum=args.momentum,
         prices=_prices(args),
         models_dir=args.models,
-        metrics_dir=args.metrics,
+        intervals_dir=args.intervals,
         threads=args.threads,
         overhead_path=args.overhead,
     )
@@ -471,6 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--threads", type=_threads, default=1, help="threads, for 'local' (default 1)")
     hw.set_defaults(func=_cmd_hardware)
 
+    from prenet.convergence.ntk import NTK_METHODS
     from prenet.names import LOSSES, SCHEDULES
     from prenet.ops import OPTIMIZERS, PRECISIONS
     from prenet.steptime.step import DEFAULT_OP_MODELS
@@ -506,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--convergence", default="quick", help="config of conf/convergence to read tasks from (default: quick)")
     cv.add_argument(
         "--pretrained",
-        default=str(REPO_ROOT / "data/models/pretrained"),
+        default=str(artifact("pretrained")),
         help="folder of pre-trained weights (made if missing; default: %(default)s)",
     )
     cv.add_argument("--loss", choices=list(LOSSES), help="training loss (default: the task's)")
@@ -519,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--eps", type=float, default=0.1, help="relative convergence threshold (default 0.1)")
     cv.add_argument("--target-loss", type=float, help="also answer the steps until the training loss <= this (> 0)")
     cv.add_argument("--target-accuracy", type=float, help="also answer the steps until the training accuracy >= this, in (0, 1]")
-    cv.add_argument("--ntk", choices=["auto", "exact", "projection"], default="auto", help="NTK estimator (default: auto)")
+    cv.add_argument("--ntk", choices=sorted(NTK_METHODS), default="auto", help="NTK estimator (default: auto)")
     cv.add_argument("--max-gib", type=float, default=4.0, help="memory allowed for the Jacobian and kernel (GiB, default 4)")
     cv.add_argument("--seed", type=int, default=0, help="seed of the head initialisation and the batch order (default 0)")
     cv.add_argument("--threads", type=_threads, default=1, help="CPU threads for the forecast (1 to this machine's CPU count)")
@@ -532,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     oc.add_argument(
         "--schedule", choices=list(SCHEDULES), help="the run's learning-rate schedule for the epochs to come (optional; sharpens the answer)"
     )
-    oc.add_argument("--models", default=str(REPO_ROOT / "data/models/outcome"), help="trained early-success models (default: %(default)s)")
+    oc.add_argument("--models", default=str(artifact("outcome_models")), help="trained early-success models (default: %(default)s)")
     oc.add_argument("--json", action="store_true", help="print the prediction as JSON")
     oc.set_defaults(func=_cmd_predict_outcome)
 
@@ -570,18 +462,20 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--sort", choices=["cost", "time", "name"], default="cost", help="ranking (default: cost; unpriced and not fitting last)")
     pn.add_argument("--models", default=str(DEFAULT_OP_MODELS), help="op-level step-time models (default: %(default)s)")
     pn.add_argument(
-        "--metrics", default=str(REPO_ROOT / "data/metrics"), help="metrics of the run that trained them: the intervals (default: %(default)s)"
+        "--intervals",
+        default=str(artifact("intervals")),
+        help="measured errors of the run that trained them, behind the intervals (default: %(default)s)",
     )
     pn.add_argument(
         "--overhead",
-        default=str(REPO_ROOT / "data/raw/step_overhead.json"),
+        default=str(artifact("step_overhead")),
         help="measured per-step overhead of the local CPU, added to its step time when the file exists (default: %(default)s)",
     )
     pn.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local; 1 to this machine's CPU count)")
     pn.add_argument("--json", action="store_true", help="print the plan as JSON")
     pn.set_defaults(func=_cmd_plan)
 
-    rp = sub.add_parser("report", help="render data/report/index.html and its figures from the metrics of the last run")
+    rp = sub.add_parser("report", help="render data/report/index.html and its figures from the records of the last run")
     rp.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. paths.report=/tmp/report")
     rp.set_defaults(func=_cmd_report)
 

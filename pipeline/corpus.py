@@ -15,15 +15,17 @@ import polars as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
 from pipeline.pool import run_items
+from pipeline.record import record_metrics
 from pipeline.split import split_rule
-from prenet.benchmark.runner import read_shards
-from prenet.data.io import read_table, validate, write_json, write_table
+from prenet.data.io import read_table, validate
 from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
-from prenet.data.split import SplitRule, assign_frame
+from prenet.data.split_rule import SplitRule, assign_frame
 from prenet.datasets import require_datasets
-from prenet.outcome.corpus import SOURCE_DATASET, RunSpec, domain_data, is_failure, plan_domain, train_run
+from prenet.measurement.runner import read_shards
+from prenet.outcome.generator import SOURCE_DATASET, RunSpec, domain_data, is_failure, plan_domain, train_run
 from prenet.telemetry.recorder import telemetry_schema
 
 _DATA: dict = {}
@@ -173,8 +175,8 @@ def read_vendored(cfg: DictConfig) -> dict:
     runs = read_table(folder / "runs.parquet")
     tel = read_table(folder / "telemetry.parquet", OutcomeTelemetry)
     df = assign_frame(runs.drop("split") if "split" in runs.columns else runs, outcome_split_rule(cfg))
-    write_table(df.select(list(OutcomeRuns.to_schema().columns)), cfg.paths.outcome_runs, OutcomeRuns)
-    write_table(tel, cfg.paths.outcome_telemetry, OutcomeTelemetry)
+    write_artifact(df.select(list(OutcomeRuns.to_schema().columns)), cfg, "outcome_runs")
+    write_artifact(tel, cfg, "outcome_telemetry")
     per_domain = _per_domain(df, float(cfg.outcome.failure_fraction))
     metrics = {
         "runs": df.height,
@@ -186,7 +188,7 @@ def read_vendored(cfg: DictConfig) -> dict:
         "epochs": int(cfg.outcome.corpus.epochs),
         "threads": int(cfg.threads),
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "corpus.json")
+    record_metrics(cfg, "corpus", metrics)
     print(
         f"corpus: {df.height} vendored runs in {len(per_domain)} domains (made {prov.get('generated')}, commit {prov.get('code_commit', '?')[:10]}) "
         f"-> {cfg.paths.outcome_runs}"
@@ -215,8 +217,8 @@ def corpus(cfg: DictConfig) -> dict:
     plan = corpus_plan(cfg, prior_results(done))
     _run_all(plan, done, shard_dir, cfg, "corpus (boundary)")
     df, tel = corpus_tables(plan, done, cfg)
-    write_table(df, cfg.paths.outcome_runs, OutcomeRuns)
-    write_table(tel, cfg.paths.outcome_telemetry, OutcomeTelemetry)
+    write_artifact(df, cfg, "outcome_runs")
+    write_artifact(tel, cfg, "outcome_telemetry")
     overhead = float(df["recorder_seconds"].sum() / max((df["wall_seconds"] - df["recorder_seconds"]).sum(), 1e-9))
     # measured overhead: the first runs repeated with and without the recorder (same process, same seed)
     torch.set_num_threads(int(cfg.threads))
@@ -246,7 +248,7 @@ def corpus(cfg: DictConfig) -> dict:
         "wall_s": round(time.monotonic() - t0, 1),
         "epochs": int(c.epochs),
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "corpus.json")
+    record_metrics(cfg, "corpus", metrics)
     print(f"corpus: {df.height} runs in {len(per_domain)} domains (recorder time {100 * overhead:.1f} % of training) -> {cfg.paths.outcome_runs}")
     return metrics
 

@@ -32,7 +32,7 @@ from prefect import flow, task
 from pipeline.config import REPO_ROOT
 from pipeline.flows import DvcError, dvc
 from pipeline.shards import KINDS, WORK
-from prenet.data.shards import HARDWARE_ENV, KEY, check_hardware, item_path, promote_items, retire, shard_slice, write_item
+from prenet.data.shard_files import HARDWARE_ENV, KEY, check_hardware, item_path, promote_items, retire, shard_slice, write_item
 from prenet.errors import PrenetError
 
 FLOW_NAME = "prenet-shard"

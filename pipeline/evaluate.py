@@ -15,15 +15,15 @@ import polars as pl
 import torch
 from omegaconf import DictConfig
 
+from pipeline.artifacts import read_artifact, write_artifact
 from pipeline.config import hydra_entry
+from pipeline.record import record_metrics
 from pipeline.split import split_rule
 from prenet import zoo
-from prenet.data.io import read_table, write_json, write_table
-from prenet.data.schemas import HoldoutPredictions, ModelTimings, SplitLayerFeatures
-from prenet.data.split import assign
+from prenet.data.split_rule import assign
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
-from prenet.planner.intervals import loo_coverage, ratio_summary
+from prenet.planner.intervals import RatioSet, StepTimeErrors, write_errors
 from prenet.steptime import StepTimeModel, error_metrics
 from prenet.steptime.memory import predict_training_memory
 from prenet.steptime.predict import predict_step_time
@@ -59,7 +59,7 @@ def _load_models(cfg: DictConfig) -> dict[str, StepTimeModel]:
 
 def evaluate_whole_models(cfg: DictConfig, models: dict[str, StepTimeModel]) -> tuple[pl.DataFrame, dict]:
     """Predict every measured zoo step from its layers with each model; MAPE per zoo model and overall."""
-    timings = read_table(cfg.paths.model_timings, ModelTimings)
+    timings = read_artifact(cfg, "model_timings")
     hw = HardwareSpec(**json.loads(Path(cfg.paths.hardware_record).read_text()))
     overhead = json.loads(Path(cfg.paths.step_overhead).read_text())["null_step_ms"]
     rows = []
@@ -105,26 +105,24 @@ def interval_ratios(measured: np.ndarray, predicted: np.ndarray) -> list[float]:
     return [round(float(v), 4) for v in np.asarray(measured, float) / np.asarray(predicted, float)]
 
 
-def intervals(whole: pl.DataFrame, logo: pl.DataFrame | None, coverage: float) -> dict:
+def intervals(whole: pl.DataFrame, logo: pl.DataFrame | None, coverage: float, memory_ratio_max: float | None) -> StepTimeErrors:
     """The error distributions behind the planner's intervals (``prenet.planner``): measured / predicted step time of
     every whole zoo step on the local CPU (recipe ``prenet``), and, for GPUs, the deciles of measured / predicted
     per layer on each held-out GPU of the leave-one-GPU-out evaluation (recipe ``prenet_recipe``: the same
     features and target as ``prenet``), pooled over folds."""
-    out: dict = {"coverage": coverage}
-    local = interval_ratios(whole["measured_ms"].to_numpy(), whole["prenet_ms"].to_numpy())
-    out["local_whole_model"] = {**ratio_summary(local, coverage), "n": len(local), "loo_coverage": loo_coverage(local, coverage)}
+    local = RatioSet.measure(interval_ratios(whole["measured_ms"].to_numpy(), whole["prenet_ms"].to_numpy()), coverage)
+    gpu = None
     if logo is not None and "ratio_deciles" in logo.columns:
         r = [v for row in logo.filter(pl.col("recipe") == "prenet_recipe")["ratio_deciles"].to_list() for v in row]
-        if r:
-            out["unseen_gpu"] = {**ratio_summary(r, coverage), "folds": int(logo.filter(pl.col("recipe") == "prenet_recipe").height)}
-    return out
+        gpu = RatioSet.measure(r, coverage, with_loo=False) if r else None
+    return StepTimeErrors(coverage, local, gpu, memory_ratio_max)
 
 
 def evaluate_unseen_hardware(cfg: DictConfig) -> tuple[pl.DataFrame, dict]:
     """Leave-one-GPU-out on the external rows of the development split (the holdout stays untouched), each GPU
     subsampled to ``evaluate.unseen_hardware.max_rows_per_gpu`` shapes by stable hash."""
     u = cfg.evaluate.unseen_hardware
-    dev = read_table(cfg.paths.dev, SplitLayerFeatures).filter(pl.col("source") != "local")
+    dev = read_artifact(cfg, "dev").filter(pl.col("source") != "local")
     dev = (
         dev.with_columns(pl.col("shape_id").hash(7).rank("dense").over("source", "op", "hardware_id").alias("_r"))
         .filter(pl.col("_r") <= int(u.max_rows_per_gpu))
@@ -140,7 +138,7 @@ def evaluate_unseen_hardware(cfg: DictConfig) -> tuple[pl.DataFrame, dict]:
 def evaluate(cfg: DictConfig) -> dict:
     """Write ``metrics/evaluate.json`` (holdout errors overall / per op / source / hardware for each model, the
     noise floor, whole-model errors) and the predictions behind them under ``paths.plots``."""
-    hold = read_table(cfg.paths.holdout, SplitLayerFeatures)
+    hold = read_artifact(cfg, "holdout")
     rule = split_rule(cfg)
     stray = [k for k in hold.get_column(rule.key_column).unique().to_list() if assign(str(k), rule) != "holdout"]
     if stray:
@@ -150,7 +148,7 @@ def evaluate(cfg: DictConfig) -> dict:
     pred = hold.select("sample_id", "source", "hardware_id", "op", "direction", pl.col("time_ms").alias("measured_ms")).with_columns(
         pl.Series("predicted_ms", main.predict_ms(hold))
     )
-    write_table(pred, Path(cfg.paths.plots) / "holdout_predictions.csv", HoldoutPredictions)
+    write_artifact(pred, cfg, "plots/holdout_predictions.csv")
     metrics = {
         "predictor": main.predictor,
         "feature_set": main.feature_set,
@@ -169,13 +167,16 @@ def evaluate(cfg: DictConfig) -> dict:
             "by_op": {k: v["mape_pct"] for k, v in _grouped(p, ["op"]).items()},
         }
     whole, metrics["whole_model"] = evaluate_whole_models(cfg, models)
-    write_table(whole, Path(cfg.paths.plots) / "zoo_predictions.csv")
+    write_artifact(whole, cfg, "plots/zoo_predictions.csv")
     logo = None
     if cfg.evaluate.unseen_hardware.enabled:
         logo, metrics["unseen_hardware"] = evaluate_unseen_hardware(cfg)
-        write_table(logo.drop("ratio_deciles", strict=False), Path(cfg.paths.plots) / "unseen_hardware.csv")
-    metrics["intervals"] = intervals(whole, logo, float(cfg.evaluate.get("interval_coverage", 0.8)))
-    write_json(metrics, Path(cfg.paths.metrics) / "evaluate.json")
+        write_artifact(logo.drop("ratio_deciles", strict=False), cfg, "plots/unseen_hardware.csv")
+    mem_max = metrics["whole_model"].get("memory", {}).get("ratio_max")
+    errors = intervals(whole, logo, float(cfg.evaluate.get("interval_coverage", 0.8)), mem_max)
+    write_errors(errors, Path(cfg.paths.intervals) / "step_time.json")
+    metrics["intervals"] = errors.summary()
+    record_metrics(cfg, "evaluate", metrics)
     o = metrics["overall"]
     wm = ", ".join(f"{k} {v['overall']['mape_pct']:.1f}%" for k, v in metrics["whole_model"].items() if isinstance(v, dict) and "overall" in v)
     print(

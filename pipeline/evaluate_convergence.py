@@ -9,16 +9,16 @@ import numpy as np
 import polars as pl
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.artifacts import read_artifact, write_artifact
 from pipeline.config import hydra_entry
 from pipeline.finetune import convergence_split_rule
 from pipeline.pretrain import convergence_tasks
+from pipeline.record import record_metrics
 from prenet.convergence.baselines import ProbeRegressor, curve_fit_forecast
 from prenet.convergence.evaluation import auc, by_curve, curve_distance, dense, score, seed_noise_floor, steps_for, target_list
-from prenet.data.io import read_table, write_json, write_table
-from prenet.data.schemas import ConvergenceTargets, FinetuneRuns, ForecastRuns, LossCurves
-from prenet.data.split import assert_no_holdout
-from prenet.planner.intervals import loo_coverage
-from prenet.report import figures
+from prenet.data.split_rule import assert_no_holdout
+from prenet.planner.intervals import RatioSet, StepsErrors, write_errors
+from prenet.rendering import figures
 
 PRED_SOURCES = ("default", "forecast", "forecast_ode", "corrected", "curve_fit", "probe_regressor")
 GAP_SOURCES = ("linear_sgd", "dynamics_full")
@@ -31,9 +31,9 @@ def _tkey(kind: str, param: float) -> str:
 def evaluate_convergence(cfg: DictConfig) -> dict:
     """Write ``paths.convergence_targets``, ``metrics/convergence.json`` and the convergence figures."""
     ev = OmegaConf.to_container(cfg.convergence.evaluate, resolve=True)
-    runs = read_table(cfg.paths.finetune_runs, FinetuneRuns)
-    fruns = read_table(cfg.paths.forecast_runs, ForecastRuns)
-    curves = by_curve(pl.concat([read_table(cfg.paths.finetune_curves, LossCurves), read_table(cfg.paths.forecast_curves, LossCurves)]))
+    runs = read_artifact(cfg, "finetune_runs")
+    fruns = read_artifact(cfg, "forecast_runs")
+    curves = by_curve(pl.concat([read_artifact(cfg, "finetune_curves"), read_artifact(cfg, "forecast_curves")]))
     regime = {t.name: t.regime for t in convergence_tasks(cfg)}
     runs = runs.join(fruns, on="config_id", how="left")
     rows: list[dict] = []
@@ -85,7 +85,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
         ]
     if probe_rows:
         tgt = pl.concat([tgt, pl.DataFrame(probe_rows, schema=tgt.schema).select(tgt.columns)])
-    write_table(tgt, cfg.paths.convergence_targets, ConvergenceTargets)
+    write_artifact(tgt, cfg, "convergence_targets")
 
     within = float(ev["within"])
     h = tgt.filter(pl.col("split") == "holdout")
@@ -100,17 +100,15 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
     )
     noise = {_tkey(k, p): v for (k, p), v in seed_noise_floor(real, ["task", "lr", "momentum", "batch_size", "loss"]).items()}
     # the planner's intervals on steps (prenet plan): real / predicted steps of every holdout configuration where both reached the target
-    intervals: dict = {}
+    cov = float(cfg.evaluate.get("interval_coverage", 0.8))
+    steps_errors = StepsErrors(cov)
     for (kind, param, src), g in h.filter(pl.col("source").is_in(["forecast", "corrected"])).group_by(
         ["target_kind", "target_param", "source"], maintain_order=True
     ):
         both = g.filter(pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
-        ratios = [round(float(r) / max(float(p), 1.0), 4) for r, p in zip(both["real_steps"].to_list(), both["pred_steps"].to_list())]
-        intervals.setdefault(_tkey(kind, param), {})[src] = {
-            "ratios": ratios,
-            "n": len(ratios),
-            "loo_coverage": loo_coverage(ratios, float(cfg.evaluate.get("interval_coverage", 0.8))),
-        }
+        ratios = [float(r) / max(float(p), 1.0) for r, p in zip(both["real_steps"].to_list(), both["pred_steps"].to_list())]
+        steps_errors.targets.setdefault(_tkey(kind, param), {})[src] = RatioSet.measure(ratios, cov)
+    write_errors(steps_errors, Path(cfg.paths.intervals) / "steps.json")
     # gaps on the holdout: real → exact linearized SGD → ODE/SDE on all N → ODE/SDE on the subset (the forecast)
     gaps: dict = {}
     chain = [
@@ -216,7 +214,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
         "primary_target": primary,
         "holdout": headline,
         "noise_floor": noise,
-        "intervals": intervals,
+        "intervals": steps_errors.summary(),
         "gaps": gaps,
         "cost": cost,
         "cost_by_task": cost_by_task,
@@ -225,7 +223,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
         "by_momentum": by_momentum,
         "drift_flag": drift_flag,
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "convergence.json")
+    record_metrics(cfg, "convergence", metrics)
     # figures: predicted vs real loss curves of holdout configurations, and predicted vs real steps
     plots = Path(cfg.paths.plots)
     sel = hold.sort("task", "loss", "lr", "momentum", "batch_size")["config_id"].to_list()[:12]

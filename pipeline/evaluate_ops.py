@@ -13,15 +13,15 @@ import polars as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.artifacts import artifact, read_artifact, write_artifact
 from pipeline.config import hydra_entry
 from pipeline.evaluate import interval_ratios
+from pipeline.record import record_metrics
 from pipeline.train_ops import all_ops, local_spec, specs_for
 from prenet import zoo
-from prenet.data.io import read_table, write_json, write_table
-from prenet.data.schemas import ModelTimings
 from prenet.hardware.catalog import get
 from prenet.ops import trace_step
-from prenet.planner.intervals import loo_coverage, ratio_summary
+from prenet.planner.intervals import RatioSet, StepTimeErrors, write_errors
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.op_evaluation import ape, leave_one_gpu_out, predict_rows
 from prenet.steptime.step import default_overhead_ms, device_type, predict_trace
@@ -134,9 +134,10 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     pred = predict_rows(model, hold, specs_for(hold, cpu))
     kind = pl.when(pl.col("hardware_id") == cpu.hardware_id).then(pl.lit("cpu")).otherwise(pl.lit("gpu")).alias("device")
     pred = pred.with_columns(kind)
-    write_table(
+    write_artifact(
         pred.select("device", "hardware_id", "precision", "family", "op", "measured_ms", "predicted_ms", "roofline_ms", "estimate"),
-        Path(cfg.paths.plots) / "op_holdout.csv",
+        cfg,
+        "plots/op_holdout.csv",
     )
     e_all = ape(pred["predicted_ms"].to_numpy(), pred["measured_ms"].to_numpy())
     metrics: dict = {
@@ -153,7 +154,7 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     if cfg.ops.evaluate.unseen_gpu:
         gpu_dev = ops.filter((pl.col("hardware_id") != cpu.hardware_id) & (pl.col("split") != "holdout"))
         logo = leave_one_gpu_out(gpu_dev, params=OmegaConf.to_container(cfg.ops.efficiency.params, resolve=True), threads=int(cfg.threads))
-        write_table(logo.drop("ratio_deciles"), Path(cfg.paths.plots) / "op_unseen_gpu.csv")
+        write_artifact(logo.drop("ratio_deciles"), cfg, "plots/op_unseen_gpu.csv")
         per_gpu = logo.group_by("hardware_id").agg(((pl.col("mape") * pl.col("rows")).sum() / pl.col("rows").sum()).alias("mape")).sort("mape")
         per_fam = logo.group_by("family").agg(pl.col("mape").mean(), pl.col("roofline_mape").mean()).sort("family")
         worst = per_gpu.row(-1, named=True)
@@ -169,9 +170,8 @@ def evaluate_ops(cfg: DictConfig) -> dict:
             },
             "hardest": {"hardware_id": worst["hardware_id"], "mape_pct": round(worst["mape"], 1)},
         }
-    fp32 = read_table(cfg.paths.model_timings, ModelTimings)
-    bf16_path = Path(cfg.paths.model_timings).with_name(Path(cfg.paths.model_timings).stem + "_bf16.parquet")
-    bf16 = read_table(bf16_path, ModelTimings) if bf16_path.is_file() else fp32.head(0)
+    fp32 = read_artifact(cfg, "model_timings")
+    bf16 = read_artifact(cfg, "model_timings_bf16") if artifact(cfg, "model_timings_bf16").is_file() else fp32.head(0)
     w = pl.concat([whole_models(cfg, model, fp32, "fp32", cpu), whole_models(cfg, model, bf16, "bf16", cpu)], how="vertical_relaxed")
     zoo_old = Path(cfg.paths.plots) / "zoo_predictions.csv"
     if zoo_old.is_file():
@@ -181,7 +181,7 @@ def evaluate_ops(cfg: DictConfig) -> dict:
             on=["model", "batch_size"],
             how="left",
         )
-    write_table(w, Path(cfg.paths.plots) / "op_zoo.csv")
+    write_artifact(w, cfg, "plots/op_zoo.csv")
     metrics["whole_model"] = {p: _summary(w.filter(pl.col("precision") == p)) for p in ("fp32", "bf16")}
     if "prenet_recipe_ms" in w.columns:
         f = w.filter(pl.col("precision") == "fp32")
@@ -191,15 +191,16 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         metrics["trace_seconds"] = trace_seconds()
     cov = float(cfg.evaluate.get("interval_coverage", 0.8))
     f32 = w.filter(pl.col("precision") == "fp32")
-    local = interval_ratios(f32["measured_ms"].to_numpy(), f32["predicted_ms"].to_numpy())
-    iv: dict = {"coverage": cov, "local_whole_model": {**ratio_summary(local, cov), "n": len(local), "loo_coverage": loo_coverage(local, cov)}}
+    local = RatioSet.measure(interval_ratios(f32["measured_ms"].to_numpy(), f32["predicted_ms"].to_numpy()), cov)
+    gpu = None
     if logo is not None:
-        r = [v for row in logo["ratio_deciles"].to_list() for v in row]
-        iv["unseen_gpu"] = {**ratio_summary(r, cov), "folds": metrics["unseen_gpu"]["folds"]}
-    metrics["intervals"] = iv
+        gpu = RatioSet.measure([v for row in logo["ratio_deciles"].to_list() for v in row], cov, with_loo=False)
+    errors = StepTimeErrors(cov, local, gpu)
+    write_errors(errors, Path(cfg.paths.intervals) / "step_time_ops.json")
+    metrics["intervals"] = errors.summary()
     metrics["wall_s"] = round(time.monotonic() - t0, 1)
     metrics["threads"] = int(cfg.threads)
-    write_json(metrics, Path(cfg.paths.metrics) / "evaluate_ops.json")
+    record_metrics(cfg, "evaluate_ops", metrics)
     u = metrics.get("unseen_gpu", {})
     print(
         f"evaluate_ops: holdout op MAPE {metrics['holdout']['mape_pct']:.1f}% (roofline {metrics['holdout']['roofline_mape_pct']:.1f}%); "

@@ -12,16 +12,18 @@ from pathlib import Path
 import polars as pl
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.artifacts import read_artifact, write_artifact
 from pipeline.config import hydra_entry
 from pipeline.corpus import outcome_split_rule
 from pipeline.pool import run_items
-from prenet.data.io import read_table, write_json, write_table
+from pipeline.record import record_metrics
+from prenet.data.io import read_table
 from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
-from prenet.data.split import assign
+from prenet.data.split_rule import assign
 from prenet.outcome.crossval import ablate_groups, leave_group_out, mean_over_groups, naive_guess, score_predictions
 from prenet.outcome.evaluation import auc, interval_coverage, paired_difference, r2, reliability
 from prenet.outcome.models import interval_bounds, labels, load, predict_targets, residual_key
-from prenet.report import figures
+from prenet.rendering import figures
 
 _SHARED: dict = {}
 
@@ -55,12 +57,12 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
     n_boot, seed = int(o.evaluate.bootstrap), int(cfg.seed)
     params = OmegaConf.to_container(o.predictor, resolve=True)
     t0 = time.monotonic()
-    runs = read_table(cfg.paths.outcome_runs, OutcomeRuns)
+    runs = read_artifact(cfg, "outcome_runs")
     hold = runs.filter(pl.col("split") == "holdout")
     rule = outcome_split_rule(cfg)
     if any(assign(r, rule) != "holdout" for r in hold["run_id"].to_list()):
         raise RuntimeError("evaluate_outcome: a run marked holdout is not in the frozen holdout; rerun the corpus stage")
-    tel = read_table(cfg.paths.outcome_telemetry, OutcomeTelemetry)
+    tel = read_artifact(cfg, "outcome_telemetry")
     models, manifest = load(cfg.paths.outcome_models)
     thr, fallback = manifest["thresholds"], manifest["pooled_thresholds"]
     hold = labels(hold, thr, fallback)
@@ -158,7 +160,7 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
             imp = {names[int(k[1:])]: v / total for k, v in gain.items()}
             importances[f"epoch_{e}"] = dict(sorted(imp.items(), key=lambda kv: -kv[1])[:15])
     pdf = pl.DataFrame(preds) if preds else pl.DataFrame()
-    write_table(pdf, cfg.paths.outcome_predictions)
+    write_artifact(pdf, cfg, "outcome_predictions")
     plots = Path(cfg.paths.plots)
     figures.outcome_by_epoch(results, plots / "outcome_by_epoch.png")
     e2 = min(2, max(epochs))
@@ -192,7 +194,7 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
         "threads": int(cfg.threads),
         "wall_s": round(time.monotonic() - t0, 1),
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "outcome.json")
+    record_metrics(cfg, "outcome", metrics)
     print(
         f"evaluate_outcome: {hold.height} holdout runs; epoch {e2}: R² {summary['holdout_r2_epoch2']:.3f}; "
         f"leave-one-domain-out R² {summary['lodo_mean_r2_epoch2'] if lodo else float('nan'):.3f}"

@@ -8,10 +8,9 @@ from pathlib import Path
 import polars as pl
 from omegaconf import DictConfig
 
+from pipeline.artifacts import read_artifact, write_artifact
 from pipeline.config import hydra_entry
 from prenet.data.external import load_external
-from prenet.data.io import read_table, write_table
-from prenet.data.schemas import RawTimings
 from prenet.hardware import catalog
 from prenet.hardware.spec import HardwareSpec
 from prenet.layers import ALL_SHAPE_COLUMNS
@@ -22,7 +21,7 @@ from prenet.steptime.features import featurize as featurize_rows
 def featurize(cfg: DictConfig) -> dict:
     """Join the local raw timings with the external datasets and compute every feature; writes
     ``paths.features`` (validated by the next stage)."""
-    raw = read_table(cfg.paths.raw_timings, RawTimings)
+    raw = read_artifact(cfg, "raw_timings")
     local = raw.with_columns(pl.lit("local").alias("source"), pl.lit("none").alias("activation"))
     cols = [*IDENTITY_COLUMNS, *ALL_SHAPE_COLUMNS, "time_ms", "spread_rel"]
     ops = sorted(local.get_column("op").unique().to_list()) or list(cfg.benchmark.ops)
@@ -34,7 +33,7 @@ def featurize(cfg: DictConfig) -> dict:
     rec = json.loads(Path(cfg.paths.hardware_record).read_text())
     hardware[rec["hardware_id"]] = HardwareSpec(**rec)
     feats = featurize_rows(rows, hardware)
-    write_table(feats, cfg.paths.features)
+    write_artifact(feats, cfg, "features")
     counts = feats.group_by("source", "op").len().sort("source", "op")
     print(f"featurize: {feats.height} rows -> {cfg.paths.features}\n{counts}")
     return {"rows": feats.height}

@@ -4,23 +4,24 @@ logging the full-training-set loss per step, assigned to the frozen split by con
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import polars as pl
 import torch
 from omegaconf import DictConfig
 
+from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
 from pipeline.pool import run_items
 from pipeline.pretrain import convergence_tasks
+from pipeline.record import record_metrics
 from pipeline.split import split_rule
-from prenet.convergence.finetune import finetune as run_finetune
 from prenet.convergence.nets import n_params
 from prenet.convergence.sweep import RunConfig, enumerate_sweep, task_sweep
 from prenet.convergence.tasks import Task, finetune_model
-from prenet.data.io import validate, write_json, write_table
+from prenet.convergence.training import finetune as run_finetune
+from prenet.data.io import validate
 from prenet.data.schemas import FinetuneRuns, LossCurves
-from prenet.data.split import SplitRule, assign_frame
+from prenet.data.split_rule import SplitRule, assign_frame
 
 
 def convergence_split_rule(cfg: DictConfig) -> SplitRule:
@@ -85,8 +86,8 @@ def finetune(cfg: DictConfig) -> dict:
     t0 = time.monotonic()
     results = list(run_items(_finetune_one, items, workers=workers, threads=int(cfg.threads), desc="finetune", progress=bool(cfg.progress)))
     df, curves = finetune_tables(results, cfg, workers)
-    write_table(df, cfg.paths.finetune_runs, FinetuneRuns)
-    write_table(curves, cfg.paths.finetune_curves, LossCurves)
+    write_artifact(df, cfg, "finetune_runs")
+    write_artifact(curves, cfg, "finetune_curves")
     metrics = {
         "runs": df.height,
         "holdout": int((df["split"] == "holdout").sum()),
@@ -97,7 +98,7 @@ def finetune(cfg: DictConfig) -> dict:
         "threads": int(cfg.threads),
         "workers": workers,
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "finetune.json")
+    record_metrics(cfg, "finetune", metrics)
     print(f"finetune: {df.height} runs ({metrics['holdout']} in the frozen holdout, {metrics['diverged']} diverged) -> {cfg.paths.finetune_runs}")
     return metrics
 

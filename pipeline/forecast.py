@@ -6,27 +6,26 @@ spectrum). Forecasts read no fine-tuning result: only the pre-trained weights an
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 import torch
 from omegaconf import DictConfig
 
+from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
 from pipeline.finetune import convergence_split_rule, task_data
 from pipeline.pool import run_items
 from pipeline.pretrain import convergence_tasks
+from pipeline.record import record_metrics
 from prenet.convergence import dynamics, losses
 from prenet.convergence.dynamics import DivergenceError
-from prenet.convergence.forecast import forecast as run_forecast
-from prenet.convergence.forecast import run_dynamics
+from prenet.convergence.forecaster import forecast as run_forecast
+from prenet.convergence.forecaster import run_dynamics
 from prenet.convergence.ntk import empirical_ntk, outputs, relative_error
 from prenet.convergence.sweep import enumerate_sweep
 from prenet.convergence.tasks import finetune_model
-from prenet.data.io import write_json, write_table
-from prenet.data.schemas import ForecastRuns, LossCurves
-from prenet.data.split import assign
+from prenet.data.split_rule import assign
 
 
 def _curve_rows(config_id: str, source: str, loss: np.ndarray, acc: np.ndarray | None) -> list[dict]:
@@ -204,8 +203,8 @@ def forecast(cfg: DictConfig) -> dict:
         runs.append(row)
         curves += rows
     df = pl.DataFrame(runs)
-    write_table(df, cfg.paths.forecast_runs, ForecastRuns)
-    write_table(pl.DataFrame(curves), cfg.paths.forecast_curves, LossCurves)
+    write_artifact(df, cfg, "forecast_runs")
+    write_artifact(pl.DataFrame(curves), cfg, "forecast_curves")
     metrics = {
         "configs": df.height,
         "wall_s": round(time.monotonic() - t0, 1),
@@ -217,7 +216,7 @@ def forecast(cfg: DictConfig) -> dict:
         "diverged_up_front": diverged,
         "ntk_checks": checks,
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "forecast.json")
+    record_metrics(cfg, "forecast", metrics)
     print(f"forecast: {df.height} configurations ({metrics['unreliable']} flagged unreliable) -> {cfg.paths.forecast_runs}")
     return metrics
 

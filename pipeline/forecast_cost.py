@@ -17,14 +17,14 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
+from pipeline.record import record_metrics
 from prenet.convergence.evaluation import steps_for, target_list
-from prenet.convergence.finetune import dense_curve, finetune
-from prenet.convergence.forecast import forecast as run_forecast
+from prenet.convergence.forecaster import forecast as run_forecast
 from prenet.convergence.nets import n_params, with_new_head
 from prenet.convergence.tasks import Task, pretrain
-from prenet.data.io import write_json
+from prenet.convergence.training import dense_curve, finetune
 from prenet.datasets import require_datasets
-from prenet.report import figures
+from prenet.rendering import figures
 
 REPRODUCE = "python -m pipeline.forecast_cost convergence=full paths.metrics=data/reference paths.plots=data/reference"
 
@@ -40,14 +40,14 @@ def _ape(pred: int | None, real: int | None) -> float | None:
 
 def forecast_cost(cfg: DictConfig) -> dict:
     """For each task of ``convergence.cost_check.tasks``: pre-train, fine-tune on all ``n_train`` samples (loss logged
-    on a fixed sample of the training set), forecast with each variant; write ``metrics/forecast_cost.json`` (per task
+    on a fixed sample of the training set), forecast with each variant; write ``plots/forecast_cost.json`` (headline in ``metrics/``) (per task
     and variant: seconds, cost ratio = SGD seconds / forecast seconds, steps and error per target) and
     ``plots/forecast_cost.png``."""
     cc = cfg.convergence.cost_check
-    out = Path(cfg.paths.metrics) / "forecast_cost.json"
+    out = Path(cfg.paths.plots) / "forecast_cost.json"
     fig = Path(cfg.paths.plots) / "forecast_cost.png"
     if not cc.enabled:
-        write_json({"enabled": False}, out)
+        record_metrics(cfg, "forecast_cost", {"enabled": False})
         figures.loss_curves({}, {}, fig)
         print("forecast_cost: disabled (convergence.cost_check.enabled=false; on with convergence=full)")
         return {"enabled": False}
@@ -149,7 +149,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
         "reproduce": REPRODUCE,
         "measured": time.strftime("%Y-%m-%d"),
     }
-    write_json(metrics, out)
+    record_metrics(cfg, "forecast_cost", metrics)
     figures.loss_curves(curves, {k: f"{k} ({results[k]['regime']} regime)" for k in curves}, fig)
     print(f"forecast_cost: {len(results)} full-data fine-tunes -> {out}")
     return metrics

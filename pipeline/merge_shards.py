@@ -26,13 +26,13 @@ from pipeline.config import REPO_ROOT, load_params, run_guarded
 from pipeline.shards import KINDS, merge_rows, merged_path
 from prenet.data.io import write_table
 from prenet.data.schemas import FinetuneRuns, LossCurves, OutcomeTelemetry, RawTimings
-from prenet.data.shards import atomic_write_bytes
+from prenet.data.shard_files import atomic_write_bytes
 
 
 def _tables(cfg: DictConfig, kind_name: str, rows: list[dict]) -> list[Path]:
     out = Path(cfg.paths.distributed)
     if kind_name == "benchmark":
-        from prenet.benchmark.runner import timings_frame
+        from prenet.measurement.runner import timings_frame
 
         cols = list(RawTimings.to_schema().columns)
         p = write_table(timings_frame([{c: r[c] for c in cols if c in r} for r in rows]), out / "benchmark_timings.parquet", RawTimings)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
+from pipeline.record import record_metrics
 from prenet.convergence.tasks import pretrain as pretrain_task
 from prenet.convergence.tasks import save, tasks_from_cfg
-from prenet.data.io import write_json
 
 
 def convergence_tasks(cfg: DictConfig):
@@ -26,10 +24,11 @@ def pretrain(cfg: DictConfig) -> dict:
         model, rec = pretrain_task(task, seed=int(cfg.seed))
         save(model, rec, cfg.paths.pretrained)
         records[task.name] = {
-            k: rec[k] for k in ("arch", "dataset", "data_source", "pretrain_samples", "train_accuracy", "test_accuracy", "seconds", "n_params")
+            **{k: rec[k] for k in ("arch", "dataset", "data_source", "pretrain_samples", "train_accuracy", "test_accuracy", "n_params")},
+            "wall_s": rec["seconds"],
         }
         print(f"pretrain: {task.name}: {rec['n_params']:,} parameters, test accuracy {rec['test_accuracy']:.3f} ({rec['seconds']:.1f} s)")
-    write_json({"tasks": records, "threads": int(cfg.threads)}, Path(cfg.paths.metrics) / "pretrain.json")
+    record_metrics(cfg, "pretrain", {"tasks_pretrained": len(records), "tasks": records, "threads": int(cfg.threads)})
     return records
 
 

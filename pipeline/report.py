@@ -9,12 +9,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from pipeline.artifacts import read_artifact
 from pipeline.config import hydra_entry
+from pipeline.record import last_wall_times
 from prenet.data.io import read_table, write_text
-from prenet.data.schemas import HoldoutPredictions
-from prenet.report import figures, summary_figures
-from prenet.report.html import image, page, table
-from prenet.report.results import cost_check_record
+from prenet.planner.intervals import RatioSet, StepsErrors, StepTimeErrors, read_errors
+from prenet.rendering import figures, summary_figures
+from prenet.rendering.html import image, page, table
+from prenet.rendering.results import cost_check_record
 
 METRIC_COLS = ["n", "mape_pct", "median_ape_pct", "rmse_ms", "within_20pct"]
 
@@ -209,7 +211,7 @@ def _convergence_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
     return [
         (
             "Convergence: pre-trained networks",
-            table(pre["tasks"], ["arch", "dataset", "pretrain_samples", "train_accuracy", "test_accuracy", "n_params", "seconds"], "task"),
+            table(pre["tasks"], ["arch", "dataset", "pretrain_samples", "train_accuracy", "test_accuracy", "n_params"], "task"),
         ),
         (
             "Convergence: steps to target on the holdout",
@@ -264,7 +266,7 @@ STAGE_FIGURES = (
 )
 
 
-def _planner_section(ev: dict, cv: dict, zoo, out: Path) -> str:
+def _planner_section(ev: dict, intervals: Path, zoo, out: Path) -> str:
     """Peak-memory check of the zoo and the error ratios behind `prenet plan`'s intervals."""
     parts = []
     mem = ev.get("whole_model", {}).get("memory")
@@ -288,31 +290,24 @@ def _planner_section(ev: dict, cv: dict, zoo, out: Path) -> str:
             + image(fig, "peak memory, predicted vs measured")
             + table(rows, ["measured MiB", "predicted MiB", "measured / predicted"], "zoo step")
         )
-    iv = ev.get("intervals", {})
-    groups, loo = {}, {}
-    if iv.get("local_whole_model"):
-        groups["step time, local CPU (whole zoo steps)"] = iv["local_whole_model"]["ratios"]
-        loo["step time, local CPU (whole zoo steps)"] = iv["local_whole_model"].get("loo_coverage")
-    if iv.get("unseen_gpu"):
-        groups["step time, unseen GPU (layer deciles per fold)"] = iv["unseen_gpu"]["ratios"]
-    for tkey, per in cv.get("intervals", {}).items():
-        if per.get("forecast", {}).get("ratios"):
-            groups[f"steps, forecast, {tkey}"] = per["forecast"]["ratios"]
-            loo[f"steps, forecast, {tkey}"] = per["forecast"].get("loo_coverage")
+    step = read_errors(intervals / "step_time.json", StepTimeErrors)
+    steps = read_errors(intervals / "steps.json", StepsErrors)
+    assert isinstance(step, StepTimeErrors) and isinstance(steps, StepsErrors)
+    groups: dict[str, RatioSet] = {}
+    if step.local_whole_model and step.local_whole_model.ratios:
+        groups["step time, local CPU (whole zoo steps)"] = step.local_whole_model
+    if step.unseen_gpu and step.unseen_gpu.ratios:
+        groups["step time, unseen GPU (layer deciles per fold)"] = step.unseen_gpu
+    for tkey, per in steps.targets.items():
+        if per.get("forecast") and per["forecast"].ratios:
+            groups[f"steps, forecast, {tkey}"] = per["forecast"]
     if groups:
-        cov = float(iv.get("coverage", 0.8))
-        fig = summary_figures.interval_ratios(groups, cov, out / "interval_ratios.png")
-        import numpy as np
-
-        from prenet.planner.intervals import central
-
+        cov = step.coverage
+        fig = summary_figures.interval_ratios({k: list(v.ratios) for k, v in groups.items()}, cov, out / "interval_ratios.png")
         rows = {
             k: {
-                "n": len(v),
-                "low": central(v, cov)[0],
-                "median": float(np.median(v)),
-                "high": central(v, cov)[1],
-                "leave-one-out coverage": "–" if loo.get(k) is None else f"{100 * loo[k]:.0f} %",
+                **{c: v.summary()[c] for c in ("n", "low", "median", "high")},
+                "leave-one-out coverage": "–" if v.loo_coverage is None else f"{100 * v.loo_coverage:.0f} %",
             }
             for k, v in groups.items()
         }
@@ -365,7 +360,7 @@ def _ops_section(mdir: Path, plots: Path, out: Path) -> str:
 
 def _glance(mdir: Path) -> str:
     """The README's Results tables (this run against the published figures), as HTML."""
-    from prenet.report.results import results_tables
+    from prenet.rendering.results import results_tables
 
     tables = "".join(
         table(
@@ -383,23 +378,24 @@ def _glance(mdir: Path) -> str:
 
 
 def _provenance(mdir: Path) -> str:
-    """The metrics files every number of the page comes from, with their MD5 (as in dvc.lock)."""
+    """The record files every number of the page comes from, with their MD5 (as in dvc.lock)."""
     rows = {p.name: {"md5": hashlib.md5(p.read_bytes()).hexdigest(), "bytes": p.stat().st_size} for p in sorted(mdir.glob("*.json"))}
     return (
-        "<p class=note>Every number on this page is read from these metrics files of the same pipeline run (and the prediction "
-        "tables beside them under data/plots); `dvc metrics show` prints the same files.</p>" + table(rows, ["md5", "bytes"], "file")
+        "<p class=note>Every number on this page is read from these records of the same pipeline run (and the prediction "
+        "tables beside them); `dvc metrics show` prints their headline scalars (data/metrics).</p>" + table(rows, ["md5", "bytes"], "file")
     )
 
 
 def report(cfg: DictConfig) -> dict:
     """Render ``paths.report``/index.html and its figures from ``metrics/*.json`` and the holdout predictions."""
-    mdir, out = Path(cfg.paths.metrics), Path(cfg.paths.report)
+    mdir, out = Path(cfg.paths.plots), Path(cfg.paths.report)  # the stages' full records (pipeline/record.py)
+    wall = last_wall_times(cfg)
     ev = json.loads((mdir / "evaluate.json").read_text())
     tr = json.loads((mdir / "train.json").read_text())
     sp = json.loads((mdir / "split.json").read_text())
     bm = json.loads((mdir / "benchmark.json").read_text())
-    pred = read_table(Path(cfg.paths.plots) / "holdout_predictions.csv", HoldoutPredictions)
-    zoo = read_table(Path(cfg.paths.plots) / "zoo_predictions.csv")
+    pred = read_artifact(cfg, "plots/holdout_predictions.csv")
+    zoo = read_artifact(cfg, "plots/zoo_predictions.csv")
     out.mkdir(parents=True, exist_ok=True)
     cost_check = json.loads((mdir / "forecast_cost.json").read_text()).get("enabled") if (mdir / "forecast_cost.json").is_file() else False
     for name in STAGE_FIGURES:
@@ -411,7 +407,6 @@ def report(cfg: DictConfig) -> dict:
     hw_fig = summary_figures.bar_by_hardware(ev["by_hardware"], ev["noise_floor"], out / "holdout_mape_by_hardware.png")
     folds_csv = Path(cfg.paths.plots) / "unseen_hardware.csv"
     logo_fig = summary_figures.logo_by_gpu(read_table(folds_csv), out / "unseen_hardware_by_gpu.png") if folds_csv.exists() else None
-    cv = json.loads((mdir / "convergence.json").read_text())
     recipes = list(ev["recipes"])
     scatter = figures.scatter_predicted_vs_measured(pred, out / "holdout_scatter.png", f"holdout: {ev['predictor']} ({ev['feature_set']})")
     bars = figures.bar_errors(ev["by_op_source"], ev["noise_floor"], out / "holdout_mape.png", "holdout MAPE by op and source")
@@ -430,9 +425,12 @@ def report(cfg: DictConfig) -> dict:
         ("At a glance", _glance(mdir)),
         (
             "Run",
-            table({"benchmark": bm}, ["hardware_id", "threads", "measured", "planned", "noise_floor_median_spread_pct", "wall_s"])
+            table(
+                {"benchmark": {**bm, "wall_s": wall.get("benchmark", {}).get("wall_s", "–")}},
+                ["hardware_id", "threads", "measured", "planned", "noise_floor_median_spread_pct", "wall_s"],
+            )
             + table({"split": sp}, ["train", "val", "holdout", "holdout_share"])
-            + f"<p class=note>Predictor <b>{ev['predictor']}</b>, feature set <b>{ev['feature_set']}</b>, trained in {tr['train_wall_s']} s with {tr['threads']} thread(s).</p>",
+            + f"<p class=note>Predictor <b>{ev['predictor']}</b>, feature set <b>{ev['feature_set']}</b>, trained in {wall.get('train', {}).get('train_wall_s', '–')} s with {tr['threads']} thread(s) (wall times: the run log {cfg.paths.run_log}, not DVC-tracked).</p>",
         ),
         *([("Step time at the op level", _ops_section(mdir, Path(cfg.paths.plots), out))] if (mdir / "evaluate_ops.json").is_file() else []),
         (
@@ -471,7 +469,7 @@ def report(cfg: DictConfig) -> dict:
             "Unseen hardware (leave one GPU out)",
             _unseen_section(ev.get("unseen_hardware", {}), folds_csv) + (image(logo_fig, "MAPE per held-out GPU and recipe") if logo_fig else ""),
         ),
-        ("Planner: memory and intervals", _planner_section(ev, cv, zoo, out)),
+        ("Planner: memory and intervals", _planner_section(ev, Path(cfg.paths.intervals), zoo, out)),
         ("Validation (model selection)", table(tr["val"], METRIC_COLS, "op")),
         *_convergence_sections(mdir, Path(cfg.paths.plots)),
         *_outcome_sections(mdir, Path(cfg.paths.plots), out),

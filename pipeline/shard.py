@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from pipeline.config import load_params, run_guarded
 from pipeline.pool import run_items
 from pipeline.shards import KINDS, kind, settings_digest, shard_dir, slot
-from prenet.data.shards import KEY, append_row, check_hardware, open_scratch, promote, retire, shard_slice
+from prenet.data.shard_files import KEY, append_row, check_hardware, open_scratch, promote, retire, shard_slice
 
 
 def scratch_path(cfg: DictConfig, kind_name: str, hardware: str, shard: int) -> Path:

@@ -21,7 +21,7 @@ from typing import Any
 import polars as pl
 from omegaconf import DictConfig, OmegaConf
 
-from prenet.data.shards import KEY, merge_lines, read_rows
+from prenet.data.shard_files import KEY, merge_lines, read_rows
 from prenet.errors import PrenetError
 
 
@@ -116,9 +116,9 @@ def _benchmark_settings(cfg: DictConfig) -> dict:
 def _benchmark_items(cfg: DictConfig) -> list[tuple[str, Any]]:
     import torch
 
-    from prenet.benchmark import measurement_plan
-    from prenet.benchmark.runner import measurement_id
     from prenet.hardware.local import detect_local
+    from prenet.measurement import measurement_plan
+    from prenet.measurement.runner import measurement_id
 
     b = cfg.benchmark
     hw = detect_local(threads=int(cfg.threads), device=cfg.hardware.device)
@@ -153,7 +153,7 @@ def _benchmark_items(cfg: DictConfig) -> list[tuple[str, Any]]:
 
 
 def _benchmark_work(item: tuple) -> dict:
-    from prenet.benchmark.runner import measure_one
+    from prenet.measurement.runner import measure_one
 
     spec, mid, opts = item
     return measure_one(spec, mid, **opts)

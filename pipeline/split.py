@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 from omegaconf import DictConfig
 
+from pipeline.artifacts import read_artifact, write_artifact
 from pipeline.config import hydra_entry
-from prenet.data.io import read_table, write_json, write_table
-from prenet.data.schemas import LayerFeatures, SplitLayerFeatures
-from prenet.data.split import SplitRule, assign_frame
+from pipeline.record import record_metrics
+from prenet.data.split_rule import SplitRule, assign_frame
 
 
 def split_rule(cfg: DictConfig, key_column: str | None = None) -> SplitRule:
@@ -25,11 +23,11 @@ def split_rule(cfg: DictConfig, key_column: str | None = None) -> SplitRule:
 def split(cfg: DictConfig) -> dict:
     """Assign train / val / holdout; write the development table (train + val) and the holdout table
     separately, and ``metrics/split.json``."""
-    df = assign_frame(read_table(cfg.paths.validated, LayerFeatures), split_rule(cfg))
+    df = assign_frame(read_artifact(cfg, "validated"), split_rule(cfg))
     dev = df.filter(pl.col("split") != "holdout")
     hold = df.filter(pl.col("split") == "holdout")
-    write_table(dev, cfg.paths.dev, SplitLayerFeatures)
-    write_table(hold, cfg.paths.holdout, SplitLayerFeatures)
+    write_artifact(dev, cfg, "dev")
+    write_artifact(hold, cfg, "holdout")
     counts = {s: int((df.get_column("split") == s).sum()) for s in ("train", "val", "holdout")}
     metrics = {
         **counts,
@@ -37,7 +35,7 @@ def split(cfg: DictConfig) -> dict:
         "holdout_share_of_keys": hold.get_column(split_rule(cfg).key_column).n_unique()
         / max(df.get_column(split_rule(cfg).key_column).n_unique(), 1),
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "split.json")
+    record_metrics(cfg, "split", metrics)
     print(f"split: {counts} -> {cfg.paths.dev}, {cfg.paths.holdout}")
     return metrics
 

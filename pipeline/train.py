@@ -12,17 +12,16 @@ Three models come out of one run, so the report can compare them on the same dat
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import polars as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.artifacts import read_artifact, write_artifact
 from pipeline.config import compose, hydra_entry
+from pipeline.record import record_metrics
 from pipeline.split import split_rule
-from prenet.data.io import read_table, write_json, write_table
-from prenet.data.schemas import SplitLayerFeatures
-from prenet.data.split import assert_no_holdout
+from prenet.data.split_rule import assert_no_holdout
 from prenet.steptime import fit_step_time_model, select_step_time_model
 
 
@@ -35,7 +34,7 @@ def predictor_params(cfg_predictor, seed: int, threads: int) -> tuple[str, dict]
 
 def train(cfg: DictConfig) -> dict:
     """Fit the configured, the baseline-feature and the selected models; save them and ``metrics/train.json``."""
-    dev = read_table(cfg.paths.dev, SplitLayerFeatures)
+    dev = read_artifact(cfg, "dev")
     assert_no_holdout(dev, split_rule(cfg), where=f"train ({cfg.paths.dev})")
     torch.set_num_threads(int(cfg.threads))
     tr, va = dev.filter(pl.col("split") == "train"), dev.filter(pl.col("split") == "val")
@@ -93,7 +92,7 @@ def train(cfg: DictConfig) -> dict:
             workers=int(sel.get("workers", 1)),
         )
         chosen.save(cfg.paths.models_selected)
-        write_table(pl.DataFrame(grid), Path(cfg.paths.plots) / "selection_grid.csv")
+        write_artifact(pl.DataFrame(grid), cfg, "plots/selection_grid.csv")
         metrics["selection_wall_s"] = round(time.monotonic() - t1, 1)
         metrics["selected"] = {op: f"{m.predictor}/{m.feature_set}" for op, m in chosen.ops.items()}
         # Table 4 shape: median over ops of the validation MAPE of each predictor × feature set
@@ -102,7 +101,7 @@ def train(cfg: DictConfig) -> dict:
             f"{r['predictor']}/{r['feature_set']}": r["mape_pct"]
             for r in g.group_by("predictor", "feature_set").agg(pl.col("mape_pct").median()).sort("predictor", "feature_set").iter_rows(named=True)
         }
-    write_json(metrics, Path(cfg.paths.metrics) / "train.json")
+    record_metrics(cfg, "train", metrics)
     print(
         f"train: {name} ({cfg.train.feature_set}) in {metrics['train_wall_s']} s; val MAPE "
         + ", ".join(f"{op} {m.get('mape_pct', float('nan')):.1f}%" for op, m in val.items())

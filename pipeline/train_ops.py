@@ -9,11 +9,12 @@ from pathlib import Path
 import polars as pl
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.artifacts import read_artifact, write_artifact
 from pipeline.config import hydra_entry
+from pipeline.record import record_metrics
 from prenet.data.external_ops import load_gpu_ops
-from prenet.data.io import read_table, write_json, write_table
 from prenet.data.schemas import OpTimings
-from prenet.data.split import SplitRule, assert_no_holdout, assign_frame
+from prenet.data.split_rule import SplitRule, assert_no_holdout, assign_frame
 from prenet.hardware.catalog import get
 from prenet.hardware.spec import HardwareSpec
 from prenet.steptime.efficiency import EfficiencyModel
@@ -44,8 +45,8 @@ def local_spec(path: str | Path) -> HardwareSpec:
 
 def all_ops(cfg: DictConfig) -> pl.DataFrame:
     """CPU op benchmark + vendored GPU ops, with the frozen ``split`` column."""
-    cpu = read_table(cfg.paths.op_timings, OpTimings)
-    gpu = read_table(cfg.paths.gpu_op_timings, OpTimings)
+    cpu = read_artifact(cfg, "op_timings")
+    gpu = read_artifact(cfg, "gpu_op_timings")
     cols = [c for c in OpTimings.to_schema().columns] + ["spread_rel"]
     both = pl.concat([cpu.select([c for c in cols if c in cpu.columns]), gpu.select([c for c in cols if c in gpu.columns])], how="diagonal_relaxed")
     return assign_frame(both, op_split_rule(cfg))
@@ -57,7 +58,7 @@ def train_ops(cfg: DictConfig) -> dict:
     gpu = load_gpu_ops(int(cfg.ops.external.max_rows_per_gpu)).with_columns(
         pl.lit("fp32").alias("precision"), pl.lit(0, dtype=pl.Int64).alias("threads")
     )
-    write_table(gpu, cfg.paths.gpu_op_timings, OpTimings)
+    write_artifact(gpu, cfg, "gpu_op_timings")
     rule = op_split_rule(cfg)
     ops = all_ops(cfg)
     dev = ops.filter(pl.col("split") != "holdout")
@@ -79,7 +80,7 @@ def train_ops(cfg: DictConfig) -> dict:
         "wall_s": round(time.monotonic() - t0, 1),
         "threads": int(cfg.threads),
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "train_ops.json")
+    record_metrics(cfg, "train_ops", metrics)
     print(f"train_ops: {len(model.boosters)} efficiency models -> {cfg.paths.models_ops}")
     return metrics
 

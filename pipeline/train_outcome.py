@@ -4,27 +4,26 @@ development runs only; thresholds and residual quantiles frozen into the manifes
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import polars as pl
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.artifacts import read_artifact
 from pipeline.config import hydra_entry
 from pipeline.corpus import outcome_split_rule
 from pipeline.pool import run_items
-from prenet.data.io import read_table, write_json
-from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
-from prenet.data.split import assert_no_holdout
+from pipeline.record import record_metrics
+from prenet.data.split_rule import assert_no_holdout
 from prenet.outcome.models import save, train_all
 
 
 def train_outcome(cfg: DictConfig) -> dict:
     """Fit on the development runs; write ``paths.outcome_models`` and ``metrics/train_outcome.json``."""
     o = cfg.outcome
-    runs = read_table(cfg.paths.outcome_runs, OutcomeRuns)
+    runs = read_artifact(cfg, "outcome_runs")
     dev = runs.filter(pl.col("split") != "holdout")
     assert_no_holdout(dev, outcome_split_rule(cfg), where="train_outcome")
-    tel = read_table(cfg.paths.outcome_telemetry, OutcomeTelemetry).join(dev.select("run_id"), on="run_id", how="semi")
+    tel = read_artifact(cfg, "outcome_telemetry").join(dev.select("run_id"), on="run_id", how="semi")
     t0 = time.monotonic()
     models, manifest = train_all(
         dev,
@@ -50,7 +49,7 @@ def train_outcome(cfg: DictConfig) -> dict:
         "threads": int(cfg.threads),
         "wall_s": round(time.monotonic() - t0, 1),
     }
-    write_json(metrics, Path(cfg.paths.metrics) / "train_outcome.json")
+    record_metrics(cfg, "train_outcome", metrics)
     print(
         f"train_outcome: {len(models)} models on {dev.height} development runs (pooled over {', '.join(manifest['domains'])}) -> {cfg.paths.outcome_models}"
     )

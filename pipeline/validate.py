@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
-from prenet.data.io import read_table, write_json, write_table
+from prenet.data.io import read_table, write_json
 from prenet.data.io import validate as validate_frame
 from prenet.data.schemas import LayerFeatures, RawTimings
 from prenet.errors import DataValidationError
@@ -29,7 +30,7 @@ def validate(cfg: DictConfig) -> dict:
     write_json(report, cfg.paths.validation_report)
     if errors:
         raise DataValidationError("validate failed:\n" + "\n".join(errors))
-    write_table(checked["features"], cfg.paths.validated)
+    write_artifact(checked["features"], cfg, "validated")
     print(f"validate: {checked['features'].height} feature rows and {checked['raw_timings'].height} raw rows pass -> {cfg.paths.validated}")
     return report
 

@@ -30,7 +30,7 @@ from prenet.convergence.evaluation import by_curve, dense, steps_for, target_lis
 from prenet.convergence.ntk import empirical_ntk, jacobian, outputs  # noqa: E402
 from prenet.convergence.sweep import enumerate_sweep  # noqa: E402
 from prenet.convergence.tasks import finetune_model  # noqa: E402
-from prenet.data.split import assign  # noqa: E402
+from prenet.data.split_rule import assign  # noqa: E402
 
 
 def relinearized_sgd(

@@ -13,8 +13,8 @@ import torch
 torch.set_num_threads(1)
 from prenet import datasets
 from prenet.convergence import forecast, targets
-from prenet.convergence.finetune import dense_curve, finetune
 from prenet.convergence.nets import build, with_new_head
+from prenet.convergence.training import dense_curve, finetune
 
 d = datasets.load("digits", "train")
 x_all, y_all = d.x, d.y

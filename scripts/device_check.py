@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from prenet.benchmark.models import measure_model, null_step_ms, to_device
-from prenet.benchmark.runner import measure, measurement_plan
+from prenet.measurement.models import measure_model, null_step_ms, to_device
+from prenet.measurement.runner import measure, measurement_plan
 from prenet.steptime.memory import measure_training_memory, predict_training_memory
 
 HW_ID = "H200 SXM 141GB"
@@ -152,7 +152,7 @@ def ops_by_precision(out: Path, budget_s: float) -> None:
 def convergence(out: Path) -> None:
     from prenet.convergence import finetune as ft
     from prenet.convergence import targets
-    from prenet.convergence.forecast import forecast
+    from prenet.convergence.forecaster import forecast
     from prenet.convergence.nets import with_new_head
     from prenet.convergence.ntk import empirical_ntk, relative_error
     from prenet.convergence.tasks import Task, pretrain

@@ -19,7 +19,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-GENERATOR_FILES = ("prenet/outcome/corpus.py", "prenet/outcome/space.py", "prenet/telemetry/recorder.py", "pipeline/corpus.py")
+GENERATOR_FILES = ("prenet/outcome/generator.py", "prenet/outcome/space.py", "prenet/telemetry/recorder.py", "pipeline/corpus.py")
+
+
+def _last_corpus_wall(log: Path) -> float | None:
+    """Seconds of the latest ``corpus`` stage run in the run log (pipeline/record.py), or None."""
+    walls = [json.loads(x).get("wall_s") for x in log.read_text().splitlines() if '"corpus"' in x] if log.is_file() else []
+    return walls[-1] if walls else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="data/outcome/runs.parquet")
     ap.add_argument("--telemetry", default="data/outcome/telemetry.parquet")
-    ap.add_argument("--metrics", default="data/metrics/corpus.json")
+    ap.add_argument("--metrics", default="data/plots/corpus.json", help="the corpus stage's full record")
+    ap.add_argument("--run-log", default="data/run_log.jsonl", help="wall-clock run log (the generation time)")
     ap.add_argument("--into", default="data/outcome/vendored")
     a = ap.parse_args(argv)
     metrics = json.loads(Path(a.metrics).read_text())
@@ -55,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs.height,
         "telemetry_rows": tel.height,
         "failure_rate": {d: v["failure_rate"] for d, v in metrics["domains"].items()},
-        "generation_wall_s": metrics.get("wall_s"),
+        "generation_wall_s": _last_corpus_wall(Path(a.run_log)),
         "workers": metrics.get("workers"),
         "threads": metrics.get("threads"),
         "recorder_time_share_pct": metrics.get("recorder_time_share_pct"),

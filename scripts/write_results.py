@@ -1,7 +1,7 @@
-"""Write the README's "Results" section from the metrics of the last pipeline run (``make run`` calls this).
+"""Write the README's "Results" section from the records of the last pipeline run (data/plots/*.json) (``make run`` calls this).
 
 python scripts/write_results.py            # rewrite the block between the markers in README.md
-python scripts/write_results.py --check    # exit 1 when README.md and data/metrics disagree
+python scripts/write_results.py --check    # exit 1 when README.md and data/plots disagree
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from prenet.report.results import current_block, replace_block, results_markdown
+from prenet.rendering.results import current_block, replace_block, results_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--readme", default=str(ROOT / "README.md"))
-    ap.add_argument("--metrics", default=str(ROOT / "data" / "metrics"))
+    ap.add_argument("--metrics", default=str(ROOT / "data" / "plots"), help="the stages' full records (pipeline/record.py)")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 on a difference")
     args = ap.parse_args(argv)
     readme = Path(args.readme)

@@ -16,43 +16,10 @@ torch.set_num_threads(1)
 
 from pipeline.config import compose  # noqa: E402
 
-PATH_KEYS = {
-    "shards": "raw/benchmark_shards",
-    "raw_timings": "raw/local_timings.parquet",
-    "hardware_record": "raw/hardware.json",
-    "model_timings": "raw/model_timings.parquet",
-    "step_overhead": "raw/step_overhead.json",
-    "features": "features/layers.parquet",
-    "validated": "validated/layers.parquet",
-    "validation_report": "validated/report.json",
-    "dev": "split/dev.parquet",
-    "holdout": "split/holdout.parquet",
-    "models": "models/steptime",
-    "models_baseline": "models/steptime_baseline",
-    "models_selected": "models/steptime_selected",
-    "metrics": "metrics",
-    "plots": "plots",
-    "report": "report",
-    "pretrained": "models/pretrained",
-    "finetune_runs": "convergence/runs.parquet",
-    "finetune_curves": "convergence/curves.parquet",
-    "forecast_runs": "convergence/forecast_runs.parquet",
-    "forecast_curves": "convergence/forecast_curves.parquet",
-    "convergence_targets": "convergence/targets.parquet",
-    "outcome_shards": "outcome/shards",
-    "outcome_runs": "outcome/runs.parquet",
-    "outcome_telemetry": "outcome/telemetry.parquet",
-    "outcome_models": "models/outcome",
-    "outcome_predictions": "outcome/holdout_predictions.parquet",
-    "op_timings": "raw/op_timings.parquet",
-    "gpu_op_timings": "features/gpu_ops.parquet",
-    "models_ops": "models/steptime_ops",
-    "distributed": "distributed",
-}
-
 
 def tiny_overrides(root: Path, *extra: str) -> list[str]:
-    return ["experiment=tiny", "progress=false", *[f"paths.{k}={root / v}" for k, v in PATH_KEYS.items()], *extra]
+    """The tiny experiment with every artifact under ``root`` (the one ``paths.root`` override)."""
+    return ["experiment=tiny", "progress=false", f"paths.root={root}", *extra]
 
 
 @pytest.fixture

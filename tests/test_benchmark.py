@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from prenet.benchmark import measurement_plan, run_benchmark, time_callable
-from prenet.benchmark.runner import read_shards
 from prenet.data.io import validate
 from prenet.data.schemas import RawTimings
 from prenet.hardware.spec import HardwareSpec
+from prenet.measurement import measurement_plan, run_benchmark, time_callable
+from prenet.measurement.runner import read_shards
 
 HW = HardwareSpec("test-cpu", "cpu", 0.1, 10.0, 1, 2000.0)
 OPS = {
@@ -87,7 +87,7 @@ def test_kill_minus_9_keeps_finished_measurements(tmp_path):
     """A benchmark process killed with SIGKILL keeps every finished row; the next run completes the plan."""
     script = f"""
 import json, sys
-from prenet.benchmark import measurement_plan, run_benchmark
+from prenet.measurement import measurement_plan, run_benchmark
 from prenet.hardware.spec import HardwareSpec
 ops = json.loads({json.dumps(json.dumps(OPS))})
 ops['linear']['n_configs'] = 40

@@ -17,8 +17,8 @@ from torch import nn
 from prenet import datasets
 from prenet.convergence import dynamics, forecast, targets
 from prenet.convergence.baselines import curve_fit_forecast
-from prenet.convergence.finetune import dense_curve, finetune
 from prenet.convergence.ntk import ProblemTooLargeError, empirical_ntk, jacobian, relative_error
+from prenet.convergence.training import dense_curve, finetune
 from prenet.errors import PrenetError
 
 
@@ -300,7 +300,7 @@ def test_forecast_api_contract(digits_small):
     assert fc.steps_to_loss(float(fc.loss[0])) == 0
     assert fc.drift is not None and fc.corrected is not None and len(fc.corrected.loss) == 81
     assert fc.dynamics == "exact" and fc.n_used == 48  # all samples, N·C = 144: the exact linearized SGD
-    from prenet.convergence.forecast import auto_dynamics
+    from prenet.convergence.forecaster import auto_dynamics
 
     assert [auto_dynamics(256, 256, 10, 256), auto_dynamics(256, 256, 5, 32), auto_dynamics(256, 128, 5, 32), auto_dynamics(1000, 1000, 10, 32)] == [
         "ode",
@@ -336,7 +336,7 @@ def test_convergence_stages_write_validated_outputs(tiny_run):
     root, cfg, results = tiny_run
     runs = pl.read_parquet(cfg.paths.finetune_runs)
     assert runs.height == results["finetune"]["runs"] and set(runs["split"]) <= {"train", "val", "holdout"}
-    m = json.loads((Path(cfg.paths.metrics) / "convergence.json").read_text())
+    m = json.loads((Path(cfg.paths.plots) / "convergence.json").read_text())
     assert m["primary_target"] == "relative_eps=0.1" and m["configs"] == runs.height
     assert {"cost", "gaps", "drift_flag", "by_task_lr"} <= set(m)
     for f in ("convergence_curves.png", "convergence_steps.png"):
@@ -349,7 +349,7 @@ def test_convergence_stages_write_validated_outputs(tiny_run):
 def test_convergence_split_is_keyed_by_setting_with_seeds_together(tiny_run):
     from pipeline.finetune import convergence_split_rule
     from prenet.convergence.sweep import RunConfig
-    from prenet.data.split import assign
+    from prenet.data.split_rule import assign
 
     _, cfg, _ = tiny_run
     rule = convergence_split_rule(cfg)

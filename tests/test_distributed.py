@@ -163,7 +163,7 @@ def test_killed_shard_is_rescheduled_resumed_and_restored_from_the_run_cache(tmp
     from pipeline.config import load_params
     from pipeline.distribute import distribute, setup
     from pipeline.shard import scratch_path
-    from prenet.data.shards import read_rows
+    from prenet.data.shard_files import read_rows
 
     env, endpoint = services
     work = _checkout(tmp_path / "worker", MATRIX)
@@ -363,7 +363,7 @@ def test_a_killed_dask_worker_leaves_every_corpus_output_exactly_once(tmp_path, 
     from pipeline.config import compose
     from pipeline.distribute import run_shard_on_dask
     from pipeline.shard import scratch_path
-    from prenet.data.shards import read_rows
+    from prenet.data.shard_files import read_rows
 
     n = 20
     cfg = compose(

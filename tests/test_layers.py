@@ -5,9 +5,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from prenet.benchmark.steps import make_step
 from prenet.layers import REGISTRY, direction_flops
 from prenet.layers.conv2d import output_size
+from prenet.measurement.steps import make_step
 
 CASES = {
     "linear": [{"batch": 7, "in_features": 33, "out_features": 17}, {"batch": 64, "in_features": 512, "out_features": 1000}],

@@ -195,8 +195,8 @@ def test_roofline_knows_winograd_alignment_and_per_element_work():
 
 
 def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():
-    from prenet.benchmark.ops import sample_wide, snap_aligned
     from prenet.layers import REGISTRY
+    from prenet.measurement.ops import sample_wide, snap_aligned
 
     rng = np.random.default_rng(0)
     assert snap_aligned({"in_features": 2220, "out_features": 70, "batch": 3}, rng, 1.0) == {"in_features": 2240, "out_features": 64, "batch": 3}

@@ -16,8 +16,8 @@ from pipeline.cli import main
 from prenet import datasets
 from prenet.errors import PrenetError
 from prenet.outcome import predict
-from prenet.outcome.corpus import RunSpec, domain_data, plan_domain, sample_between, train_run
 from prenet.outcome.evaluation import auc, paired_difference, r2
+from prenet.outcome.generator import RunSpec, domain_data, plan_domain, sample_between, train_run
 from prenet.telemetry import Recorder
 
 
@@ -73,7 +73,7 @@ def test_a_diverging_run_is_recorded_as_such():
 
 
 def test_schedules_and_optimizers_are_what_they_say():
-    from prenet.outcome.corpus import lr_factor, make_optimizer, run_train_set
+    from prenet.outcome.generator import lr_factor, make_optimizer, run_train_set
     from prenet.outcome.space import OPTIMIZERS, SCHEDULES
 
     assert [lr_factor("step", t, 100) for t in (0, 49, 50, 75)] == [1.0, 1.0, 0.1, 0.01]
@@ -162,7 +162,7 @@ def test_scores():
 
 def test_outcome_stages_and_api(tiny_run):
     root, cfg, results = tiny_run
-    m = json.loads((Path(cfg.paths.metrics) / "outcome.json").read_text())
+    m = json.loads((Path(cfg.paths.plots) / "outcome.json").read_text())
     assert "pooled" in m["results"] and "epoch_1" in m["results"]["pooled"] and "pooled" in m["ablation"]
     assert set(m["results"]["pooled"]["epoch_2"]) == {"telemetry", "telemetry_unstated", "loss_acc", "naive"}
     assert set(m["leave_one_domain_out"]) == {"mlp_digits", "cnn_digits"} and m["leave_one_optimizer_out"]

@@ -13,7 +13,7 @@ from pipeline.config import compose
 from pipeline.evaluate import evaluate
 from pipeline.split import split_rule
 from pipeline.train import train
-from prenet.data.split import assign
+from prenet.data.split_rule import assign
 from tests.conftest import tiny_overrides
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ def test_every_stage_writes_its_outputs(tiny_run):
     for key in ("raw_timings", "hardware_record", "features", "validated", "dev", "holdout"):
         assert Path(cfg.paths[key]).exists(), key
     assert (Path(cfg.paths.models) / "manifest.json").exists()
-    ev = json.loads((Path(cfg.paths.metrics) / "evaluate.json").read_text())
+    ev = json.loads((Path(cfg.paths.plots) / "evaluate.json").read_text())
     assert {"linear", "conv2d"} <= set(ev["by_op"])
     assert set(ev["recipes"]) == {"prenet", "justus_recipe", "prenet_recipe"}
     assert ev["whole_model"]["prenet"]["overall"]["n"] == 4  # mlp and lstm_lm at two batch sizes
@@ -77,12 +77,14 @@ def test_each_predictor_gives_comparable_metrics(tiny_run, tmp_path, predictor):
             f"paths.models_baseline={tmp_path / 'mb'}",
             f"paths.models_selected={tmp_path / 'ms'}",
             f"paths.plots={tmp_path / 'plots'}",
+            f"paths.intervals={tmp_path / 'intervals'}",
+            f"paths.run_log={tmp_path / 'run_log.jsonl'}",
             "predictor.epochs=20" if predictor == "mlp" else "seed=0",
         )
     )
     train(c)
     ev = evaluate(c)
-    base = json.loads((Path(cfg.paths.metrics) / "evaluate.json").read_text())
+    base = json.loads((Path(cfg.paths.plots) / "evaluate.json").read_text())
     assert ev["predictor"] == predictor
     assert set(ev["by_op"]) == set(base["by_op"]) and set(ev["overall"]) == set(base["overall"])
 
@@ -103,6 +105,7 @@ def test_hydra_cli_runs_the_same_stage_function(tiny_run, tmp_path):
             f"paths.models_selected={tmp_path / 'ms'}",
             f"paths.metrics={tmp_path}",
             f"paths.plots={tmp_path / 'plots'}",
+            f"paths.run_log={tmp_path / 'run_log.jsonl'}",
         ],
         cwd=REPO,
         capture_output=True,
@@ -113,4 +116,4 @@ def test_hydra_cli_runs_the_same_stage_function(tiny_run, tmp_path):
     manifest = json.loads((tmp_path / "models" / "manifest.json").read_text())
     assert {e["predictor"] for e in manifest["ops"].values()} == {"random_forest"}
     assert {e["params"]["n_estimators"] for e in manifest["ops"].values()} == {30}
-    assert json.loads((tmp_path / "train.json").read_text())["predictor"] == "random_forest"
+    assert json.loads((tmp_path / "plots" / "train.json").read_text())["predictor"] == "random_forest"

@@ -18,7 +18,7 @@ from prenet.planner.render import format_duration, render_table
 
 
 def _args(root, *extra):
-    return ["plan", "--models", str(root / "models" / "steptime_ops"), "--metrics", str(root / "metrics"), *extra]
+    return ["plan", "--models", str(root / "models" / "steptime_ops"), "--intervals", str(root / "models" / "intervals"), *extra]
 
 
 def _plan_json(capsys, root, *extra):
@@ -137,7 +137,7 @@ def test_plan_from_a_convergence_target(tiny_run, tmp_path, capsys):
     )
     assert d["steps_from"] == "forecast" and 0 < d["steps"] < 300 and d["dataset_size"] == 96
     assert d["forecast"]["target"] == "target_accuracy" and d["forecast"]["n_train"] == 96
-    iv = load_intervals(root / "metrics", steps_target="accuracy>=0.9", steps_source=d["forecast"]["answered_by"])
+    iv = load_intervals(root / "models" / "intervals", steps_target="accuracy>=0.9", steps_source=d["forecast"]["answered_by"])
     assert (d["steps_low"], d["steps_high"]) == steps_interval(d["steps"], iv)  # scaled by the measured forecast errors
     assert all(r["wall_low"] <= r["wall_high"] for r in d["rows"])
 
@@ -179,7 +179,7 @@ def test_render_table_marks_tight_and_missing_prices(tiny_run):
         hardware=["local", "RTX A4000"],
         prices={},
         models_dir=root / "models" / "steptime_ops",
-        metrics_dir=root / "metrics",
+        intervals_dir=root / "models" / "intervals",
     )
     text = render_table(plan, plan.sorted("name"))
     assert "- (no price)" in text and "fits" in text

@@ -38,3 +38,16 @@ def test_fits_and_round_trips(name, tmp_path):
 def test_unknown_predictor_names_the_choices():
     with pytest.raises(ValueError, match="gbdt, linear, mlp, random_forest, xgboost"):
         make_regressor("svm")
+
+
+def test_defaults_live_only_in_conf_predictor():
+    """Constructors declare the settings without defaults; conf/predictor/<name>.yaml gives every one of them."""
+    import inspect
+
+    from prenet.steptime.regressors import REGRESSORS, RUN_SETTINGS, predictor_defaults
+
+    for name, cls in REGRESSORS.items():
+        sig = {k: p for k, p in inspect.signature(cls.__init__).parameters.items() if k != "self" and k not in RUN_SETTINGS}
+        assert all(p.default is inspect.Parameter.empty for p in sig.values()), name
+        assert set(predictor_defaults(name)) == set(sig), name
+    assert make_regressor("xgboost").params["n_estimators"] == predictor_defaults("xgboost")["n_estimators"]

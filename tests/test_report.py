@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from prenet.report.browser import check_page, find_chromium
-from prenet.report.results import current_block, replace_block, results_markdown
+from prenet.rendering.browser import check_page, find_chromium
+from prenet.rendering.results import current_block, replace_block, results_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,11 +49,30 @@ def test_report_renders_in_chromium_with_every_figure_and_no_console_error(tiny_
     } <= files
 
 
+def test_report_is_readable_at_100_percent_zoom(tiny_run, chromium, tmp_path):
+    """Every figure fits the page's column at its natural size, no text of a figure reaches past its canvas and no
+    panel titles overlap (checked when each PNG is written), and in a 1280-px Chromium window no figure is scaled
+    down and no text is cut at the window's edge; the screenshot is what a reader sees."""
+    from PIL import Image
+
+    from prenet.rendering.figures import MAX_WIDTH_PX
+
+    root, cfg, _ = tiny_run
+    for png in sorted(Path(cfg.paths.report).glob("*.png")):
+        with Image.open(png) as im:
+            assert im.width <= MAX_WIDTH_PX, (png.name, im.width)
+            assert im.text.get("Description") == "ok", (png.name, im.text.get("Description"))
+    check = check_page(Path(cfg.paths.report) / "index.html", chromium=chromium, screenshot=tmp_path / "shot.png")
+    assert not check.scaled_figures and not check.clipped_text, (check.scaled_figures, check.clipped_text)
+    with Image.open(check.screenshot) as shot:
+        assert shot.width == 1280 and len(set(shot.convert("L").resize((64, 64)).getdata())) > 10  # rendered, not blank
+
+
 def test_the_browser_check_catches_a_broken_page(tmp_path, chromium):
     bad = tmp_path / "bad.html"
     bad.write_text(
         '<!doctype html><html><body><img src="missing.png"><script>console.error("boom"); undefinedName();</script>'
-        + __import__("prenet.report.html", fromlist=["LOAD_CHECK"]).LOAD_CHECK
+        + __import__("prenet.rendering.html", fromlist=["LOAD_CHECK"]).LOAD_CHECK
         + "</body></html>"
     )
     check = check_page(bad, chromium=chromium)
@@ -65,11 +84,11 @@ def test_the_browser_check_catches_a_broken_page(tmp_path, chromium):
 def test_report_numbers_come_from_the_metrics_files(tiny_run):
     root, cfg, _ = tiny_run
     html = (Path(cfg.paths.report) / "index.html").read_text()
-    ev = json.loads((Path(cfg.paths.metrics) / "evaluate.json").read_text())
+    ev = json.loads((Path(cfg.paths.plots) / "evaluate.json").read_text())
     assert f"{ev['overall']['mape_pct']:.3g}" in html
     import hashlib
 
-    md5 = hashlib.md5((Path(cfg.paths.metrics) / "evaluate.json").read_bytes()).hexdigest()
+    md5 = hashlib.md5((Path(cfg.paths.plots) / "evaluate.json").read_bytes()).hexdigest()
     assert md5 in html  # provenance table
 
 
@@ -77,14 +96,14 @@ def test_readme_results_agree_with_the_metrics():
     readme = (ROOT / "README.md").read_text()
     block = current_block(readme)
     assert block is not None, "README.md has no generated Results section; run `python scripts/write_results.py`"
-    assert block == results_markdown(ROOT / "data" / "metrics"), (
-        "README.md's Results section differs from data/metrics; run `python scripts/write_results.py`"
+    assert block == results_markdown(ROOT / "data" / "plots"), (
+        "README.md's Results section differs from data/plots; run `python scripts/write_results.py`"
     )
 
 
 def test_results_section_follows_a_changed_metric(tmp_path):
     mdir = tmp_path / "metrics"
-    shutil.copytree(ROOT / "data" / "metrics", mdir)
+    shutil.copytree(ROOT / "data" / "plots", mdir)
     before = results_markdown(mdir)
     ev = json.loads((mdir / "evaluate.json").read_text())
     ev["overall"]["mape_pct"] = 99.25
@@ -108,7 +127,7 @@ def test_prenet_report_command_renders_the_same_page(tiny_run, tmp_path, capsys)
 
 def test_cost_check_row_comes_from_this_run_or_is_labelled_as_the_reference(tmp_path):
     mdir = tmp_path / "metrics"
-    shutil.copytree(ROOT / "data" / "metrics", mdir)
+    shutil.copytree(ROOT / "data" / "plots", mdir)
     (mdir / "forecast_cost.json").write_text(json.dumps({"enabled": False}))
     assert "cost ratio, full-data fine-tune | not run" in results_markdown(mdir)
     run = {

@@ -1,4 +1,4 @@
-"""Shards of distributed work (prenet.data.shards, pipeline.shards): slicing, the hardware guard, resume after a torn
+"""Shards of distributed work (prenet.data.shard_files, pipeline.shards): slicing, the hardware guard, resume after a torn
 line, atomic promotion and merging, on small real inputs. The multi-process fault tests are in test_distributed.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from prenet.data.shards import KEY, append_row, atomic_write_bytes, check_hardware, merge_lines, open_scratch, promote, read_rows, shard_slice
+from prenet.data.shard_files import KEY, append_row, atomic_write_bytes, check_hardware, merge_lines, open_scratch, promote, read_rows, shard_slice
 from prenet.errors import PrenetError
 
 

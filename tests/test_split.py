@@ -3,7 +3,7 @@
 import polars as pl
 import pytest
 
-from prenet.data.split import SplitRule, assert_no_holdout, assign, assign_frame, bucket
+from prenet.data.split_rule import SplitRule, assert_no_holdout, assign, assign_frame, bucket
 from prenet.errors import HoldoutLeakError
 
 RULE = SplitRule(key_column="shape_id", salt="prenet-holdout-v1", holdout_fraction=0.2, val_fraction=0.16)

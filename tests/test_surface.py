@@ -97,7 +97,7 @@ def test_commands_resolve_project_paths_from_any_directory(tmp_path):
     from prenet.paths import REPO_ROOT
 
     args = build_parser().parse_args(["plan", "--model", "mlp", "--batch-size", "4", "--steps", "1"])
-    for p in (args.models, args.metrics, args.overhead):
+    for p in (args.models, args.intervals, args.overhead):
         assert Path(p).is_absolute() and Path(p).is_relative_to(REPO_ROOT)
     assert all(Path(v).is_relative_to(REPO_ROOT) for v in rooted(compose([])).paths.values())
     p = subprocess.run(

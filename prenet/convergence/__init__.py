@@ -6,7 +6,7 @@ the linearized network's dynamics in function space, driven by the empirical NTK
     fc.steps_to_converge(0.1), fc.steps_to_loss(0.3), fc.steps_to_accuracy(0.95), fc.drift, fc.reliable, fc.seconds
 """
 
-from prenet.convergence.forecast import Forecast, forecast
+from prenet.convergence.forecaster import Forecast, forecast
 from prenet.convergence.ntk import NTK, ProblemTooLargeError, empirical_ntk
 
 __all__ = ["NTK", "Forecast", "ProblemTooLargeError", "empirical_ntk", "forecast"]

@@ -413,12 +413,20 @@ def _timed(func, args, kwargs, *, min_block_ms: float, repeats: int) -> tuple[An
     return out, med, (q3 - q1) / med if med > 0 else 0.0
 
 
+def classifies(out: torch.Tensor, labels: torch.Tensor | None) -> bool:
+    """Whether a step's loss is cross-entropy: logits [B, C] with integer labels [B] (else it is the output's mean).
+    The one rule behind :func:`training_loss`, the traced step, the memory trace and the PreNeT recipe's loss layer."""
+    if labels is None or out.dim() != 2 or labels.dim() != 1 or labels.is_floating_point():
+        return False
+    if labels.shape[0] != out.shape[0]:
+        raise PrenetError(f"the model's output has {out.shape[0]} rows but the labels {labels.shape[0]}: logits [B, C] need labels [B]")
+    return True
+
+
 def training_loss(out: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
     """The loss of a step as prenet times and predicts it: cross-entropy for logits [B, C] and integer labels [B],
-    else the mean of the output."""
-    if labels is not None and out.dim() == 2 and labels.dim() == 1 and not labels.is_floating_point():
-        return nn.functional.cross_entropy(out, labels)
-    return out.float().mean()
+    else the mean of the output (:func:`classifies`)."""
+    return nn.functional.cross_entropy(out, labels) if classifies(out, labels) else out.float().mean()
 
 
 def make_optimizer(name: str, params, *, foreach: bool | None = None) -> torch.optim.Optimizer:
@@ -556,7 +564,7 @@ def _unscale_records(tracer: _Tracer, module: nn.Module) -> None:
 
 
 def _split(example_batch: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-    from prenet.benchmark.steps import unpack_example
+    from prenet.measurement.steps import unpack_example
 
     return unpack_example(example_batch)
 

@@ -1,6 +1,6 @@
 """Early-success models: XGBoost per (epoch, feature set, target), trained on development runs only.
 
-Targets: ``final_test_accuracy`` (regression), ``failure`` (binary; :func:`prenet.outcome.corpus.is_failure`
+Targets: ``final_test_accuracy`` (regression), ``failure`` (binary; :func:`prenet.outcome.generator.is_failure`
 with each domain's threshold = ``failure_fraction`` × the 90th percentile of its development final accuracy),
 and ``relative_class`` (0/1/2 = tertile of final accuracy within the domain, cut points from the development set),
 which is not a model of its own: it is where the predicted accuracy falls among the domain's cut points, with

@@ -17,9 +17,9 @@ from prenet.outcome.features import single_run
 from prenet.outcome.models import interval_bounds, load, relative_class, residual_key
 from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
-from prenet.paths import REPO_ROOT
+from prenet.paths import artifact
 
-DEFAULT_MODELS = REPO_ROOT / "data" / "models" / "outcome"
+DEFAULT_MODELS = artifact("outcome_models")
 CLASS_NAMES = ("bottom third", "middle third", "top third")
 
 
@@ -81,3 +81,41 @@ def predict(table: pl.DataFrame, *, domain: str | None = None, schedule: str | N
     cuts = manifest["thresholds"][domain]["class_cuts"] if domain in known else manifest["pooled_thresholds"]["class_cuts"]
     cls, pc = relative_class(np.array([acc]), cuts, manifest.get("residuals", {}).get(rkey))
     return Outcome(acc, (lo, hi), pf, int(cls[0]), [float(v) for v in pc[0]], e, domain if domain in known else "unknown", seen, schedule)
+
+
+def read_telemetry(path: str | Path) -> pl.DataFrame:
+    """A run's telemetry table from a CSV or parquet file (``prenet.telemetry.Recorder(...).table()`` written out),
+    checked (:func:`check_telemetry`); one-line :class:`PrenetError` when it is missing, unreadable or malformed."""
+    src = Path(path)
+    if not src.is_file():
+        raise PrenetError(f"telemetry file {src} does not exist (write one with prenet.telemetry.Recorder(...).table())")
+    try:
+        table = pl.read_parquet(src) if src.suffix == ".parquet" else pl.read_csv(src)
+    except Exception as e:  # noqa: BLE001 — any reader failure is the file's fault
+        raise PrenetError(f"{src} is not a readable CSV or parquet file: {e}") from e
+    return check_telemetry(table, source=str(src))
+
+
+def predict_file(
+    path: str | Path, *, domain: str | None = None, schedule: str | None = None, models_dir: str | Path = DEFAULT_MODELS
+) -> tuple[Outcome, list[str]]:
+    """:func:`predict` on a telemetry file; also returns the warnings it raised (unknown domain, few epochs…) as
+    text, so a caller can show them beside the answer."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = predict(read_telemetry(path), domain=domain, schedule=schedule, models_dir=models_dir)
+    return out, [str(w.message) for w in caught]
+
+
+def render_outcome(out: Outcome) -> str:
+    """The answer as the CLI prints it (several lines, ending with the advice-only note)."""
+    lo, hi = out.interval
+    return "\n".join(
+        [
+            f"after {out.epochs_seen} epoch(s) — model of epoch {out.epoch}, domain {out.scope}, schedule {out.schedule or 'not stated'}:",
+            f"  final test accuracy   {out.final_test_accuracy:.3f}   (interval {lo:.3f} – {hi:.3f})",
+            f"  failure probability   {out.failure_probability:.3f}",
+            f"  relative class        {out.relative_class_name} of its domain",
+            "This is advice to look at the run, not an automatic stop: prenet never stops a run by itself.",
+        ]
+    )

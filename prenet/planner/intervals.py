@@ -1,13 +1,14 @@
 """The planner's intervals: measured error ratios (measured / predicted) and the one rule that turns them into
-bounds, the central ``coverage`` share (:func:`central`). The evaluation stages record the ratios with this rule;
-``prenet plan`` reads them back (:func:`load_intervals`)."""
+bounds, the central ``coverage`` share (:func:`central`). The evaluation stages write typed records
+(:class:`StepTimeErrors`, :class:`StepsErrors` of :class:`RatioSet`) with :func:`write_errors`; ``prenet plan`` reads
+them back (:func:`load_intervals`)."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +23,115 @@ def central(values: Sequence[float] | np.ndarray, coverage: float) -> tuple[floa
     return float(lo), float(hi)
 
 
-def ratio_summary(ratios: Sequence[float], coverage: float) -> dict:
-    """The ratios (rounded) with their central ``coverage`` bounds: the record behind one of the planner's intervals."""
-    lo, hi = central(ratios, coverage)
-    return {"ratios": [round(float(v), 4) for v in ratios], "low": lo, "high": hi}
+@dataclass(frozen=True)
+class RatioSet:
+    """Measured / predicted ratios of one kind of prediction, with the central ``coverage`` bounds they give and
+    how often such a bound held a ratio left out (:func:`loo_coverage`)."""
+
+    ratios: tuple[float, ...]
+    coverage: float
+    loo_coverage: float | None = None
+
+    @classmethod
+    def measure(cls, ratios: Sequence[float], coverage: float, *, with_loo: bool = True) -> RatioSet:
+        """The ratios (rounded to 4 digits) of one evaluation."""
+        r = tuple(round(float(v), 4) for v in ratios)
+        return cls(r, float(coverage), loo_coverage(list(r), coverage) if with_loo else None)
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """(low, high) factors: the central ``coverage`` share of the ratios."""
+        return central(self.ratios, self.coverage)
+
+    def summary(self) -> dict:
+        """n, low, median, high and leave-one-out coverage (for metrics and the report)."""
+        lo, hi = self.bounds if self.ratios else (None, None)
+        med = float(np.median(self.ratios)) if self.ratios else None
+        return {"n": len(self.ratios), "low": lo, "median": med, "high": hi, "loo_coverage": self.loo_coverage}
+
+
+@dataclass(frozen=True)
+class StepTimeErrors:
+    """What ``evaluate`` (PreNeT recipe) or ``evaluate_ops`` (op level) measured of step-time predictions: whole zoo
+    steps on the local CPU and per-layer/op deciles on GPUs held out of training; the largest measured / predicted
+    peak memory of the zoo (``evaluate`` only)."""
+
+    coverage: float
+    local_whole_model: RatioSet | None
+    unseen_gpu: RatioSet | None
+    memory_ratio_max: float | None = None
+
+    def summary(self) -> dict:
+        """The bounds of each ratio set, for a stage's record (the ratios themselves stay in the interval record)."""
+        out: dict = {"coverage": self.coverage}
+        for name in ("local_whole_model", "unseen_gpu"):
+            rs = getattr(self, name)
+            if rs is not None:
+                out[name] = rs.summary()
+        return out
+
+
+@dataclass(frozen=True)
+class StepsErrors:
+    """What ``evaluate_convergence`` measured of the forecast steps on holdout fine-tunes: per target key
+    (``relative_eps=0.1``, ``loss<=0.1*L0``, ``accuracy>=0.9``…) and forecast variant (``forecast``, ``corrected``)."""
+
+    coverage: float
+    targets: dict[str, dict[str, RatioSet]] = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        """{target: {variant: bounds}} for a stage's record."""
+        return {t: {src: rs.summary() for src, rs in per.items()} for t, per in self.targets.items()}
+
+
+#: The interval records and their file names in ``paths.intervals``, in the order the planner prefers them.
+RECORD_FILES: dict[str, type] = {"step_time_ops.json": StepTimeErrors, "step_time.json": StepTimeErrors, "steps.json": StepsErrors}
+_VERSION = 1
+
+
+def _encode(obj: object) -> object:
+    if isinstance(obj, RatioSet):
+        return {"ratios": list(obj.ratios), "coverage": obj.coverage, "loo_coverage": obj.loo_coverage}
+    if isinstance(obj, dict):
+        return {k: _encode(v) for k, v in obj.items()}
+    return obj
+
+
+def write_errors(record: StepTimeErrors | StepsErrors, path: str | Path) -> Path:
+    """Write one interval record as JSON (type name and version first) atomically."""
+    from prenet.data.io import write_json
+
+    body = {f.name: _encode(getattr(record, f.name)) for f in fields(record)}
+    return write_json({"record": type(record).__name__, "version": _VERSION, **body}, path)
+
+
+def _ratio_set(d: dict | None, where: str) -> RatioSet | None:
+    if d is None:
+        return None
+    try:
+        return RatioSet(tuple(float(v) for v in d["ratios"]), float(d["coverage"]), d.get("loo_coverage"))
+    except (KeyError, TypeError, ValueError) as e:
+        raise PrenetError(f"{where}: not a ratio set ({e}); rerun the evaluation stage that writes it") from None
+
+
+def read_errors(path: str | Path, kind: type[StepTimeErrors] | type[StepsErrors]) -> StepTimeErrors | StepsErrors:
+    """Read an interval record written by :func:`write_errors`; one-line :class:`PrenetError` when it is missing,
+    of another type or version, or malformed."""
+    p = Path(path)
+    if not p.is_file():
+        raise PrenetError(f"{p} does not exist: the intervals come from the pipeline's evaluation stages; run `dvc repro` (or `make run`)")
+    d = json.loads(p.read_text())
+    if d.get("record") != kind.__name__ or d.get("version") != _VERSION:
+        raise PrenetError(f"{p} holds {d.get('record')} v{d.get('version')}, not {kind.__name__} v{_VERSION}; rerun `dvc repro` to rewrite it")
+    if kind is StepsErrors:
+        targets = {t: {src: _ratio_set(v, f"{p}:{t}/{src}") for src, v in per.items()} for t, per in d.get("targets", {}).items()}
+        return StepsErrors(float(d["coverage"]), targets)  # type: ignore[arg-type]
+    return StepTimeErrors(
+        float(d["coverage"]),
+        _ratio_set(d.get("local_whole_model"), f"{p}:local_whole_model"),
+        _ratio_set(d.get("unseen_gpu"), f"{p}:unseen_gpu"),
+        d.get("memory_ratio_max"),
+    )
 
 
 @dataclass(frozen=True)
@@ -61,42 +167,38 @@ def loo_coverage(ratios: list[float], coverage: float) -> float | None:
     return float(np.mean(hits))
 
 
-def load_intervals(metrics_dir: str | Path, *, steps_target: str | None = None, steps_source: str = "forecast") -> Intervals:
-    """The error ratios recorded by the pipeline's ``evaluate`` (step time, memory) and ``evaluate_convergence``
-    (steps to ``steps_target``, e.g. ``relative_eps=0.1``) stages in ``metrics_dir``."""
-    mdir = Path(metrics_dir)
-    ev_path = mdir / "evaluate.json"
-    if not ev_path.is_file():
-        raise PrenetError(f"{ev_path} does not exist: the intervals come from the step-time evaluation; run `dvc repro evaluate` (or `make run`)")
-    ev = json.loads(ev_path.read_text())
-    ops_path = mdir / "evaluate_ops.json"  # the op-level model answers step times: its measured errors bound them
-    iv = json.loads(ops_path.read_text()).get("intervals") if ops_path.is_file() else ev.get("intervals")
-    if not iv:
-        raise PrenetError(f"{ev_path} has no 'intervals' (written by an older prenet); rerun `dvc repro evaluate`")
+def load_intervals(intervals_dir: str | Path, *, steps_target: str | None = None, steps_source: str = "forecast") -> Intervals:
+    """The planner's intervals from the typed records the pipeline's evaluation stages wrote in ``intervals_dir``
+    (``paths.intervals``): step time from the op-level evaluation when present, else the PreNeT-recipe one; memory
+    from the latter; steps to ``steps_target`` (e.g. ``relative_eps=0.1``) of ``steps_source`` from the convergence
+    evaluation, or of the closest measured target when that one has none."""
+    d = Path(intervals_dir)
+    base = read_errors(d / "step_time.json", StepTimeErrors)
+    ops_path = d / "step_time_ops.json"
+    step = read_errors(ops_path, StepTimeErrors) if ops_path.is_file() else base
+    assert isinstance(base, StepTimeErrors) and isinstance(step, StepTimeErrors)
     steps = None
     if steps_target is not None:
-        cv_path = mdir / "convergence.json"
-        cv = json.loads(cv_path.read_text()) if cv_path.is_file() else {}
-        measured = cv.get("intervals", {})
+        cv = read_errors(d / "steps.json", StepsErrors)
+        assert isinstance(cv, StepsErrors)
         # the target's own kind first, then any other measured kind (the forecast's error on the closest target)
-        for key in [steps_target, *sorted(k for k in measured if k != steps_target)]:
-            per = measured.get(key, {})
-            entry = per.get(steps_source) or per.get("forecast") or {}
-            if entry.get("ratios"):
-                steps = entry["ratios"]
+        for key in [steps_target, *sorted(k for k in cv.targets if k != steps_target)]:
+            per = cv.targets.get(key, {})
+            entry = per.get(steps_source) or per.get("forecast")
+            if entry is not None and entry.ratios:
+                steps = list(entry.ratios)
                 break
         if not steps:
             raise PrenetError(
-                f"{cv_path} has no measured forecast errors on holdout configurations; without them the steps have no "
+                f"{d / 'steps.json'} has no measured forecast errors on holdout configurations; without them the steps have no "
                 "interval. Rerun `dvc repro evaluate_convergence` (its holdout needs configurations that reach the targets)"
             )
-    mem = ev.get("whole_model", {}).get("memory", {})
     return Intervals(
-        step_local=iv.get("local_whole_model", {}).get("ratios", []),
-        step_gpu=iv.get("unseen_gpu", {}).get("ratios", []),
+        step_local=list(step.local_whole_model.ratios) if step.local_whole_model else [],
+        step_gpu=list(step.unseen_gpu.ratios) if step.unseen_gpu else [],
         steps=steps,
-        memory_ratio_max=mem.get("ratio_max"),
-        coverage=float(iv.get("coverage", 0.8)),
+        memory_ratio_max=base.memory_ratio_max,
+        coverage=step.coverage,
     )
 
 

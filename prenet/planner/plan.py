@@ -10,7 +10,7 @@ For every hardware option the plan holds
 * predicted peak training memory (``prenet.steptime.memory``) and whether it fits the device.
 
 **Intervals.** Each time and cost comes with an interval from the predictors' measured errors on held-out data
-(the ``evaluate`` and ``evaluate_convergence`` metrics of the pipeline run that trained the models):
+(the typed records that ``evaluate``, ``evaluate_ops`` and ``evaluate_convergence`` write in ``paths.intervals``):
 
 * step time on the local CPU: the ratios measured / predicted of every whole zoo training step;
 * step time on a GPU: the deciles of measured / predicted per layer on each GPU held out of training in the
@@ -306,7 +306,7 @@ def make_plan(
     momentum: float = 0.0,
     prices: dict[str, dict[str, Any]] | None = None,
     models_dir: str | Path,
-    metrics_dir: str | Path,
+    intervals_dir: str | Path,
     threads: int = 1,
     overhead_path: str | Path | None = None,
     zoo_kwargs: dict[str, Any] | None = None,
@@ -356,7 +356,7 @@ def make_plan(
         if target_value is None or not finetune:
             raise PrenetError("a convergence target needs its value and --finetune-data (the fine-tuning set the forecast runs on)")
         key = steps_target_key(target, float(target_value))
-        by_source = {src: load_intervals(metrics_dir, steps_target=key, steps_source=src) for src in ("forecast", "corrected")}
+        by_source = {src: load_intervals(intervals_dir, steps_target=key, steps_source=src) for src in ("forecast", "corrected")}
         fmod = _module_for_forecast(model, batch_size, zoo_kwargs)
         fc_info = forecast_steps(
             fmod,
@@ -378,7 +378,7 @@ def make_plan(
         if not fc_info["reliable"]:
             notes.append(f"the forecast's kernel drifted ({fc_info['drift']:.2f} > 0.1): the corrected forecast answers")
     else:
-        iv = load_intervals(metrics_dir)
+        iv = load_intervals(intervals_dir)
         if steps is not None:
             if steps < 1:
                 raise PrenetError(f"--steps must be a positive integer, got {steps}")

@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from prenet.benchmark.steps import unpack_example
+from prenet.measurement.steps import unpack_example
+from prenet.ops.trace import training_loss
 
 #: Optimizer state buffers per parameter.
 OPTIMIZER_STATE_BUFFERS: dict[str, int] = {"none": 0, "sgd": 0, "sgd_momentum": 1, "adam": 2}
@@ -67,12 +67,6 @@ class MemoryEstimate:
 
     def to_dict(self) -> dict[str, int]:
         return {**asdict(self), "total_bytes": self.total_bytes}
-
-
-def _loss(out: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor:
-    if labels is not None and out.dim() == 2 and labels.dim() == 1 and not labels.is_floating_point():
-        return F.cross_entropy(out, labels)
-    return out.float().mean()
 
 
 def trace_saved(module: nn.Module, example_batch: Any) -> tuple[list[int], list[tuple[int, int]]]:
@@ -112,7 +106,7 @@ def trace_saved(module: nn.Module, example_batch: Any) -> tuple[list[int], list[
     meta.train()
     try:
         with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            _loss(meta(x), y)
+            training_loss(meta(x), y)
     finally:
         meta.train(was_training)
         for h in handles:
@@ -172,8 +166,8 @@ def measure_training_memory(module: nn.Module, example_batch: Any, optimizer: st
     ``warmup`` a first, unmeasured step creates the optimizer state; without it the measured step is the first
     one (its peak includes creating the state; the benchmark uses it as its warm-up step). Weights change by
     tiny steps (learning rate 1e-6)."""
-    from prenet.benchmark.models import training_step
-    from prenet.benchmark.steps import make_optimizer
+    from prenet.measurement.models import training_step
+    from prenet.measurement.steps import make_optimizer
 
     if optimizer == "sgd_momentum":
         raise ValueError("measured steps use the benchmark's optimizers: sgd (plain) or adam")

@@ -21,11 +21,12 @@ import polars as pl
 import torch
 from torch import nn
 
-from prenet.benchmark.steps import unpack_example  # noqa: F401  (re-exported)
 from prenet.errors import PrenetError
 from prenet.graph import LayerCall, trace
 from prenet.hardware.spec import HardwareSpec
 from prenet.layers import ALL_SHAPE_COLUMNS, REGISTRY
+from prenet.measurement.steps import unpack_example  # noqa: F401  (re-exported)
+from prenet.ops.trace import classifies
 from prenet.steptime.features import featurize
 from prenet.steptime.model import StepTimeModel
 
@@ -53,7 +54,7 @@ def step_calls(module: nn.Module, example_batch: Any) -> list[LayerCall]:
     calls, out = trace(module, inputs)
     if not isinstance(out, torch.Tensor):
         raise PrenetError(f"the model's forward returned {type(out).__name__}; prenet needs a tensor (logits or a value to average)")
-    if labels is not None and out.dim() == 2 and labels.dim() == 1 and labels.shape[0] == out.shape[0] and not labels.is_floating_point():
+    if classifies(out, labels):
         calls.append(
             LayerCall("loss", "cross_entropy", REGISTRY["cross_entropy"].complete({"batch": int(out.shape[0]), "hidden": int(out.shape[1])}))
         )

@@ -18,6 +18,7 @@ All are fitted on ln(time in ms) and predict it back; inputs are the design matr
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,6 +31,7 @@ from tqdm.auto import tqdm
 
 from prenet.data.io import write_json
 from prenet.errors import ConfigError
+from prenet.paths import REPO_ROOT
 
 
 class Regressor(Protocol):
@@ -60,13 +62,14 @@ class XGBoostRegressor:
 
     def __init__(
         self,
-        n_estimators: int = 400,
-        max_depth: int = 8,
-        learning_rate: float = 0.05,
-        subsample: float = 0.8,
-        colsample_bytree: float = 0.9,
-        min_child_weight: float = 1.0,
-        early_stopping_rounds: int | None = 30,
+        *,
+        n_estimators: int,
+        max_depth: int,
+        learning_rate: float,
+        subsample: float,
+        colsample_bytree: float,
+        min_child_weight: float,
+        early_stopping_rounds: int | None,
         n_jobs: int = 1,
         seed: int = 0,
         progress: bool = False,
@@ -118,11 +121,12 @@ class RandomForestRegressor(XGBoostRegressor):
 
     def __init__(
         self,
-        n_estimators: int = 200,
-        max_depth: int = 14,
-        subsample: float = 0.8,
-        colsample_bynode: float = 0.7,
-        min_child_weight: float = 1.0,
+        *,
+        n_estimators: int,
+        max_depth: int,
+        subsample: float,
+        colsample_bynode: float,
+        min_child_weight: float,
         n_jobs: int = 1,
         seed: int = 0,
         progress: bool = False,
@@ -161,7 +165,7 @@ class GBDTRegressor:
 
     name = "gbdt"
 
-    def __init__(self, n_estimators: int = 300, max_depth: int = 4, learning_rate: float = 0.1, subsample: float = 1.0, seed: int = 0):
+    def __init__(self, *, n_estimators: int, max_depth: int, learning_rate: float, subsample: float, seed: int = 0):
         self.params = dict(n_estimators=n_estimators, max_depth=max_depth, learning_rate=learning_rate, subsample=subsample, random_state=seed)
         self.init = 0.0
         self.trees: list[dict[str, np.ndarray]] = []
@@ -230,7 +234,7 @@ class _Standardizer:
 class LinearRegressor:
     name = "linear"
 
-    def __init__(self, alpha: float = 1e-3):
+    def __init__(self, *, alpha: float):
         self.alpha = alpha
         self.scaler: _Standardizer | None = None
         self.coef: np.ndarray | None = None
@@ -275,12 +279,13 @@ class MLPRegressor:
 
     def __init__(
         self,
-        hidden: list[int] | tuple[int, ...] = (128, 128),
-        epochs: int = 200,
-        batch_size: int = 256,
-        lr: float = 2e-3,
-        weight_decay: float = 1e-5,
-        patience: int = 20,
+        *,
+        hidden: list[int] | tuple[int, ...],
+        epochs: int,
+        batch_size: int,
+        lr: float,
+        weight_decay: float,
+        patience: int,
         seed: int = 0,
         progress: bool = False,
     ):
@@ -382,9 +387,11 @@ REGRESSORS: dict[str, type] = {c.name: c for c in (XGBoostRegressor, RandomFores
 RUN_SETTINGS = ("seed", "n_jobs", "progress")
 
 
-def _check_setting(name: str, key: str, value: Any, default: Any, nullable: bool) -> Any:
-    """``value`` of ``predictor.<key>`` if it has the kind of its default (integer, number, flag, list; null where the
-    setting allows it); else one line naming the setting, the expected kind and the file."""
+def _check_setting(name: str, key: str, value: Any, annotation: str) -> Any:
+    """``value`` of ``predictor.<key>`` if it has the kind its constructor declares (integer, number, flag, list of
+    integers; null where the annotation allows None); else one line naming the setting, the expected kind and the file."""
+    nullable = "None" in annotation
+    kind = annotation.split("|")[0].strip()
 
     def bad(kind: str) -> ConfigError:
         return ConfigError(f"predictor.{key}={value!r}: expected {kind} (predictor {name}, conf/predictor/{name}.yaml)")
@@ -393,25 +400,40 @@ def _check_setting(name: str, key: str, value: Any, default: Any, nullable: bool
         if nullable:
             return value
         raise bad("a value (null is not allowed)")
-    if isinstance(default, bool):
+    if kind == "bool":
         if not isinstance(value, bool):
             raise bad("true or false")
-    elif isinstance(default, int):
+    elif kind == "int":
         if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
             raise bad("an integer")
         return int(value)
-    elif isinstance(default, float):
+    elif kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad("a number")
-    elif isinstance(default, (list, tuple)):
+    elif kind.startswith(("list", "tuple")):
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             raise bad("a list of integers")
     return value
 
 
+@functools.lru_cache(maxsize=None)
+def predictor_defaults(name: str) -> dict[str, Any]:
+    """The settings of ``conf/predictor/<name>.yaml``: the only place a predictor's defaults are written (the
+    constructors have none), so the library and the pipeline agree."""
+    from omegaconf import OmegaConf
+
+    path = REPO_ROOT / "conf" / "predictor" / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"unknown predictor {name!r}; choose one of {', '.join(sorted(REGRESSORS))} (conf/predictor/)")
+    d = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    assert isinstance(d, dict)
+    return {str(k): v for k, v in d.items() if k != "name"}
+
+
 def _settings(name: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The constructor keywords of predictor ``name`` from ``params``: every key must be one of its settings (or a
-    :data:`RUN_SETTINGS` key), of the kind of its default. A typo or a wrong type is refused in one line."""
+    """The constructor keywords of predictor ``name``: ``conf/predictor/<name>.yaml`` overridden by ``params``. Every
+    key must be one of its settings (or a :data:`RUN_SETTINGS` key), of the kind its constructor declares. A typo or a
+    wrong type is refused in one line."""
     import inspect
 
     if name not in REGRESSORS:
@@ -423,7 +445,8 @@ def _settings(name: str, params: dict[str, Any]) -> dict[str, Any]:
             f"predictor {name} has no setting {', '.join('predictor.' + k for k in unknown)}; its settings are "
             f"{', '.join(k for k in sig if k not in RUN_SETTINGS)} (conf/predictor/{name}.yaml)"
         )
-    return {k: _check_setting(name, k, v, sig[k].default, "None" in str(sig[k].annotation)) for k, v in params.items() if k in sig}
+    merged = {**predictor_defaults(name), **params}
+    return {k: _check_setting(name, k, v, str(sig[k].annotation)) for k, v in merged.items() if k in sig}
 
 
 def make_regressor(name: str, **params: Any) -> Regressor:

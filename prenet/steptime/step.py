@@ -18,11 +18,11 @@ from torch import nn
 
 from prenet.hardware.spec import HardwareSpec
 from prenet.ops import StepTrace, trace_step
-from prenet.paths import REPO_ROOT
+from prenet.paths import artifact
 from prenet.steptime.efficiency import EfficiencyModel
 
-DEFAULT_OP_MODELS = REPO_ROOT / "data" / "models" / "steptime_ops"
-DEFAULT_OVERHEAD = REPO_ROOT / "data" / "raw" / "step_overhead.json"
+DEFAULT_OP_MODELS = artifact("models_ops")
+DEFAULT_OVERHEAD = artifact("step_overhead")
 
 
 @dataclass

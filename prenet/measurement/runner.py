@@ -26,10 +26,10 @@ from tqdm.auto import tqdm
 if TYPE_CHECKING:
     import polars as pl
 
-from prenet.benchmark.steps import make_step
-from prenet.benchmark.timer import time_callable
 from prenet.hardware.spec import HardwareSpec
 from prenet.layers import ALL_SHAPE_COLUMNS, layer_type
+from prenet.measurement.steps import make_step
+from prenet.measurement.timer import time_callable
 
 TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

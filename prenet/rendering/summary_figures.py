@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from prenet.planner.intervals import central
-from prenet.report.figures import SOURCE_COLORS, _save, plt
+from prenet.rendering.figures import MAX_WIDTH_IN, SOURCE_COLORS, _save, plt
 
 
 def bar_by_hardware(by_hardware: dict[str, dict], noise: dict[str, float], path: Path) -> Path:
@@ -17,7 +17,7 @@ def bar_by_hardware(by_hardware: dict[str, dict], noise: dict[str, float], path:
     own, the Justus GPUs' published spread; NeuSight publishes none."""
     names = sorted(by_hardware, key=lambda n: by_hardware[n].get("mape_pct", 0.0))
     mape = [by_hardware[n].get("mape_pct", np.nan) for n in names]
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(names) + 2), 4))
+    fig, ax = plt.subplots(figsize=(min(MAX_WIDTH_IN, max(MAX_WIDTH_IN * 0.8, 0.6 * len(names) + 2)), 4))
     colors = [SOURCE_COLORS["local"] if n.startswith("cpu") else "#555" for n in names]
     ax.bar(range(len(names)), mape, color=colors)
     for i, n in enumerate(names):
@@ -26,9 +26,13 @@ def bar_by_hardware(by_hardware: dict[str, dict], noise: dict[str, float], path:
             ax.plot([i - 0.4, i + 0.4], [nf, nf], "k--", lw=1)
         ax.text(i, mape[i], f"{by_hardware[n].get('n', 0)}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
-    ax.set_ylabel("holdout MAPE (%)  (dashed: noise floor; label: rows)")
+    ax.margins(y=0.12)  # room for the row counts above the tallest bar
+    ax.set_ylabel("holdout MAPE (%)")
+    from matplotlib.lines import Line2D
+
+    ax.legend(handles=[Line2D([], [], color="k", ls="--", lw=1, label="noise floor (numbers: holdout rows)")], fontsize=8, loc="upper left")
     ax.set_title("step-time error by hardware (frozen holdout, all layer types)")
-    return _save(fig, path, 110)
+    return _save(fig, path)
 
 
 def logo_by_gpu(folds: pl.DataFrame, path: Path) -> Path:
@@ -36,15 +40,15 @@ def logo_by_gpu(folds: pl.DataFrame, path: Path) -> Path:
     recipes = sorted(folds["recipe"].unique().to_list())
     per = folds.group_by("held_out", "recipe").agg(pl.col("mape_pct").mean()).sort("held_out")
     gpus = sorted(per["held_out"].unique().to_list())
-    fig, ax = plt.subplots(figsize=(max(7, 0.8 * len(gpus) + 2), 4))
+    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN, 4.4))
     w = 0.8 / max(len(recipes), 1)
     for j, r in enumerate(recipes):
         vals = [per.filter((pl.col("held_out") == g) & (pl.col("recipe") == r))["mape_pct"].to_list() or [np.nan] for g in gpus]
         ax.bar(np.arange(len(gpus)) + (j - (len(recipes) - 1) / 2) * w, [v[0] for v in vals], w, label=r)
     ax.set_xticks(range(len(gpus)), gpus, rotation=35, ha="right", fontsize=8)
     ax.set(ylabel="MAPE (%) on the held-out GPU", title="unseen hardware: each GPU predicted from its spec sheet alone")
-    ax.legend(fontsize=7)
-    return _save(fig, path, 110)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the axes: never over a bar
+    return _save(fig, path)
 
 
 def memory_scatter(zoo: pl.DataFrame, path: Path) -> Path:
@@ -62,7 +66,7 @@ def memory_scatter(zoo: pl.DataFrame, path: Path) -> Path:
     ax.fill_between(xs, xs * 0.8, xs * 1.2, color="grey", alpha=0.15, label="±20 %")
     ax.set(xscale="log", yscale="log", xlabel="measured peak (MiB)", ylabel="predicted peak (MiB)", title="training-step memory, zoo on the CPU")
     ax.legend(fontsize=7)
-    return _save(fig, path, 110)
+    return _save(fig, path)
 
 
 def interval_ratios(groups: dict[str, list[float]], coverage: float, path: Path) -> Path:
@@ -86,7 +90,7 @@ def interval_ratios(groups: dict[str, list[float]], coverage: float, path: Path)
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.set(xlabel="measured / predicted", title=f"errors behind the planner's {round(coverage * 100)} % intervals")
-    return _save(fig, path, 110)
+    return _save(fig, path)
 
 
 def ablation(pooled: dict, path: Path) -> Path:
@@ -101,20 +105,24 @@ def ablation(pooled: dict, path: Path) -> Path:
         ax.errorbar(epochs, v, yerr=[np.nan_to_num(v - lo), np.nan_to_num(hi - v)], fmt="o-", capsize=3)
         ax.axhline(0, color="k", lw=0.8)
         ax.set(xlabel="epochs seen", title=label, xticks=epochs)
-    return _save(fig, path, 110)
+    return _save(fig, path)
 
 
 def importances(per_epoch: dict[str, dict[str, float]], path: Path, top: int = 10) -> Path:
     """Gain share of the most important features of the pooled telemetry model, per epoch."""
     eps = list(per_epoch)
-    fig, axes = plt.subplots(1, len(eps), figsize=(3.6 * len(eps), 3.8), squeeze=False)
-    for ax, ep in zip(axes[0], eps):
+    cols = min(2, len(eps))
+    rows = -(-len(eps) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(MAX_WIDTH_IN, 3.2 * rows + 0.5), squeeze=False)
+    for ax in axes.ravel()[len(eps) :]:
+        ax.axis("off")
+    for ax, ep in zip(axes.ravel(), eps):
         items = sorted(per_epoch[ep].items(), key=lambda kv: -kv[1])[:top][::-1]
         ax.barh([k for k, _ in items], [v for _, v in items], color="#1f77b4")
         ax.set_title(ep.replace("_", " "), fontsize=9)
         ax.tick_params(axis="y", labelsize=7)
     fig.suptitle("feature importance (gain share), pooled telemetry model")
-    return _save(fig, path, 110)
+    return _save(fig, path)
 
 
 def op_zoo_scatter(zoo: pl.DataFrame, path: Path) -> Path:
@@ -134,7 +142,7 @@ def op_zoo_scatter(zoo: pl.DataFrame, path: Path) -> Path:
     ax.plot([lo, hi], [lo, hi], "k--", lw=1)
     ax.set(xscale="log", yscale="log", xlabel="measured step (ms)", ylabel="predicted step (ms)", title="zoo training steps, local CPU")
     ax.legend(fontsize=8, loc="upper left")
-    return _save(fig, path, 110)
+    return _save(fig, path)
 
 
 def op_unseen_by_gpu(folds: pl.DataFrame, path: Path) -> Path:
@@ -148,11 +156,11 @@ def op_unseen_by_gpu(folds: pl.DataFrame, path: Path) -> Path:
         .sort("op model")
     )
     gpus = per["hardware_id"].to_list()
-    fig, ax = plt.subplots(figsize=(max(7, 0.8 * len(gpus) + 2), 4.2))
+    fig, ax = plt.subplots(figsize=(MAX_WIDTH_IN, 4.4))
     x = np.arange(len(gpus))
     ax.bar(x - 0.2, per["op model"], 0.4, label="op model (roofline ÷ efficiency)")
     ax.bar(x + 0.2, per["roofline"], 0.4, label="roofline alone", color="#bbb")
     ax.set_xticks(x, gpus, rotation=35, ha="right", fontsize=8)
     ax.set(ylabel="MAPE (%) on the held-out GPU", title="op model on unseen GPUs (forward ops, spec sheet only)")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _save(fig, path, 110)
+    return _save(fig, path)

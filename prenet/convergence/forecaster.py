@@ -265,7 +265,7 @@ def forecast(
         fc.probe_steps = k
         t_probe = time.perf_counter()
         probed = copy.deepcopy(model)
-        from prenet.convergence.finetune import finetune
+        from prenet.convergence.training import finetune
 
         res = finetune(
             probed,

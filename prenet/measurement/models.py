@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from prenet.benchmark.steps import make_optimizer, unpack_example
-from prenet.benchmark.timer import Timing, time_callable
+from prenet.measurement.steps import make_optimizer, unpack_example
+from prenet.measurement.timer import Timing, time_callable
 
 
 def training_step(module: nn.Module, example_batch: Any, optimizer: str, opt: torch.optim.Optimizer | None = None, precision: str = "fp32"):

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:1em 0;font-size:14px}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%}.note{color:#555;font-size:13px}
+table{border-collapse:collapse;margin:1em 0;font-size:14px;max-width:100%}th,td{border:1px solid #ccc;padding:4px 8px;text-align:right;overflow-wrap:anywhere}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}img{max-width:100%}figure{margin:1em 0}.note{color:#555;font-size:13px}
 .glance td{text-align:left}"""
 
 
@@ -33,11 +33,19 @@ def image(path: Path, alt: str) -> str:
 
 
 #: Inline (no network) script: on load, records on <body> how many figures the page has and how many decoded, so a
-#: headless browser's DOM dump tells whether every figure loaded (prenet.report.browser.check_page).
+#: headless browser's DOM dump tells whether every figure loaded (prenet.rendering.browser.check_page).
 LOAD_CHECK = (
     "<script>window.addEventListener('load',function(){var i=Array.prototype.slice.call(document.images);"
     "document.body.setAttribute('data-figures',i.length);"
-    "document.body.setAttribute('data-loaded',i.filter(function(x){return x.complete&&x.naturalWidth>0;}).length);});</script>"
+    "document.body.setAttribute('data-loaded',i.filter(function(x){return x.complete&&x.naturalWidth>0;}).length);"
+    # figures shown smaller than their pixels (labels shrink below readable at 100 % zoom)
+    "document.body.setAttribute('data-scaled',i.filter(function(x){return x.naturalWidth>0&&x.clientWidth<x.naturalWidth-1;})"
+    ".map(function(x){return x.alt;}).join('|'));"
+    # text past the window's right edge or cut by its own box
+    "var vw=document.documentElement.clientWidth,t=document.querySelectorAll('h1,h2,h3,p,th,td,figcaption,li');"
+    "document.body.setAttribute('data-clipped',Array.prototype.slice.call(t).filter(function(e){var r=e.getBoundingClientRect();"
+    "return r.right>vw+1||e.scrollWidth>e.clientWidth+1&&getComputedStyle(e).overflowX!='visible';})"
+    ".map(function(e){return e.textContent.slice(0,60);}).join('|'));});</script>"
 )
 
 

@@ -1,0 +1,139 @@
+"""What a stage records, in one place:
+
+* ``<paths.metrics>/<name>.json`` — the DVC metrics: a few headline scalars per stage (:data:`HEADLINE`), so that
+  ``dvc metrics show`` and ``dvc metrics diff`` stay readable;
+* ``<paths.plots>/<name>.json`` — the full record (every table and breakdown), read by the report, the README
+  Results and the tests (git-tracked, ``cache: false``);
+* ``<paths.run_log>`` — wall-clock durations, with the thread count and time of the run: one JSON line per stage run,
+  outside DVC and git, so re-running a stage does not refresh tracked files with timing noise.
+
+Keys in :data:`RUN_LOG_KEYS` (at any depth) are wall-clock durations of the stage itself; they go to the run log only.
+Measured costs that are results (the forecast's seconds against training's, the 1.3B trace time) stay in the record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from prenet.data.io import write_json
+
+#: Wall-clock durations of a stage's own work (seconds): run log only.
+RUN_LOG_KEYS = frozenset({"wall_s", "train_wall_s", "selection_wall_s", "train_seconds_total"})
+
+#: The headline scalars of each record, as key paths into it (keys may contain dots, hence tuples).
+HEADLINE: dict[str, tuple[tuple[str, ...], ...]] = {
+    "benchmark": (("measured",), ("noise_floor_median_spread_pct",)),
+    "benchmark_models": (("measured",), ("noise_floor_median_spread_pct",)),
+    "benchmark_ops": (("ops_measured",), ("peak_fp32_tflops",), ("peak_bf16_tflops",)),
+    "split": (("holdout",), ("holdout_share",)),
+    "train": (("val", "_pooled", "mape_pct"),),
+    "evaluate": (
+        ("overall", "mape_pct"),
+        ("unseen_hardware", "mean_mape_pct", "prenet_recipe"),
+        ("whole_model", "memory", "mape_pct"),
+    ),
+    "train_ops": (("median_efficiency", "cpu"), ("median_efficiency", "gpu")),
+    "evaluate_ops": (
+        ("holdout", "mape_pct"),
+        ("whole_model", "fp32", "mape_pct"),
+        ("whole_model", "bf16", "mape_pct"),
+        ("unseen_gpu", "mean_mape_pct"),
+        ("trace_seconds", "gpt_1p3b_s"),
+    ),
+    "pretrain": (("tasks_pretrained",),),
+    "finetune": (("runs",), ("diverged",)),
+    "forecast": (("configs",), ("unreliable",)),
+    "convergence": (
+        ("holdout_configs",),
+        ("holdout", "relative_eps=0.1", "default", "median_ape_pct"),
+        ("holdout", "loss<=0.1*L0", "default", "median_ape_pct"),
+        ("holdout", "accuracy>=0.9", "default", "median_ape_pct"),
+    ),
+    "forecast_cost": (("enabled",),),
+    "corpus": (("runs",),),
+    "train_outcome": (("models",),),
+    "outcome": (
+        ("summary", "holdout_r2_epoch2"),
+        ("summary", "holdout_auc_epoch3"),
+        ("summary", "lodo_mean_r2_epoch2"),
+        ("summary", "looo_mean_r2_epoch2"),
+    ),
+}
+
+
+def split_run_log(record: dict[str, Any], prefix: str = "") -> tuple[dict[str, Any], dict[str, float]]:
+    """(record without wall-clock keys, {dotted key: seconds}) — the keys of :data:`RUN_LOG_KEYS` at any depth."""
+    kept: dict[str, Any] = {}
+    times: dict[str, float] = {}
+    for k, v in record.items():
+        path = f"{prefix}{k}"
+        if k in RUN_LOG_KEYS and isinstance(v, (int, float)):
+            times[path] = float(v)
+        elif isinstance(v, dict):
+            kept[k], sub = split_run_log(v, f"{path}.")
+            times.update(sub)
+        else:
+            kept[k] = v
+    return kept, times
+
+
+def headline(name: str, record: dict[str, Any]) -> dict[str, Any]:
+    """The nested subset of ``record`` named by ``HEADLINE[name]`` (scalars only; absent keys are skipped)."""
+    out: dict[str, Any] = {}
+    for keys in HEADLINE[name]:
+        node: Any = record
+        for k in keys:
+            node = node.get(k) if isinstance(node, dict) else None
+        if node is None or isinstance(node, (dict, list)):
+            continue
+        cur = out
+        for k in keys[:-1]:
+            cur = cur.setdefault(k, {})
+        cur[keys[-1]] = node
+    return out
+
+
+def record_metrics(cfg: DictConfig, name: str, record: dict[str, Any]) -> dict[str, Any]:
+    """Write ``record`` the three ways described in the module docstring; returns the record without wall times."""
+    kept, times = split_run_log(record)
+    details = Path(cfg.paths.plots) / f"{name}.json"
+    metrics = Path(cfg.paths.metrics) / f"{name}.json"
+    write_json(kept, details)
+    if metrics.resolve() != details.resolve():
+        write_json(headline(name, kept), metrics)
+    append_run_log(cfg, name, times)
+    return kept
+
+
+def append_run_log(cfg: DictConfig, name: str, times: dict[str, float]) -> None:
+    """One JSON line in ``paths.run_log``: stage, UTC time, threads, process id and the wall-clock seconds."""
+    log = Path(cfg.paths.run_log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    line = {"stage": name, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "threads": int(cfg.threads), "pid": os.getpid(), **times}
+    with log.open("a") as fh:
+        fh.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+def read_record(folder: str | Path, name: str) -> dict[str, Any]:
+    """The full record ``<folder>/<name>.json`` written by :func:`record_metrics` (``folder`` = ``paths.plots``)."""
+    return json.loads((Path(folder) / f"{name}.json").read_text())
+
+
+def last_wall_times(cfg: DictConfig) -> dict[str, dict[str, float]]:
+    """{stage: its latest run-log entry} (empty when the log does not exist, e.g. on a fresh clone)."""
+    log = Path(cfg.paths.run_log)
+    out: dict[str, dict[str, float]] = {}
+    if log.is_file():
+        for line in log.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line torn by an interrupted write
+            out[entry.get("stage", "?")] = entry
+    return out

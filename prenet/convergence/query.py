@@ -1,0 +1,153 @@
+"""The convergence question a user asks (``prenet predict convergence``): pick a task, fine-tune settings and targets,
+forecast from the NTK, and answer with every variant's steps — as a plain dict the CLI prints as text or JSON."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from prenet.convergence.forecaster import forecast
+from prenet.convergence.nets import with_new_head
+from prenet.convergence.targets import OPTION_KIND, check_target
+from prenet.convergence.tasks import Task, load_pretrained, pretrain, save
+from prenet.errors import PrenetError
+
+SETTINGS = ("loss", "lr", "momentum", "batch_size", "steps")
+
+
+def pick_task(tasks: Mapping[str, Any], name: str | None, where: str) -> Task:
+    """Task ``name`` of ``tasks`` (the only one when ``name`` is None); ``where`` names the source in errors."""
+    tasks = {k: v for k, v in (tasks or {}).items() if isinstance(v, dict)}
+    name = name or (next(iter(tasks)) if len(tasks) == 1 else None)
+    if name not in tasks:
+        raise PrenetError(f"task {name!r} is not defined in {where}; known tasks: {', '.join(tasks) or 'none'}")
+    try:
+        return Task.from_cfg(name, tasks[name])
+    except (KeyError, TypeError, ValueError) as e:
+        raise PrenetError(f"task {name!r} is incomplete: {e} (needs dataset, arch, widths, lrs; see conf/convergence/quick.yaml)") from e
+
+
+def fine_tune_settings(task: Task, given: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, Any]:
+    """loss, lr, momentum, batch_size, steps: ``given`` (the user's), else the config's ``run:``, else the task's
+    first learning rate, momentum 0 and cross-entropy. Batch size and steps have no default."""
+    opt = {k: given.get(k) if given.get(k) is not None else run.get(k) for k in SETTINGS}
+    opt["lr"] = opt["lr"] if opt["lr"] is not None else task.lrs[0]
+    opt["momentum"] = opt["momentum"] or 0.0
+    opt["loss"] = opt["loss"] or "cross_entropy"
+    if opt["batch_size"] is None or opt["steps"] is None:
+        raise PrenetError("give --batch-size and --steps (or set them under 'run:' in the config file)")
+    return opt
+
+
+def answer(
+    task: Task,
+    settings: Mapping[str, Any],
+    *,
+    eps: float,
+    target_loss: float | None = None,
+    target_accuracy: float | None = None,
+    pretrained: str | Path,
+    seed: int = 0,
+    subset: int | None = None,
+    probe: float = 0.05,
+    ntk: str = "auto",
+    max_gib: float = 4.0,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """Forecast fine-tuning ``task`` with ``settings`` (:func:`fine_tune_settings`) and answer each target: the
+    default answer (plain forecast when the kernel-drift probe finds it reliable, else corrected) beside the plain
+    and corrected ones. Pre-trains and saves the task's weights in ``pretrained`` when they are missing (said on
+    stderr). ``max_gib``: memory bound of the NTK (GiB)."""
+    for kind, value in (("eps", eps), ("target_loss", target_loss), ("target_accuracy", target_accuracy)):
+        if value is not None:
+            check_target(OPTION_KIND[kind], value)  # before any work
+    torch.set_num_threads(threads)
+    folder = Path(pretrained)
+    try:
+        model = load_pretrained(task, folder)
+    except PrenetError:
+        print(f"no pre-trained weights for {task.name!r} in {folder}: pre-training them now (saved there)", file=sys.stderr)
+        model, rec = pretrain(task, seed=seed)
+        save(model, rec, folder)
+    data = task.finetune_data()
+    with_new_head(model, int(data.y.max()) + 1, seed=seed)
+    fc = forecast(
+        model,
+        data.x,
+        data.y,
+        loss=settings["loss"],
+        lr=float(settings["lr"]),
+        momentum=float(settings["momentum"]),
+        batch_size=int(settings["batch_size"]),
+        steps=int(settings["steps"]),
+        seed=seed,
+        subset=subset,
+        probe_fraction=probe,
+        ntk=ntk,
+        max_bytes=int(max_gib * 2**30),
+    )
+    plain = fc.plain
+    res: dict[str, Any] = {
+        "task": task.name,
+        **settings,
+        "n_train": len(data),
+        "n_params": fc.n_params,
+        "n_used": fc.n_used,
+        "dynamics": fc.dynamics,
+        "ntk": fc.ntk_method,
+        "seconds": fc.seconds,
+        "drift": fc.drift,
+        "probe_steps": fc.probe_steps,
+        "reliable": fc.reliable,
+        "variant": fc.variant,
+        "steps_to_converge": {
+            "eps": eps,
+            "answer": fc.steps_to_converge(eps),
+            "plain": plain.steps_to_converge(eps),
+            "corrected": fc.corrected.steps_to_converge(eps) if fc.corrected else None,
+        },
+        "loss": {str(t): float(fc.loss[t]) for t in sorted({0, fc.steps // 4, fc.steps // 2, fc.steps})},
+    }
+    if target_loss is not None:
+        res["steps_to_loss"] = {"tau": target_loss, "answer": fc.steps_to_loss(target_loss), "plain": plain.steps_to_loss(target_loss)}
+    if target_accuracy is not None:
+        res["steps_to_accuracy"] = {
+            "a": target_accuracy,
+            "answer": fc.steps_to_accuracy(target_accuracy),
+            "plain": plain.steps_to_accuracy(target_accuracy),
+        }
+    return res
+
+
+def render(res: Mapping[str, Any]) -> str:
+    """The answer of :func:`answer` as the CLI prints it."""
+    lines = [
+        f"{res['task']}: fine-tune {res['n_params']:,} parameters on {res['n_train']} samples · {res['loss']} · lr {res['lr']} · "
+        f"momentum {res['momentum']} · batch {res['batch_size']} · {res['steps']} steps",
+        f"  forecast: {res['dynamics'].upper()} on an {res['ntk']} NTK of {res['n_used']} samples, {res['seconds']:.2f} s; "
+        f"answered by the {res['variant']} forecast",
+        "  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss"].items()),
+    ]
+    sc = res["steps_to_converge"]
+    lines.append(
+        f"  steps to converge (|L_t - L_T| <= {sc['eps']} (L_0 - L_T)): {sc['answer'] if sc['answer'] is not None else 'not within the horizon'}"
+    )
+    if res["drift"] is not None:
+        verdict = (
+            "reliable: the plain forecast answers"
+            if res["reliable"]
+            else "UNRELIABLE: fine-tuning moves the features; the corrected (re-linearized) forecast answers"
+        )
+        lines.append(
+            f"  kernel drift after a {res['probe_steps']}-step probe: {res['drift']:.3f} ({verdict}); plain: {sc['plain']}, corrected: {sc['corrected']}"
+        )
+    for key, label in (("steps_to_loss", "loss <= {tau}"), ("steps_to_accuracy", "training accuracy >= {a}")):
+        if key in res:
+            r = res[key]
+            v = r["answer"]
+            lines.append(f"  steps to {label.format(**r)}: {v if v is not None else 'not reached within ' + str(res['steps']) + ' steps'}")
+    return "\n".join(lines)
