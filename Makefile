@@ -18,8 +18,9 @@ help:  ## list the targets
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -r requirements.lock
-	$(BIN)/python -m pip install -q --no-deps -e .
+	# --no-compile: bytecode is written on first import for the modules used, not for all of torch up front (~1 min)
+	$(BIN)/python -m pip install -q --no-compile -r requirements.lock
+	$(BIN)/python -m pip install -q --no-compile --no-deps -e .
 	@! $(BIN)/python -m pip list 2>/dev/null | grep -iE '^(nvidia|triton)' || (echo "error: CUDA packages were resolved; see README" && false)
 	@touch $@
 
@@ -44,8 +45,8 @@ run: $(STAMP) data-deps  ## the main job: dvc repro on the embedded defaults, th
 	@echo
 	@echo "Results:"
 	@echo "  report   $(abspath data/report/index.html)"
-	@echo "  metrics  data/metrics/*.json   (dvc metrics show)"
-	@echo "  models   data/models/steptime/"
+	@echo "  metrics  data/metrics/*.json   (headline scalars: dvc metrics show; full records in data/plots/*.json)"
+	@echo "  models   data/models/   (wall times of the stages: data/run_log.jsonl)"
 
 test: $(STAMP) test-deps data-deps  ## the test suite (slow tests excluded; see test-slow)
 	python -m pytest -q
