@@ -12,18 +12,10 @@ import copy
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
-from prenet.convergence.evaluation import steps_for, target_list
-from prenet.convergence.forecaster import forecast as run_forecast
-from prenet.convergence.nets import n_params, with_new_head
-from prenet.convergence.tasks import Task, pretrain
-from prenet.convergence.training import dense_curve, finetune
-from prenet.datasets import require_datasets
 from prenet.rendering import figures
 
 REPRODUCE = "python -m pipeline.forecast_cost convergence=full paths.metrics=data/reference paths.plots=data/reference"
@@ -51,6 +43,18 @@ def forecast_cost(cfg: DictConfig) -> dict:
         figures.loss_curves({}, {}, fig)
         print("forecast_cost: disabled (convergence.cost_check.enabled=false; on with convergence=full)")
         return {"enabled": False}
+    # the work's imports (torch, the convergence package) only when the check is on: off by default, and then this
+    # stage should cost its DVC bookkeeping, not a torch import (make run has no margin on a slow host)
+    import numpy as np
+    import torch
+
+    from prenet.convergence.evaluation import steps_for, target_list
+    from prenet.convergence.forecaster import forecast as run_forecast
+    from prenet.convergence.nets import n_params, with_new_head
+    from prenet.convergence.tasks import Task, pretrain
+    from prenet.convergence.training import dense_curve, finetune
+    from prenet.datasets import require_datasets
+
     torch.set_num_threads(int(cfg.threads))
     tasks = {name: Task.from_cfg(str(name), OmegaConf.to_container(t, resolve=True)) for name, t in cc.tasks.items()}
     require_datasets({t.dataset for t in tasks.values()})
