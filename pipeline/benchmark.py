@@ -13,6 +13,7 @@ from pipeline.record import record_metrics
 from prenet.data.io import write_json
 from prenet.hardware.local import detect_local
 from prenet.measurement import measurement_plan, run_benchmark
+from prenet.measurement.allocator import host_allocator
 
 
 def _hardware(cfg: DictConfig):
@@ -39,6 +40,7 @@ def benchmark(cfg: DictConfig) -> dict:
     (``paths.raw_timings``), the hardware record and ``metrics/benchmark.json``. Returns the metrics."""
     b = cfg.benchmark
     t0 = time.monotonic()
+    allocator = host_allocator(bool(cfg.keep_freed_memory))
     hw = _hardware(cfg)
     plan = measurement_plan(OmegaConf.to_container(b.ops, resolve=True), directions=b.directions, optimizers=b.optimizers, seed=int(cfg.seed))
     df = run_benchmark(
@@ -59,6 +61,7 @@ def benchmark(cfg: DictConfig) -> dict:
     metrics = {
         "hardware_id": hw.hardware_id,
         "threads": int(cfg.threads),
+        "allocator": allocator,
         "planned": len(plan),
         "measured": df.height,
         "complete": df.height == len(plan),

@@ -16,6 +16,7 @@ from pipeline.record import record_metrics
 from prenet import zoo
 from prenet.data.io import write_json
 from prenet.hardware.local import detect_local
+from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema, null_step_ms, to_device
 from prenet.steptime.memory import measure_training_memory
 
@@ -26,6 +27,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
     ``metrics/benchmark_models.json``."""
     m = cfg.models
     torch.set_num_threads(int(cfg.threads))
+    allocator = host_allocator(bool(cfg.keep_freed_memory))
     hw = detect_local(threads=int(cfg.threads), device=cfg.hardware.device)
     todo = [(name, b, o) for name in m.names for b in m.batch_sizes for o in m.optimizers]
     rows = []
@@ -45,6 +47,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
             repeats=int(m.repeats),
             min_block_ms=float(m.min_block_ms),
             warmed_ms=warmed_ms if int(m.warmup) <= 1 else None,
+            warmup_ms=float(m.warmup_ms),
         )
         rows.append(
             model_timing_row(
@@ -55,11 +58,14 @@ def benchmark_models(cfg: DictConfig) -> dict:
     df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
     write_artifact(df, cfg, "model_timings")
     overhead = {o: null_step_ms(o, device=str(cfg.hardware.device)) for o in m.optimizers}
-    write_json({"hardware_id": hw.hardware_id, "threads": int(cfg.threads), "null_step_ms": overhead}, cfg.paths.step_overhead)
+    write_json(
+        {"hardware_id": hw.hardware_id, "threads": int(cfg.threads), "allocator": allocator, "null_step_ms": overhead}, cfg.paths.step_overhead
+    )
     metrics = {
         "measured": df.height,
         "wall_s": round(time.monotonic() - t0, 1),
         "threads": int(cfg.threads),
+        "allocator": allocator,
         "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()),
         "null_step_ms": overhead,
     }

@@ -16,6 +16,7 @@ from pipeline.record import record_metrics
 from prenet import zoo
 from prenet.errors import PrenetError
 from prenet.hardware.local import detect_local
+from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema
 from prenet.measurement.ops import forward_flops, measure_config, sample_configs, sample_wide
 
@@ -25,6 +26,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     ``metrics/benchmark_ops.json``."""
     b = cfg.ops.benchmark
     torch.set_num_threads(int(cfg.threads))
+    allocator = host_allocator(bool(cfg.keep_freed_memory))
     hw = detect_local(threads=int(cfg.threads), device="cpu")
     configs = sample_configs(
         OmegaConf.to_container(cfg.benchmark.ops, resolve=True), per_kind=int(b.configs_per_kind), seed=int(b.seed), max_flops=float(b.max_flops)
@@ -65,7 +67,14 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         torch.manual_seed(int(cfg.seed))
         module, batch = zoo.build(str(name), int(bs), cfg.models.get("sizes"))
         t = measure_model(
-            module, batch, optimizer="sgd", warmup=1, repeats=int(cfg.models.repeats), min_block_ms=float(cfg.models.min_block_ms), precision="bf16"
+            module,
+            batch,
+            optimizer="sgd",
+            warmup=1,
+            repeats=int(cfg.models.repeats),
+            min_block_ms=float(cfg.models.min_block_ms),
+            warmup_ms=float(cfg.models.warmup_ms),
+            precision="bf16",
         )
         row = model_timing_row(str(name), int(bs), "sgd", hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t)
         zrows.append({**row, "dtype": "bf16"})
@@ -78,6 +87,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         "skipped": skipped,
         "by_precision": {p: int(n) for p, n in ops.group_by("precision").len().iter_rows()},
         "threads": int(cfg.threads),
+        "allocator": allocator,
         "hardware_id": hw.hardware_id,
         "peak_fp32_tflops": hw.peak_fp32_tflops,
         "peak_bf16_tflops": hw.peak_bf16_tflops,

@@ -110,7 +110,13 @@ def _corpus_init(fashion_train: int, fashion_test: int) -> None:
 
 
 def _benchmark_settings(cfg: DictConfig) -> dict:
-    return {"benchmark": _container(cfg.benchmark), "hardware": _container(cfg.hardware), "seed": int(cfg.seed), "threads": int(cfg.threads)}
+    return {
+        "benchmark": _container(cfg.benchmark),
+        "hardware": _container(cfg.hardware),
+        "seed": int(cfg.seed),
+        "threads": int(cfg.threads),
+        "keep_freed_memory": bool(cfg.keep_freed_memory),
+    }
 
 
 def _benchmark_items(cfg: DictConfig) -> list[tuple[str, Any]]:
@@ -132,6 +138,7 @@ def _benchmark_items(cfg: DictConfig) -> list[tuple[str, Any]]:
         "warmup": int(b.warmup),
         "repeats": int(b.repeats),
         "min_block_ms": float(b.min_block_ms),
+        "keep_freed_memory": bool(cfg.keep_freed_memory),
     }
     # the key is the shape's identity without the hardware (every machine measures the same keys)
     out = []
@@ -153,10 +160,13 @@ def _benchmark_items(cfg: DictConfig) -> list[tuple[str, Any]]:
 
 
 def _benchmark_work(item: tuple) -> dict:
+    from prenet.measurement.allocator import host_allocator
     from prenet.measurement.runner import measure_one
 
     spec, mid, opts = item
-    return measure_one(spec, mid, **opts)
+    opts = dict(opts)
+    allocator = host_allocator(bool(opts.pop("keep_freed_memory", False)))
+    return {**measure_one(spec, mid, **opts), "allocator": allocator}
 
 
 # ---- fine-tuning sweep ---------------------------------------------------------------------------------------------

@@ -51,9 +51,11 @@ def measure_model(
     min_block_ms: float = 1.0,
     warmed_ms: float | None = None,
     precision: str = "fp32",
+    warmup_ms: float = 0.0,
 ) -> Timing:
-    """Median wall time of one training step (ms) and its run-to-run spread. ``warmed_ms``: a step of this model
-    already ran (e.g. the memory measurement) and took about this long — no warm-up step is made."""
+    """Median wall time of one steady-state training step (ms) and its run-to-run spread. ``warmed_ms``: a step of this
+    model already ran (e.g. the memory measurement) and took about this long — no further warm-up step is made unless
+    the warm-up so far is shorter than ``warmup_ms`` (ms; :func:`~prenet.measurement.timer.time_callable`)."""
     p = next(module.parameters(), None)
     sync = torch.cuda.synchronize if p is not None and p.is_cuda else None
     return time_callable(
@@ -63,6 +65,7 @@ def measure_model(
         min_block_ms=min_block_ms,
         sync=sync,
         warmed_ms=warmed_ms,
+        warmup_ms=warmup_ms,
     )
 
 

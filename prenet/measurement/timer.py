@@ -36,21 +36,32 @@ def time_callable(
     sync: Callable[[], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     warmed_ms: float | None = None,
+    warmup_ms: float = 0.0,
 ) -> Timing:
     """Time ``fn``: ``warmup`` calls (at least one; the last one's duration chooses ``number`` so one block lasts
-    ≥ ``min_block_ms``), then ``repeats`` blocks. ``sync`` (e.g. ``torch.cuda.synchronize``) runs before each clock read.
-    ``warmed_ms``: the caller has already warmed ``fn`` up and one call took about this long — no warm-up call is made."""
+    ≥ ``min_block_ms``), continued until the warm-up has lasted ``warmup_ms`` (ms), then ``repeats`` blocks. ``sync``
+    (e.g. ``torch.cuda.synchronize``) runs before each clock read. ``warmed_ms``: the caller has already warmed ``fn``
+    up and one call took about this long — no warm-up call is made unless that call was shorter than ``warmup_ms``.
+
+    A time-based warm-up matters for fast calls: the first training steps of a model touch fresh memory (gradient and
+    output buffers, page faults) and run slower than the steady state a running job sees, so one warm-up step is not
+    enough for a step of a few ms (see also :mod:`prenet.measurement.allocator`)."""
     sync = sync or (lambda: None)
-    if warmed_ms is not None:
+    if warmed_ms is not None and warmed_ms >= warmup_ms:
         once_ms = max(warmed_ms, 1e-6)
     else:
-        for _ in range(max(warmup, 1) - 1):
-            fn()
-        sync()
-        t0 = clock()
-        fn()  # the last warm-up call also calibrates the inner loop
-        sync()
-        once_ms = max((clock() - t0) * 1e3, 1e-6)
+        spent = warmed_ms or 0.0
+        calls = 1 if warmed_ms is not None else 0
+        while True:
+            sync()
+            t0 = clock()
+            fn()  # the last warm-up call also calibrates the inner loop
+            sync()
+            once_ms = max((clock() - t0) * 1e3, 1e-6)
+            spent += once_ms
+            calls += 1
+            if calls >= max(warmup, 1) and spent >= warmup_ms:
+                break
     number = int(min(max_number, max(1, math.ceil(min_block_ms / once_ms))))
     per_iter = []
     for _ in range(repeats):
