@@ -22,9 +22,9 @@ from pipeline.record import record_metrics
 from pipeline.split import split_rule
 from prenet.data.io import read_table, validate
 from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
+from prenet.data.shard_files import read_shards
 from prenet.data.split_rule import SplitRule, assign_frame
 from prenet.datasets import require_datasets
-from prenet.measurement.runner import read_shards
 from prenet.outcome.generator import SOURCE_DATASET, RunSpec, domain_data, is_failure, plan_domain, train_run
 from prenet.telemetry.recorder import telemetry_schema
 

@@ -1,6 +1,59 @@
 """Names shared by the library, the table schemas and the CLI's choices: one definition each. (A light module with
-no imports, so a schema that needs a name does not import the package that uses it.)"""
+no imports, so a schema that needs a name does not import the package that uses it, and a stage that validates a table
+does not depend on the rules of a predictor it never runs.)"""
 
+# ---- step time ------------------------------------------------------------------------------------------------------
+#: Operator families (:mod:`prenet.ops.families` holds the rule that maps an ATen op to one), in the report's order.
+FAMILIES: tuple[str, ...] = (
+    "gemm",
+    "conv",
+    "conv_grouped",
+    "conv_depthwise",
+    "attention",
+    "norm",
+    "softmax",
+    "elementwise",
+    "reduction",
+    "embedding",
+    "rnn",
+    "copy",
+    "loss",
+    "optimizer",
+    "other",
+)
+#: Training precisions (:mod:`prenet.ops.trace`): strict FP32, TF32 GEMMs/convolutions, fp16 and bf16 autocast. Also the
+#: compute units an op runs on.
+PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
+#: What one timed iteration does: inference forward, forward + backward (a layer inside a network), a training step.
+DIRECTIONS: tuple[str, ...] = ("forward", "forward_backward", "train_step")
+#: Optimizers of a timed training step (:func:`prenet.optimizers.make_optimizer`).
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
+#: The optimizer column of a layer timing: ``none`` for a direction without an optimizer step.
+LAYER_OPTIMIZERS: tuple[str, ...] = ("none", *OPTIMIZERS)
+#: Layer types of the PreNeT layer recipe (:data:`prenet.layers.REGISTRY` holds one entry per name).
+LAYER_OPS: tuple[str, ...] = (
+    "add",
+    "avgpool2d",
+    "batchnorm2d",
+    "conv2d",
+    "cross_entropy",
+    "dropout",
+    "embedding",
+    "gelu",
+    "gru",
+    "layernorm",
+    "linear",
+    "lstm",
+    "maxpool2d",
+    "mha",
+    "relu",
+    "rnn",
+    "sigmoid",
+    "softmax",
+    "tanh",
+)
+
+# ---- early success and convergence ---------------------------------------------------------------------------------
 #: Optimizers of the early-success corpus: plain SGD, SGD with heavy-ball momentum 0.9, Adam (L2 weight decay),
 #: AdamW (decoupled).
 CORPUS_OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam", "adamw")

@@ -1,9 +1,11 @@
 """Usage: python scripts/stage_deps.py [--write]
+       python scripts/stage_deps.py --importers prenet/ops/families.py ...   (the stages a change to a module re-runs)
 
 Each DVC stage's Python imports, followed transitively through the project's own modules (imports inside functions
-included), against the stage's ``deps`` in ``dvc.yaml`` and ``distributed/dvc.yaml``. Prints what is missing;
-``--write`` inserts it (a ``prenet/<package>`` folder for a library module, the file itself for the rest).
-``tests/test_dvc_deps.py`` fails while anything is missing.
+included), against the stage's ``deps`` in ``dvc.yaml`` and ``distributed/dvc.yaml``. The code deps of a stage are
+exactly the module files it imports: no package folders (a change to one module re-runs only the stages that import
+it, and no generated ``__pycache__`` file is ever hashed). Prints what is missing or extra; ``--write`` replaces the
+stage's code deps with the exact list. ``tests/test_dvc_deps.py`` fails while anything differs.
 """
 
 from __future__ import annotations
@@ -81,44 +83,88 @@ def _stages() -> list[tuple[str, str, dict]]:
     return out
 
 
-def missing_deps(stage: dict) -> list[Path]:
-    """Project files the stage's command imports that none of its deps covers."""
-    deps = [str(d if isinstance(d, str) else next(iter(d))) for d in stage.get("deps", [])]
-    covered = [ROOT / d.rstrip("/") for d in deps if not d.startswith("$")]
+#: Vendored data a library module reads at run time (the import closure cannot see it): a stage that imports the module
+#: depends on the data too.
+DATA_READ: dict[str, tuple[str, ...]] = {
+    "prenet/hardware/catalog.py": ("data/hardware/gpu_specs.csv", "data/external/justus2018/justus_gpu_specs.csv"),
+    "prenet/data/external.py": ("data/external/justus2018", "data/external/neusight2025"),
+    "prenet/data/external_ops.py": ("data/external/neusight2025",),
+}
+
+
+def _code_entry(dep: str) -> bool:
+    """A dependency entry that names the project's own Python code (a module file or a package folder)."""
+    return dep.split("/", 1)[0] in PACKAGES
+
+
+def _declared(stage: dict) -> list[str]:
+    return [str(d if isinstance(d, str) else next(iter(d))) for d in stage.get("deps", [])]
+
+
+def needed_deps(stage: dict) -> list[str]:
+    """The module files the stage's command imports, transitively, as sorted paths relative to the root."""
     needed = set().union(*(closure(m) for m in _stage_modules(stage["cmd"])))
-    return sorted(f for f in needed if not any(f == c or c in f.parents for c in covered))
+    return sorted(f.relative_to(ROOT).as_posix() for f in needed)
 
 
-def cover(files: list[Path]) -> list[str]:
-    """Dependency entries covering ``files``: a library package's folder when every module in it is needed, else
-    the files (so a stage that needs ``prenet/planner/intervals.py`` does not re-run on a change to the rendering)."""
-    out = set()
-    needed = set(files)
-    for f in files:
-        rel = f.relative_to(ROOT)
-        whole = rel.parts[0] == "prenet" and len(rel.parts) > 2 and set(f.parent.glob("*.py")) <= needed
-        out.add(rel.parent.as_posix() if whole else rel.as_posix())
-    return sorted(out)
+def needed_data(stage: dict) -> list[str]:
+    """The vendored data (:data:`DATA_READ`) the stage's modules read."""
+    data = {d for f in needed_deps(stage) for d in DATA_READ.get(f, ())}
+    return sorted(d for d in data if not any(d.startswith(c + "/") for c in data))  # a folder covers its files
+
+
+def dep_drift(stage: dict) -> tuple[list[str], list[str]]:
+    """(missing, extra): module files the stage imports, and data they read, that its deps do not list (a data folder
+    covers what is in it); and code entries of its deps that it does not import (a package folder counts as extra:
+    deps name module files, so a change to one module re-runs only the stages that import it)."""
+    declared_all = _declared(stage)
+    declared = {d for d in declared_all if _code_entry(d)}
+    needed = set(needed_deps(stage))
+    data = [d for d in needed_data(stage) if not any(d == c or d.startswith(c.rstrip("/") + "/") for c in declared_all)]
+    return sorted(needed - declared) + data, sorted(declared - needed)
+
+
+def rewrite(text: str, name: str, stage: dict) -> str:
+    """``text`` (a dvc.yaml) with stage ``name``'s code deps replaced by exactly :func:`needed_deps` (other deps kept,
+    after them, in their order and with their comments)."""
+    lines = text.splitlines(keepends=True)
+    i = next(k for k, ln in enumerate(lines) if ln.rstrip() == f"  {name}:")
+    j = next(k for k in range(i + 1, len(lines)) if lines[k].strip() == "deps:")
+    indent = " " * (len(lines[j + 1]) - len(lines[j + 1].lstrip()))
+    k = j + 1
+    kept = []
+    while k < len(lines) and lines[k].startswith(indent + "- "):
+        entry = lines[k][len(indent) + 2 :].split("#", 1)[0].strip()
+        if not _code_entry(entry):
+            kept.append(lines[k])
+        k += 1
+    covered = [ln[len(indent) + 2 :].split("#", 1)[0].strip() for ln in kept]
+    data = [d for d in needed_data(stage) if not any(d == c or d.startswith(c.rstrip("/") + "/") for c in covered)]
+    lines[j + 1 : k] = [f"{indent}- {e}\n" for e in needed_deps(stage)] + kept + [f"{indent}- {d}\n" for d in data]
+    return "".join(lines)
+
+
+def importers(module_file: str) -> list[str]:
+    """The stages (``file:stage``) whose command imports ``module_file`` (a path relative to the root)."""
+    return [f"{where}:{name}" for where, name, st in _stages() if module_file in needed_deps(st)]
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--importers"]:
+        for f in argv[1:]:
+            print(f"{f}: {', '.join(importers(f)) or '-'}")
+        return 0
     write = "--write" in argv
     bad = 0
     for where, name, stage in _stages():
-        missing = missing_deps(stage)
-        if not missing:
+        missing, extra = dep_drift(stage)
+        if not (missing or extra):
             continue
         bad += 1
-        entries = cover(missing)
-        print(f"{where}:{name}: add {', '.join(entries)}")
+        print(f"{where}:{name}: add {', '.join(missing) or '-'}; remove {', '.join(extra) or '-'}")
         if write:
             path = ROOT / where
-            lines = path.read_text().splitlines(keepends=True)
-            i = next(k for k, ln in enumerate(lines) if ln.rstrip() == f"  {name}:")
-            j = next(k for k in range(i + 1, len(lines)) if lines[k].strip() == "deps:")
-            indent = " " * (len(lines[j + 1]) - len(lines[j + 1].lstrip()))
-            lines[j + 1 : j + 1] = [f"{indent}- {e}\n" for e in entries]
-            path.write_text("".join(lines))
+            path.write_text(rewrite(path.read_text(), name, stage))
     return 1 if bad and not write else 0
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from prenet.data.io import validate
 from prenet.data.schemas import RawTimings
+from prenet.data.shard_files import read_shards
 from prenet.hardware.spec import HardwareSpec
 from prenet.measurement import measurement_plan, run_benchmark, time_callable
-from prenet.measurement.runner import read_shards
 
 HW = HardwareSpec("test-cpu", "cpu", 0.1, 10.0, 1, 2000.0)
 OPS = {

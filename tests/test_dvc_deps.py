@@ -1,5 +1,6 @@
-"""Dependencies that cannot drift (issue 15 item 4): each DVC stage's Python imports, followed transitively through
-the project's own modules, must be covered by the stage's ``deps`` (``scripts/stage_deps.py --write`` adds them)."""
+"""Dependencies that cannot drift (issue 15 item 4, issue 27 item 1): each DVC stage's code deps are exactly the module
+files its command imports, followed transitively through the project's own modules (``scripts/stage_deps.py --write``
+writes them), and a stage of one predictor never depends on another predictor's package."""
 
 from __future__ import annotations
 
@@ -12,13 +13,60 @@ _spec = importlib.util.spec_from_file_location("stage_deps", Path(__file__).reso
 stage_deps = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(stage_deps)
 
+#: The library's packages of each predictor (everything else in prenet/ is shared: data, planner, rendering, names, ...).
+PREDICTOR_PACKAGES = {
+    "step_time": ("prenet/steptime/", "prenet/ops/", "prenet/measurement/", "prenet/layers/", "prenet/graph/", "prenet/hardware/", "prenet/zoo.py"),
+    "convergence": ("prenet/convergence/",),
+    "early_success": ("prenet/outcome/", "prenet/telemetry/"),
+}
+#: The stages of dvc.yaml each predictor owns; ``report`` belongs to none (it reads records only).
+STAGE_PREDICTOR = {
+    **dict.fromkeys(
+        ["benchmark", "benchmark_models", "featurize", "validate", "split", "train", "evaluate", "benchmark_ops", "train_ops", "evaluate_ops"],
+        "step_time",
+    ),
+    **dict.fromkeys(["pretrain", "finetune", "forecast", "evaluate_convergence", "forecast_cost"], "convergence"),
+    **dict.fromkeys(["corpus", "train_outcome", "evaluate_outcome"], "early_success"),
+    "report": None,
+}
+_MAIN = [(n, st) for where, n, st in stage_deps._stages() if where == "dvc.yaml"]
+
 
 @pytest.mark.parametrize("where,name,stage", stage_deps._stages(), ids=lambda x: x if isinstance(x, str) else "")
-def test_stage_deps_cover_every_module_it_imports(where, name, stage):
-    missing = [str(f.relative_to(stage_deps.ROOT)) for f in stage_deps.missing_deps(stage)]
-    assert not missing, f"{where}:{name} imports {missing} but its deps do not list them; run `python scripts/stage_deps.py --write`"
+def test_stage_code_deps_are_exactly_the_modules_it_imports(where, name, stage):
+    missing, extra = stage_deps.dep_drift(stage)
+    assert not missing and not extra, (
+        f"{where}:{name}: deps miss {missing} and list {extra} it does not import; run `python scripts/stage_deps.py --write`"
+    )
+
+
+def test_every_stage_of_dvc_yaml_has_a_predictor():
+    assert {n for n, _ in _MAIN} == set(STAGE_PREDICTOR)
+
+
+@pytest.mark.parametrize("name,stage", _MAIN, ids=[n for n, _ in _MAIN])
+def test_a_stage_depends_on_no_other_predictors_package(name, stage):
+    own = STAGE_PREDICTOR[name]
+    foreign = [p for pred, prefixes in PREDICTOR_PACKAGES.items() if pred != own for p in prefixes]
+    crossing = [d for d in stage_deps.needed_deps(stage) if d.startswith(tuple(foreign))]
+    assert not crossing, f"{name} ({own or 'no predictor'}) imports another predictor's modules: {crossing}"
 
 
 def test_the_import_closure_follows_lazy_and_relative_imports():
     files = {f.relative_to(stage_deps.ROOT).as_posix() for f in stage_deps.closure("pipeline.corpus")}
     assert {"pipeline/corpus.py", "prenet/outcome/generator.py", "prenet/errors.py", "prenet/data/io.py"} <= files
+
+
+def test_the_schemas_import_no_predictor():
+    files = {f.relative_to(stage_deps.ROOT).as_posix() for f in stage_deps.closure("prenet.data.schemas")}
+    assert files == {"prenet/__init__.py", "prenet/data/__init__.py", "prenet/data/schemas.py", "prenet/names.py"}
+
+
+def test_a_folder_dep_counts_as_extra_and_write_replaces_it():
+    stage = {"cmd": "python -m pipeline.run validate", "deps": ["prenet/data", "data/external"]}
+    missing, extra = stage_deps.dep_drift(stage)
+    assert "prenet/data" in extra and "prenet/data/schemas.py" in missing
+    text = "stages:\n  validate:\n    cmd: x\n    deps:\n      - prenet/data\n      - data/external  # vendored\n    params:\n      - seed\n"
+    out = stage_deps.rewrite(text, "validate", stage)
+    assert "- prenet/data\n" not in out and "      - prenet/data/schemas.py\n" in out and "      - data/external  # vendored\n" in out
+    assert out.endswith("    params:\n      - seed\n")

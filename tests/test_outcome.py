@@ -73,7 +73,7 @@ def test_a_diverging_run_is_recorded_as_such():
 
 
 def test_schedules_and_optimizers_are_what_they_say():
-    from prenet.outcome.generator import lr_factor, make_optimizer, run_train_set
+    from prenet.outcome.generator import lr_factor, run_optimizer, run_train_set
     from prenet.outcome.space import OPTIMIZERS, SCHEDULES
 
     assert [lr_factor("step", t, 100) for t in (0, 49, 50, 75)] == [1.0, 1.0, 0.1, 0.01]
@@ -81,7 +81,7 @@ def test_schedules_and_optimizers_are_what_they_say():
     assert lr_factor("warmup_cosine", 0, 100) == pytest.approx(0.1) and lr_factor("warmup_cosine", 9, 100) == 1.0
     assert lr_factor("warmup_cosine", 99, 100) < 0.01 and all(lr_factor(s, 3, 10) > 0 for s in SCHEDULES)
     kinds = {
-        o: type(make_optimizer(RunSpec("mlp_digits", 0.1, 16, 8, 1, "relu", 1.0, 0.0, o, 0, 1), [nn.Parameter(torch.zeros(1))])).__name__
+        o: type(run_optimizer(RunSpec("mlp_digits", 0.1, 16, 8, 1, "relu", 1.0, 0.0, o, 0, 1), [nn.Parameter(torch.zeros(1))])).__name__
         for o in OPTIMIZERS
     }
     assert kinds == {"sgd": "SGD", "momentum": "SGD", "adam": "Adam", "adamw": "AdamW"}

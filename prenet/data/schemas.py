@@ -12,8 +12,7 @@ import pandera.polars as pa
 from pandera.api.polars.types import PolarsData
 import polars as pl
 
-from prenet.layers import DIRECTIONS, OPTIMIZERS, REGISTRY
-from prenet.names import CORPUS_OPTIMIZERS, LOSSES, SCHEDULES
+from prenet.names import CORPUS_OPTIMIZERS, DIRECTIONS, FAMILIES, LAYER_OPS, LAYER_OPTIMIZERS, LOSSES, OPTIMIZERS, PRECISIONS, SCHEDULES
 
 
 def _is_finite(data: PolarsData) -> pl.LazyFrame:
@@ -21,7 +20,7 @@ def _is_finite(data: PolarsData) -> pl.LazyFrame:
     return data.lazyframe.select(pl.col(data.key).is_finite().fill_null(True))
 
 
-OPS = sorted(REGISTRY)
+OPS = list(LAYER_OPS)
 SPLITS = ("train", "val", "holdout")
 
 
@@ -59,7 +58,7 @@ class RawTimings(_Shapes):
     dtype: str = pa.Field(isin=["float32", "float64", "float16", "bfloat16"])
     op: str = pa.Field(isin=OPS)
     direction: str = pa.Field(isin=list(DIRECTIONS))
-    optimizer: str = pa.Field(isin=list(OPTIMIZERS))
+    optimizer: str = pa.Field(isin=list(LAYER_OPTIMIZERS))
     time_ms: float = pa.Field(gt=0)
     time_ms_min: float = pa.Field(gt=0)
     time_ms_iqr: float = pa.Field(ge=0)
@@ -90,7 +89,7 @@ class LayerFeatures(_Shapes):
     dtype: str
     op: str = pa.Field(isin=OPS)
     direction: str = pa.Field(isin=list(DIRECTIONS))
-    optimizer: str = pa.Field(isin=list(OPTIMIZERS))
+    optimizer: str = pa.Field(isin=list(LAYER_OPTIMIZERS))
     activation: str
     time_ms: float = pa.Field(gt=0)
     spread_rel: Optional[float] = pa.Field(ge=0, nullable=True)
@@ -155,7 +154,7 @@ class ModelTimings(pa.DataFrameModel):
 
     model: str
     batch_size: int = pa.Field(ge=1)
-    optimizer: str = pa.Field(isin=["sgd", "adam"])
+    optimizer: str = pa.Field(isin=list(OPTIMIZERS))
     hardware_id: str = pa.Field(str_length={"min_value": 1})
     threads: int = pa.Field(ge=1)
     torch_version: str
@@ -370,17 +369,16 @@ class OpTimings(pa.DataFrameModel):
     kind: str
     hardware_id: str = pa.Field(str_length={"min_value": 1})
     config_id: str = pa.Field(str_length={"min_value": 1})
-    precision: str = pa.Field(isin=["fp32", "tf32", "fp16", "bf16"])
+    precision: str = pa.Field(isin=list(PRECISIONS))
     threads: int = pa.Field(ge=0)
     tf1: int = pa.Field(isin=[0, 1])
     op: str
-    family: str = pa.Field(isin=["gemm", "conv", "conv_grouped", "conv_depthwise", "attention", "norm", "softmax", "elementwise",
-                                 "reduction", "embedding", "rnn", "copy", "loss", "optimizer", "other"])
+    family: str = pa.Field(isin=list(FAMILIES))
     phase: str = pa.Field(isin=["forward", "backward", "optimizer"])
     flops: float = pa.Field(ge=0)
     bytes: int = pa.Field(ge=0)
     dtype: str
-    unit: str = pa.Field(isin=["fp32", "tf32", "fp16", "bf16"])
+    unit: str = pa.Field(isin=list(PRECISIONS))
     m: int = pa.Field(ge=0)
     n: int = pa.Field(ge=0)
     k: int = pa.Field(ge=0)

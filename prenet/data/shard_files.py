@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -72,6 +72,20 @@ def _complete_lines(path: Path) -> tuple[list[bytes], int]:
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """The complete rows of a scratch or shard JSONL (a torn last line is ignored)."""
     return [json.loads(raw) for raw in _complete_lines(Path(path))[0]]
+
+
+def read_shards(shard_dir: Path) -> Iterator[dict[str, Any]]:
+    """Every complete row in the ``*.jsonl`` files of a resumable measurement folder (one file per run); a torn last line (from a killed run) is skipped."""
+    for path in sorted(shard_dir.glob("*.jsonl")):
+        with path.open() as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue
 
 
 def open_scratch(path: str | Path) -> tuple[IO[bytes], set[str]]:

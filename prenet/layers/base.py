@@ -19,8 +19,6 @@ import numpy as np
 import torch
 from torch import nn
 
-DIRECTIONS: tuple[str, ...] = ("forward", "forward_backward", "train_step")
-OPTIMIZERS: tuple[str, ...] = ("none", "sgd", "adam")
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 #: FLOPs of a direction as a multiple of the forward FLOPs: backward computes the input gradient and the

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from prenet.measurement.steps import make_optimizer, unpack_example
+from prenet.measurement.steps import timed_optimizer, unpack_example
 from prenet.measurement.timer import Timing, time_callable
 
 
@@ -20,7 +20,7 @@ def training_step(module: nn.Module, example_batch: Any, optimizer: str, opt: to
 
     inputs, labels = unpack_example(example_batch)
     module.train()
-    opt = opt if opt is not None else make_optimizer(optimizer, module.parameters())
+    opt = opt if opt is not None else timed_optimizer(optimizer, module.parameters())
     dev = inputs.device.type
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 

@@ -17,7 +17,7 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 import torch
@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 if TYPE_CHECKING:
     import polars as pl
 
+from prenet.data.shard_files import read_shards
 from prenet.hardware.spec import HardwareSpec
 from prenet.layers import ALL_SHAPE_COLUMNS, layer_type
 from prenet.measurement.steps import make_step
@@ -78,20 +79,6 @@ def measurement_id(spec: MeasurementSpec, *, hardware_id: str, device: str, thre
     """Stable identity of a measurement: what was timed, where, with how many threads and which torch."""
     payload = json.dumps([hardware_id, device, threads, dtype, torch_version, spec.op, list(spec.shape), spec.direction, spec.optimizer])
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
-
-
-def read_shards(shard_dir: Path) -> Iterator[dict[str, Any]]:
-    """Every complete row in the shard files; a torn last line (from a killed run) is skipped."""
-    for path in sorted(shard_dir.glob("*.jsonl")):
-        with path.open() as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    continue
 
 
 def run_benchmark(plan: list[MeasurementSpec], *, hardware: HardwareSpec, **options: Any) -> "pl.DataFrame":

@@ -7,17 +7,13 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from prenet.optimizers import make_optimizer
 
-def make_optimizer(name: str, params) -> torch.optim.Optimizer | None:
-    """``sgd``: plain SGD (no momentum); ``adam``: Adam with default betas. Tiny learning rates keep the
-    weights from drifting over thousands of timed iterations."""
-    if name == "none":
-        return None
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-6)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=1e-6)
-    raise ValueError(f"unknown optimizer {name!r}; use none, sgd or adam")
+
+def timed_optimizer(name: str, params) -> torch.optim.Optimizer | None:
+    """The optimizer of a timed step (:func:`prenet.optimizers.make_optimizer` at its timing learning rate); ``none``:
+    no optimizer step (``None``)."""
+    return None if name == "none" else make_optimizer(name, params)
 
 
 def make_step(module: nn.Module, x: torch.Tensor, direction: str, optimizer: str) -> Callable[[], None]:
@@ -37,7 +33,7 @@ def make_step(module: nn.Module, x: torch.Tensor, direction: str, optimizer: str
         x = x.detach().requires_grad_(True)
     with torch.no_grad():
         grad_out = torch.randn_like(module(x))
-    opt = make_optimizer(optimizer, module.parameters()) if direction == "train_step" else None
+    opt = timed_optimizer(optimizer, module.parameters()) if direction == "train_step" else None
     if direction == "train_step" and opt is None:
         raise ValueError("direction train_step needs an optimizer (sgd or adam)")
 

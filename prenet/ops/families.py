@@ -18,25 +18,6 @@ from typing import Any
 
 import torch
 
-#: The families, in the order the report lists them.
-FAMILIES: tuple[str, ...] = (
-    "gemm",
-    "conv",
-    "conv_grouped",
-    "conv_depthwise",
-    "attention",
-    "norm",
-    "softmax",
-    "elementwise",
-    "reduction",
-    "embedding",
-    "rnn",
-    "copy",
-    "loss",
-    "optimizer",
-    "other",
-)
-
 #: Families whose ops run on tensor cores in fp16 / bf16 (everything else uses the FP32 units) ...
 TENSOR_CORE_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "attention", "rnn"})
 #: ... and the ones TF32 applies to (cuBLAS GEMMs and cuDNN convolutions/RNNs; attention kernels stay FP32).

@@ -27,6 +27,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from prenet.errors import PrenetError
+from prenet.names import DIRECTIONS, OPTIMIZERS, PRECISIONS
 from prenet.ops.autocast import Autocast
 from prenet.ops.families import (
     FREE,
@@ -41,9 +42,8 @@ from prenet.ops.families import (
     op_flops,
     tensors,
 )
+from prenet.optimizers import make_optimizer
 
-PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
-OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
 LOW_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64"}
 
@@ -429,15 +429,6 @@ def training_loss(out: torch.Tensor, labels: torch.Tensor | None) -> torch.Tenso
     return nn.functional.cross_entropy(out, labels) if classifies(out, labels) else out.float().mean()
 
 
-def make_optimizer(name: str, params, *, foreach: bool | None = None) -> torch.optim.Optimizer:
-    """``sgd``: plain SGD; ``adam``: Adam with default betas (tiny learning rates: timed steps must not drift)."""
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-6, foreach=foreach)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=1e-6, foreach=foreach)
-    raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
-
-
 def _module_names(module: nn.Module) -> dict[int, tuple[str, bool]]:
     return {id(m): (name or type(m).__name__, isinstance(m, nn.RNNBase)) for name, m in module.named_modules()}
 
@@ -447,9 +438,6 @@ def _check(precision: str, optimizer: str) -> None:
         raise PrenetError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     if optimizer not in OPTIMIZERS:
         raise PrenetError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-
-
-DIRECTIONS: tuple[str, ...] = ("forward", "forward_backward", "train_step")
 
 
 def _run(

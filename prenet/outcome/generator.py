@@ -39,7 +39,8 @@ import torch
 from torch import nn
 
 from prenet import datasets
-from prenet.outcome.space import OPTIMIZERS, SCHEDULES
+from prenet.optimizers import make_optimizer
+from prenet.outcome.space import SCHEDULES
 from prenet.telemetry import Recorder
 
 DOMAIN_ARCHS = ("mlp", "cnn", "resnet")
@@ -145,17 +146,9 @@ def lr_factor(schedule: str, t: int, total: int) -> float:
     raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
 
 
-def make_optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
-    """The run's optimizer (:data:`OPTIMIZERS`)."""
-    if spec.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=spec.lr, weight_decay=spec.weight_decay)
-    if spec.optimizer == "momentum":
-        return torch.optim.SGD(params, lr=spec.lr, momentum=0.9, weight_decay=spec.weight_decay)
-    if spec.optimizer == "adam":
-        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
-    if spec.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=spec.lr, weight_decay=spec.weight_decay)
-    raise ValueError(f"unknown optimizer {spec.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+def run_optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
+    """The run's optimizer (:data:`OPTIMIZERS`, built by :func:`prenet.optimizers.make_optimizer`)."""
+    return make_optimizer(spec.optimizer, params, lr=spec.lr, weight_decay=spec.weight_decay)
 
 
 def domain_data(
@@ -218,7 +211,7 @@ def train_run(
     torch.manual_seed(spec.seed)
     train = run_train_set(spec, train)
     model = build_model(spec, image_size=int(train.x.shape[-1]))
-    opt = make_optimizer(spec, model.parameters())
+    opt = run_optimizer(spec, model.parameters())
     steps_per_epoch = math.ceil(len(train) / spec.batch_size)
     total = steps_per_epoch * spec.epochs
     rec = Recorder(model, probe_inputs=train.x[:probe]) if record else None

@@ -167,7 +167,7 @@ def measure_training_memory(module: nn.Module, example_batch: Any, optimizer: st
     one (its peak includes creating the state; the benchmark uses it as its warm-up step). Weights change by
     tiny steps (learning rate 1e-6)."""
     from prenet.measurement.models import training_step
-    from prenet.measurement.steps import make_optimizer
+    from prenet.optimizers import make_optimizer
 
     if optimizer == "sgd_momentum":
         raise ValueError("measured steps use the benchmark's optimizers: sgd (plain) or adam")

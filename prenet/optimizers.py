@@ -1,0 +1,30 @@
+"""The one optimizer builder: every timed step, memory measurement and corpus run makes its optimizer here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from prenet.errors import PrenetError
+from prenet.names import CORPUS_OPTIMIZERS
+
+#: Learning rate of a *timed* step: tiny, so weights do not drift over thousands of timed iterations.
+TIMING_LR = 1e-6
+
+
+def make_optimizer(
+    name: str, params: Iterable[torch.nn.Parameter], *, lr: float = TIMING_LR, weight_decay: float = 0.0, foreach: bool | None = None
+) -> torch.optim.Optimizer:
+    """``sgd``: plain SGD; ``momentum``: SGD with heavy-ball momentum 0.9; ``adam``: Adam (default betas, L2 weight
+    decay); ``adamw``: AdamW (decoupled weight decay). ``lr`` is per step (default :data:`TIMING_LR`); ``foreach`` as
+    torch takes it (``None``: torch's own choice per device)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, foreach=foreach)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay, foreach=foreach)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, foreach=foreach)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=foreach)
+    raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(CORPUS_OPTIMIZERS)}")
