@@ -75,17 +75,10 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 def read_shards(shard_dir: Path) -> Iterator[dict[str, Any]]:
-    """Every complete row in the ``*.jsonl`` files of a resumable measurement folder (one file per run); a torn last line (from a killed run) is skipped."""
+    """Every complete row in the ``*.jsonl`` files of a resumable measurement folder (one file per run, appended line by
+    line, so a kill can tear only its last line: :func:`read_rows` skips it)."""
     for path in sorted(shard_dir.glob("*.jsonl")):
-        with path.open() as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    continue
+        yield from read_rows(path)
 
 
 def open_scratch(path: str | Path) -> tuple[IO[bytes], set[str]]:

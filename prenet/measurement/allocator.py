@@ -37,6 +37,5 @@ def keep_freed_memory() -> str:
 def host_allocator(keep: bool) -> str:
     """The allocator setting for this process's timings: applies :func:`keep_freed_memory` when ``keep``; returns
     ``"glibc-keep"`` or ``"default"``, as applied (a process that applied it earlier keeps it)."""
-    if keep:
-        return keep_freed_memory()
-    return "glibc-keep" if keep_freed_memory.cache_info().currsize and keep_freed_memory() == "glibc-keep" else "default"
+    applied = keep or keep_freed_memory.cache_info().currsize > 0
+    return keep_freed_memory() if applied else "default"
