@@ -18,7 +18,7 @@ from prenet.data.io import write_json
 from prenet.hardware.local import detect_local
 from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema, null_step_ms, to_device
-from prenet.steptime.memory import measure_training_memory
+from prenet.memory.training import measure_training_memory
 
 
 def benchmark_models(cfg: DictConfig) -> dict:

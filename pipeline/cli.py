@@ -8,9 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline.config import rooted
+from pipeline.config import artifact_path, rooted
 from prenet.errors import PrenetError
-from prenet.paths import artifact
 
 
 def _cmd_hardware(args: argparse.Namespace) -> None:
@@ -55,15 +54,15 @@ def _zoo_kwargs(items: list[str] | None) -> dict[str, int] | None:
 def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     from prenet.api import predict_step_time
     from prenet.hardware import resolve
-    from prenet.steptime import predict as _p
-    from prenet.steptime.memory import GIB, fits, predict_training_memory
+    from prenet.memory.training import GIB, fits, predict_training_memory
+    from prenet.user_models import build_model
 
     if args.batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {args.batch_size}")
     from prenet.hardware.catalog import alias_note
 
-    hw = resolve(args.hardware, threads=args.threads)
-    module, batch = _p.build_model(args.model, args.batch_size, _zoo_kwargs(args.zoo_arg))
+    hw = resolve(args.hardware, threads=args.threads, local_record=artifact_path("hardware_record"))
+    module, batch = build_model(args.model, args.batch_size, _zoo_kwargs(args.zoo_arg))
     p = predict_step_time(
         (module, batch),
         batch_size=args.batch_size,
@@ -178,7 +177,7 @@ def _cmd_predict_outcome(args: argparse.Namespace) -> None:
 def _prices(args: argparse.Namespace) -> dict:
     """The pricing of ``--pricing`` (a conf/pricing/ option or a YAML file) with the ``--price NAME=USD`` overrides."""
     from pipeline.config import CONF_DIR
-    from prenet.planner.pricing import check_prices, load_prices
+    from prenet.planner.pricing import catalog_keys, check_prices, load_prices
 
     src = Path(args.pricing)
     if not src.is_file():
@@ -191,14 +190,12 @@ def _prices(args: argparse.Namespace) -> dict:
         name, sep, usd = item.rpartition("=")
         if not sep or not name:
             raise PrenetError(f'--price {item!r}: expected NAME=USD_PER_HOUR, e.g. --price "H100 SXM5 80GB=2.49"')
-        from prenet.hardware.catalog import alias_note, resolve_name
+        from prenet.hardware.catalog import alias_note
 
-        key = name.strip()
-        if key != "local" and not key.endswith((".yaml", ".yml")):
-            if (note := alias_note(key)) is not None:  # a GPU not in the catalog is refused here, with the closest names
-                print(f"note: --price {note}", file=sys.stderr)
-            key = resolve_name(key)
-        prices.update(check_prices({key: usd.strip()}, "--price"))
+        priced = catalog_keys(check_prices({name.strip(): usd.strip()}, "--price"), "--price")  # unknown GPUs stop here
+        if (note := alias_note(name.strip())) is not None:
+            print(f"note: --price {note}", file=sys.stderr)
+        prices.update(priced)
     return prices
 
 
@@ -252,6 +249,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         intervals_dir=args.intervals,
         threads=args.threads,
         overhead_path=args.overhead,
+        local_record=artifact_path("hardware_record"),
     )
     rows = plan.sorted(args.sort)
     if args.json:
@@ -362,10 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--threads", type=_threads, default=1, help="threads, for 'local' (default 1)")
     hw.set_defaults(func=_cmd_hardware)
 
-    from prenet.convergence.ntk import NTK_METHODS
-    from prenet.names import LOSSES, SCHEDULES
-    from prenet.ops import OPTIMIZERS, PRECISIONS
-    from prenet.steptime.step import DEFAULT_OP_MODELS
+    from prenet.names import LOSSES, NTK_METHODS, OPTIMIZERS, PRECISIONS, SCHEDULES
 
     pr = sub.add_parser("predict", help="predict step times or steps to converge")
     psub = pr.add_subparsers(dest="what", required=True)
@@ -381,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--dataset-size", type=_positive, help="samples per epoch (a positive integer; gives epoch_seconds)")
     st.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local)")
-    st.add_argument("--models", default=str(DEFAULT_OP_MODELS), help="op-level step-time models (default: %(default)s)")
+    st.add_argument("--models", default=str(artifact_path("models_ops")), help="op-level step-time models (default: %(default)s)")
     st.add_argument("--json", action="store_true", help="print the prediction as JSON")
     st.set_defaults(func=_cmd_predict_step_time)
     pl_ = psub.add_parser("layers", help="one prediction per row of a layer CSV (format: README, 'Layer CSV')")
@@ -389,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl_.add_argument("--input", required=True, help="CSV: op, the op's shape columns, direction, dtype[, optimizer]")
     pl_.add_argument("--output", required=True, help="CSV written atomically: the input plus predicted_ms")
     pl_.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local; 1 to this machine's CPU count)")
-    pl_.add_argument("--models", default=str(DEFAULT_OP_MODELS), help="op-level step-time models (default: %(default)s)")
+    pl_.add_argument("--models", default=str(artifact_path("models_ops")), help="op-level step-time models (default: %(default)s)")
     pl_.set_defaults(func=_cmd_predict_layers)
 
     cv = psub.add_parser("convergence", help="steps to a target loss/accuracy of fine-tuning, from the NTK (no training)")
@@ -398,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--convergence", default="quick", help="config of conf/convergence to read tasks from (default: quick)")
     cv.add_argument(
         "--pretrained",
-        default=str(artifact("pretrained")),
+        default=str(artifact_path("pretrained")),
         help="folder of pre-trained weights (made if missing; default: %(default)s)",
     )
     cv.add_argument("--loss", choices=list(LOSSES), help="training loss (default: the task's)")
@@ -424,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     oc.add_argument(
         "--schedule", choices=list(SCHEDULES), help="the run's learning-rate schedule for the epochs to come (optional; sharpens the answer)"
     )
-    oc.add_argument("--models", default=str(artifact("outcome_models")), help="trained early-success models (default: %(default)s)")
+    oc.add_argument("--models", default=str(artifact_path("outcome_models")), help="trained early-success models (default: %(default)s)")
     oc.add_argument("--json", action="store_true", help="print the prediction as JSON")
     oc.set_defaults(func=_cmd_predict_outcome)
 
@@ -460,15 +455,15 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--pricing", default="on_demand", help="conf/pricing/ option or a YAML file of prices (default: %(default)s)")
     pn.add_argument("--price", action="append", metavar="NAME=USD", help="override one price per GPU-hour (repeatable)")
     pn.add_argument("--sort", choices=["cost", "time", "name"], default="cost", help="ranking (default: cost; unpriced and not fitting last)")
-    pn.add_argument("--models", default=str(DEFAULT_OP_MODELS), help="op-level step-time models (default: %(default)s)")
+    pn.add_argument("--models", default=str(artifact_path("models_ops")), help="op-level step-time models (default: %(default)s)")
     pn.add_argument(
         "--intervals",
-        default=str(artifact("intervals")),
+        default=str(artifact_path("intervals")),
         help="measured errors of the run that trained them, behind the intervals (default: %(default)s)",
     )
     pn.add_argument(
         "--overhead",
-        default=str(artifact("step_overhead")),
+        default=str(artifact_path("step_overhead")),
         help="measured per-step overhead of the local CPU, added to its step time when the file exists (default: %(default)s)",
     )
     pn.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local; 1 to this machine's CPU count)")

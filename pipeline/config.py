@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,6 +32,22 @@ def rooted(cfg: DictConfig) -> DictConfig:
     directory reads and writes the project's artifacts (stages run by DVC keep the relative paths of params.yaml)."""
     paths = {k: (v if Path(str(v)).is_absolute() else str(REPO_ROOT / str(v))) for k, v in cfg.paths.items()}
     return OmegaConf.merge(cfg, {"paths": paths})  # type: ignore[return-value]
+
+
+def artifact_path(key: str, params: str | Path = REPO_ROOT / "params.yaml") -> Path:
+    """Where artifact ``key`` of the configuration DVC last reproduced lives (``params.yaml``'s ``paths``; before any
+    run, the ``paths`` group's defaults), absolute: the CLI's default locations, so they follow ``dvc exp run -S paths.…``."""
+    from prenet.paths import default_path, resolve_paths
+
+    paths = _params_paths(str(params))
+    return default_path(key) if paths is None else resolve_paths(paths, key, str(params))
+
+
+@lru_cache(maxsize=4)
+def _params_paths(params: str) -> dict[str, str] | None:
+    p = Path(params)
+    paths = OmegaConf.load(p).get("paths") if p.is_file() else None
+    return None if paths is None else {str(k): str(v) for k, v in paths.items()}
 
 
 def load_params(path: str | Path = "params.yaml") -> DictConfig:

@@ -23,11 +23,12 @@ from prenet import zoo
 from prenet.data.split_rule import assign
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
+from prenet.memory.training import predict_training_memory
 from prenet.planner.intervals import RatioSet, StepTimeErrors, write_errors
-from prenet.steptime import StepTimeModel, error_metrics
-from prenet.steptime.memory import predict_training_memory
-from prenet.steptime.predict import predict_step_time
-from prenet.steptime.unseen import leave_one_gpu_out, summarize
+from prenet.recipe.metrics import error_metrics
+from prenet.recipe.model import StepTimeModel
+from prenet.recipe.predict import predict_recipe_step
+from prenet.recipe.unseen import leave_one_gpu_out, summarize
 
 
 def _grouped(df: pl.DataFrame, by: list[str], measured: str = "measured_ms", predicted: str = "predicted_ms") -> dict[str, dict]:
@@ -70,7 +71,7 @@ def evaluate_whole_models(cfg: DictConfig, models: dict[str, StepTimeModel]) -> 
         row["measured_memory_bytes"] = r.get("peak_memory_bytes")
         row["predicted_memory_bytes"] = predict_training_memory(module, batch, r["optimizer"]).total_bytes
         for name, m in models.items():
-            p = predict_step_time(
+            p = predict_recipe_step(
                 module, batch, hardware=hw, model=m, optimizer=r["optimizer"], threads=r["threads"], overhead_ms=overhead.get(r["optimizer"], 0.0)
             )
             row[f"{name}_ms"] = p.step_seconds * 1e3

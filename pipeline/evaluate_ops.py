@@ -1,7 +1,7 @@
 """Stage ``evaluate_ops``: the op-level step-time model, measured — per-op errors on the frozen holdout (CPU and the
 vendored GPU timings) beside the pure roofline; leave-one-GPU-out per family and GPU; whole zoo training steps on the
 local CPU in FP32 and BF16 autocast beside the PreNeT recipe and the noise floor; the share of each zoo step's
-predicted time that came from fallbacks (analogy, roofline) on the CPU and on an H100; the intervals of ``prenet plan``."""
+predicted time that came from fallbacks (analogy, roofline) on the CPU and on a catalog GPU; the intervals of ``prenet plan``."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from pipeline.artifacts import artifact, read_artifact, write_artifact
 from pipeline.config import hydra_entry
 from pipeline.evaluate import interval_ratios
 from pipeline.record import record_metrics
-from pipeline.train_ops import all_ops, local_spec, specs_for
+from pipeline.train_ops import all_ops, specs_for
 from prenet import zoo
 from prenet.hardware.catalog import get
+from prenet.hardware.local import recorded_spec
 from prenet.ops import trace_step
 from prenet.planner.intervals import RatioSet, StepTimeErrors, write_errors
 from prenet.steptime.efficiency import EfficiencyModel
@@ -94,13 +95,14 @@ def _summary(w: pl.DataFrame) -> dict:
 
 def fallback_table(cfg: DictConfig, model: EfficiencyModel, cpu) -> list[dict]:
     """Share of each zoo model's predicted step (batch 16) estimated without a model of the op's own family, on the local
-    CPU (fp32) and an H100 SXM (fp32 and bf16); ``ops.evaluate.fallback_models`` (null: the whole zoo)."""
+    CPU (fp32) and the catalog GPU ``ops.evaluate.fallback_gpu`` (fp32 and bf16); ``ops.evaluate.fallback_models``
+    (null: the whole zoo)."""
     out = []
-    h100 = get("H100 SXM5 80GB")
+    gpu = get(cfg.ops.evaluate.fallback_gpu)
     for name in cfg.ops.evaluate.get("fallback_models") or list(zoo.ZOO):
         with torch.device("meta"):
             module, batch = zoo.build(name, 16, cfg.models.get("sizes"))
-        for hw, prec in ((cpu, "fp32"), (h100, "fp32"), (h100, "bf16")):
+        for hw, prec in ((cpu, "fp32"), (gpu, "fp32"), (gpu, "bf16")):
             pred, ops = predict_trace(trace_step(module, batch, precision=prec, device_type=device_type(hw)), hw, model)
             out.append(
                 {
@@ -128,7 +130,7 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     """Write ``metrics/evaluate_ops.json`` and ``plots/op_holdout.csv``, ``plots/op_unseen_gpu.csv``, ``plots/op_zoo.csv``."""
     t0 = time.monotonic()
     model = EfficiencyModel.load(cfg.paths.models_ops)
-    cpu = local_spec(cfg.paths.hardware_record)
+    cpu = recorded_spec(cfg.paths.hardware_record)
     ops = all_ops(cfg)
     hold = ops.filter(pl.col("split") == "holdout")
     pred = predict_rows(model, hold, specs_for(hold, cpu))

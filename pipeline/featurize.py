@@ -14,8 +14,8 @@ from prenet.data.external import load_external
 from prenet.hardware import catalog
 from prenet.hardware.spec import HardwareSpec
 from prenet.layers import ALL_SHAPE_COLUMNS
-from prenet.steptime.features import IDENTITY_COLUMNS
-from prenet.steptime.features import featurize as featurize_rows
+from prenet.recipe.features import IDENTITY_COLUMNS
+from prenet.recipe.features import featurize as featurize_rows
 
 
 def featurize(cfg: DictConfig) -> dict:

@@ -22,7 +22,7 @@ from pipeline.config import compose, hydra_entry
 from pipeline.record import record_metrics
 from pipeline.split import split_rule
 from prenet.data.split_rule import assert_no_holdout
-from prenet.steptime import fit_step_time_model, select_step_time_model
+from prenet.recipe.model import fit_step_time_model, select_step_time_model
 
 
 def predictor_params(cfg_predictor, seed: int, threads: int) -> tuple[str, dict]:

@@ -4,7 +4,6 @@ local CPU's op benchmark and the vendored GPU timings as ops — never the froze
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import polars as pl
 from omegaconf import DictConfig, OmegaConf
@@ -16,6 +15,7 @@ from prenet.data.external_ops import load_gpu_ops
 from prenet.data.schemas import OpTimings
 from prenet.data.split_rule import SplitRule, assert_no_holdout, assign_frame
 from prenet.hardware.catalog import get
+from prenet.hardware.local import recorded_spec
 from prenet.hardware.spec import HardwareSpec
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.op_evaluation import by_device
@@ -34,13 +34,6 @@ def op_split_rule(cfg: DictConfig) -> SplitRule:
 def specs_for(ops: pl.DataFrame, local: HardwareSpec | None) -> dict[str, HardwareSpec]:
     """The spec of every ``hardware_id`` in ``ops``: the local CPU's recorded detection, catalog GPUs by name."""
     return {h: (local if local is not None and h == local.hardware_id else get(h)) for h in ops.get_column("hardware_id").unique().to_list()}
-
-
-def local_spec(path: str | Path) -> HardwareSpec:
-    import json
-
-    d = json.loads(Path(path).read_text())
-    return HardwareSpec(**{k: v for k, v in d.items() if k in HardwareSpec.__dataclass_fields__})
 
 
 def all_ops(cfg: DictConfig) -> pl.DataFrame:
@@ -63,7 +56,7 @@ def train_ops(cfg: DictConfig) -> dict:
     ops = all_ops(cfg)
     dev = ops.filter(pl.col("split") != "holdout")
     assert_no_holdout(dev, rule, where="train_ops")
-    specs = specs_for(dev, local_spec(cfg.paths.hardware_record))
+    specs = specs_for(dev, recorded_spec(cfg.paths.hardware_record))
     model = EfficiencyModel.fit(
         by_device(dev, specs),
         params=OmegaConf.to_container(cfg.ops.efficiency.params, resolve=True),

@@ -19,13 +19,18 @@ from typing import Any
 import polars as pl
 
 from prenet.hardware import HardwareSpec, resolve
-from prenet.steptime import predict as _p
+from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
+from prenet.steptime.layer_table import predict_layers as _predict_layers
 from prenet.steptime.step import DEFAULT_OP_MODELS, StepPrediction, predict_step
+from prenet.user_models import build_model
 
 
 def _hardware(hardware: str | HardwareSpec, threads: int) -> HardwareSpec:
-    return hardware if isinstance(hardware, HardwareSpec) else resolve(hardware, threads=threads)
+    """``local`` is the benchmark stage's record of this CPU when it matches (``paths.hardware_record``), else measured."""
+    if isinstance(hardware, HardwareSpec):
+        return hardware
+    return resolve(hardware, threads=threads, local_record=default_path("hardware_record"))
 
 
 def predict_step_time(
@@ -44,7 +49,7 @@ def predict_step_time(
     """Predicted time of one training step (and of an epoch with ``dataset_size``) of ``model`` in ``precision``
     (fp32 | tf32 | fp16 | bf16), through the op-level path (:mod:`prenet.steptime.step`). ``overhead_ms`` None: the
     measured null step of the local CPU."""
-    module, batch = model if isinstance(model, tuple) else _p.build_model(str(model), batch_size, zoo_kwargs)
+    module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
     return predict_step(
         module,
         batch,
@@ -61,4 +66,4 @@ def predict_layers(
     table: pl.DataFrame, *, hardware: str | HardwareSpec, threads: int = 1, models_dir: str | Path = DEFAULT_OP_MODELS
 ) -> pl.DataFrame:
     """``table`` (the ``prenet predict layers`` CSV format) plus ``predicted_ms``, through the op-level path."""
-    return _p.predict_layers(table, hardware=_hardware(hardware, threads), model=models_dir)
+    return _predict_layers(table, hardware=_hardware(hardware, threads), model=models_dir)

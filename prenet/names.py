@@ -61,3 +61,5 @@ CORPUS_OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam", "adamw")
 SCHEDULES: tuple[str, ...] = ("constant", "step", "cosine", "warmup_cosine")
 #: Fine-tuning losses of the convergence predictor.
 LOSSES: tuple[str, ...] = ("mse", "cross_entropy")
+#: Empirical-NTK estimators of the convergence forecast (:func:`prenet.convergence.ntk.resolve_method`).
+NTK_METHODS: tuple[str, ...] = ("exact", "projection", "auto")

@@ -1,5 +1,7 @@
-"""Where the project's shipped data lives (vendored spec tables and external timings) and where its artifacts are
-(:func:`artifact`)."""
+"""Where the project's shipped data lives (vendored spec tables and external timings) and the library's default
+artifact locations (:func:`default_path`). The library never reads ``params.yaml``: callers pass paths, and a
+default is the ``paths`` group's own file, ``conf/paths/default.yaml`` (the CLI resolves its defaults from the
+composed configuration instead: ``pipeline.config.artifact_path``)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 
 #: Repository root when prenet is installed in editable mode (the supported install).
 REPO_ROOT = Path(__file__).resolve().parents[1]
+PATHS_GROUP = REPO_ROOT / "conf" / "paths" / "default.yaml"
 
 
 def data_dir() -> Path:
@@ -17,25 +20,22 @@ def data_dir() -> Path:
 
 
 @lru_cache(maxsize=1)
-def _artifact_paths() -> dict[str, str]:
-    """The ``paths`` of the configuration DVC last reproduced (``params.yaml``), else of ``conf/paths/default.yaml``."""
+def _group_paths() -> dict[str, str]:
+    """Every key of ``conf/paths/default.yaml``, interpolated."""
     from omegaconf import OmegaConf
 
-    params = REPO_ROOT / "params.yaml"
-    if params.is_file():
-        paths = OmegaConf.load(params).get("paths")
-        if paths is not None:
-            return {str(k): str(v) for k, v in OmegaConf.to_container(paths, resolve=True).items()}  # type: ignore[union-attr]
-    conf = OmegaConf.create({"paths": OmegaConf.load(REPO_ROOT / "conf" / "paths" / "default.yaml")})
+    conf = OmegaConf.create({"paths": OmegaConf.load(PATHS_GROUP)})
     return {str(k): str(v) for k, v in OmegaConf.to_container(conf.paths, resolve=True).items()}  # type: ignore[union-attr]
 
 
-def artifact(key: str) -> Path:
-    """Where artifact ``key`` of the ``paths`` config group lives (``models_ops``, ``outcome_models``, ``intervals``…),
-    absolute: relative paths resolve against the project root, so defaults hold from any directory. The one source of
-    the library's and the CLI's default locations (``conf/paths/default.yaml``, as composed into ``params.yaml``)."""
-    paths = _artifact_paths()
+def resolve_paths(paths: dict[str, str], key: str, where: str) -> Path:
+    """``paths[key]`` made absolute against the project root (one rule for the library's and the CLI's defaults)."""
     if key not in paths:
-        raise KeyError(f"{key!r} is not a key of conf/paths/default.yaml ({', '.join(sorted(paths))})")
+        raise KeyError(f"{key!r} is not a key of {where} ({', '.join(sorted(paths))})")
     p = Path(paths[key])
     return p if p.is_absolute() else REPO_ROOT / p
+
+
+def default_path(key: str) -> Path:
+    """The default location of artifact ``key`` of the ``paths`` group (``models_ops``, ``outcome_models``…), absolute."""
+    return resolve_paths(_group_paths(), key, "conf/paths/default.yaml")

@@ -1,6 +1,7 @@
 """Device check and GPU data collection, for a CUDA machine with torch (no polars/pandera/hydra needed).
 
-Run from the repository root: ``PYTHONPATH=. python scripts/device_check.py OUT_DIR PLAN_DIR``. It
+Run from the repository root: ``PYTHONPATH=. python scripts/device_check.py OUT_DIR PLAN_DIR --hardware NAME``, with NAME
+the GPU's catalog name (``prenet hardware``, e.g. "H200 SXM 141GB"): its spec sheet lives in the catalog only. It
 
 1. benchmarks the layer registry on ``cuda`` with the default plan (the CPU's shapes) and a GPU-sized plan
    (resumable JSONL shards, the same rows as the ``benchmark`` stage);
@@ -13,10 +14,11 @@ Every time is wall-clock with ``torch.cuda.synchronize``; results are JSON/JSONL
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import os
-import sys
+import re
 import time
 import traceback
 from pathlib import Path
@@ -25,9 +27,10 @@ import torch
 
 from prenet.measurement.models import measure_model, null_step_ms, to_device
 from prenet.measurement.runner import measure, measurement_plan
-from prenet.steptime.memory import measure_training_memory, predict_training_memory
+from prenet.memory.training import measure_training_memory, predict_training_memory
 
-HW_ID = "H200 SXM 141GB"
+HW_ID = ""  # the catalog name given with --hardware (main)
+TAG = ""  # its file-name slug
 DEV = os.environ.get("DEVICE", "cuda")
 SMOKE = os.environ.get("SMOKE") == "1"  # a fast CPU rehearsal of the script
 
@@ -53,7 +56,7 @@ def layers(out: Path, plan_file: Path, tag: str, budget_s: float) -> None:
         max_seconds=budget_s,
         progress=False,
     )
-    with (out / f"h200_layers_{tag}.jsonl").open("w") as f:
+    with (out / f"{TAG}_layers_{tag}.jsonl").open("w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
     log(f"layers {tag}: {len(rows)}/{len(plan)} measured in {time.time() - t0:.0f} s")
@@ -94,7 +97,7 @@ def zoo_models(out: Path, budget_s: float) -> None:
                 del module, batch
                 torch.cuda.empty_cache()
     overhead = {o: null_step_ms(o, device=DEV) for o in ["sgd", "adam"]}
-    (out / "h200_zoo.json").write_text(json.dumps({"rows": rows, "null_step_ms": overhead}, indent=1))
+    (out / f"{TAG}_zoo.json").write_text(json.dumps({"rows": rows, "null_step_ms": overhead}, indent=1))
     log(f"zoo: {len(rows)} model steps in {time.time() - t0:.0f} s; null step {overhead}")
 
 
@@ -106,7 +109,7 @@ def ops_by_precision(out: Path, budget_s: float) -> None:
     from prenet.ops import measure_step
 
     t0 = time.time()
-    with (out / "h200_ops.jsonl").open("w") as f_ops, (out / "h200_steps_by_precision.jsonl").open("w") as f_steps:
+    with (out / f"{TAG}_ops.jsonl").open("w") as f_ops, (out / f"{TAG}_steps_by_precision.jsonl").open("w") as f_steps:
         for name, bs, kw in [
             ("resnet50", 64, {"image_size": 224, "classes": 1000}),
             ("mobilenet_v2_like", 128, {"image_size": 224}),
@@ -281,11 +284,24 @@ def convergence(out: Path) -> None:
         cost.append(entry)
         log("cost:", json.dumps(entry))
     res["cost_fashion_full"] = cost
-    (out / "h200_convergence.json").write_text(json.dumps(res, indent=1, default=float))
+    (out / f"{TAG}_convergence.json").write_text(json.dumps(res, indent=1, default=float))
 
 
 def main() -> None:
-    out, plans = Path(sys.argv[1]), Path(sys.argv[2])
+    global HW_ID, TAG
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path, help="folder for the JSON/JSONL results")
+    ap.add_argument("plans", type=Path, help="folder of bench_quick.json and bench_large.json (measurement plans)")
+    ap.add_argument("--hardware", required=True, help='the GPU\'s catalog name, as `prenet hardware` lists it (e.g. "H200 SXM 141GB")')
+    args = ap.parse_args()
+    try:  # the catalog needs polars; without it the name is recorded as given
+        from prenet.hardware.catalog import resolve_name
+
+        HW_ID = resolve_name(args.hardware)
+    except ImportError:
+        HW_ID = args.hardware
+    TAG = re.sub(r"[^a-z0-9]+", "_", HW_ID.lower()).strip("_")
+    out, plans = args.out, args.plans
     out.mkdir(parents=True, exist_ok=True)
     log("torch", torch.__version__, torch.cuda.get_device_name(0) if DEV == "cuda" else "cpu")
     steps = [

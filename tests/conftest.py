@@ -28,19 +28,55 @@ def tiny_cfg(tmp_path):
     return compose(tiny_overrides(tmp_path))
 
 
+def upstream_stages() -> dict[str, set[str]]:
+    """Each stage of ``dvc.yaml`` → every stage whose outputs it reads, transitively (a dep equal to, or inside, another
+    stage's out, as written there: ``${paths.*}`` templates compare as text)."""
+    import yaml
+
+    spec = yaml.safe_load((Path(__file__).resolve().parents[1] / "dvc.yaml").read_text())["stages"]
+
+    def paths(items) -> list[str]:
+        return [next(iter(i)) if isinstance(i, dict) else str(i) for i in items or []]
+
+    outs = {n: paths(st.get("outs")) + paths(st.get("metrics")) + paths(st.get("plots")) for n, st in spec.items()}
+    direct = {
+        n: {m for m in spec if m != n and any(d == o or d.startswith(o.rstrip("/") + "/") for d in paths(st.get("deps")) for o in outs[m])}
+        for n, st in spec.items()
+    }
+    closure: dict[str, set[str]] = {}
+
+    def up(n: str) -> set[str]:
+        if n not in closure:
+            closure[n] = set().union(*({m} | up(m) for m in direct[n])) if direct[n] else set()
+        return closure[n]
+
+    return {n: up(n) for n in spec}
+
+
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory):
-    """Every stage of the pipeline run once, in order, on the tiny config (shared by the tests that read it)."""
+def tiny_pipeline(tmp_path_factory):
+    """``build(*stages)`` → (root, cfg, results): the named stages of the tiny config and every stage upstream of them
+    (dvc.yaml's graph), each run at most once per session in pipeline order, under one shared root. A test file asks for
+    what it reads, so running it alone builds only that."""
     import importlib
 
     from pipeline import STAGES
 
     root = tmp_path_factory.mktemp("tiny_run")
     cfg = compose(tiny_overrides(root))
-    results = {}
-    for stage in STAGES:
-        results[stage] = getattr(importlib.import_module(f"pipeline.{stage}"), stage)(cfg)
-    return root, cfg, results
+    results: dict = {}
+    upstream = upstream_stages()
+
+    def build(*stages: str):
+        unknown = [s for s in stages if s not in upstream]
+        assert not unknown, f"not stages of dvc.yaml: {unknown}"
+        need = set(stages).union(*(upstream[s] for s in stages))
+        for stage in STAGES:
+            if stage in need and stage not in results:
+                results[stage] = getattr(importlib.import_module(f"pipeline.{stage}"), stage)(cfg)
+        return root, cfg, results
+
+    return build
 
 
 #: What a scratch checkout of the project needs (tests add params.yaml or distributed/ as they need).

@@ -23,6 +23,12 @@ from prenet.errors import PrenetError
 
 
 @pytest.fixture(scope="module")
+def tiny_run(tiny_pipeline):
+    """The tiny run up to evaluate_convergence (conftest.tiny_pipeline: only these stages and their upstream)."""
+    return tiny_pipeline("evaluate_convergence")
+
+
+@pytest.fixture(scope="module")
 def digits_small():
     d = datasets.load("digits").select([0, 1, 2], limit=48, seed=0)
     return d.x, d.y

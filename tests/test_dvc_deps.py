@@ -15,7 +15,18 @@ _spec.loader.exec_module(stage_deps)
 
 #: The library's packages of each predictor (everything else in prenet/ is shared: data, planner, rendering, names, ...).
 PREDICTOR_PACKAGES = {
-    "step_time": ("prenet/steptime/", "prenet/ops/", "prenet/measurement/", "prenet/layers/", "prenet/graph/", "prenet/hardware/", "prenet/zoo.py"),
+    "step_time": (
+        "prenet/steptime/",
+        "prenet/recipe/",
+        "prenet/memory/",
+        "prenet/user_models.py",
+        "prenet/ops/",
+        "prenet/measurement/",
+        "prenet/layers/",
+        "prenet/graph/",
+        "prenet/hardware/",
+        "prenet/zoo.py",
+    ),
     "convergence": ("prenet/convergence/",),
     "early_success": ("prenet/outcome/", "prenet/telemetry/"),
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from prenet.steptime.memory import GIB, fits, measure_training_memory, predict_training_memory, trace_saved
+from prenet.memory.training import GIB, fits, measure_training_memory, predict_training_memory, trace_saved
 
 
 def _convnet(batch: int = 32):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,12 @@ from prenet.outcome import predict
 from prenet.outcome.evaluation import auc, paired_difference, r2
 from prenet.outcome.generator import RunSpec, domain_data, plan_domain, sample_between, train_run
 from prenet.telemetry import Recorder
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_pipeline):
+    """The tiny run up to evaluate_outcome (conftest.tiny_pipeline: only these stages and their upstream)."""
+    return tiny_pipeline("evaluate_outcome")
 
 
 def test_gradient_snr_follows_its_definition():
@@ -200,6 +207,15 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
     assert main(["predict", "outcome", "--telemetry", str(text), "--models", cfg.paths.outcome_models]) == 2
     err = capsys.readouterr().err
     assert err.strip().count("\n") == 0 and "column 'train_loss', row 2: 'abc' is not a number" in err
+    stale = tmp_path / "stale_models"  # models trained on other features than the code computes: retrain, in one line
+    shutil.copytree(cfg.paths.outcome_models, stale)
+    man = json.loads((stale / "manifest.json").read_text())
+    first = next(iter(man["features"]))
+    man["features"][first] = man["features"][first][:-1]
+    (stale / "manifest.json").write_text(json.dumps(man))
+    assert main(["predict", "outcome", "--telemetry", str(f), "--models", str(stale)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().count("\n") == 0 and "retrain: dvc repro train_outcome" in err
 
 
 def _good_table() -> pl.DataFrame:

@@ -19,6 +19,12 @@ from tests.conftest import tiny_overrides
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tiny_pipeline):
+    """The tiny run up to report (conftest.tiny_pipeline: only these stages and their upstream)."""
+    return tiny_pipeline("report")
+
+
 def test_every_stage_writes_its_outputs(tiny_run):
     root, cfg, results = tiny_run
     for key in ("raw_timings", "hardware_record", "features", "validated", "dev", "holdout"):

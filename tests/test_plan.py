@@ -17,6 +17,12 @@ from prenet.planner.plan import make_plan
 from prenet.planner.render import format_duration, render_table
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tiny_pipeline):
+    """The tiny run up to evaluate_ops and evaluate_convergence (conftest.tiny_pipeline: only these stages and their upstream)."""
+    return tiny_pipeline("evaluate_ops", "evaluate_convergence")
+
+
 def _args(root, *extra):
     return ["plan", "--models", str(root / "models" / "steptime_ops"), "--intervals", str(root / "models" / "intervals"), *extra]
 

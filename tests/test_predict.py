@@ -10,6 +10,12 @@ from prenet.api import predict_layers, predict_step_time
 from prenet.errors import PrenetError
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tiny_pipeline):
+    """The tiny run up to train_ops (conftest.tiny_pipeline: only these stages and their upstream)."""
+    return tiny_pipeline("train_ops")
+
+
 @pytest.fixture
 def models_dir(tiny_run):
     return tiny_run[1].paths.models_ops

@@ -21,6 +21,12 @@ TASKS = {
 }
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tiny_pipeline):
+    """The tiny run up to train_outcome and pretrain (conftest.tiny_pipeline: only these stages and their upstream)."""
+    return tiny_pipeline("train_outcome", "pretrain")
+
+
 def test_pick_task_and_settings_defaults():
     task = pick_task(TASKS, None, "x.yaml")  # the only task when none is named
     assert task.name == "tiny_digits"

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from prenet.steptime.regressors import REGRESSORS, load_regressor, make_regressor
+from prenet.recipe.regressors import REGRESSORS, load_regressor, make_regressor
 
 SMALL = {
     "xgboost": {"n_estimators": 150},
@@ -44,7 +44,7 @@ def test_defaults_live_only_in_conf_predictor():
     """Constructors declare the settings without defaults; conf/predictor/<name>.yaml gives every one of them."""
     import inspect
 
-    from prenet.steptime.regressors import REGRESSORS, RUN_SETTINGS, predictor_defaults
+    from prenet.recipe.regressors import REGRESSORS, RUN_SETTINGS, predictor_defaults
 
     for name, cls in REGRESSORS.items():
         sig = {k: p for k, p in inspect.signature(cls.__init__).parameters.items() if k != "self" and k not in RUN_SETTINGS}

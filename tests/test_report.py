@@ -17,6 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
+def tiny_run(tiny_pipeline):
+    """The tiny run up to report (conftest.tiny_pipeline: only these stages and their upstream)."""
+    return tiny_pipeline("report")
+
+
+@pytest.fixture(scope="module")
 def chromium():
     """Debian's chromium (the test setup installs it: `make test-deps`, run by `make test` and .ci/run). Without it
     the browser tests skip — unless PRENET_REQUIRE_CHROMIUM=1 (set by .ci/run), where they fail."""

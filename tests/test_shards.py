@@ -12,6 +12,12 @@ from prenet.data.shard_files import KEY, append_row, atomic_write_bytes, check_h
 from prenet.errors import PrenetError
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tiny_pipeline):
+    """The tiny run up to pretrain (conftest.tiny_pipeline: only these stages and their upstream)."""
+    return tiny_pipeline("pretrain")
+
+
 def test_shard_slices_cover_every_item_once():
     items = list(range(61))
     parts = [shard_slice(items, k, 4) for k in range(4)]

@@ -6,8 +6,8 @@ import pytest
 
 from prenet.hardware.spec import HardwareSpec
 from prenet.layers import ALL_SHAPE_COLUMNS
-from prenet.steptime import StepTimeModel, fit_step_time_model, select_step_time_model
-from prenet.steptime.features import featurize
+from prenet.recipe.features import featurize
+from prenet.recipe.model import StepTimeModel, fit_step_time_model, select_step_time_model
 
 HW = HardwareSpec("cpu-test", "cpu", 0.1, 20.0, 1, 2500.0)
 

@@ -65,7 +65,7 @@ def test_an_alias_that_picks_one_of_several_variants_says_which():
     ],
 )
 def test_predictor_settings_that_cannot_be_what_they_say_are_refused(settings, message):
-    from prenet.steptime.regressors import make_regressor
+    from prenet.recipe.regressors import make_regressor
 
     with pytest.raises(PrenetError) as e:
         make_regressor("xgboost", **settings, seed=0, n_jobs=1, progress=False)
@@ -78,7 +78,7 @@ def test_a_stage_with_a_bad_predictor_setting_is_one_line_exit_2(tiny_cfg):
 
     from pipeline.config import run_guarded
     from pipeline.train import predictor_params
-    from prenet.steptime.regressors import make_regressor
+    from prenet.recipe.regressors import make_regressor
 
     name, params = predictor_params(OmegaConf.merge(tiny_cfg, {"predictor": {"n_estimators": "abc"}}).predictor, 0, 1)
     with pytest.raises(SystemExit) as e:

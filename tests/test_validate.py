@@ -12,6 +12,12 @@ from prenet.data.schemas import LayerFeatures
 from prenet.errors import DataValidationError
 
 
+@pytest.fixture(scope="module")
+def tiny_run(tiny_pipeline):
+    """The tiny run up to validate (conftest.tiny_pipeline: only these stages and their upstream)."""
+    return tiny_pipeline("validate")
+
+
 @pytest.fixture
 def features_ready(tiny_run, tmp_path):
     """A fresh copy of the tiny run's raw and feature tables, and a config pointing at it."""

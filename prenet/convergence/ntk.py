@@ -23,8 +23,8 @@ from torch import nn
 from torch.func import functional_call, jacrev, jvp, vmap
 
 from prenet.errors import PrenetError
+from prenet.names import NTK_METHODS
 
-NTK_METHODS = ("exact", "projection", "auto")
 DEFAULT_MAX_BYTES = 4 * 2**30
 
 

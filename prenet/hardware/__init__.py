@@ -3,19 +3,21 @@
 :func:`resolve` dispatches between the three; it lives here so that ``catalog`` and ``local`` do not import each
 other (``local`` reads the catalog for a detected GPU's spec sheet)."""
 
+from pathlib import Path
+
 from prenet.hardware.catalog import catalog, get, resolve_name
 from prenet.hardware.spec import HardwareSpec, load_spec_yaml
 
 __all__ = ["HardwareSpec", "catalog", "get", "load_spec_yaml", "resolve", "resolve_name"]
 
 
-def resolve(target: str, *, threads: int = 1) -> HardwareSpec:
-    """Hardware from a catalog name, ``local`` (this machine, detected with ``threads`` threads) or a path to a
-    ``.yaml`` spec file."""
+def resolve(target: str, *, threads: int = 1, local_record: str | Path | None = None) -> HardwareSpec:
+    """Hardware from a catalog name, ``local`` (this machine with ``threads`` threads: the benchmark's record of it in
+    ``local_record`` when that matches, else detected now) or a path to a ``.yaml`` spec file."""
     if target == "local":
         from prenet.hardware.local import detect_local
 
-        return detect_local(threads=threads)
+        return detect_local(threads=threads, record=local_record)
     if target.endswith((".yaml", ".yml")):
         return load_spec_yaml(target)
     return get(target)

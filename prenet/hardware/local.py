@@ -164,6 +164,38 @@ def detect_cuda(index: int = 0) -> HardwareSpec:
     )
 
 
-def detect_local(threads: int = 1, device: str = "cpu") -> HardwareSpec:
-    """This machine's CPU, or its CUDA device when ``device`` is ``cuda``."""
-    return detect_cuda() if device.startswith("cuda") else detect_cpu(threads)
+def cpu_id() -> str:
+    """This CPU's hardware id (model and logical CPUs), without measuring anything: what a hardware record must match."""
+    info = _cpuinfo()
+    model = info.get("model name") or platform.processor() or platform.machine()
+    return f"cpu-{_slug(model)}-{os.cpu_count() or 1}c"
+
+
+def recorded_spec(path: str | Path) -> HardwareSpec:
+    """The spec a hardware record holds (``paths.hardware_record``, written by the ``benchmark`` stage)."""
+    import json
+
+    d = json.loads(Path(path).read_text())
+    return HardwareSpec(**{k: v for k, v in d.items() if k in HardwareSpec.__dataclass_fields__})
+
+
+def recorded_cpu(path: str | Path | None, threads: int) -> HardwareSpec | None:
+    """The benchmark stage's detection of this CPU at ``threads`` threads, if ``path`` records exactly that (the spec
+    the op models were trained with); else None."""
+    if path is None or not Path(path).is_file():
+        return None
+    spec = recorded_spec(path)
+    used = max(1, min(threads, os.cpu_count() or 1))
+    if spec.kind != "cpu" or spec.hardware_id != cpu_id() or int(spec.extra.get("threads", spec.cores or 0)) != used:
+        return None
+    return spec
+
+
+def detect_local(threads: int = 1, device: str = "cpu", record: str | Path | None = None) -> HardwareSpec:
+    """This machine's CPU, or its CUDA device when ``device`` is ``cuda``. The CPU comes from ``record`` (the
+    benchmark stage's hardware record) when that describes this CPU at ``threads`` threads: measuring the GEMM peaks
+    again takes seconds to tens of seconds (BF16 without native support) and would differ from the spec the models
+    learned by the measurement noise. Otherwise it is measured now."""
+    if device.startswith("cuda"):
+        return detect_cuda()
+    return recorded_cpu(record, threads) or detect_cpu(threads)

@@ -9,7 +9,6 @@ from prenet.layers.elementwise import ELEMENTWISE
 from prenet.layers.sequence import EMBEDDING, GRU, LSTM, MHA, RNN
 from prenet.layers.spatial import AVGPOOL2D, BATCHNORM2D, MAXPOOL2D
 from prenet.names import DIRECTIONS, LAYER_OPS
-from prenet.names import LAYER_OPTIMIZERS as OPTIMIZERS
 
 #: PreNeT's six (dense, conv, RNN/LSTM/GRU, attention, embedding, layer norm) and what whole models also need.
 REGISTRY: dict[str, LayerType] = {
@@ -35,7 +34,6 @@ __all__ = [
     "ALL_SHAPE_COLUMNS",
     "DIRECTIONS",
     "DTYPE_BYTES",
-    "OPTIMIZERS",
     "REGISTRY",
     "LayerCost",
     "LayerType",

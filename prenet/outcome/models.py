@@ -291,6 +291,15 @@ def load(folder: str | Path) -> tuple[dict, dict]:
 
         raise PrenetError(f"no early-success models in {folder}; run the pipeline first (make run, or dvc repro train_outcome)")
     manifest = json.loads((folder / "manifest.json").read_text())
+    for key, stored in manifest.get("features", {}).items():  # the code's features must be those the models learned
+        e, fs = key.split("|")
+        if stored != feature_names(int(e), fs):
+            from prenet.errors import PrenetError
+
+            raise PrenetError(
+                f"the early-success models in {folder} were trained on other features than this code computes "
+                f"(epoch {e}, {fs}: {len(stored)} stored, {len(feature_names(int(e), fs))} now); retrain: dvc repro train_outcome"
+            )
     models = {}
     for scope in manifest["scopes"]:
         for e in manifest["epochs"]:

@@ -17,9 +17,9 @@ from prenet.outcome.features import single_run
 from prenet.outcome.models import interval_bounds, load, relative_class, residual_key
 from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
-from prenet.paths import artifact
+from prenet.paths import default_path
 
-DEFAULT_MODELS = artifact("outcome_models")
+DEFAULT_MODELS = default_path("outcome_models")
 CLASS_NAMES = ("bottom third", "middle third", "top third")
 
 

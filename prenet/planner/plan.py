@@ -7,7 +7,7 @@ For every hardware option the plan holds
 * the steps: given (``steps``, or ``epochs`` × ⌈dataset / batch⌉) or forecast by the convergence predictor
   (Zancato et al.: linearized fine-tuning dynamics from the empirical NTK, no training);
 * wall time = step time × steps (s); cost = wall time × price per hour (USD, ``conf/pricing/``);
-* predicted peak training memory (``prenet.steptime.memory``) and whether it fits the device.
+* predicted peak training memory (``prenet.memory.training``) and whether it fits the device.
 
 **Intervals.** Each time and cost comes with an interval from the predictors' measured errors on held-out data
 (the typed records that ``evaluate``, ``evaluate_ops`` and ``evaluate_convergence`` write in ``paths.intervals``):
@@ -36,8 +36,8 @@ import numpy as np
 
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
+from prenet.memory.training import GIB, MemoryEstimate, fits
 from prenet.planner.intervals import Intervals, load_intervals, steps_interval
-from prenet.steptime.memory import GIB, MemoryEstimate, fits
 
 #: Memory a GPU needs beyond the tensors of a step (CUDA context, caching allocator, library workspaces), GiB.
 GPU_RESERVE_GIB = 1.0
@@ -283,12 +283,12 @@ def _module_for_forecast(model: Any, batch_size: int, zoo_kwargs: dict[str, Any]
     """The model with real weights (the forecast needs them): a zoo model freshly initialised, a file model as built."""
     import torch
 
-    from prenet.steptime import predict as _p
+    from prenet.user_models import build_model
 
     if isinstance(model, tuple):
         return model[0]
     torch.manual_seed(0)
-    return _p.build_model(str(model), batch_size, zoo_kwargs, meta=False)[0]
+    return build_model(str(model), batch_size, zoo_kwargs, meta=False)[0]
 
 
 def make_plan(
@@ -311,21 +311,23 @@ def make_plan(
     overhead_path: str | Path | None = None,
     zoo_kwargs: dict[str, Any] | None = None,
     precision: str = "fp32",
+    local_record: str | Path | None = None,
 ) -> Plan:
     """Plan a training job of ``model`` (zoo name, ``file.py:function`` or ``(module, example_batch)``) on every
     hardware in the catalog plus ``local`` (or the ``hardware`` list). Exactly one of ``steps``, ``epochs`` (with
     ``dataset_size``) or ``target`` (``converge_eps`` | ``target_loss`` | ``target_accuracy``, with ``target_value``
     and ``finetune`` = {inputs, labels, loss, lr, max_steps, subset}) sets the number of steps. ``zoo_kwargs``: a
     zoo model's size keywords (e.g. ``{"image_size": 224}``; the zoo's defaults are CPU-sized). Step times come from the one
-    step-time path (:mod:`prenet.steptime.step`) in ``precision``; a hardware without that unit gets a note, not a row."""
+    step-time path (:mod:`prenet.steptime.step`) in ``precision``; a hardware without that unit gets a note, not a row.
+    ``local_record``: the benchmark stage's record of this CPU (``local`` is measured now when it does not match)."""
 
     from prenet.hardware import catalog, resolve
     from prenet.hardware.catalog import alias_note
+    from prenet.memory.training import predict_training_memory
     from prenet.ops import trace_step
-    from prenet.steptime import predict as _p
-    from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError
-    from prenet.steptime.memory import predict_training_memory
-    from prenet.steptime.step import DEFAULT_OVERHEAD, default_overhead_ms, device_type, predict_trace
+    from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError, peaks
+    from prenet.steptime.step import DEFAULT_OVERHEAD, default_overhead_ms, device_type, predict_trace_many
+    from prenet.user_models import build_model
 
     if batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {batch_size}")
@@ -342,15 +344,23 @@ def make_plan(
     if optimizer not in ("sgd", "adam"):
         raise PrenetError(f"--optimizer must be sgd or adam, got {optimizer!r}")
     names = list(hardware) if hardware else ["local", *sorted(catalog())]
-    specs = {n: resolve(n, threads=threads) for n in names}  # unknown names fail here, before any work
+    specs = {n: resolve(n, threads=threads, local_record=local_record) for n in names}  # unknown names fail here, before any work
     alias_notes = [note for n in (hardware or []) if (note := alias_note(n))]
-    module, batch = model if isinstance(model, tuple) else _p.build_model(str(model), batch_size, zoo_kwargs)
+    module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
     label = model if isinstance(model, str) else type(module).__name__
     if zoo_kwargs:
         label += " (" + ", ".join(f"{k}={v}" for k, v in zoo_kwargs.items()) + ")"
     memory = predict_training_memory(module, batch, "sgd_momentum" if optimizer == "sgd" and momentum > 0 else optimizer)
     fc_info = None
     notes: list[str] = list(alias_notes)
+    if "local" in specs:
+        from prenet.hardware.local import recorded_cpu
+
+        if recorded_cpu(local_record, threads) is None:
+            notes.append(
+                f"local: no benchmark record of this CPU at {threads} thread(s) ({local_record or 'none given'}): its peaks and "
+                "bandwidth were measured now, and its step times extrapolate from the CPU the op models were trained on"
+            )
     op_model = EfficiencyModel.load(models_dir)  # what every plan needs is read before any forecast runs: a missing file fails fast
     if target is not None:
         if target_value is None or not finetune:
@@ -389,22 +399,27 @@ def make_plan(
             n_steps, steps_from = int(math.ceil(float(epochs) * math.ceil(dataset_size / batch_size))), "epochs"
     step_s, shares = {}, {}
     traces: dict[str, Any] = {}
+    by_device: dict[str, list[str]] = {}
     for n, spec in specs.items():
-        dt = device_type(spec)
-        try:
-            if dt not in traces:
-                traces[dt] = trace_step(module, batch, optimizer=optimizer, precision=precision, device_type=dt)
-            pred, _ = predict_trace(traces[dt], spec, op_model, overhead_ms=default_overhead_ms(spec, optimizer, overhead_path or DEFAULT_OVERHEAD))
-        except UnsupportedPrecisionError:
-            notes.append(f"{n}: not planned, no {precision} unit in its spec sheet")
+        by_device.setdefault(device_type(spec), []).append(n)
+    frames: dict[str, Any] = {}
+    for dt, group in by_device.items():  # one trace per device type, one batched prediction over its hardware
+        if precision == "tf32" and dt == "cpu":
+            notes.extend(f"{n}: not planned: tf32 exists on NVIDIA GPUs only" for n in group)
             continue
-        except PrenetError:
-            if precision == "tf32" and dt == "cpu":
-                notes.append(f"{n}: not planned: tf32 exists on NVIDIA GPUs only")
-                continue
-            raise
-        step_s[n] = pred.step_seconds
-        shares[n] = {k: round(v, 4) for k, v in pred.family_share.items()}
+        traces[dt] = trace_step(module, batch, optimizer=optimizer, precision=precision, device_type=dt)
+        frames[dt] = traces[dt].frame()
+        runnable = []
+        for n in group:
+            try:
+                peaks(frames[dt], specs[n])
+                runnable.append(n)
+            except UnsupportedPrecisionError:
+                notes.append(f"{n}: not planned, no {precision} unit in its spec sheet")
+        overheads = [default_overhead_ms(specs[n], optimizer, overhead_path or DEFAULT_OVERHEAD) for n in runnable]
+        for n, (pred, _) in zip(runnable, predict_trace_many(traces[dt], [specs[n] for n in runnable], op_model, overhead_ms=overheads)):
+            step_s[n] = pred.step_seconds
+            shares[n] = {k: round(v, 4) for k, v in pred.family_share.items()}
     if not step_s:
         raise PrenetError(f"no hardware considered runs {precision}: " + "; ".join(notes[:3]))
     specs = {n: specs[n] for n in step_s}

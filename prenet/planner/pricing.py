@@ -20,7 +20,26 @@ def load_prices(path: str | Path) -> dict[str, dict[str, Any]]:
     prices = raw.get("prices") if isinstance(raw, dict) else None
     if not isinstance(prices, dict):
         raise PrenetError(f"{p} has no 'prices:' mapping (format: conf/pricing/on_demand.yaml)")
-    return check_prices(prices, str(p))
+    return catalog_keys(check_prices(prices, str(p)), str(p))
+
+
+def catalog_keys(prices: dict[str, dict[str, Any]], where: str) -> dict[str, dict[str, Any]]:
+    """``prices`` keyed by catalog names (aliases and case resolved; ``local`` and spec-file paths kept): a key that
+    names no catalog GPU stops with one line naming it and the closest catalog names, instead of leaving that GPU
+    silently unpriced."""
+    from prenet.errors import UnknownHardwareError
+    from prenet.hardware.catalog import resolve_name
+
+    out = {}
+    for name, entry in prices.items():
+        key = name.strip()
+        if key != "local" and not key.endswith((".yaml", ".yml")):
+            try:
+                key = resolve_name(key)
+            except UnknownHardwareError as e:
+                raise PrenetError(f"{where}: price key {e}") from None
+        out[key] = entry
+    return out
 
 
 def check_prices(prices: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from prenet.memory.training import GIB
 from prenet.planner.plan import Plan, PlanRow
-from prenet.steptime.memory import GIB
 
 
 def format_duration(seconds: float) -> str:

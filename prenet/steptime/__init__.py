@@ -1,6 +1,3 @@
-"""Step-time prediction (PreNeT): features, per-layer-type regressors, metrics."""
-
-from prenet.steptime.metrics import error_metrics
-from prenet.steptime.model import StepTimeModel, fit_step_time_model, select_step_time_model
-
-__all__ = ["StepTimeModel", "error_metrics", "fit_step_time_model", "select_step_time_model"]
+"""Step time, the product's answer: a traced training step's ATen ops, each timed as roofline ÷ a learned efficiency
+(:mod:`prenet.steptime.efficiency`), summed (:mod:`prenet.steptime.step`). The PreNeT layer recipe, the seed method's
+measured baseline, lives in :mod:`prenet.recipe`; memory in :mod:`prenet.memory`."""

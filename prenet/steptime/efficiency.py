@@ -31,6 +31,7 @@ import polars as pl
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
 from prenet.ops.families import ANALOGY, op_class, winograd_3x3
+from prenet.steptime.forest import Forest
 
 FEATURES: tuple[str, ...] = (
     "log2_flops",
@@ -189,9 +190,10 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 
 @dataclass
 class EfficiencyModel:
-    """Per (device kind, family) boosters predicting logit(efficiency), plus the median efficiency per device kind."""
+    """Per (device kind, family) tree ensembles predicting logit(efficiency), plus the median efficiency per device kind.
+    Trained with XGBoost; evaluated by :class:`~prenet.steptime.forest.Forest` (no xgboost import to answer)."""
 
-    boosters: dict[str, Any] = field(default_factory=dict)  # "gpu/gemm" → xgboost.Booster
+    boosters: dict[str, Forest] = field(default_factory=dict)  # "gpu/gemm" → its trees
     median_efficiency: dict[str, float] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
@@ -226,9 +228,8 @@ class EfficiencyModel:
             y = np.concatenate(targets[key])
             if len(y) < min_rows:
                 continue
-            model.boosters[key] = xgb.train(
-                p, xgb.DMatrix(x, label=y, feature_names=list(FEATURES)), num_boost_round=int(params.get("n_estimators", 300))
-            )
+            booster = xgb.train(p, xgb.DMatrix(x, label=y, feature_names=list(FEATURES)), num_boost_round=int(params.get("n_estimators", 300)))
+            model.boosters[key] = Forest.from_json(bytes(booster.save_raw("json")), key)
             model.rows[key] = int(len(y))
         return model
 
@@ -247,36 +248,49 @@ class EfficiencyModel:
 
     def predict(self, frame: pl.DataFrame, hw: HardwareSpec) -> pl.DataFrame:
         """``frame`` plus ``roofline_ms``, ``efficiency``, ``predicted_ms`` (≥ roofline_ms) and ``estimate``."""
-        import xgboost as xgb
+        return self.predict_many(frame, [hw])[0]
 
+    def predict_many(self, frame: pl.DataFrame, hws: list[HardwareSpec]) -> list[pl.DataFrame]:
+        """:meth:`predict` of the same ops on every hardware of ``hws``, with one tree evaluation per (device kind,
+        family) over all of them (a plan over the catalog is one batched call, not one per option). Raises
+        :class:`UnsupportedPrecisionError` for the first hardware that lacks an op's unit (see :func:`peaks`)."""
         if frame.height == 0:
-            return frame.with_columns(
+            empty = frame.with_columns(
                 pl.lit(0.0).alias("roofline_ms"), pl.lit(1.0).alias("efficiency"), pl.lit(0.0).alias("predicted_ms"), pl.lit("").alias("estimate")
             )
-        x, roof = feature_matrix(frame, hw)
+            return [empty for _ in hws]
+        feats = [feature_matrix(frame, hw) for hw in hws]
         fams = frame.get_column("family").to_numpy()
-        eff = np.full(frame.height, self.median_efficiency.get(hw.kind, 0.5))
-        how = np.empty(frame.height, dtype=object)
-        for fam in np.unique(fams):
-            sel = fams == fam
-            src = self.source_of(hw.kind, str(fam))
-            how[sel] = src
-            if src == "roofline":
-                continue
-            key = f"{hw.kind}/{fam if src == 'model' else src.split(':', 1)[1]}"
-            eff[sel] = _sigmoid(self.boosters[key].predict(xgb.DMatrix(x[sel], feature_names=list(FEATURES))))
-        return frame.with_columns(
-            pl.Series("roofline_ms", roof),
-            pl.Series("efficiency", eff),
-            pl.Series("predicted_ms", roof / eff),
-            pl.Series("estimate", how.astype(str)),
-        )
+        eff = np.empty((len(hws), frame.height))
+        how: dict[str, np.ndarray] = {}
+        for kind in dict.fromkeys(hw.kind for hw in hws):
+            idx = [i for i, hw in enumerate(hws) if hw.kind == kind]
+            eff[idx] = self.median_efficiency.get(kind, 0.5)
+            how[kind] = np.empty(frame.height, dtype=object)
+            for fam in np.unique(fams):
+                sel = fams == fam
+                src = self.source_of(kind, str(fam))
+                how[kind][sel] = src
+                if src == "roofline":
+                    continue
+                trees = self.boosters[f"{kind}/{fam if src == 'model' else src.split(':', 1)[1]}"]
+                z = trees.predict(np.concatenate([feats[i][0][sel] for i in idx]))
+                eff[np.ix_(idx, np.flatnonzero(sel))] = _sigmoid(z).reshape(len(idx), -1)
+        return [
+            frame.with_columns(
+                pl.Series("roofline_ms", roof),
+                pl.Series("efficiency", eff[i]),
+                pl.Series("predicted_ms", roof / eff[i]),
+                pl.Series("estimate", how[hw.kind].astype(str)),
+            )
+            for i, (hw, (_, roof)) in enumerate(zip(hws, feats))
+        ]
 
     def save(self, directory: str | Path) -> None:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         for key, b in self.boosters.items():
-            b.save_model(str(d / f"{key.replace('/', '__')}.json"))
+            b.save(d / f"{key.replace('/', '__')}.json")
         (d / "manifest.json").write_text(
             json.dumps(
                 {
@@ -292,17 +306,11 @@ class EfficiencyModel:
 
     @staticmethod
     def load(directory: str | Path) -> "EfficiencyModel":
-        import xgboost as xgb
-
         d = Path(directory)
         if not (d / "manifest.json").exists():
             raise PrenetError(f"no op-level step-time model in {d}; run `dvc repro train_ops` (or `make run`) first")
         man = json.loads((d / "manifest.json").read_text())
         if man.get("features") != list(FEATURES):
             raise PrenetError(f"the op-level model in {d} was trained with other features; rerun `dvc repro train_ops`")
-        boosters = {}
-        for key in man["models"]:
-            b = xgb.Booster()
-            b.load_model(str(d / f"{key.replace('/', '__')}.json"))
-            boosters[key] = b
+        boosters = {key: Forest.load(d / f"{key.replace('/', '__')}.json") for key in man["models"]}
         return EfficiencyModel(boosters, man["median_efficiency"], man.get("rows", {}), man.get("params", {}))

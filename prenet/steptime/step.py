@@ -18,11 +18,11 @@ from torch import nn
 
 from prenet.hardware.spec import HardwareSpec
 from prenet.ops import StepTrace, trace_step
-from prenet.paths import artifact
+from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
 
-DEFAULT_OP_MODELS = artifact("models_ops")
-DEFAULT_OVERHEAD = artifact("step_overhead")
+DEFAULT_OP_MODELS = default_path("models_ops")
+DEFAULT_OVERHEAD = default_path("step_overhead")
 
 
 @dataclass
@@ -78,7 +78,19 @@ def predict_trace(
 ) -> tuple[StepPrediction, pl.DataFrame]:
     """The prediction of a traced step on ``hw`` and the per-op table it sums (raises
     :class:`~prenet.steptime.efficiency.UnsupportedPrecisionError` when ``hw`` lacks the trace's precision)."""
-    ops = model.predict(trace.frame(), hw)
+    return predict_trace_many(trace, [hw], model, overhead_ms=[overhead_ms], top=top)[0]
+
+
+def predict_trace_many(
+    trace: StepTrace, hws: list[HardwareSpec], model: EfficiencyModel, *, overhead_ms: list[float] | None = None, top: int = 8
+) -> list[tuple[StepPrediction, pl.DataFrame]]:
+    """:func:`predict_trace` of one traced step on every hardware of ``hws`` (one device type, the trace's), in one
+    batched model call; ``overhead_ms``: per hardware (default 0)."""
+    frames = model.predict_many(trace.frame(), hws)
+    return [_summarize(trace, hw, ops, ovh, top) for hw, ops, ovh in zip(hws, frames, overhead_ms or [0.0] * len(hws))]
+
+
+def _summarize(trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_ms: float, top: int) -> tuple[StepPrediction, pl.DataFrame]:
     total_ms = float(ops.get_column("predicted_ms").sum())
     fam = ops.group_by("family").agg(pl.col("predicted_ms").sum()).sort("predicted_ms", descending=True)
     est = ops.with_columns(pl.col("estimate").str.replace(r":.*", "")).group_by("estimate").agg(pl.col("predicted_ms").sum())

@@ -18,9 +18,9 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from prenet.data.io import write_json
-from prenet.steptime.features import POOLED, design_matrix, from_log_target, log_target
-from prenet.steptime.metrics import error_metrics
-from prenet.steptime.regressors import Regressor, load_regressor, make_regressor
+from prenet.recipe.features import POOLED, design_matrix, from_log_target, log_target
+from prenet.recipe.metrics import error_metrics
+from prenet.recipe.regressors import Regressor, load_regressor, make_regressor
 
 MANIFEST = "manifest.json"
 

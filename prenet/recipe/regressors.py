@@ -13,7 +13,7 @@ name               model                                                      sa
 =================  =========================================================  ======================
 
 All are fitted on ln(time in ms) and predict it back; inputs are the design matrix of
-:func:`prenet.steptime.features.design_matrix`.
+:func:`prenet.recipe.features.design_matrix`.
 """
 
 from __future__ import annotations

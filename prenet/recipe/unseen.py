@@ -19,9 +19,9 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
-from prenet.steptime.features import design_matrix
-from prenet.steptime.metrics import error_metrics
-from prenet.steptime.model import _fit_one
+from prenet.recipe.features import design_matrix
+from prenet.recipe.metrics import error_metrics
+from prenet.recipe.model import _fit_one
 
 RECIPES: dict[str, tuple[str, str]] = {  # name → (feature set, target)
     "roofline_target": ("ct", "roofline_ratio"),
@@ -72,7 +72,7 @@ def leave_one_gpu_out(
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
-        from prenet.steptime.model import _one_thread
+        from prenet.recipe.model import _one_thread
 
         # folds are independent: spawned processes (fork can deadlock once OpenMP runs here); results in fold order
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_one_thread) as ex:

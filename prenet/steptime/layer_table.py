@@ -1,0 +1,114 @@
+"""The layer table of ``prenet predict layers``: one layer per row (op, shape columns, direction, dtype, optimizer),
+validated in one pass and predicted through the one step-time path (:mod:`prenet.steptime.step`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+import torch
+
+from prenet.errors import PrenetError
+from prenet.hardware.spec import HardwareSpec
+from prenet.layers import REGISTRY
+
+LAYER_CSV_REQUIRED = ("op", "direction", "dtype")
+
+
+#: ``dtype`` cells of the layer CSV → precisions (``float32`` means strict FP32, as ``fp32``).
+DTYPE_PRECISION = {"float32": "fp32", "fp32": "fp32", "tf32": "tf32", "float16": "fp16", "fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16"}
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """One valid row of a layer table: the op, its completed shape, direction, optimizer and precision."""
+
+    op: str
+    shape: dict[str, int]
+    direction: str
+    optimizer: str
+    precision: str
+
+
+def parse_layer_table(table: pl.DataFrame) -> list[LayerRow]:
+    """Validate a layer table (the ``prenet predict layers`` CSV format): ``op`` (a registered op), that op's shape columns
+    (e.g. ``linear``: ``batch, in_features, out_features``; ``conv2d``: ``batch, in_channels, out_channels, kernel_size,
+    input_size, stride, padding``), ``direction`` (``forward | forward_backward | train_step``), ``dtype`` (``float32`` /
+    ``fp32``, ``tf32``, ``float16`` / ``fp16``, ``bfloat16`` / ``bf16``) and, optionally, ``optimizer`` (``sgd | adam``, for
+    ``train_step``; default ``sgd``). Every invalid cell is reported (row numbers count data rows from 1) in one error."""
+    problems: list[str] = []
+    missing = [c for c in LAYER_CSV_REQUIRED if c not in table.columns]
+    if missing:
+        raise PrenetError(f"layer table lacks column(s) {', '.join(missing)}; required: {', '.join(LAYER_CSV_REQUIRED)} and the op's shape columns")
+    if table.height == 0:
+        raise PrenetError("the layer table has a header but no rows: add one row per layer to predict")
+    rows = []
+    for i, r in enumerate(table.iter_rows(named=True), start=1):
+        op = r["op"]
+        if op not in REGISTRY:
+            problems.append(f"row {i}, column op: unknown op {op!r} (known: {', '.join(sorted(REGISTRY))})")
+            continue
+        lt = REGISTRY[op]
+        shape = {}
+        for c in lt.shape_columns:
+            v = r.get(c)
+            try:
+                iv = int(v)
+                ok = iv == float(v) and iv >= (0 if c == "padding" else 1)
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                problems.append(f"row {i}, column {c}: {op} needs a {'non-negative' if c == 'padding' else 'positive'} integer, got {v!r}")
+            else:
+                shape[c] = iv
+        direction = r["direction"]
+        if direction not in ("forward", "forward_backward", "train_step"):
+            problems.append(f"row {i}, column direction: {direction!r} is not forward, forward_backward or train_step")
+        precision = DTYPE_PRECISION.get(str(r["dtype"]))
+        if precision is None:
+            problems.append(f"row {i}, column dtype: {r['dtype']!r} is not one of {', '.join(DTYPE_PRECISION)}")
+        optimizer = (r.get("optimizer") or "sgd") if direction == "train_step" else "none"
+        if optimizer not in ("none", "sgd", "adam"):
+            problems.append(f"row {i}, column optimizer: {optimizer!r} is not sgd or adam")
+        if len(shape) == len(lt.shape_columns):
+            full = lt.complete(shape)
+            if op in ("conv2d", "maxpool2d", "avgpool2d") and full.get("output_size", 1) < 1:
+                problems.append(f"row {i}: the {op} output is empty (kernel larger than the padded input)")
+            elif precision is not None:
+                rows.append(LayerRow(op, full, direction, optimizer, precision))
+    if problems:
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise PrenetError("invalid layer table:\n  " + "\n  ".join(problems[:20]) + more)
+    return rows
+
+
+def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any) -> pl.DataFrame:
+    """Predict each row of a layer table (:func:`parse_layer_table`) on ``hardware`` through the one step-time path: the
+    layer is built on the meta device and its ``direction`` traced (forward under no_grad; forward_backward = forward and
+    backward to weights and input; train_step = that plus the optimizer step), so train_step ≥ forward_backward ≥ forward
+    for every layer. ``model``: the op-level :class:`~prenet.steptime.efficiency.EfficiencyModel` or its folder (read after
+    the table is validated). Returns the input plus ``predicted_ms``."""
+    from prenet.ops import trace_step
+    from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.steptime.step import device_type, predict_trace
+
+    rows = parse_layer_table(table)
+    if not isinstance(model, EfficiencyModel):
+        model = EfficiencyModel.load(model)
+    out = []
+    for r in rows:
+        with torch.device("meta"):
+            module, x = REGISTRY[r.op].build(r.shape, "meta", torch.float32)
+        trace = trace_step(
+            module,
+            x,
+            optimizer=r.optimizer if r.optimizer != "none" else "sgd",
+            precision=r.precision,
+            device_type=device_type(hardware),
+            direction=r.direction,
+            input_grad=True,
+        )
+        pred, _ = predict_trace(trace, hardware, model)
+        out.append(pred.step_seconds * 1e3)
+    return table.with_columns(pl.Series("predicted_ms", out))

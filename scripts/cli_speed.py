@@ -1,0 +1,85 @@
+"""How fast the CLI answers: the median wall time (s) of N whole-process runs of each command a user types, and what
+``import prenet.api`` pulls in. Run after ``make run`` (the commands read its models):
+
+    python scripts/cli_speed.py [--repeats 5] [--out data/reference/cli_speed.json]
+
+Targets (issue 27): ``predict step-time`` of a ResNet-50-sized model on one GPU ≤ 3 s, ``plan`` over the whole catalog
+≤ 5 s, and ``import prenet.api`` without xgboost or scikit-learn. Timings on a shared 2-core host are noisy: the
+median of the runs and their min/max are reported, with the thread count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_ENTRY = Path(sys.executable).parent / "prenet"  # the console script users type
+PRENET = [str(_ENTRY)] if _ENTRY.is_file() else [sys.executable, "-m", "pipeline.cli"]
+COMMANDS = {
+    "import prenet.api": [sys.executable, "-c", "import prenet.api"],
+    "predict step-time resnet50 b32 H100": [
+        *PRENET,
+        "predict",
+        "step-time",
+        "--model",
+        "resnet50",
+        "--batch-size",
+        "32",
+        "--hardware",
+        "H100 SXM5 80GB",
+    ],
+    "plan resnet50 b32 (whole catalog)": [*PRENET, "plan", "--model", "resnet50", "--batch-size", "32", "--steps", "10000"],
+}
+HEAVY = ("xgboost", "sklearn", "scipy", "prefect", "hydra", "pandera", "matplotlib")
+
+
+def time_command(cmd: list[str], repeats: int) -> dict:
+    """Wall seconds of ``repeats`` runs of ``cmd`` (each must exit 0)."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        times.append(time.perf_counter() - t0)
+        if r.returncode != 0:
+            raise SystemExit(f"error: {' '.join(cmd[2:])} exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    return {"median_s": round(statistics.median(times), 2), "min_s": round(min(times), 2), "max_s": round(max(times), 2), "runs": repeats}
+
+
+def heavy_imports() -> list[str]:
+    """The heavy top-level packages ``import prenet.api`` loads."""
+    code = "import sys, prenet.api; print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))"
+    mods = set(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split())
+    return sorted(m for m in HEAVY if m in mods)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", type=Path, help="also write the figures as JSON here")
+    args = ap.parse_args()
+    res = {
+        "host": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "threads": int(os.environ.get("OMP_NUM_THREADS", "1")),
+        "commands": {name: time_command(cmd, args.repeats) for name, cmd in COMMANDS.items()},
+        "prenet_api_heavy_imports": heavy_imports(),
+    }
+    for name, r in res["commands"].items():
+        print(f"{name:40} median {r['median_s']:6.2f} s  (min {r['min_s']:.2f}, max {r['max_s']:.2f}, {r['runs']} runs)")
+    print(f"import prenet.api loads: {', '.join(res['prenet_api_heavy_imports']) or 'none of ' + ', '.join(HEAVY)}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(res, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
