@@ -32,6 +32,7 @@ from prefect import flow, task
 from pipeline.config import REPO_ROOT
 from pipeline.flows import DvcError, dvc
 from pipeline.shards import KINDS, WORK
+from pipeline.shards import kind as kind_of
 from prenet.data.shard_files import HARDWARE_ENV, KEY, check_hardware, item_path, promote_items, retire, shard_slice, write_item
 from prenet.errors import PrenetError
 
@@ -101,7 +102,7 @@ def shard_flow(kind: str, hardware: str, shard: int, max_attempts: int = 3, repo
     repo = Path(repo_dir or os.environ.get(REPO_ENV) or REPO_ROOT)
     stage = shard_stage(kind, hardware, shard)
     print(f"{stage}: attempt {attempt} on {os.uname().nodename} ({HARDWARE_ENV}={hardware}) in {repo}")
-    for need in KINDS[kind].needs:
+    for need in kind_of(kind).needs:
         dvc(["repro", "--pull", merge_stage(need)], repo)
     try:
         log = dvc(["repro", "--single-item", stage], repo)
@@ -124,7 +125,7 @@ def shard_flow(kind: str, hardware: str, shard: int, max_attempts: int = 3, repo
 @task(name="shard-item")
 def item_task(kind_name: str, key: str, payload: Any, folder: str, initargs: tuple, hardware: str) -> bool:
     """One item on a Dask worker, written to its own file only once (idempotent: Dask may run it again)."""
-    k = KINDS[kind_name]
+    k = kind_of(kind_name)
     if item_path(folder, key).exists():
         return False
     if k.initializer is not None:

@@ -23,7 +23,7 @@ METRIC_COLS = ["n", "mape_pct", "median_ape_pct", "rmse_ms", "within_20pct"]
 
 def _unseen_section(u: dict, folds_csv: Path) -> str:
     if not u:
-        return "<p class=note>Not run (evaluate.unseen_hardware.enabled is false).</p>"
+        return "<p class=note>Not in this run (evaluate.unseen_hardware.enabled is false; experiment=full runs it: README Results quote its reference run).</p>"
     per_gpu = ""
     if folds_csv.exists():
         folds = read_table(folds_csv)
@@ -406,7 +406,8 @@ def report(cfg: DictConfig) -> dict:
             shutil.copyfile(Path(cfg.paths.plots) / name, out / name)
     hw_fig = summary_figures.bar_by_hardware(ev["by_hardware"], ev["noise_floor"], out / "holdout_mape_by_hardware.png")
     folds_csv = Path(cfg.paths.plots) / "unseen_hardware.csv"
-    logo_fig = summary_figures.logo_by_gpu(read_table(folds_csv), out / "unseen_hardware_by_gpu.png") if folds_csv.exists() else None
+    folds = read_table(folds_csv) if folds_csv.exists() else None
+    logo_fig = summary_figures.logo_by_gpu(folds, out / "unseen_hardware_by_gpu.png") if folds is not None and folds.height else None
     recipes = list(ev["recipes"])
     scatter = figures.scatter_predicted_vs_measured(pred, out / "holdout_scatter.png", f"holdout: {ev['predictor']} ({ev['feature_set']})")
     bars = figures.bar_errors(ev["by_op_source"], ev["noise_floor"], out / "holdout_mape.png", "holdout MAPE by op and source")

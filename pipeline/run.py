@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 
 from pipeline import STAGES
-from pipeline.config import load_params, run_guarded
+
+try:
+    from pipeline.config import load_params, run_guarded
+except ImportError as e:  # dvc started the stage with a Python that lacks the project's dependencies
+    print(
+        f"error: {sys.executable} cannot import {e.name or 'the project'}: prenet's stages need the project's venv; "
+        "run `make install`, then `source .venv/bin/activate` (or `make run`) and rerun dvc",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,9 @@ Three models come out of one run, so the report can compare them on the same dat
 
 from __future__ import annotations
 
+import shutil
 import time
+from pathlib import Path
 
 import polars as pl
 import torch
@@ -101,6 +103,13 @@ def train(cfg: DictConfig) -> dict:
             f"{r['predictor']}/{r['feature_set']}": r["mape_pct"]
             for r in g.group_by("predictor", "feature_set").agg(pl.col("mape_pct").median()).sort("predictor", "feature_set").iter_rows(named=True)
         }
+    else:  # declared outputs of the stage, saying why they are empty (experiment=full runs the selection)
+        out = Path(cfg.paths.models_selected)
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        (out / "NOT_TRAINED.txt").write_text("train.selection.enabled is false; experiment=full trains PreNeT's per-op selection\n")
+        empty = {"op": pl.String, "predictor": pl.String, "feature_set": pl.String, "mape_pct": pl.Float64, "selected": pl.Boolean}
+        write_artifact(pl.DataFrame(schema=empty), cfg, "plots/selection_grid.csv")
     record_metrics(cfg, "train", metrics)
     print(
         f"train: {name} ({cfg.train.feature_set}) in {metrics['train_wall_s']} s; val MAPE "

@@ -72,6 +72,10 @@ def _stage_modules(cmd: str) -> list[str]:
         mods.append(m.group(1))
         if m.group(1) == "pipeline.run" and m.group(2):
             mods.append(f"pipeline.{m.group(2)}")
+        if m.group(1) in ("pipeline.shard", "pipeline.merge_shards") and m.group(2):  # kind(name) imports its module alone
+            from pipeline.shards import KIND_MODULE
+
+            mods.append(f"pipeline.shard_kinds.{KIND_MODULE[m.group(2)]}")
     return mods
 
 

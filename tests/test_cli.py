@@ -86,3 +86,11 @@ def test_predict_convergence_errors_are_one_line(tmp_path, capsys):
     assert main(["predict", "convergence", "--config", str(f), "--pretrained", str(tmp_path / "pt"), "--ntk", "exact", "--max-gib", "1e-6"]) == 2
     err = capsys.readouterr().err
     assert "NTK too large" in err and "P=" in err and "To fix" in err and "Traceback" not in err
+
+
+def test_a_stage_started_by_a_python_without_the_dependencies_says_what_to_do():
+    """`dvc repro` outside the venv runs the stages with another Python: one line, exit 2, naming the fix."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-S", "-m", "pipeline.run", "benchmark"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1
+    assert "cannot import" in p.stderr and "source .venv/bin/activate" in p.stderr

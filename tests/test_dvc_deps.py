@@ -81,3 +81,18 @@ def test_a_folder_dep_counts_as_extra_and_write_replaces_it():
     out = stage_deps.rewrite(text, "validate", stage)
     assert "- prenet/data\n" not in out and "      - prenet/data/schemas.py\n" in out and "      - data/external  # vendored\n" in out
     assert out.endswith("    params:\n      - seed\n")
+
+
+_DIST = [(n, st) for where, n, st in stage_deps._stages() if where == "distributed/dvc.yaml"]
+#: The predictor each distributable kind of work belongs to (pipeline/shard_kinds/).
+KIND_PREDICTOR = {"benchmark": "step_time", "corpus_prior": "early_success", "corpus_boundary": "early_success", "finetune": "convergence"}
+
+
+@pytest.mark.parametrize("name,stage", _DIST, ids=[n for n, _ in _DIST])
+def test_a_distributed_stage_depends_on_its_own_predictor_only(name, stage):
+    """A shard or merge stage imports its kind's module alone (pipeline.shards.kind), not every kind's."""
+    kind = next(k for k in sorted(KIND_PREDICTOR, key=len, reverse=True) if name in (f"{k}_shard", f"merge_{k}"))
+    own = KIND_PREDICTOR[kind]
+    foreign = [p for pred, prefixes in PREDICTOR_PACKAGES.items() if pred != own for p in prefixes]
+    crossing = [d for d in stage_deps.needed_deps(stage) if d.startswith(tuple(foreign))]
+    assert not crossing, f"{name} ({own}) imports another predictor's modules: {crossing}"

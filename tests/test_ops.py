@@ -211,3 +211,25 @@ def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():
 def test_justus_peaks_follow_cores_times_clock():
     for name, tflops in (("Tesla M60 (half board)", 4.825), ("Tesla K80 (half board)", 4.368), ("GTX 1080 Ti", 11.34)):
         assert get(name).peak_fp32_tflops == pytest.approx(tflops, rel=1e-3)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("device_type,precision", [("cpu", "fp32"), ("cpu", "bf16"), ("cuda", "fp32"), ("cuda", "fp16")])
+def test_the_meta_optimizer_step_traces_the_same_ops_as_torch_optim(optimizer, device_type, precision):
+    """The functional optimizer step of a meta trace (no torch.optim.Optimizer, so no torch._dynamo import) records
+    exactly the ops of torch.optim's first step: lazy state, foreach kernels on cuda, order."""
+    from dataclasses import asdict
+
+    from prenet import zoo
+    from prenet.ops import trace_step
+
+    for build in (
+        lambda: zoo.gpt_sdpa(batch_size=2, vocab=64, d=32, layers=1, heads=2, seq_len=8),
+        lambda: zoo.resnet18(batch_size=2, image_size=16),
+    ):
+        with torch.device("meta"):
+            module, batch = build()
+        kw = {"optimizer": optimizer, "precision": precision, "device_type": device_type}
+        fast, ref = trace_step(module, batch, **kw), trace_step(module, batch, via_torch_optim=True, **kw)
+        assert [asdict(r) for r in fast.records] == [asdict(r) for r in ref.records]
+        assert any(r.phase == "optimizer" for r in fast.records)

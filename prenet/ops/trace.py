@@ -321,6 +321,12 @@ class _Tracer(TorchDispatchMode):
             return ("optimizer", False)
         return self.stack[-1] if self.stack else ("(top)", False)
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """No ``torch._disable_dynamo`` wrapper around :meth:`__torch_dispatch__` (torch's hook for it): its first call
+        imports ``torch._dynamo``, ~2 s of a CLI answer on 2 cores, and the tracer never runs under ``torch.compile``."""
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = base_name(func)
@@ -452,6 +458,7 @@ def _run(
     real: bool,
     input_grad: bool = False,
     direction: str = "train_step",
+    via_torch_optim: bool = False,
 ) -> None:
     """One step under ``tracer``: forward and loss (autocast when asked), backward, optimizer step. ``direction``
     ``forward``: the forward alone (eval mode, no grad); ``forward_backward``: forward, then backward from a gradient of
@@ -461,7 +468,8 @@ def _run(
     layer = direction != "train_step" or input_grad
     module.train(direction != "forward")
     params = [p for p in module.parameters() if p.requires_grad]
-    opt = make_optimizer(optimizer, params, foreach=(device_type == "cuda") or None) if params else None
+    foreach = (device_type == "cuda") or None
+    opt = make_optimizer(optimizer, params, foreach=foreach) if params and (real or via_torch_optim) else None
     if input_grad and inputs.is_floating_point():
         inputs = inputs.detach().requires_grad_(True)
     names = tracer.names
@@ -524,9 +532,41 @@ def _run(
                 _unscale_records(tracer, module)
             if opt is not None:
                 opt.step()
+            elif params and not real:
+                meta_optimizer_step(optimizer, params, foreach=foreach)
     finally:
         h1.remove()
         h2.remove()
+
+
+def meta_optimizer_step(name: str, params: list[nn.Parameter], *, foreach: bool | None) -> None:
+    """The first step of :func:`~prenet.optimizers.make_optimizer`'s ``name`` on ``params``, through torch's functional
+    optimizers: the same ops as ``torch.optim.SGD/Adam(...).step()`` (their lazy state included; a test compares the
+    traces op by op), without constructing an ``Optimizer``, whose first use imports ``torch._dynamo`` (~2 s of a
+    CLI answer on 2 cores) for nothing on the meta device."""
+    from torch.optim.adam import adam
+    from torch.optim.sgd import sgd
+
+    from prenet.optimizers import TIMING_LR
+
+    with_grad = [p for p in params if p.grad is not None]
+    grads = [p.grad for p in with_grad]
+    with torch.no_grad():
+        if name == "sgd":
+            sgd(with_grad, grads, [None] * len(with_grad), weight_decay=0.0, momentum=0.0, lr=TIMING_LR, dampening=0.0, nesterov=False,
+                maximize=False, has_sparse_grad=False, foreach=foreach, fused=None, grad_scale=None, found_inf=None)  # fmt: skip
+        elif name == "adam":
+            steps, exp_avgs, exp_avg_sqs = [], [], []
+            scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+            for p in with_grad:  # Adam's lazy state, in its order
+                steps.append(torch.tensor(0.0, dtype=scalar, device="cpu"))
+                exp_avgs.append(torch.zeros_like(p, memory_format=torch.preserve_format))
+                exp_avg_sqs.append(torch.zeros_like(p, memory_format=torch.preserve_format))
+            adam(with_grad, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, has_complex=False, beta1=0.9, beta2=0.999,
+                 lr=TIMING_LR, weight_decay=0.0, eps=1e-8, maximize=False, foreach=foreach, capturable=False, differentiable=False,
+                 fused=None, grad_scale=None, found_inf=None, decoupled_weight_decay=False)  # fmt: skip
+        else:
+            raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
 def _unscale_records(tracer: _Tracer, module: nn.Module) -> None:
@@ -566,9 +606,11 @@ def trace_step(
     device_type: str = "cpu",
     direction: str = "train_step",
     input_grad: bool = False,
+    via_torch_optim: bool = False,
 ) -> StepTrace:
     """The ops of one training step of ``module`` on ``example_batch`` (a tensor, or ``(inputs, labels)``), traced on the
-    meta device. ``device_type`` (``cpu`` | ``cuda``) picks the autocast op lists and whether the optimizer uses foreach
+    meta device (the optimizer step through :func:`meta_optimizer_step`; ``via_torch_optim``: through ``torch.optim``,
+    the reference the tests compare it with). ``device_type`` (``cpu`` | ``cuda``) picks the autocast op lists and whether the optimizer uses foreach
     kernels, as torch does on that device. The module is copied (its weights are never touched). ``direction`` other
     than ``train_step``, or ``input_grad``, traces one layer as the benchmarks time it: the input requires grad and backward
     starts from a given output gradient (see :func:`_run`)."""
@@ -591,6 +633,7 @@ def trace_step(
         real=False,
         input_grad=input_grad or direction != "train_step",
         direction=direction,
+        via_torch_optim=via_torch_optim,
     )
     return StepTrace(
         tracer.records, precision, optimizer, device_type, [int(s) for s in inputs.shape], sum(int(p.numel()) for p in meta.parameters())

@@ -28,6 +28,49 @@ def _load(mdir: Path, name: str) -> dict[str, Any]:
     return json.loads(p.read_text()) if p.is_file() else {}
 
 
+#: Per record, the evaluations the default run leaves out (key paths) and the experiment that runs them: the Results take
+#: them from that experiment's committed reference run (``data/reference/<experiment>/plots``), marked in the row.
+FULL_ONLY: dict[str, tuple[tuple[str, ...], ...]] = {
+    "evaluate.json": (("unseen_hardware",), ("recipes", "prenet_recipe"), ("whole_model", "prenet_recipe")),
+    "evaluate_ops.json": (("whole_model", "prenet_recipe_fp32_mape_pct"),),
+    "outcome.json": (("leave_one_domain_out",), ("leave_one_optimizer_out",), ("group_ablation",)),
+}
+FULL = "experiment=full"
+
+
+def _get(rec: dict, path: tuple[str, ...]) -> Any:
+    for k in path:
+        rec = rec.get(k) if isinstance(rec, dict) else None
+    return rec
+
+
+def _with_reference(rec: dict, ref: dict, name: str) -> dict:
+    """``rec`` plus each :data:`FULL_ONLY` entry of ``name`` it lacks, from the reference run's record ``ref``; the
+    borrowed key paths are listed under ``"_reference"``."""
+    out = json.loads(json.dumps(rec))
+    borrowed = []
+    for path in FULL_ONLY.get(name, ()):
+        if _get(out, path) is None and (v := _get(ref, path)) is not None:
+            node = out
+            for k in path[:-1]:
+                node = node.setdefault(k, {})
+            node[path[-1]] = v
+            borrowed.append(path)
+    if borrowed:
+        out["_reference"] = borrowed
+    return out
+
+
+def _ref(rec: dict, *path: str) -> str:
+    """`` [experiment=full]`` when the figure at ``path`` came from the reference run (see :func:`_with_reference`)."""
+    return f" [{FULL}]" if any(tuple(path[: len(b)]) == tuple(b) for b in map(tuple, rec.get("_reference", []))) else ""
+
+
+def reference_info(metrics_dir: str | Path) -> dict[str, Any]:
+    """``run.json`` of the ``experiment=full`` reference run beside ``metrics_dir`` (``data/reference/full``), or {}."""
+    return _load(Path(metrics_dir).parent / "reference" / "full", "run.json")
+
+
 def _pct(v: float | None, digits: int = 1) -> str:
     return "–" if v is None else f"{v:.{digits}f} %"
 
@@ -55,6 +98,7 @@ def _step_time(ev: dict) -> list[Row]:
     u = ev.get("unseen_hardware", {})
     mem = wm.get("memory", {})
     gain = f" ({100 * (jus - pre) / jus:.0f} % lower)" if jus and pre else ""
+    pre_mark = _ref(ev, "recipes", "prenet_recipe")
     rows: list[Row] = [
         ("step time (PreNeT)", "this project", "published"),
         (
@@ -63,13 +107,17 @@ def _step_time(ev: dict) -> list[Row]:
             f"Justus {_pct(nf.get('justus2018_median_spread_pct'))})",
             "–",
         ),
-        ("computational features vs none: holdout MAPE, Justus recipe → PreNeT recipe", f"{_pct(jus)} → {_pct(pre)}{gain}", PUBLISHED["prenet"]),
+        (
+            "computational features vs none: holdout MAPE, Justus recipe → PreNeT recipe" + pre_mark,
+            f"{_pct(jus)} → {_pct(pre)}{gain}",
+            PUBLISHED["prenet"],
+        ),
     ]
     if u:
         m = u.get("mean_mape_pct", {})
         rows.append(
             (
-                f"unseen GPU (leave-one-GPU-out, {u.get('folds')} folds): mean layer MAPE, PreNeT recipe / roofline",
+                f"unseen GPU (leave-one-GPU-out, {u.get('folds')} folds): mean layer MAPE, PreNeT recipe / roofline" + _ref(ev, "unseen_hardware"),
                 f"{_pct(m.get('prenet_recipe'))} / {_pct(m.get('roofline'))}",
                 PUBLISHED["neusight"],
             )
@@ -77,7 +125,8 @@ def _step_time(ev: dict) -> list[Row]:
     if wm:
         rows.append(
             (
-                f"whole-model training step, local CPU ({wm.get('prenet', {}).get('overall', {}).get('n', 0)} zoo steps): MAPE prenet / PreNeT recipe",
+                f"whole-model training step, local CPU ({wm.get('prenet', {}).get('overall', {}).get('n', 0)} zoo steps): MAPE prenet / PreNeT recipe"
+                + _ref(ev, "whole_model", "prenet_recipe"),
                 f"{_pct(wm.get('prenet', {}).get('overall', {}).get('mape_pct'))} / {_pct(wm.get('prenet_recipe', {}).get('overall', {}).get('mape_pct'))} "
                 f"(noise floor {_pct(wm.get('noise_floor_median_spread_pct'))})",
                 "–",
@@ -119,7 +168,7 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
             (
                 f"unseen GPU (leave-one-GPU-out over {u.get('folds')} GPUs, forward ops): mean MAPE, op model / roofline; hardest GPU",
                 f"{_pct(u.get('mean_mape_pct'))}{ci(u, 'mean_mape_ci95')} / {_pct(u.get('roofline_mean_mape_pct'))}; {u.get('hardest', {}).get('hardware_id')} "
-                f"{_pct(u.get('hardest', {}).get('mape_pct'))} (PreNeT recipe on layer rows: {_pct(pre_logo)}; target ≤ 12 %)",
+                f"{_pct(u.get('hardest', {}).get('mape_pct'))} (PreNeT recipe on layer rows: {_pct(pre_logo)}{_ref(ev, 'unseen_hardware')}; target ≤ 12 %)",
                 PUBLISHED["neusight"],
             )
         )
@@ -127,7 +176,7 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
         rows.append(
             (
                 f"whole-model training step, local CPU, FP32 ({f32.get('n')} zoo steps): MAPE op model / PreNeT recipe / roofline",
-                f"{_pct(f32.get('mape_pct'))}{ci(f32, 'mape_ci95')} / {_pct(wm.get('prenet_recipe_fp32_mape_pct'))} / {_pct(f32.get('roofline_mape_pct'))} "
+                f"{_pct(f32.get('mape_pct'))}{ci(f32, 'mape_ci95')} / {_pct(wm.get('prenet_recipe_fp32_mape_pct'))}{_ref(eo, 'whole_model', 'prenet_recipe_fp32_mape_pct')} / {_pct(f32.get('roofline_mape_pct'))} "
                 f"(noise floor {_pct(f32.get('noise_floor_pct'))}; target ≤ 10 %)",
                 "–",
             )
@@ -264,13 +313,10 @@ def _outcome(oc: dict, cp: dict) -> list[Row]:
                 PUBLISHED[pub],
             )
         )
-    for name, res in (
-        ("leave-one-domain-out", oc.get("leave_one_domain_out", {})),
-        ("leave-one-optimizer-out", oc.get("leave_one_optimizer_out", {})),
-    ):
-        if res:
+    for name, key in (("leave-one-domain-out", "leave_one_domain_out"), ("leave-one-optimizer-out", "leave_one_optimizer_out")):
+        if res := oc.get(key, {}):
             cells = "; ".join(f"{g}: {_ci(v.get('epoch_2', {}).get('telemetry', {}), 'r2')}" for g, v in res.items())
-            rows.append((f"{name}: R² at epoch 2 (never saw the group; naive guess in outcome.json)", cells, "not published"))
+            rows.append((f"{name}: R² at epoch 2 (never saw the group; naive guess in outcome.json)" + _ref(oc, key), cells, "not published"))
     e2 = abl.get("epoch_2", {}).get("r2", {})
     if e2:
         rows.append(
@@ -298,8 +344,14 @@ def results_tables(metrics_dir: str | Path) -> list[list[Row]]:
     header row first) from ``metrics_dir``'s evaluate_ops, evaluate, convergence, forecast_cost, outcome and corpus metrics;
     absent metrics, no table."""
     mdir = Path(metrics_dir)
-    ev, cv, fcc = _load(mdir, "evaluate.json"), _load(mdir, "convergence.json"), cost_check_record(mdir)[0]
-    oc, cp, eo = _load(mdir, "outcome.json"), _load(mdir, "corpus.json"), _load(mdir, "evaluate_ops.json")
+    ref = mdir.parent / "reference" / "full" / "plots"
+
+    def load(name: str) -> dict[str, Any]:
+        rec = _load(mdir, name)
+        return _with_reference(rec, _load(ref, name), name) if rec and name in FULL_ONLY else rec
+
+    ev, cv, fcc = load("evaluate.json"), _load(mdir, "convergence.json"), cost_check_record(mdir)[0]
+    oc, cp, eo = load("outcome.json"), _load(mdir, "corpus.json"), load("evaluate_ops.json")
     return [
         t
         for t in (
@@ -320,14 +372,24 @@ def results_markdown(metrics_dir: str | Path) -> str:
         "",
         f"Measured by the last `make run` on its default configuration ({bm.get('hardware_id', 'local CPU')}, {bm.get('threads', 1)} thread, "
         "no GPU), read from `data/plots/*.json` (the stages' full records); the published figures are each paper's own claim on its own data and "
-        "hardware, quoted for scale, not reproduced here. Small default samples make some of these figures noisy: the "
-        "larger runs are described in the sections below.",
+        "hardware, quoted for scale, not reproduced here. Small default samples make some of these figures noisy. " + _reference_note(metrics_dir),
         "",
     ]
     for rows in results_tables(metrics_dir):
         lines += [f"| {' | '.join(rows[0])} |", "|---|---|---|", *(f"| {' | '.join(r)} |" for r in rows[1:]), ""]
     lines.append(END)
     return "\n".join(lines)
+
+
+def _reference_note(metrics_dir: str | Path) -> str:
+    info = reference_info(metrics_dir)
+    if not info:
+        return f"Rows marked [{FULL}] are evaluations the default run leaves out; `python scripts/reference_run.py {FULL}` measures them."
+    return (
+        f"Rows marked [{FULL}] are evaluations the default run leaves out, from the committed reference run of `{FULL}` "
+        f"(`{info.get('reproduce')}`: commit {info.get('commit')}, {info.get('started')}, {info.get('host')}, {info.get('threads')} thread; "
+        "records in `data/reference/full/`)."
+    )
 
 
 def replace_block(readme: str, block: str) -> str:
