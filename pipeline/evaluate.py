@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import torch
 from omegaconf import DictConfig
@@ -23,8 +22,7 @@ from prenet import zoo
 from prenet.data.split_rule import assign
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
-from prenet.memory.training import predict_training_memory
-from prenet.planner.intervals import RatioSet, StepTimeErrors, write_errors
+from prenet.planner.intervals import RatioSet, StepTimeErrors, interval_ratios, write_errors
 from prenet.recipe.metrics import error_metrics
 from prenet.recipe.model import StepTimeModel
 from prenet.recipe.predict import predict_recipe_step
@@ -68,8 +66,6 @@ def evaluate_whole_models(cfg: DictConfig, models: dict[str, StepTimeModel]) -> 
         with torch.device("meta"):
             module, batch = zoo.build(r["model"], r["batch_size"], cfg.models.get("sizes"))
         row = {k: r[k] for k in ("model", "batch_size", "optimizer", "measured_ms", "spread_rel")}
-        row["measured_memory_bytes"] = r.get("peak_memory_bytes")
-        row["predicted_memory_bytes"] = predict_training_memory(module, batch, r["optimizer"]).total_bytes
         for name, m in models.items():
             p = predict_recipe_step(
                 module, batch, hardware=hw, model=m, optimizer=r["optimizer"], threads=r["threads"], overhead_ms=overhead.get(r["optimizer"], 0.0)
@@ -84,29 +80,10 @@ def evaluate_whole_models(cfg: DictConfig, models: dict[str, StepTimeModel]) -> 
             "by_model": _grouped(df, ["model"], predicted=f"{name}_ms"),
         }
     summary["noise_floor_median_spread_pct"] = float(100 * df["spread_rel"].median())
-    mem = df.filter(pl.col("measured_memory_bytes").is_not_null())
-    if mem.height:
-        ratio = (mem["measured_memory_bytes"] / mem["predicted_memory_bytes"]).to_numpy()
-        summary["memory"] = {
-            **{
-                k: v
-                for k, v in error_metrics(mem["measured_memory_bytes"].to_numpy(), mem["predicted_memory_bytes"].to_numpy()).items()
-                if k != "rmse_ms"
-            },
-            "ratio_min": float(ratio.min()),
-            "ratio_median": float(np.median(ratio)),
-            "ratio_max": float(ratio.max()),
-            "by_model": {k: v["mape_pct"] for k, v in _grouped(mem, ["model"], "measured_memory_bytes", "predicted_memory_bytes").items()},
-        }
     return df, summary
 
 
-def interval_ratios(measured: np.ndarray, predicted: np.ndarray) -> list[float]:
-    """measured / predicted of each prediction, rounded (the empirical error distribution behind intervals)."""
-    return [round(float(v), 4) for v in np.asarray(measured, float) / np.asarray(predicted, float)]
-
-
-def intervals(whole: pl.DataFrame, logo: pl.DataFrame | None, coverage: float, memory_ratio_max: float | None) -> StepTimeErrors:
+def intervals(whole: pl.DataFrame, logo: pl.DataFrame | None, coverage: float) -> StepTimeErrors:
     """The error distributions behind the planner's intervals (``prenet.planner``): measured / predicted step time of
     every whole zoo step on the local CPU (recipe ``prenet``), and, for GPUs, the deciles of measured / predicted
     per layer on each held-out GPU of the leave-one-GPU-out evaluation (recipe ``prenet_recipe``: the same
@@ -116,7 +93,7 @@ def intervals(whole: pl.DataFrame, logo: pl.DataFrame | None, coverage: float, m
     if logo is not None and "ratio_deciles" in logo.columns:
         r = [v for row in logo.filter(pl.col("recipe") == "prenet_recipe")["ratio_deciles"].to_list() for v in row]
         gpu = RatioSet.measure(r, coverage, with_loo=False) if r else None
-    return StepTimeErrors(coverage, local, gpu, memory_ratio_max)
+    return StepTimeErrors(coverage, local, gpu)
 
 
 def evaluate_unseen_hardware(cfg: DictConfig) -> tuple[pl.DataFrame, dict]:
@@ -176,8 +153,7 @@ def evaluate(cfg: DictConfig) -> dict:
     else:  # a declared output: empty, with the columns it has when on (experiment=full)
         cols = {"recipe": pl.String, "held_out": pl.String, "op": pl.String, "mape_pct": pl.Float64}
         write_artifact(pl.DataFrame(schema=cols), cfg, "plots/unseen_hardware.csv")
-    mem_max = metrics["whole_model"].get("memory", {}).get("ratio_max")
-    errors = intervals(whole, logo, float(cfg.evaluate.get("interval_coverage", 0.8)), mem_max)
+    errors = intervals(whole, logo, float(cfg.evaluate.get("interval_coverage", 0.8)))
     write_errors(errors, Path(cfg.paths.intervals) / "step_time.json")
     metrics["intervals"] = errors.summary()
     record_metrics(cfg, "evaluate", metrics)

@@ -38,7 +38,6 @@ HEADLINE: dict[str, dict[str, tuple[str, ...]]] = {
     "evaluate": {
         "mape_pct": ("overall", "mape_pct"),
         "unseen_pct": ("unseen_hardware", "mean_mape_pct", "prenet_recipe"),
-        "mem_pct": ("whole_model", "memory", "mape_pct"),
     },
     "train_ops": {"eff_cpu": ("median_efficiency", "cpu"), "eff_gpu": ("median_efficiency", "gpu")},
     "evaluate_ops": {
@@ -46,6 +45,7 @@ HEADLINE: dict[str, dict[str, tuple[str, ...]]] = {
         "zoo_pct": ("whole_model", "fp32", "mape_pct"),
         "zoo_bf16_pct": ("whole_model", "bf16", "mape_pct"),
         "unseen_pct": ("unseen_gpu", "mean_mape_pct"),
+        "mem_pct": ("memory", "mape_pct"),
         "trace_s": ("trace_seconds", "gpt_1p3b_s"),
     },
     "pretrain": {"n": ("tasks_pretrained",)},

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pipeline.artifacts import read_artifact
+from pipeline.artifacts import artifact, read_artifact
 from pipeline.config import hydra_entry
 from pipeline.record import last_wall_times
 from prenet.data.io import read_table, write_text
@@ -266,11 +266,12 @@ STAGE_FIGURES = (
 )
 
 
-def _planner_section(ev: dict, intervals: Path, zoo, out: Path) -> str:
-    """Peak-memory check of the zoo and the error ratios behind `prenet plan`'s intervals."""
+def _planner_section(eo: dict, intervals: Path, zoo, out: Path) -> str:
+    """Peak-memory check of the zoo and the error ratios behind `prenet plan`'s intervals: what ``evaluate_ops`` and
+    ``evaluate_convergence`` measured (nothing of the PreNeT layer recipe)."""
     parts = []
-    mem = ev.get("whole_model", {}).get("memory")
-    if mem and "measured_memory_bytes" in zoo.columns:
+    mem = eo.get("memory")
+    if mem and zoo is not None and zoo.height:
         fig = summary_figures.memory_scatter(zoo, out / "memory_scatter.png")
         rows = {
             f"{r['model']} b{r['batch_size']} {r['optimizer']}": {
@@ -290,7 +291,7 @@ def _planner_section(ev: dict, intervals: Path, zoo, out: Path) -> str:
             + image(fig, "peak memory, predicted vs measured")
             + table(rows, ["measured MiB", "predicted MiB", "measured / predicted"], "zoo step")
         )
-    step = read_errors(intervals / "step_time.json", StepTimeErrors)
+    step = read_errors(intervals / "step_time_ops.json", StepTimeErrors)
     steps = read_errors(intervals / "steps.json", StepsErrors)
     assert isinstance(step, StepTimeErrors) and isinstance(steps, StepsErrors)
     groups: dict[str, RatioSet] = {}
@@ -470,7 +471,15 @@ def report(cfg: DictConfig) -> dict:
             "Unseen hardware (leave one GPU out)",
             _unseen_section(ev.get("unseen_hardware", {}), folds_csv) + (image(logo_fig, "MAPE per held-out GPU and recipe") if logo_fig else ""),
         ),
-        ("Planner: memory and intervals", _planner_section(ev, Path(cfg.paths.intervals), zoo, out)),
+        (
+            "Planner: memory and intervals",
+            _planner_section(
+                json.loads((mdir / "evaluate_ops.json").read_text()) if (mdir / "evaluate_ops.json").is_file() else {},
+                Path(cfg.paths.intervals),
+                read_artifact(cfg, "plots/memory_zoo.csv") if artifact(cfg, "plots/memory_zoo.csv").is_file() else None,
+                out,
+            ),
+        ),
         ("Validation (model selection)", table(tr["val"], METRIC_COLS, "op")),
         *_convergence_sections(mdir, Path(cfg.paths.plots)),
         *_outcome_sections(mdir, Path(cfg.paths.plots), out),

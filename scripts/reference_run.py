@@ -31,6 +31,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("overrides", nargs="+", help="Hydra overrides, e.g. experiment=full")
     ap.add_argument("--name", help="folder under data/reference (default: the experiment's name)")
+    ap.add_argument("--from", dest="start", help="resume at this stage (the earlier stages' outputs are in the work folder)")
     ap.add_argument("--work", type=Path, default=ROOT / "data" / "reference_work", help="where tables and models go (default: %(default)s)")
     args = ap.parse_args()
     name = args.name or next((o.split("=", 1)[1] for o in args.overrides if o.startswith("experiment=")), None)
@@ -43,7 +44,8 @@ def main() -> int:
     cfg = compose([*args.overrides, "progress=false", *paths])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     started, t0 = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), time.monotonic()
-    for stage in STAGES:
+    stages = list(STAGES)[list(STAGES).index(args.start) :] if args.start else list(STAGES)
+    for stage in stages:
         print(f"reference run {name}: {stage}", flush=True)
         run_guarded(lambda: getattr(importlib.import_module(f"pipeline.{stage}"), stage)(cfg))
     info = {
@@ -53,6 +55,7 @@ def main() -> int:
         "threads": int(cfg.threads),
         "started": started,
         "wall_s": round(time.monotonic() - t0, 1),
+        **({"resumed_from": args.start} if args.start else {}),
         "reproduce": f"python scripts/reference_run.py {' '.join(args.overrides)}",
     }
     (out / "run.json").write_text(json.dumps(info, indent=1) + "\n")

@@ -29,6 +29,7 @@ def scratch_repo(tmp_path):
     return copy_project(tmp_path, COPY)
 
 
+@pytest.mark.slow  # 20 s to 6 min on 2 cores: `make test-slow` runs it (CI too)
 def test_retrain_flow_runs_every_stage_through_dvc(prefect_harness, scratch_repo):
     from pipeline.flows import retrain
 

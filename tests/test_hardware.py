@@ -67,6 +67,7 @@ def test_peak_formula_and_simd():
     assert cpu_peak_tflops(1, 2000, 512, 2) == pytest.approx(0.128)
 
 
+@pytest.mark.slow  # 20 s to 6 min on 2 cores: `make test-slow` runs it (CI too)
 def test_local_cpu_detection_measures_bandwidth():
     s = detect_cpu(threads=1, bandwidth_mb=32)
     assert s.kind == "cpu" and s.cores == 1 and s.peak_fp32_tflops > 0

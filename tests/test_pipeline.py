@@ -71,6 +71,7 @@ def test_train_stage_guard_fires_on_a_leaked_dev_table(tiny_run, tmp_path):
         train(c)
 
 
+@pytest.mark.slow  # 20 s to 6 min on 2 cores: `make test-slow` runs it (CI too)
 @pytest.mark.parametrize("predictor", ["linear", "mlp", "random_forest"])
 def test_each_predictor_gives_comparable_metrics(tiny_run, tmp_path, predictor):
     root, cfg, _ = tiny_run
@@ -95,6 +96,7 @@ def test_each_predictor_gives_comparable_metrics(tiny_run, tmp_path, predictor):
     assert set(ev["by_op"]) == set(base["by_op"]) and set(ev["overall"]) == set(base["overall"])
 
 
+@pytest.mark.slow  # 20 s to 6 min on 2 cores: `make test-slow` runs it (CI too)
 def test_hydra_cli_runs_the_same_stage_function(tiny_run, tmp_path):
     root, cfg, _ = tiny_run
     args = [a for a in tiny_overrides(root) if not a.startswith(("paths.models", "paths.metrics", "paths.plots"))]

@@ -86,6 +86,7 @@ def test_a_stage_with_a_bad_predictor_setting_is_one_line_exit_2(tiny_cfg):
     assert e.value.code == 2
 
 
+@pytest.mark.slow  # 20 s to 6 min on 2 cores: `make test-slow` runs it (CI too)
 def test_commands_resolve_project_paths_from_any_directory(tmp_path):
     """Run from a folder outside the project: defaults and composed paths point into the project root, and a
     missing artifact is one line naming the project's path (never a traceback, never a cwd-relative path)."""

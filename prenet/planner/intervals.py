@@ -167,16 +167,20 @@ def loo_coverage(ratios: list[float], coverage: float) -> float | None:
     return float(np.mean(hits))
 
 
+def interval_ratios(measured: Sequence[float] | np.ndarray, predicted: Sequence[float] | np.ndarray) -> list[float]:
+    """measured / predicted of each prediction, rounded (the empirical error distribution behind intervals)."""
+    return [round(float(v), 4) for v in np.asarray(measured, float) / np.asarray(predicted, float)]
+
+
 def load_intervals(intervals_dir: str | Path, *, steps_target: str | None = None, steps_source: str = "forecast") -> Intervals:
     """The planner's intervals from the typed records the pipeline's evaluation stages wrote in ``intervals_dir``
-    (``paths.intervals``): step time from the op-level evaluation when present, else the PreNeT-recipe one; memory
-    from the latter; steps to ``steps_target`` (e.g. ``relative_eps=0.1``) of ``steps_source`` from the convergence
+    (``paths.intervals``): step time and memory from the op-level evaluation (``evaluate_ops``; the PreNeT recipe's
+    record only when that is absent, as in an older run); steps to ``steps_target`` (e.g. ``relative_eps=0.1``) of ``steps_source`` from the convergence
     evaluation, or of the closest measured target when that one has none."""
     d = Path(intervals_dir)
-    base = read_errors(d / "step_time.json", StepTimeErrors)
     ops_path = d / "step_time_ops.json"
-    step = read_errors(ops_path, StepTimeErrors) if ops_path.is_file() else base
-    assert isinstance(base, StepTimeErrors) and isinstance(step, StepTimeErrors)
+    step = read_errors(ops_path if ops_path.is_file() else d / "step_time.json", StepTimeErrors)
+    assert isinstance(step, StepTimeErrors)
     steps = None
     if steps_target is not None:
         cv = read_errors(d / "steps.json", StepsErrors)
@@ -197,7 +201,7 @@ def load_intervals(intervals_dir: str | Path, *, steps_target: str | None = None
         step_local=list(step.local_whole_model.ratios) if step.local_whole_model else [],
         step_gpu=list(step.unseen_gpu.ratios) if step.unseen_gpu else [],
         steps=steps,
-        memory_ratio_max=base.memory_ratio_max,
+        memory_ratio_max=step.memory_ratio_max,
         coverage=step.coverage,
     )
 

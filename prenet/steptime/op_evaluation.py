@@ -55,3 +55,19 @@ def leave_one_gpu_out(gpu_ops: pl.DataFrame, *, params: dict[str, Any], threads:
                 }
             )
     return pl.DataFrame(out)
+
+
+def errors_by(df: pl.DataFrame, by: list[str]) -> list[dict]:
+    """Per group of ``by``: rows, MAPE, median APE, the roofline's MAPE and the noise floor (%) of op predictions."""
+    e = df.with_columns(
+        pl.Series("ape", ape(df["predicted_ms"].to_numpy(), df["measured_ms"].to_numpy())),
+        pl.Series("roof_ape", ape(df["roofline_ms"].to_numpy(), df["measured_ms"].to_numpy())),
+    )
+    out = e.group_by(by).agg(
+        pl.len().alias("rows"),
+        pl.col("ape").mean().alias("mape_pct"),
+        pl.col("ape").median().alias("median_ape_pct"),
+        pl.col("roof_ape").mean().alias("roofline_mape_pct"),
+        (pl.col("spread_rel").median() * 100).alias("noise_floor_pct"),
+    )
+    return out.sort(by).to_dicts()
