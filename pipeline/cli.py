@@ -379,7 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--models", default=str(artifact_path("models_ops")), help="op-level step-time models (default: %(default)s)")
     st.add_argument("--json", action="store_true", help="print the prediction as JSON")
     st.set_defaults(func=_cmd_predict_step_time)
-    pl_ = psub.add_parser("layers", help="one prediction per row of a layer CSV (format: README, 'Layer CSV')")
+    pl_ = psub.add_parser("layers", help="one prediction per row of a layer CSV (format: docs/step_time.md, 'Layer CSV')")
     pl_.add_argument("--hardware", required=True, help="catalog name, 'local' or spec.yaml")
     pl_.add_argument("--input", required=True, help="CSV: op, the op's shape columns, direction, dtype[, optimizer]")
     pl_.add_argument("--output", required=True, help="CSV written atomically: the input plus predicted_ms")

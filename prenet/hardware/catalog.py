@@ -140,7 +140,7 @@ def resolve_name(name: str) -> str:
     hint = f" Closest matches: {', '.join(suggestions)}." if suggestions else ""
     raise UnknownHardwareError(
         f"unknown hardware {name!r}.{hint} Run `prenet hardware list` for every name, "
-        "use 'local' for this machine, or describe the device in a YAML spec file (see README)."
+        "use 'local' for this machine, or describe the device in a YAML spec file (docs/hardware.md)."
     )
 
 

@@ -167,7 +167,7 @@ def detect_cuda(index: int = 0) -> HardwareSpec:
             continue
     raise PrenetError(
         f"CUDA device {name!r} is not in the hardware catalog; describe it in a YAML spec file "
-        "(see README, 'Hardware spec files') and pass its path as the hardware"
+        "(docs/hardware.md, spec files) and pass its path as the hardware"
     )
 
 

@@ -64,7 +64,7 @@ def render_table(plan: Plan, rows: list[PlanRow]) -> str:
         lines.append(f"{r.hardware[:22]:<22} {format_step(r.step_seconds):>7}  {wall:<19} {cost:<19} {fit:<7}")
     lines += [
         "",
-        f"[{pct}%]: interval from the predictors' measured holdout errors (README: Planning).",
+        f"[{pct}%]: interval from the predictors' measured holdout errors (docs/planning.md).",
         "memory: fits; tight = not if under-predicted as much as the worst zoo step;",
         "NO = does not fit (a GPU keeps 1 GiB for CUDA); ? = device memory unknown.",
     ]
