@@ -153,8 +153,8 @@ def ops_by_precision(out: Path, budget_s: float) -> None:
 
 
 def convergence(out: Path) -> None:
-    from prenet.convergence import finetune as ft
     from prenet.convergence import targets
+    from prenet.convergence import training as ft
     from prenet.convergence.forecaster import forecast
     from prenet.convergence.nets import with_new_head
     from prenet.convergence.ntk import empirical_ntk, relative_error

@@ -79,7 +79,6 @@ def _corpus_tables(cfg: DictConfig, rows: list[dict]) -> list[Path]:
 
     out = Path(cfg.paths.distributed)
     from pipeline.corpus import generating_settings
-    from pipeline.shards import corpus_from_merged
 
     runs, tel = corpus_from_merged(cfg)
     folder = out / "corpus"
