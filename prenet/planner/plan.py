@@ -344,7 +344,10 @@ def make_plan(
     if optimizer not in ("sgd", "adam"):
         raise PrenetError(f"--optimizer must be sgd or adam, got {optimizer!r}")
     names = list(hardware) if hardware else ["local", *sorted(catalog())]
-    specs = {n: resolve(n, threads=threads, local_record=local_record) for n in names}  # unknown names fail here, before any work
+    from prenet.hardware.local import recorded_cpu
+
+    recorded = recorded_cpu(local_record, threads) if "local" in names else None  # read once: the spec and the note
+    specs = {n: recorded or resolve(n, threads=threads) if n == "local" else resolve(n, threads=threads) for n in names}  # unknown names fail here
     alias_notes = [note for n in (hardware or []) if (note := alias_note(n))]
     module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
     label = model if isinstance(model, str) else type(module).__name__
@@ -353,14 +356,11 @@ def make_plan(
     memory = predict_training_memory(module, batch, "sgd_momentum" if optimizer == "sgd" and momentum > 0 else optimizer)
     fc_info = None
     notes: list[str] = list(alias_notes)
-    if "local" in specs:
-        from prenet.hardware.local import recorded_cpu
-
-        if recorded_cpu(local_record, threads) is None:
-            notes.append(
-                f"local: no benchmark record of this CPU at {threads} thread(s) ({local_record or 'none given'}): its peaks and "
-                "bandwidth were measured now, and its step times extrapolate from the CPU the op models were trained on"
-            )
+    if "local" in specs and recorded is None:
+        notes.append(
+            f"local: no benchmark record of this CPU at {threads} thread(s) ({local_record or 'none given'}): its peaks and "
+            "bandwidth were measured now, and its step times extrapolate from the CPU the op models were trained on"
+        )
     op_model = EfficiencyModel.load(models_dir)  # what every plan needs is read before any forecast runs: a missing file fails fast
     if target is not None:
         if target_value is None or not finetune:
