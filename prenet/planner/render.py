@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from prenet.memory.training import GIB
 from prenet.planner.plan import Plan, PlanRow
 
@@ -68,5 +70,7 @@ def render_table(plan: Plan, rows: list[PlanRow]) -> str:
         "memory: fits; tight = not if under-predicted as much as the worst zoo step;",
         "NO = does not fit (a GPU keeps 1 GiB for CUDA); ? = device memory unknown.",
     ]
-    lines += plan.notes
-    return "\n".join(line if len(line) <= 80 else line[:79] + "…" for line in lines)
+    table = "\n".join(line if len(line) <= 80 else line[:79] + "…" for line in lines)
+    # notes are sentences (some name a path): wrapped, never cut
+    notes = [w for n in plan.notes for w in textwrap.wrap(n, 80, subsequent_indent="  ", break_on_hyphens=False)]
+    return "\n".join([table, *notes]) if notes else table
