@@ -25,6 +25,19 @@ def test_forest_matches_xgboost_with_missing_values_and_uneven_trees(tmp_path):
     np.testing.assert_allclose(forest.predict(test), b.predict(xgb.DMatrix(test)), rtol=1e-6, atol=1e-5)
     b.save_model(str(tmp_path / "m.json"))
     np.testing.assert_allclose(Forest.load(tmp_path / "m.json").predict(test), forest.predict(test))
+    forest.save(tmp_path / "f.json")  # the JSON and its array twin
+    twin = Forest.load(tmp_path / "f.json")
+    np.testing.assert_array_equal(twin.predict(test), forest.predict(test))
+    assert (twin.depth, twin.feature_names, twin.raw) == (forest.depth, forest.feature_names, forest.raw)
+
+
+def test_forest_ignores_an_array_twin_of_another_model(tmp_path):
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(200, 3)), rng.normal(size=200)
+    one, two = (Forest.from_json(bytes(_booster(x, y * s).save_raw("json"))) for s in (1.0, -1.0))
+    one.save(tmp_path / "m.json")
+    (tmp_path / "m.json").write_bytes(two.raw)  # the JSON replaced, its old twin left beside it
+    np.testing.assert_array_equal(Forest.load(tmp_path / "m.json").predict(x), two.predict(x))
 
 
 def test_forest_refuses_what_it_cannot_read(tmp_path):

@@ -77,6 +77,7 @@ def trace_saved(module: nn.Module, example_batch: Any) -> tuple[list[int], list[
     import copy
 
     from prenet.graph.walk import _on_meta
+    from prenet.meta_device import without_compiler_imports
 
     meta = module if _on_meta(module) else copy.deepcopy(module).to("meta")
     inputs, labels = unpack_example(example_batch)
@@ -105,7 +106,7 @@ def trace_saved(module: nn.Module, example_batch: Any) -> tuple[list[int], list[
     was_training = meta.training
     meta.train()
     try:
-        with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with without_compiler_imports(), torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             training_loss(meta(x), y)
     finally:
         meta.train(was_training)
