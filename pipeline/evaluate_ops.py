@@ -24,6 +24,7 @@ from prenet.memory.evaluation import memory_summary, zoo_memory
 from prenet.planner.intervals import RatioSet, StepTimeErrors, interval_ratios, write_errors
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.op_evaluation import ape, errors_by, leave_one_gpu_out, predict_rows
+from prenet.steptime.reference_evaluation import dle_summary, dle_whole_model
 from prenet.steptime.zoo_evaluation import fallback_table, mean_ci, trace_seconds, whole_model_predictions, whole_model_summary
 
 
@@ -51,6 +52,7 @@ def evaluate_ops(cfg: DictConfig) -> dict:
             "roofline_mape_pct": float(ape(pred["roofline_ms"].to_numpy(), pred["measured_ms"].to_numpy()).mean()),
             "by_device_precision": errors_by(pred, ["device", "precision"]),
             "by_family": errors_by(pred, ["device", "family"]),
+            "by_family_unit": errors_by(pred.filter(pl.col("device") == "gpu"), ["family", "unit"]),
         },
     }
     logo = None
@@ -59,7 +61,9 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         logo = leave_one_gpu_out(gpu_dev, params=OmegaConf.to_container(cfg.ops.efficiency.params, resolve=True), threads=int(cfg.threads))
         write_artifact(logo.drop("ratio_deciles"), cfg, "plots/op_unseen_gpu.csv")
         per_gpu = logo.group_by("hardware_id").agg(((pl.col("mape") * pl.col("rows")).sum() / pl.col("rows").sum()).alias("mape")).sort("mape")
-        per_fam = logo.group_by("family").agg(pl.col("mape").mean(), pl.col("roofline_mape").mean()).sort("family")
+        per_fam = (
+            logo.group_by("family", "unit").agg(pl.col("mape").mean(), pl.col("roofline_mape").mean(), pl.col("rows").sum()).sort("family", "unit")
+        )
         worst = per_gpu.row(-1, named=True)
         metrics["unseen_gpu"] = {
             "folds": per_gpu.height,
@@ -67,8 +71,9 @@ def evaluate_ops(cfg: DictConfig) -> dict:
             "mean_mape_ci95": mean_ci(per_gpu["mape"].to_numpy()),
             "roofline_mean_mape_pct": float(logo["roofline_mape"].mean()),
             "per_gpu": {r["hardware_id"]: round(r["mape"], 1) for r in per_gpu.iter_rows(named=True)},
+            # per family and arithmetic unit (fp32 beside the measured TF32/FP16/BF16 kernels): mean over the held-out GPUs
             "per_family": {
-                r["family"]: {"mape_pct": round(r["mape"], 1), "roofline_mape_pct": round(r["roofline_mape"], 1)}
+                f"{r['family']}/{r['unit']}": {"mape_pct": round(r["mape"], 1), "roofline_mape_pct": round(r["roofline_mape"], 1), "rows": r["rows"]}
                 for r in per_fam.iter_rows(named=True)
             },
             "hardest": {"hardware_id": worst["hardware_id"], "mape_pct": round(worst["mape"], 1)},
@@ -82,6 +87,10 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     )
     write_artifact(w, cfg, "plots/op_zoo.csv")
     metrics["whole_model"] = {p: whole_model_summary(w.filter(pl.col("precision") == p)) for p in ("fp32", "bf16")}
+    if cfg.ops.evaluate.get("dle_whole_model", True):  # published GPU training throughput, AMP/TF32/FP32 (never fitted on)
+        dle = dle_whole_model(model)
+        write_artifact(dle, cfg, "plots/op_dle.csv")
+        metrics["dle_whole_model"] = dle_summary(dle)
     mem = zoo_memory(fp32, cfg.models.get("sizes"))  # the planner's memory fit, measured (prenet/memory/evaluation.py)
     write_artifact(mem, cfg, "plots/memory_zoo.csv")
     metrics["memory"] = memory_summary(mem)

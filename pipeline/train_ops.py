@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.artifacts import read_artifact, write_artifact
 from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
+from prenet.data.external_kernels import load_kernel_ops
 from prenet.data.external_ops import load_gpu_ops
 from prenet.data.schemas import OpTimings
 from prenet.data.split_rule import SplitRule, assert_no_holdout, assign_frame
@@ -48,9 +49,10 @@ def all_ops(cfg: DictConfig) -> pl.DataFrame:
 def train_ops(cfg: DictConfig) -> dict:
     """Write ``paths.gpu_op_timings`` (vendored timings as ops), ``paths.models_ops`` and ``metrics/train_ops.json``."""
     t0 = time.monotonic()
-    gpu = load_gpu_ops(int(cfg.ops.external.max_rows_per_gpu)).with_columns(
-        pl.lit("fp32").alias("precision"), pl.lit(0, dtype=pl.Int64).alias("threads")
-    )
+    gpu = load_gpu_ops(int(cfg.ops.external.max_rows_per_gpu)).with_columns(pl.lit("fp32").alias("precision"))
+    if cfg.ops.external.get("kernel_tables", True):  # measured FP16/BF16/TF32 kernels (DeepBench, XLA's H100 table)
+        gpu = pl.concat([gpu, load_kernel_ops()], how="diagonal_relaxed")
+    gpu = gpu.with_columns(pl.lit(0, dtype=pl.Int64).alias("threads"))
     write_artifact(gpu, cfg, "gpu_op_timings")
     rule = op_split_rule(cfg)
     ops = all_ops(cfg)

@@ -93,6 +93,8 @@ DATA_READ: dict[str, tuple[str, ...]] = {
     "prenet/hardware/catalog.py": ("data/hardware/gpu_specs.csv", "data/external/justus2018/justus_gpu_specs.csv"),
     "prenet/data/external.py": ("data/external/justus2018", "data/external/neusight2025"),
     "prenet/data/external_ops.py": ("data/external/neusight2025",),
+    "prenet/data/external_kernels.py": ("data/external/deepbench", "data/external/xla_perf_tables"),
+    "prenet/steptime/reference_evaluation.py": ("data/external/dle2024",),
 }
 
 

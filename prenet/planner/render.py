@@ -45,12 +45,16 @@ def render_table(plan: Plan, rows: list[PlanRow]) -> str:
     m = plan.memory
     shape = "x".join(str(v) for v in plan.input_shape)
     top = rows[0] if rows else None
-    mix = ", ".join(f"{f} {100 * v:.0f}%" for f, v in sorted((top.family_share if top else {}).items(), key=lambda kv: -kv[1])[:4])
+    head = f"time by op family on {top.hardware[:18]}: " if top else ""
+    shares = [f"{f} {100 * v:.0f}%" for f, v in sorted((top.family_share if top else {}).items(), key=lambda kv: -kv[1])[:4] if v >= 0.005]
+    while shares and len(head + ", ".join(shares)) > 80:  # the largest families that fit the line
+        shares.pop()
+    mix = ", ".join(shares)
     lines = [
         f"{plan.model[:40]} · batch {plan.batch_size} · {plan.optimizer} · {plan.precision}"
         + (f" · {plan.dataset_size:,} samples" if plan.dataset_size else ""),
         f"input {shape} · {plan.params / 1e6:,.1f} M parameters",
-        *([f"time by op family on {top.hardware[:18]}: {mix}"] if mix else []),
+        *([head + mix] if mix else []),
         f"steps: {plan.steps:,} ({plan.steps_from})"
         + (f", {pct}% interval {plan.steps_low:,}–{plan.steps_high:,}" if plan.steps_from == "forecast" else ""),
         f"peak training memory: {m.total_bytes / GIB:.2f} GiB",

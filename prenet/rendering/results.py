@@ -158,12 +158,26 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
     if u:
         rows.append(
             (
-                f"unseen GPU (leave-one-GPU-out over {u.get('folds')} GPUs, forward ops): mean MAPE, op model / roofline; hardest GPU",
+                f"unseen GPU (leave-one-GPU-out over {u.get('folds')} GPUs; forward ops, DeepBench's backward convolutions): mean MAPE, op model / roofline; hardest GPU",
                 f"{_pct(u.get('mean_mape_pct'))}{ci(u, 'mean_mape_ci95')} / {_pct(u.get('roofline_mean_mape_pct'))}; {u.get('hardest', {}).get('hardware_id')} "
                 f"{_pct(u.get('hardest', {}).get('mape_pct'))} (PreNeT recipe on layer rows: {_pct(pre_logo)}{_ref(ev, 'unseen_hardware')}; target ≤ 12 %)",
                 PUBLISHED["neusight"],
             )
         )
+        fam = u.get("per_family", {})
+        low = {k: v for k, v in fam.items() if k.split("/")[-1] != "fp32"}
+        if low:  # the measured TF32/FP16/BF16 kernels, beside the same families in FP32
+            shown = sorted({k.split("/")[0] for k in low})
+            rows.append(
+                (
+                    "unseen GPU by family and arithmetic unit (mean MAPE over held-out GPUs, op model / roofline)",
+                    "; ".join(
+                        f"{k} {_pct(v['mape_pct'])} / {_pct(v['roofline_mape_pct'])}" for k, v in sorted(fam.items()) if k.split("/")[0] in shown
+                    )
+                    + " (target: mixed-precision whole model ≤ 15 %)",
+                    "–",
+                )
+            )
     if f32:
         rows.append(
             (

@@ -28,7 +28,8 @@ def predict_rows(model: EfficiencyModel, frame: pl.DataFrame, specs: dict[str, H
 
 
 def leave_one_gpu_out(gpu_ops: pl.DataFrame, *, params: dict[str, Any], threads: int = 1) -> pl.DataFrame:
-    """For every GPU: train on the other GPUs' ops, predict this GPU's from its spec sheet. One row per (GPU, family):
+    """For every GPU: train on the other GPUs' ops, predict this GPU's from its spec sheet. One row per (GPU, family,
+    arithmetic unit: fp32 | tf32 | fp16 | bf16):
     ``mape`` (model), ``roofline_mape`` (pure roofline, efficiency 1), ``median_ape``, ``rows``, ``ratio_deciles`` (deciles of
     measured / predicted: the planner's GPU interval)."""
     specs = {h: get(h) for h in gpu_ops.get_column("hardware_id").unique().to_list()}
@@ -38,8 +39,8 @@ def leave_one_gpu_out(gpu_ops: pl.DataFrame, *, params: dict[str, Any], threads:
         test = gpu_ops.filter(pl.col("hardware_id") == held)
         model = EfficiencyModel.fit(by_device(train, specs), params=params, threads=threads)
         pred = model.predict(test, specs[held])
-        for fam in pred.get_column("family").unique().sort().to_list():
-            p = pred.filter(pl.col("family") == fam)
+        for fam, unit in pred.select("family", "unit").unique().sort(["family", "unit"]).iter_rows():
+            p = pred.filter((pl.col("family") == fam) & (pl.col("unit") == unit))
             t = p.get_column("measured_ms").to_numpy()
             e = ape(p.get_column("predicted_ms").to_numpy(), t)
             ratio = t / p.get_column("predicted_ms").to_numpy()
@@ -47,6 +48,7 @@ def leave_one_gpu_out(gpu_ops: pl.DataFrame, *, params: dict[str, Any], threads:
                 {
                     "hardware_id": held,
                     "family": fam,
+                    "unit": unit,
                     "rows": p.height,
                     "mape": float(e.mean()),
                     "median_ape": float(np.median(e)),
