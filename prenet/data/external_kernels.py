@@ -28,7 +28,7 @@ DEEPBENCH_PRECISIONS = {"fp32": (torch.float32, "fp32"), "fp16_in_fp32_acc": (to
 XLA_GPUS = {"sm_90": "H100 SXM5 80GB"}
 XLA_DTYPES = {"bf16xbf16->bf16": (torch.bfloat16, "bf16"), "f32xf32->f32": (torch.float32, "tf32")}
 _RECORD_COLS = [k for k in OP_SCHEMA if k not in ("measured_ms", "spread_rel")]
-_OUT = ["source", "kind", "hardware_id", "config_id", "precision", "tf1", *_RECORD_COLS, "measured_ms"]
+_OUT = ["source", "kind", "hardware_id", "config_id", "precision", "tf1", "kernel_only", *_RECORD_COLS, "measured_ms"]
 
 
 def _m(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -93,6 +93,7 @@ def load_deepbench_ops(root: Path | None = None) -> pl.DataFrame:
                 "config_id": cid,
                 "precision": prec,
                 "tf1": 0,
+                "kernel_only": 1,
                 **op,
                 "measured_ms": float(r["time_ms"]),
             }
@@ -117,6 +118,7 @@ def load_deepbench_ops(root: Path | None = None) -> pl.DataFrame:
                     "config_id": cid,
                     "precision": prec,
                     "tf1": 0,
+                    "kernel_only": 1,
                     **op,
                     "measured_ms": ms,
                 }
@@ -141,6 +143,7 @@ def load_xla_matmul_ops(root: Path | None = None) -> pl.DataFrame:
                 "config_id": f"xla_matmul,{r['b']},{r['m']},{r['n']},{r['k']}",
                 "precision": prec,
                 "tf1": 0,
+                "kernel_only": 1,
                 **op,
                 "measured_ms": float(r["derived_time_us"]) / 1e3,
             }
@@ -156,6 +159,7 @@ def _frame(rows: list[dict]) -> pl.DataFrame:
         "config_id": pl.String,
         "precision": pl.String,
         "tf1": pl.Int64,
+        "kernel_only": pl.Int64,
         **{k: OP_SCHEMA[k] for k in _RECORD_COLS},
         "measured_ms": pl.Float64,
     }

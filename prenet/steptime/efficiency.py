@@ -54,6 +54,7 @@ FEATURES: tuple[str, ...] = (
     "unit_code",
     "phase_code",
     "tf1",
+    "kernel_only",
     "hw_log2_l2",
     "layout",
     "align_m",
@@ -150,6 +151,9 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
     waves = np.ceil(tiles / sms)
     l2_bytes = (hw.l2_mb or 1.0) * 2**20
     tf1 = frame.get_column("tf1").to_numpy().astype(float) if "tf1" in frame.columns else np.zeros(frame.height)
+    # 1 for a bare kernel's time (DeepBench, XLA: no framework dispatch around it); 0 for an op timed in PyTorch and for
+    # every op of a step prenet predicts
+    kernel_only = frame.get_column("kernel_only").fill_null(0).to_numpy().astype(float) if "kernel_only" in frame.columns else np.zeros(frame.height)
     cols = {
         "log2_flops": _log2(g["flops"]),
         "log2_bytes": _log2(g["bytes"]),
@@ -170,6 +174,7 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
         "unit_code": np.array([_UNIT_CODE.get(u, 0.0) for u in frame.get_column("unit").to_list()]),
         "phase_code": np.array([_PHASE_CODE.get(p, 0.0) for p in frame.get_column("phase").to_list()]),
         "tf1": tf1,
+        "kernel_only": kernel_only,
         "layout": frame.get_column("layout").to_numpy().astype(float) if "layout" in frame.columns else np.zeros(frame.height),
         "hw_log2_l2": np.full(frame.height, math.log2(hw.l2_mb or 1.0)),
         "align_m": alignment(g["m"]),
