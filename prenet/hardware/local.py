@@ -37,6 +37,15 @@ def simd_width_bits(flags: set[str]) -> int:
     return 128
 
 
+def bf16_units(flags: set[str]) -> str:
+    """The CPU's native BF16 arithmetic, from its feature flags: ``amx_bf16`` (AMX tiles), ``avx512_bf16`` (AVX-512
+    dot products), ``bf16`` (Arm's BF16 extension), or ``none`` (oneDNN converts BF16 to FP32 and back)."""
+    for flag in ("amx_bf16", "avx512_bf16", "bf16"):
+        if flag in flags:
+            return flag
+    return "none"
+
+
 def cpu_peak_tflops(threads: int, clock_mhz: float, simd_bits: int, fma_units: int = 2) -> float:
     """Peak FP32 TFLOP/s = threads × clock × (SIMD width / 32 bits) × FMA units × 2 FLOPs per FMA."""
     return threads * clock_mhz * 1e6 * (simd_bits / 32) * fma_units * 2 / 1e12
@@ -135,6 +144,7 @@ def detect_cpu(threads: int = 1, bandwidth_mb: int = 256) -> HardwareSpec:
             "logical_cpus": cores,
             "threads": used,
             "simd_peak_fp32_tflops": cpu_peak_tflops(used, clock, simd),
+            "bf16_units": bf16_units(flags),
         },
     )
 

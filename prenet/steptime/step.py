@@ -102,6 +102,8 @@ def _summarize(trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_m
             f"{100 * float(fallback['predicted_ms'].sum()) / max(total_ms, 1e-12):.1f} % of the time has no {hw.kind} "
             f"measurements of its own family: {kinds}"
         )
+    if hw.kind == "cpu" and trace.precision == "bf16" and (note := cpu_bf16_note(hw)):
+        notes.append(note)
     top_rows = ops.sort("predicted_ms", descending=True).head(top).select("op", "family", "phase", "module", "shapes", "predicted_ms", "estimate")
     pred = StepPrediction(
         step_seconds=(total_ms + overhead_ms) / 1e3,
@@ -119,6 +121,24 @@ def _summarize(trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_m
         top_ops=top_rows.to_dicts(),
     )
     return pred, ops
+
+
+def cpu_bf16_note(hw: HardwareSpec) -> str | None:
+    """How ``hw`` (a CPU) runs BF16, as its detection found it: native units or conversion, and the measured GEMM peaks
+    the answer's BF16 ops are scaled by."""
+    if not hw.peak_bf16_tflops:
+        return None
+    units = hw.extra.get("bf16_units")
+    how = {
+        "amx_bf16": "native BF16 units (AMX tiles)",
+        "avx512_bf16": "native BF16 dot products (AVX512-BF16)",
+        "bf16": "native BF16 instructions (Arm BF16)",
+        "none": "no native BF16 units (neither AVX512-BF16 nor AMX): oneDNN converts to FP32",
+    }.get(str(units), "BF16 units not recorded (re-run `dvc repro benchmark` to detect them)")
+    return (
+        f"bf16 on {hw.hardware_id}: {how}; its BF16 GEMMs were measured at {hw.peak_bf16_tflops:.2f} TFLOP/s "
+        f"against {hw.peak_fp32_tflops:.2f} in FP32 ({hw.peak_bf16_tflops / hw.peak_fp32_tflops:.1f}×)"
+    )
 
 
 def predict_step(
