@@ -248,3 +248,31 @@ def test_cli_step_time_zoo_arg_and_memory_warning(models_dir, capsys):
     )
     out = capsys.readouterr().out
     assert "input 256x3x224x224" in out and "DOES NOT FIT" in out
+
+
+@pytest.mark.parametrize(
+    "hardware, dtype, precision", [("H100 SXM5 80GB", "bfloat16", "bf16"), ("Tesla T4", "float16", "fp16"), ("local", "float32", "fp32")]
+)
+def test_one_op_one_answer_layer_table_and_step_time(models_dir, hardware, dtype, precision):
+    """The same layer on the same hardware: ``predict layers`` (a forward linear row) equals that linear's forward ops
+    inside a whole step (``predict step-time``'s path): its GEMM, plus under autocast the casts of its operands."""
+    import torch
+
+    from prenet.api import _hardware
+    from prenet.ops import trace_step
+    from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.steptime.step import device_type, predict_trace
+
+    row = pl.DataFrame(
+        {"op": ["linear"], "batch": ["64"], "in_features": ["512"], "out_features": ["256"], "direction": ["forward"], "dtype": [dtype]}
+    )
+    layer_ms = predict_layers(row, hardware=hardware, models_dir=models_dir)["predicted_ms"][0]
+    hw = _hardware(hardware, 1)
+    module = torch.nn.Sequential(torch.nn.Linear(512, 256))
+    trace = trace_step(module, (torch.randn(64, 512), torch.randint(0, 256, (64,))), precision=precision, device_type=device_type(hw))
+    _, ops = predict_trace(trace, hw, EfficiencyModel.load(models_dir))
+    # the GEMM and the casts of its operands (input, weight, bias), not the cast of its output for the loss
+    operands = pl.col("shapes").is_in(["64x512", "256x512", "256"])
+    fwd = ops.filter((pl.col("phase") == "forward") & ((pl.col("family") == "gemm") | ((pl.col("family") == "copy") & operands)))
+    assert fwd.filter(pl.col("family") == "gemm").height == 1
+    assert float(fwd["predicted_ms"].sum()) == pytest.approx(layer_ms, rel=1e-9), fwd.select("op", "shapes", "predicted_ms")
