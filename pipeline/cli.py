@@ -367,7 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
     st = psub.add_parser("step-time", help="one training step (and epoch) of a model on a hardware target")
     _add_model_args(st)
     st.add_argument("--hardware", default="local", help="catalog name, 'local' or spec.yaml (default: local)")
-    st.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the step (default: sgd)")
+    st.add_argument(
+        "--optimizer",
+        choices=list(OPTIMIZERS),
+        default="sgd",
+        help="optimizer of the step: sgd, momentum (SGD, 0.9), adam, adamw (decoupled decay 0.01); default: sgd",
+    )
     st.add_argument(
         "--precision",
         choices=list(PRECISIONS),
@@ -439,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--target-accuracy", type=float, help="forecast the steps until the training accuracy >= this")
     pn.add_argument("--finetune-data", help="fine-tuning set for a target: .pt {'inputs', 'labels'} or .npz (inputs, labels)")
     pn.add_argument("--lr", type=float, help="fine-tuning learning rate (needed with a target)")
-    pn.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (forecast and optimizer memory; default 0)")
+    pn.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (forecast, the step's momentum update and its buffer; default 0)")
     pn.add_argument("--loss", choices=list(LOSSES), default="cross_entropy", help="fine-tuning loss of the forecast (default: %(default)s)")
     pn.add_argument("--max-steps", type=int, default=2000, help="forecast horizon (default 2000)")
     pn.add_argument("--subset", type=int, default=128, help="samples the NTK is computed on (default 128)")

@@ -26,8 +26,9 @@ FAMILIES: tuple[str, ...] = (
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
 #: What one timed iteration does: inference forward, forward + backward (a layer inside a network), a training step.
 DIRECTIONS: tuple[str, ...] = ("forward", "forward_backward", "train_step")
-#: Optimizers of a timed training step (:func:`prenet.optimizers.make_optimizer`).
-OPTIMIZERS: tuple[str, ...] = ("sgd", "adam")
+#: Optimizers of a timed or traced training step (:func:`prenet.optimizers.make_optimizer`): plain SGD, SGD with
+#: momentum 0.9 (its steady state: the buffer exists), Adam, AdamW (its decoupled weight decay an op of the step).
+OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam", "adamw")
 #: The optimizer column of a layer timing: ``none`` for a direction without an optimizer step.
 LAYER_OPTIMIZERS: tuple[str, ...] = ("none", *OPTIMIZERS)
 #: Layer types of the PreNeT layer recipe (:data:`prenet.layers.REGISTRY` holds one entry per name).

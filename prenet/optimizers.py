@@ -11,6 +11,18 @@ from prenet.names import CORPUS_OPTIMIZERS
 
 #: Learning rate of a *timed* step: tiny, so weights do not drift over thousands of timed iterations.
 TIMING_LR = 1e-6
+#: Weight decay of a timed or traced step: AdamW's default 0.01 (its decoupled decay is one more op per parameter);
+#: none for the others (their L2 decay would be an op users often do not run).
+STEP_WEIGHT_DECAY: dict[str, float] = {"adamw": 0.01}
+
+
+def prime_state(name: str, optimizer: torch.optim.Optimizer) -> None:
+    """Put ``optimizer`` in its steady state before a timed or traced step: SGD with momentum gets its buffers (the
+    first step would copy the gradient instead of updating the buffer). Adam's first step already runs its later ops."""
+    if name == "momentum":
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 def make_optimizer(

@@ -213,11 +213,12 @@ def test_justus_peaks_follow_cores_times_clock():
         assert get(name).peak_fp32_tflops == pytest.approx(tflops, rel=1e-3)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "adamw"])
 @pytest.mark.parametrize("device_type,precision", [("cpu", "fp32"), ("cpu", "bf16"), ("cuda", "fp32"), ("cuda", "fp16")])
 def test_the_meta_optimizer_step_traces_the_same_ops_as_torch_optim(optimizer, device_type, precision):
     """The functional optimizer step of a meta trace (no torch.optim.Optimizer, so no torch._dynamo import) records
-    exactly the ops of torch.optim's first step: lazy state, foreach kernels on cuda, order."""
+    exactly the ops of torch.optim's step in its steady state (momentum buffers primed; Adam's lazy state), foreach
+    kernels on cuda, AdamW's decoupled decay, order."""
     from dataclasses import asdict
 
     from prenet import zoo

@@ -43,7 +43,7 @@ from prenet.ops.families import (
     op_flops,
     tensors,
 )
-from prenet.optimizers import make_optimizer
+from prenet.optimizers import STEP_WEIGHT_DECAY, make_optimizer, prime_state
 
 LOW_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64"}
@@ -493,7 +493,13 @@ def _run(
     module.train(direction != "forward")
     params = [p for p in module.parameters() if p.requires_grad]
     foreach = (device_type == "cuda") or None
-    opt = make_optimizer(optimizer, params, foreach=foreach) if params and (real or via_torch_optim) else None
+    opt = (
+        make_optimizer(optimizer, params, foreach=foreach, weight_decay=STEP_WEIGHT_DECAY.get(optimizer, 0.0))
+        if params and (real or via_torch_optim)
+        else None
+    )
+    if opt is not None:
+        prime_state(optimizer, opt)
     if input_grad and inputs.is_floating_point():
         inputs = inputs.detach().requires_grad_(True)
     names = tracer.names
@@ -571,15 +577,18 @@ def meta_optimizer_step(name: str, params: list[nn.Parameter], *, foreach: bool 
     from torch.optim.adam import adam
     from torch.optim.sgd import sgd
 
-    from prenet.optimizers import TIMING_LR
+    from prenet.optimizers import STEP_WEIGHT_DECAY, TIMING_LR
 
     with_grad = [p for p in params if p.grad is not None]
     grads = [p.grad for p in with_grad]
     with torch.no_grad():
-        if name == "sgd":
-            sgd(with_grad, grads, [None] * len(with_grad), weight_decay=0.0, momentum=0.0, lr=TIMING_LR, dampening=0.0, nesterov=False,
+        if name in ("sgd", "momentum"):
+            momentum = 0.9 if name == "momentum" else 0.0
+            # steady state: the buffers exist (allocated, not recorded: an allocation is no op of the step)
+            buffers = [torch.empty_like(p, memory_format=torch.preserve_format) if momentum else None for p in with_grad]
+            sgd(with_grad, grads, buffers, weight_decay=0.0, momentum=momentum, lr=TIMING_LR, dampening=0.0, nesterov=False,
                 maximize=False, has_sparse_grad=False, foreach=foreach, fused=None, grad_scale=None, found_inf=None)  # fmt: skip
-        elif name == "adam":
+        elif name in ("adam", "adamw"):
             steps, exp_avgs, exp_avg_sqs = [], [], []
             scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
             for p in with_grad:  # Adam's lazy state, in its order
@@ -587,8 +596,8 @@ def meta_optimizer_step(name: str, params: list[nn.Parameter], *, foreach: bool 
                 exp_avgs.append(torch.zeros_like(p, memory_format=torch.preserve_format))
                 exp_avg_sqs.append(torch.zeros_like(p, memory_format=torch.preserve_format))
             adam(with_grad, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, has_complex=False, beta1=0.9, beta2=0.999,
-                 lr=TIMING_LR, weight_decay=0.0, eps=1e-8, maximize=False, foreach=foreach, capturable=False, differentiable=False,
-                 fused=None, grad_scale=None, found_inf=None, decoupled_weight_decay=False)  # fmt: skip
+                 lr=TIMING_LR, weight_decay=STEP_WEIGHT_DECAY.get(name, 0.0), eps=1e-8, maximize=False, foreach=foreach, capturable=False,
+                 differentiable=False, fused=None, grad_scale=None, found_inf=None, decoupled_weight_decay=name == "adamw")  # fmt: skip
         else:
             raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 

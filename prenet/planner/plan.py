@@ -37,6 +37,7 @@ import numpy as np
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
 from prenet.memory.training import GIB, MemoryEstimate, fits
+from prenet.names import OPTIMIZERS
 from prenet.planner.intervals import Intervals, load_intervals, steps_interval
 
 #: Memory a GPU needs beyond the tensors of a step (CUDA context, caching allocator, library workspaces), GiB.
@@ -341,8 +342,8 @@ def make_plan(
         raise PrenetError(f"--dataset-size must be a positive integer, got {dataset_size}")
     if epochs is not None and dataset_size is None:
         raise PrenetError("--epochs needs --dataset-size (samples per epoch)")
-    if optimizer not in ("sgd", "adam"):
-        raise PrenetError(f"--optimizer must be sgd or adam, got {optimizer!r}")
+    if optimizer not in OPTIMIZERS:
+        raise PrenetError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     names = list(hardware) if hardware else ["local", *sorted(catalog())]
     from prenet.hardware.local import recorded_cpu
 
@@ -353,7 +354,8 @@ def make_plan(
     label = model if isinstance(model, str) else type(module).__name__
     if zoo_kwargs:
         label += " (" + ", ".join(f"{k}={v}" for k, v in zoo_kwargs.items()) + ")"
-    memory = predict_training_memory(module, batch, "sgd_momentum" if optimizer == "sgd" and momentum > 0 else optimizer)
+    step_optimizer = "momentum" if optimizer == "sgd" and momentum > 0 else optimizer  # SGD with --momentum: its buffers and update
+    memory = predict_training_memory(module, batch, step_optimizer)
     fc_info = None
     notes: list[str] = list(alias_notes)
     if "local" in specs and recorded is None:
@@ -407,7 +409,7 @@ def make_plan(
         if precision == "tf32" and dt == "cpu":
             notes.extend(f"{n}: not planned: tf32 exists on NVIDIA GPUs only" for n in group)
             continue
-        traces[dt] = trace_step(module, batch, optimizer=optimizer, precision=precision, device_type=dt)
+        traces[dt] = trace_step(module, batch, optimizer=step_optimizer, precision=precision, device_type=dt)
         frames[dt] = traces[dt].frame()
         runnable = []
         for n in group:

@@ -155,17 +155,18 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
         ("step time v2: ops, roofline ÷ learned efficiency (MAPE [95 % bootstrap interval])", "this project", "published"),
         ("per-op MAPE, frozen holdout (by device and precision)", cells or "–", "–"),
     ]
+    what = "forward ops and DeepBench's backward convolutions" if any("/" in k for k in u.get("per_family", {})) else "forward ops"
     if u:
         rows.append(
             (
-                f"unseen GPU (leave-one-GPU-out over {u.get('folds')} GPUs; forward ops, DeepBench's backward convolutions): mean MAPE, op model / roofline; hardest GPU",
+                f"unseen GPU (leave-one-GPU-out over {u.get('folds')} GPUs, {what}): mean MAPE, op model / roofline; hardest GPU",
                 f"{_pct(u.get('mean_mape_pct'))}{ci(u, 'mean_mape_ci95')} / {_pct(u.get('roofline_mean_mape_pct'))}; {u.get('hardest', {}).get('hardware_id')} "
                 f"{_pct(u.get('hardest', {}).get('mape_pct'))} (PreNeT recipe on layer rows: {_pct(pre_logo)}{_ref(ev, 'unseen_hardware')}; target ≤ 12 %)",
                 PUBLISHED["neusight"],
             )
         )
         fam = u.get("per_family", {})
-        low = {k: v for k, v in fam.items() if k.split("/")[-1] != "fp32"}
+        low = {k: v for k, v in fam.items() if "/" in k and not k.endswith("/fp32")}  # keys family/unit since 2026-12-02
         if low:  # the measured TF32/FP16/BF16 kernels, beside the same families in FP32
             shown = sorted({k.split("/")[0] for k in low})
             rows.append(

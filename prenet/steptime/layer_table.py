@@ -12,6 +12,7 @@ import torch
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
 from prenet.layers import REGISTRY
+from prenet.names import LAYER_OPTIMIZERS, OPTIMIZERS
 
 LAYER_CSV_REQUIRED = ("op", "direction", "dtype")
 
@@ -69,8 +70,8 @@ def parse_layer_table(table: pl.DataFrame) -> list[LayerRow]:
         if precision is None:
             problems.append(f"row {i}, column dtype: {r['dtype']!r} is not one of {', '.join(DTYPE_PRECISION)}")
         optimizer = (r.get("optimizer") or "sgd") if direction == "train_step" else "none"
-        if optimizer not in ("none", "sgd", "adam"):
-            problems.append(f"row {i}, column optimizer: {optimizer!r} is not sgd or adam")
+        if optimizer not in LAYER_OPTIMIZERS:
+            problems.append(f"row {i}, column optimizer: {optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
         if len(shape) == len(lt.shape_columns):
             full = lt.complete(shape)
             if op in ("conv2d", "maxpool2d", "avgpool2d") and full.get("output_size", 1) < 1:
