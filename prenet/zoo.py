@@ -309,10 +309,10 @@ def unet_block(batch_size: int = 8, image_size: int = 32, channels: int = 64, gr
 
 
 class _Tagger(nn.Module):
-    def __init__(self, vocab: int, d: int, hidden: int, tags: int) -> None:
+    def __init__(self, vocab: int, d: int, hidden: int, tags: int, cell: type = nn.GRU) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
-        self.gru = nn.GRU(d, hidden, batch_first=True, bidirectional=True)
+        self.gru = cell(d, hidden, batch_first=True, bidirectional=True)
         self.out = nn.Linear(2 * hidden, tags)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -322,6 +322,17 @@ class _Tagger(nn.Module):
 def gru_tagger(batch_size: int = 32, vocab: int = 5000, d: int = 128, hidden: int = 256, seq_len: int = 40, tags: int = 17) -> Example:
     """A bidirectional GRU sequence tagger (one tag per token)."""
     return _Tagger(vocab, d, hidden, tags), (torch.randint(0, vocab, (batch_size, seq_len)), torch.randint(0, tags, (batch_size * seq_len,)))
+
+
+def bilstm_tagger(batch_size: int = 32, vocab: int = 5000, d: int = 128, hidden: int = 256, seq_len: int = 40, tags: int = 17) -> Example:
+    """A bidirectional LSTM sequence tagger (one tag per token; a CPU runs each layer and direction as one oneDNN kernel)."""
+    model = _Tagger(vocab, d, hidden, tags, cell=nn.LSTM)
+    return model, (torch.randint(0, vocab, (batch_size, seq_len)), torch.randint(0, tags, (batch_size * seq_len,)))
+
+
+def wide_mlp(batch_size: int = 32, in_features: int = 784, hidden: int = 2048, depth: int = 2, classes: int = 10) -> Example:
+    """A wide MLP, 784-2048-2048-10: a few large GEMMs, little else."""
+    return mlp(batch_size, in_features, hidden, depth, classes)
 
 
 class _GPTBlock(nn.Module):
@@ -393,6 +404,8 @@ ZOO: dict[str, Callable[..., Example]] = {
     "gru_tagger": gru_tagger,
     "gpt_sdpa": gpt_sdpa,
     "functional_mlp": functional_mlp,
+    "bilstm_tagger": bilstm_tagger,
+    "wide_mlp": wide_mlp,
 }
 
 

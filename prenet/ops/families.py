@@ -135,6 +135,9 @@ _COPY = {
     "fill_",
     "zero",
     "zero_",
+    "zeros",
+    "ones",
+    "full",
     "zeros_like",
     "ones_like",
     "full_like",
@@ -217,6 +220,10 @@ FREE = {
     "_has_compatible_shallow_copy_type",
     "is_same_size",
     "_to_dense",
+    # views in effect (a GRU's gate chunks): torch marks them unsafe, not views, but they move no data
+    "unsafe_split",
+    "unsafe_split_with_sizes",
+    "unsafe_chunk",
     "sym_size",
     "sym_stride",
     "sym_numel",
@@ -400,10 +407,15 @@ def op_class(name: str) -> int:
     return _OP_CLASS.get(name, _OP_CLASS.get(name.rstrip("_"), 0))
 
 
-def family_of(name: str, *, phase: str, in_rnn: bool, groups: int = 1, channels: int = 0, pointwise: bool = True) -> str:
-    """The family of ATen op ``name`` executed in ``phase`` (forward | backward | optimizer); ``in_rnn``: it runs inside a
-    recurrent module; ``groups``/``channels``: a convolution's groups and input channels; ``pointwise``: torch tags the op
-    ``pointwise``. An op of no family is ``other``: estimated by its roofline alone (and said so)."""
+def family_of(name: str, *, phase: str, groups: int = 1, channels: int = 0, pointwise: bool = True) -> str:
+    """The family of ATen op ``name`` executed in ``phase`` (forward | backward | optimizer); ``groups``/``channels``: a
+    convolution's groups and input channels; ``pointwise``: torch tags the op ``pointwise``. An op of no family is
+    ``other``: estimated by its roofline alone (and said so).
+
+    Only the fused recurrent kernels are ``rnn`` (oneDNN's LSTM layer, cuDNN's RNN, the fused cells). Inside a recurrent
+    module that runs step by step (a GRU on a CPU), each timestep's GEMM and gate activations run as the same kernels as
+    anywhere else, so they are ``gemm`` and ``elementwise`` at their real shapes (as one family before 2026-12-02, the
+    GRU tagger's per-step GEMMs were predicted with the fused-layer model, ~1.3 ms each)."""
     if (
         phase == "optimizer"
         or name.startswith("_foreach")
@@ -412,7 +424,7 @@ def family_of(name: str, *, phase: str, in_rnn: bool, groups: int = 1, channels:
         or name.startswith("_amp_")
     ):
         return "optimizer"
-    if in_rnn or name in _RNN_OPS:
+    if name in _RNN_OPS:
         return "rnn"
     if name in _CONV or name.startswith("conv"):
         if groups > 1:

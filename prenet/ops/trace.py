@@ -349,11 +349,9 @@ class _Tracer(TorchDispatchMode):
         outs = tensors(out)
         if not ins and not outs:
             return out
-        module, in_rnn = self.where()
+        module, _ = self.where()
         groups, channels = conv_groups(name, args)
-        family = family_of(
-            name, phase=self.phase, in_rnn=in_rnn, groups=groups, channels=channels, pointwise=torch.Tag.pointwise in getattr(func, "tags", ())
-        )
+        family = family_of(name, phase=self.phase, groups=groups, channels=channels, pointwise=torch.Tag.pointwise in getattr(func, "tags", ()))
         floats = [t for t in ins + outs if t.is_floating_point()]
         dtype = _DTYPE_NAMES.get(floats[0].dtype, str(floats[0].dtype)) if floats else "int64"
         if name in ("_to_copy", "copy_") and outs:
