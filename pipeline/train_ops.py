@@ -64,6 +64,7 @@ def train_ops(cfg: DictConfig) -> dict:
         by_device(dev, specs),
         params=OmegaConf.to_container(cfg.ops.efficiency.params, resolve=True),
         min_rows=int(cfg.ops.efficiency.min_rows),
+        min_rows_family={str(k): int(v) for k, v in (cfg.ops.efficiency.get("min_rows_family") or {}).items()},
         threads=int(cfg.threads),
     )
     model.save(cfg.paths.models_ops)

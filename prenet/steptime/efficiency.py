@@ -205,8 +205,17 @@ class EfficiencyModel:
     params: dict[str, Any] = field(default_factory=dict)
 
     @staticmethod
-    def fit(data: list[tuple[pl.DataFrame, HardwareSpec]], *, params: dict[str, Any], min_rows: int = 30, threads: int = 1) -> "EfficiencyModel":
-        """Train on measured ops: ``data`` = [(ops with ``measured_ms`` on one device, that device)]."""
+    def fit(
+        data: list[tuple[pl.DataFrame, HardwareSpec]],
+        *,
+        params: dict[str, Any],
+        min_rows: int = 30,
+        min_rows_family: dict[str, int] | None = None,
+        threads: int = 1,
+    ) -> "EfficiencyModel":
+        """Train on measured ops: ``data`` = [(ops with ``measured_ms`` on one device, that device)]. A (device kind,
+        family) gets its own model with at least ``min_rows`` rows (``min_rows_family[family]`` where given); with fewer
+        it is answered by its analogy (:data:`~prenet.ops.families.ANALOGY`)."""
         import xgboost as xgb
 
         feats: dict[str, list[np.ndarray]] = {}
@@ -232,7 +241,7 @@ class EfficiencyModel:
         for key in sorted(feats):
             x = np.concatenate(feats[key])
             y = np.concatenate(targets[key])
-            if len(y) < min_rows:
+            if len(y) < (min_rows_family or {}).get(key.split("/", 1)[1], min_rows):
                 continue
             booster = xgb.train(p, xgb.DMatrix(x, label=y, feature_names=list(FEATURES)), num_boost_round=int(params.get("n_estimators", 300)))
             model.boosters[key] = Forest.from_json(bytes(booster.save_raw("json")), key)
