@@ -84,26 +84,12 @@ def test_bf16_units_from_cpu_flags_and_the_answer_says_how_bf16_runs():
     assert bf16_units({"avx512f", "avx512_bf16"}) == "avx512_bf16"
     assert bf16_units({"fp", "asimd", "bf16"}) == "bf16"
     assert bf16_units({"avx2", "fma"}) == "none"
-    cpu = HardwareSpec(
-        hardware_id="cpu-epyc-2c",
-        kind="cpu",
-        peak_fp32_tflops=0.1,
-        mem_bw_gbps=20.0,
-        cores=2,
-        clock_mhz=2000.0,
-        peak_bf16_tflops=0.02,
-        extra={"bf16_units": "none"},
-    )
-    note = cpu_bf16_note(cpu)
+
+    def cpu(bf16_tflops: float, units: str) -> HardwareSpec:
+        return HardwareSpec(hardware_id="cpu-x-2c", kind="cpu", peak_fp32_tflops=0.1, mem_bw_gbps=20.0, cores=2, clock_mhz=2000.0,
+                            peak_bf16_tflops=bf16_tflops, extra={"bf16_units": units})  # fmt: skip
+
+    note = cpu_bf16_note(cpu(0.02, "none"))
     assert "no native BF16 units" in note and "0.2×" in note
-    amx = HardwareSpec(
-        hardware_id="cpu-xeon-2c",
-        kind="cpu",
-        peak_fp32_tflops=0.1,
-        mem_bw_gbps=20.0,
-        cores=2,
-        clock_mhz=2000.0,
-        peak_bf16_tflops=0.5,
-        extra={"bf16_units": "amx_bf16"},
-    )
-    assert "AMX" in cpu_bf16_note(amx) and "5.0×" in cpu_bf16_note(amx)
+    amx = cpu_bf16_note(cpu(0.5, "amx_bf16"))
+    assert "AMX" in amx and "5.0×" in amx

@@ -392,7 +392,7 @@ def _stat_dtype(x: torch.Tensor) -> torch.dtype:
 def _meta_shortcut(name: str, args: tuple) -> Any:
     """The outputs torch's meta kernel would give, for the ops whose meta kernel is a Python decomposition: batch norm's
     runs ~20 ms a call and its first call imports ``torch._dynamo`` (~2 s on 2 cores), a ResNet-50 trace's 1.2 s of
-    1.5 s. Same shapes, dtypes and strides (``tests/test_ops.py`` holds it against the decomposition); None: call
+    1.5 s. Same shapes, dtypes and strides (``tests/test_meta_device.py`` holds it against the decomposition); None: call
     the op."""
     if name == "native_batch_norm" and args[1] is not None:
         x = args[0]
