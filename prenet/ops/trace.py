@@ -274,7 +274,7 @@ _LOW_ATEN = frozenset(
 
 
 class _Tracer(TorchDispatchMode):
-    def __init__(self, *, precision: str, meta: bool, names: dict[int, tuple[str, bool]], timing: dict | None) -> None:
+    def __init__(self, *, precision: str, meta: bool, names: dict[int, str], timing: dict | None) -> None:
         super().__init__()
         self.precision = precision
         self.meta = meta
@@ -283,8 +283,8 @@ class _Tracer(TorchDispatchMode):
         self.names = names
         self.timing = timing
         self.phase = "forward"
-        self.stack: list[tuple[str, bool]] = []
-        self.node_module: dict[Any, tuple[str, bool]] = {}
+        self.stack: list[str] = []
+        self.node_module: dict[Any, str] = {}
         self.records: list[OpRecord] = []
 
     def _to_low(self, a: Any) -> Any:
@@ -297,7 +297,7 @@ class _Tracer(TorchDispatchMode):
             return hit[1]
         low = a.to(self.low)
         self._casts[id(a)] = (a, low)
-        module, _ = self.where()
+        module = self.where()
         self.records.append(
             OpRecord(
                 op="_to_copy",
@@ -314,14 +314,14 @@ class _Tracer(TorchDispatchMode):
         )
         return low
 
-    def where(self) -> tuple[str, bool]:
-        """(module path, inside a recurrent module) of the op running now."""
+    def where(self) -> str:
+        """The module path of the op running now."""
         if self.phase == "backward":
             node = torch._C._current_autograd_node()
-            return self.node_module.get(node, ("(backward)", False)) if node is not None else ("(backward)", False)
+            return self.node_module.get(node, "(backward)") if node is not None else "(backward)"
         if self.phase == "optimizer":
-            return ("optimizer", False)
-        return self.stack[-1] if self.stack else ("(top)", False)
+            return "optimizer"
+        return self.stack[-1] if self.stack else "(top)"
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -349,7 +349,7 @@ class _Tracer(TorchDispatchMode):
         outs = tensors(out)
         if not ins and not outs:
             return out
-        module, _ = self.where()
+        module = self.where()
         groups, channels = conv_groups(name, args)
         family = family_of(name, phase=self.phase, groups=groups, channels=channels, pointwise=torch.Tag.pointwise in getattr(func, "tags", ()))
         floats = [t for t in ins + outs if t.is_floating_point()]
@@ -457,8 +457,8 @@ def training_loss(out: torch.Tensor, labels: torch.Tensor | None) -> torch.Tenso
     return nn.functional.cross_entropy(out, labels) if classifies(out, labels) else out.float().mean()
 
 
-def _module_names(module: nn.Module) -> dict[int, tuple[str, bool]]:
-    return {id(m): (name or type(m).__name__, isinstance(m, nn.RNNBase)) for name, m in module.named_modules()}
+def _module_names(module: nn.Module) -> dict[int, str]:
+    return {id(m): name or type(m).__name__ for name, m in module.named_modules()}
 
 
 def _check(precision: str, optimizer: str) -> None:
@@ -503,7 +503,7 @@ def _run(
     names = tracer.names
 
     def pre(mod, args):
-        tracer.stack.append(names.get(id(mod), (type(mod).__name__, isinstance(mod, nn.RNNBase))))
+        tracer.stack.append(names.get(id(mod), type(mod).__name__))
 
     def post(mod, args, out):
         if tracer.stack:
