@@ -43,7 +43,6 @@ def all_ops(cfg: DictConfig) -> pl.DataFrame:
     gpu = read_artifact(cfg, "gpu_op_timings")
     cols = [c for c in OpTimings.to_schema().columns] + ["spread_rel", "kernel_only"]
     both = pl.concat([cpu.select([c for c in cols if c in cpu.columns]), gpu.select([c for c in cols if c in gpu.columns])], how="diagonal_relaxed")
-    both = both.with_columns(pl.col("kernel_only").fill_null(0)) if "kernel_only" in both.columns else both
     return assign_frame(both, op_split_rule(cfg))
 
 

@@ -8,7 +8,7 @@ import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 
 def _disable(fn: Any = None, recursive: bool = True, **_: Any) -> Any:
@@ -43,6 +43,14 @@ def without_compiler_imports() -> Iterator[None]:
         for name, stand_in in placed.items():
             if sys.modules.get(name) is stand_in:
                 del sys.modules[name]
+
+
+def build_on_meta(builder: Callable[..., Any], **kwargs: Any) -> Any:
+    """``builder(**kwargs)`` with every tensor it makes on ``meta`` (no weight memory, no compute), at CLI speed."""
+    import torch
+
+    with torch.device("meta"), without_compiler_imports():
+        return builder(**kwargs)
 
 
 class _StandIn(types.ModuleType):

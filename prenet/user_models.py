@@ -8,7 +8,6 @@ import inspect
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 from torch import nn
 
 from prenet.errors import PrenetError
@@ -39,14 +38,13 @@ def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = 
     """A zoo name or ``file.py:function``, called with ``batch_size=N`` when it accepts it; must return
     ``(module, example_batch)``. Zoo models are built on the meta device (no weight memory) unless ``meta`` is
     False, with the builder keywords ``zoo_kwargs`` (e.g. ``{"image_size": 224}``)."""
-    from prenet.meta_device import without_compiler_imports
+    from prenet.meta_device import build_on_meta
     from prenet.zoo import ZOO
 
     if spec in ZOO:
         try:
             if meta:
-                with torch.device("meta"), without_compiler_imports():
-                    return ZOO[spec](batch_size=batch_size, **(zoo_kwargs or {}))
+                return build_on_meta(ZOO[spec], batch_size=batch_size, **(zoo_kwargs or {}))
             return ZOO[spec](batch_size=batch_size, **(zoo_kwargs or {}))
         except TypeError as e:
             params = [p for p in inspect.signature(ZOO[spec]).parameters if p != "batch_size"]

@@ -2,9 +2,8 @@
 
 import polars as pl
 import pytest
-import torch
 
-from prenet.meta_device import without_compiler_imports
+from prenet.meta_device import build_on_meta
 from prenet.reference_models import REFERENCE_MODELS
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.reference_evaluation import dle_summary, dle_whole_model, load_dle_rows
@@ -12,8 +11,7 @@ from prenet.steptime.reference_evaluation import dle_summary, dle_whole_model, l
 
 @pytest.mark.parametrize("name, params_m", [("ResNeXt101-32x4d", 44.18), ("SE-ResNeXt101-32x4d", 48.96)])
 def test_reference_models_have_the_published_parameter_counts(name, params_m):
-    with torch.device("meta"), without_compiler_imports():
-        module, (x, y) = REFERENCE_MODELS[name](batch_size=2)
+    module, (x, y) = build_on_meta(REFERENCE_MODELS[name], batch_size=2)
     assert sum(p.numel() for p in module.parameters()) / 1e6 == pytest.approx(params_m, abs=0.01)
     assert tuple(x.shape) == (2, 3, 224, 224) and tuple(y.shape) == (2,)
 

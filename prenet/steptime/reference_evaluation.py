@@ -13,10 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import torch
 
 from prenet.hardware.catalog import get
-from prenet.meta_device import without_compiler_imports
+from prenet.meta_device import build_on_meta
 from prenet.ops import trace_step
 from prenet.paths import data_dir
 from prenet.reference_models import REFERENCE_MODELS
@@ -51,8 +50,7 @@ def dle_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) ->
     rows = load_dle_rows() if rows is None else rows
     out = []
     for (name, precision, batch), group in rows.group_by(["model", "precision", "batch"], maintain_order=True):
-        with torch.device("meta"), without_compiler_imports():
-            module, example = REFERENCE_MODELS[name](batch_size=int(batch))
+        module, example = build_on_meta(REFERENCE_MODELS[name], batch_size=int(batch))
         trace = trace_step(module, example, optimizer="sgd", precision=str(precision), device_type="cuda")
         hws = [get(h) for h in group.get_column("hardware_id").to_list()]
         for row, (pred, _) in zip(group.iter_rows(named=True), predict_trace_many(trace, hws, model)):
