@@ -54,6 +54,7 @@ SCHEMAS: dict[str, type[pa.DataFrameModel] | None] = {
     "plots/op_unseen_gpu.csv": None,
     "plots/op_zoo.csv": None,
     "plots/op_dle.csv": None,
+    "plots/op_torchvision.csv": None,
     "plots/memory_zoo.csv": None,
 }
 

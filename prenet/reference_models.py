@@ -1,9 +1,14 @@
-"""Published architectures whose measured training throughput prenet checks its whole-model answers against
-(``data/external/dle2024``): NVIDIA DeepLearningExamples' ResNeXt101-32x4d and SE-ResNeXt101-32x4d, at ImageNet size.
+"""Published architectures whose measured training steps prenet checks its whole-model answers against, at ImageNet
+size (224² RGB, 1000 classes):
 
-Built as the ConvNets README describes them: ResNet-101's bottleneck stages ([3, 4, 23, 3]) with grouped 3×3
-convolutions (32 groups of width 4 in the first stage, doubling per stage), and for SE-ResNeXt a squeeze-and-excitation
-block (reduction 16) on each bottleneck's output. Parameter counts: 44.2 M and 49.0 M (the published 44.18 M / 48.96 M).
+* NVIDIA DeepLearningExamples' ResNeXt101-32x4d and SE-ResNeXt101-32x4d (``data/external/dle2024``), built as the
+  ConvNets README describes them: ResNet-101's bottleneck stages ([3, 4, 23, 3]) with grouped 3×3 convolutions (32
+  groups of width 4 in the first stage, doubling per stage), and for SE-ResNeXt a squeeze-and-excitation block
+  (reduction 16) on each bottleneck's output. Parameter counts: 44.2 M and 49.0 M (the published 44.18 M / 48.96 M).
+* torchvision's ResNet, ResNeXt, Wide ResNet and VGG families (``data/external/pytorch_gpu_benchmark``), layer for
+  layer as ``torchvision.models`` builds them (stride on the 3×3 of a bottleneck, max-pool padding 1, VGG's 7×7
+  adaptive pool and dropout head); every parameter count equals torchvision's (:data:`TORCHVISION_PARAMS`). torchvision
+  itself is not a dependency: its wheels here are CUDA builds that do not import beside CPU torch.
 """
 
 from __future__ import annotations
@@ -53,16 +58,37 @@ class XBottleneck(nn.Module):
         return self.relu(y + identity)
 
 
+class XBasicBlock(nn.Module):
+    """ResNet-18/34 basic block: 3×3 (stride here) → 3×3, residual."""
+
+    def __init__(self, cin: int, planes: int, stride: int):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(cin, planes, 3, stride, 1, bias=False), nn.BatchNorm2d(planes)
+        self.conv2, self.bn2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False), nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.down = None
+        if stride != 1 or cin != planes:
+            self.down = nn.Sequential(nn.Conv2d(cin, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.down is None else self.down(x)
+        y = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(y)) + identity)
+
+
 class ResNeXt(nn.Module):
-    def __init__(self, layers: list[int], *, groups: int, base_width: int, se: bool, classes: int):
+    """torchvision's ResNet skeleton: 7×7 stem, four stages of basic (``basic``) or bottleneck blocks, pooled linear head."""
+
+    def __init__(self, layers: list[int], *, groups: int = 1, base_width: int = 64, se: bool = False, classes: int = 1000, basic: bool = False):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1))
         stages, cin = [], 64
         for i, (planes, n) in enumerate(zip([64, 128, 256, 512], layers)):
-            blocks = []
+            blocks: list[nn.Module] = []
             for j in range(n):
-                blocks.append(XBottleneck(cin, planes, 2 if (j == 0 and i > 0) else 1, groups, base_width, se))
-                cin = planes * 4
+                stride = 2 if (j == 0 and i > 0) else 1
+                blocks.append(XBasicBlock(cin, planes, stride) if basic else XBottleneck(cin, planes, stride, groups, base_width, se))
+                cin = planes * (1 if basic else 4)
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.Sequential(*stages)
         self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes))
@@ -83,3 +109,72 @@ def se_resnext101_32x4d(batch_size: int = 128, image_size: int = 224, classes: i
 
 #: DeepLearningExamples' model names → builders
 REFERENCE_MODELS = {"ResNeXt101-32x4d": resnext101_32x4d, "SE-ResNeXt101-32x4d": se_resnext101_32x4d}
+
+#: torchvision ResNet-family names → (blocks per stage, groups, width per group, basic blocks)
+_RESNETS: dict[str, tuple[list[int], int, int, bool]] = {
+    "resnet18": ([2, 2, 2, 2], 1, 64, True),
+    "resnet34": ([3, 4, 6, 3], 1, 64, True),
+    "resnet50": ([3, 4, 6, 3], 1, 64, False),
+    "resnet101": ([3, 4, 23, 3], 1, 64, False),
+    "resnet152": ([3, 8, 36, 3], 1, 64, False),
+    "resnext50_32x4d": ([3, 4, 6, 3], 32, 4, False),
+    "resnext101_32x8d": ([3, 4, 23, 3], 32, 8, False),
+    "wide_resnet50_2": ([3, 4, 6, 3], 1, 128, False),
+    "wide_resnet101_2": ([3, 4, 23, 3], 1, 128, False),
+}
+
+#: torchvision VGG configurations (channels per 3×3 convolution, ``M``: 2×2 max-pool)
+_VGGS: dict[str, list[int | str]] = {
+    "vgg11": [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg13": [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
+    "vgg19": [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M", 512, 512, 512, 512, "M"],
+}
+
+
+def _vgg(config: list[int | str], batch_norm: bool, classes: int) -> nn.Module:
+    layers: list[nn.Module] = []
+    c = 3
+    for v in config:
+        if v == "M":
+            layers.append(nn.MaxPool2d(2, 2))
+            continue
+        layers.append(nn.Conv2d(c, int(v), 3, padding=1))
+        layers += [nn.BatchNorm2d(int(v)), nn.ReLU(inplace=True)] if batch_norm else [nn.ReLU(inplace=True)]
+        c = int(v)
+    head = [nn.Linear(512 * 7 * 7, 4096), nn.ReLU(True), nn.Dropout(), nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(), nn.Linear(4096, classes)]
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(7), nn.Flatten(), *head)
+
+
+def torchvision_model(name: str, batch_size: int = 32, image_size: int = 224, classes: int = 1000) -> Example:
+    """torchvision's ``name`` (a key of :data:`TORCHVISION_PARAMS`) on ``image_size``² RGB images, untrained."""
+    if name in _RESNETS:
+        layers, groups, width, basic = _RESNETS[name]
+        model: nn.Module = ResNeXt(layers, groups=groups, base_width=width, classes=classes, basic=basic)
+    elif name.removesuffix("_bn") in _VGGS:
+        model = _vgg(_VGGS[name.removesuffix("_bn")], name.endswith("_bn"), classes)
+    else:
+        raise KeyError(f"no torchvision architecture {name!r} here; choose one of {', '.join(TORCHVISION_PARAMS)}")
+    return model, (torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,)))
+
+
+#: torchvision's published parameter counts (``torchvision.models`` weights tables) of the architectures built here
+TORCHVISION_PARAMS: dict[str, int] = {
+    "resnet18": 11_689_512,
+    "resnet34": 21_797_672,
+    "resnet50": 25_557_032,
+    "resnet101": 44_549_160,
+    "resnet152": 60_192_808,
+    "resnext50_32x4d": 25_028_904,
+    "resnext101_32x8d": 88_791_336,
+    "wide_resnet50_2": 68_883_240,
+    "wide_resnet101_2": 126_886_696,
+    "vgg11": 132_863_336,
+    "vgg11_bn": 132_868_840,
+    "vgg13": 133_047_848,
+    "vgg13_bn": 133_053_736,
+    "vgg16": 138_357_544,
+    "vgg16_bn": 138_365_992,
+    "vgg19": 143_667_240,
+    "vgg19_bn": 143_678_248,
+}

@@ -1,12 +1,25 @@
-"""The published-architecture models and the whole-model check against DeepLearningExamples' measured throughput."""
+"""The published-architecture models and the whole-model checks against DeepLearningExamples' measured throughput
+and pytorch-gpu-benchmark's measured torchvision steps."""
+
+from functools import partial
 
 import polars as pl
 import pytest
 
+from prenet.hardware.catalog import get
 from prenet.meta_device import build_on_meta
-from prenet.reference_models import REFERENCE_MODELS
+from prenet.ops import trace_step
+from prenet.reference_models import REFERENCE_MODELS, TORCHVISION_PARAMS, torchvision_model
 from prenet.steptime.efficiency import EfficiencyModel
-from prenet.steptime.reference_evaluation import dle_summary, dle_whole_model, load_dle_rows
+from prenet.steptime.reference_evaluation import (
+    dle_summary,
+    dle_whole_model,
+    load_dle_rows,
+    load_ryujaehun_rows,
+    ryujaehun_summary,
+    ryujaehun_whole_model,
+)
+from prenet.steptime.step import predict_trace
 
 
 @pytest.mark.parametrize("name, params_m", [("ResNeXt101-32x4d", 44.18), ("SE-ResNeXt101-32x4d", 48.96)])
@@ -33,3 +46,43 @@ def test_whole_model_check_predicts_every_row_through_the_step_path():
     assert fp16 < tf32  # same batch: tensor-core FP16 beats TF32 on an A100
     s = dle_summary(df)
     assert s["n"] == rows.height and set(s["per_precision"]) == {"fp16", "tf32", "fp32"}
+
+
+@pytest.mark.parametrize("name", sorted(TORCHVISION_PARAMS))
+def test_torchvision_architectures_have_torchvisions_parameter_counts(name):
+    module, (x, _) = build_on_meta(partial(torchvision_model, name), batch_size=2)
+    assert sum(p.numel() for p in module.parameters()) == TORCHVISION_PARAMS[name]
+    assert tuple(x.shape) == (2, 3, 224, 224)
+
+
+def test_an_unknown_torchvision_name_lists_the_choices():
+    with pytest.raises(KeyError, match="resnet50"):
+        torchvision_model("densenet121")
+
+
+def test_pytorch_gpu_benchmark_rows_are_single_gpu_fp32_steps_of_the_built_architectures():
+    rows = load_ryujaehun_rows()
+    assert set(rows["model"]) <= set(TORCHVISION_PARAMS) and (rows["batch"] == 12).all()
+    assert set(rows["hardware_id"]) == {"GTX 1080 Ti", "TITAN Xp", "TITAN V", "RTX 2080 Ti", "TITAN RTX", "A100 40GB SXM4"}
+    assert set(rows.filter(pl.col("precision") == "tf32")["hardware_id"]) == {"A100 40GB SXM4"}
+    assert rows.select("model", "hardware_id").is_unique().all()  # the files repeated in results/2080ti(2)/ are dropped
+    r = rows.filter((pl.col("model") == "resnet18") & (pl.col("hardware_id") == "GTX 1080 Ti")).row(0, named=True)
+    assert r["measured_ms"] == pytest.approx(22.6175) and r["kernels_seen"]
+
+
+def test_torchvision_check_predicts_forward_backward_without_the_optimizer_plus_the_input_copy():
+    rows = load_ryujaehun_rows().filter(pl.col("model") == "resnet18")
+    model = EfficiencyModel(median_efficiency={"gpu": 0.5})  # no trees: roofline ÷ 0.5
+    df = ryujaehun_whole_model(model, rows)
+    assert df.height == rows.height and (df["h2d_ms"] > 0).all()
+    # the same step with its optimizer: the check's figure is that step less the optimizer phase, plus the copy
+    module, example = build_on_meta(partial(torchvision_model, "resnet18"), batch_size=12)
+    trace = trace_step(module, example, optimizer="sgd", precision="fp32", device_type="cuda")
+    pred, ops = predict_trace(trace, get("TITAN V"), model)
+    optimizer_ms = float(ops.filter(pl.col("phase") == "optimizer")["predicted_ms"].sum())
+    row = df.filter(pl.col("hardware_id") == "TITAN V").row(0, named=True)
+    assert optimizer_ms > 0
+    assert row["predicted_ms"] == pytest.approx(pred.step_seconds * 1e3 - optimizer_ms + row["h2d_ms"], rel=1e-6)
+    s = ryujaehun_summary(df)
+    assert s["unseen_fp32"]["n"] == 4 and s["kernels_seen_fp32"]["n"] == 1 and s["a100_tf32"]["n"] == 1
+    assert set(s["per_gpu"]) == {"TITAN Xp", "TITAN V", "RTX 2080 Ti", "TITAN RTX"}

@@ -33,6 +33,10 @@ ALIASES: dict[str, str] = {
     "M60": "Tesla M60 (half board)",
     "K40": "Tesla K40",
     "K80": "Tesla K80 (half board)",
+    # pytorch-gpu-benchmark (ryujaehun) `gpu` column
+    "GeForce GTX 1080 Ti": "GTX 1080 Ti",
+    "GeForce RTX 2080 Ti": "RTX 2080 Ti",
+    "A100-SXM4-40GB": "A100 40GB SXM4",
     # short names
     "P4": "Tesla P4",
     "T4": "Tesla T4",

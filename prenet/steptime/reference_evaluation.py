@@ -1,14 +1,19 @@
-"""Whole-model training steps against published measured throughput: DeepLearningExamples' ResNeXt101-32x4d and
-SE-ResNeXt101-32x4d on one GPU, in AMP (FP16 autocast), TF32 and FP32 (``data/external/dle2024``).
+"""Whole-model training steps against published measurements, on GPUs and models no op model was fitted on.
 
-The published figure is images/s over the whole training loop (data loading included) on one GPU of a DGX; the
-measured step is ``batch / throughput`` (ms). The models are built on ``meta`` at 224² as the READMEs describe
-(:mod:`prenet.reference_models`) and predicted through the one step-time path, with SGD (momentum) as trained there.
-No op model has seen these models, these GPUs' whole steps or any DeepLearningExamples timing.
+* DeepLearningExamples' ResNeXt101-32x4d and SE-ResNeXt101-32x4d on one GPU, in AMP (FP16 autocast), TF32 and FP32
+  (``data/external/dle2024``). The published figure is images/s over the whole training loop (data loading included)
+  on one GPU of a DGX; the measured step is ``batch / throughput`` (ms). Predicted with SGD (momentum) as trained there.
+* pytorch-gpu-benchmark's torchvision CNNs (``data/external/pytorch_gpu_benchmark``): the median FP32 step of 17
+  architectures at batch 12 on five desktop GPUs (four absent from every training set) and an A100 (TF32 by torch's
+  defaults of the time). That step is forward, loss and backward without an optimizer, plus the batch's host-to-device
+  copy: predicted as the traced step less its optimizer phase, plus the copy at :data:`H2D_GBPS`.
+
+The models are built on ``meta`` at 224² (:mod:`prenet.reference_models`) and predicted through the one step-time path.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +23,7 @@ from prenet.hardware.catalog import get
 from prenet.meta_device import build_on_meta
 from prenet.ops import trace_step
 from prenet.paths import data_dir
-from prenet.reference_models import REFERENCE_MODELS
+from prenet.reference_models import REFERENCE_MODELS, TORCHVISION_PARAMS, torchvision_model
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.step import predict_trace_many
 
@@ -65,3 +70,75 @@ def dle_summary(df: pl.DataFrame) -> dict:
     signed = 100.0 * (df["predicted_ms"].to_numpy() / df["measured_ms"].to_numpy() - 1.0)
     per = {p: {"n": g.height, "mape_pct": float(g["ape_pct"].mean())} for (p,), g in df.group_by(["precision"], maintain_order=True)}
     return {"n": df.height, "mape_pct": float(df["ape_pct"].mean()), "median_signed_pct": float(np.median(signed)), "per_precision": per}
+
+
+#: pytorch-gpu-benchmark's precision labels → prenet precisions (its A100 "float" ran TF32: torch ≥ 1.7 defaults)
+RYU_PRECISIONS = {"fp32 (float)": "fp32", "fp32 (float; TF32 likely on A100 with torch>=1.7 defaults)": "tf32"}
+#: Host-to-device copy rate of a pageable batch (GB/s) over the boards' PCIe generation: ~10 of 16 GB/s on PCIe 3.0
+#: x16 (every GPU of that benchmark but the A100), ~20 on PCIe 4.0 (the A100's host link)
+H2D_GBPS = {"A100 40GB SXM4": 20.0}
+H2D_GBPS_DEFAULT = 10.0
+#: GPUs of that benchmark whose kernels some op model was fitted on (DeepBench's GTX 1080 Ti FP32 kernels)
+RYU_KERNELS_SEEN = ("GTX 1080 Ti",)
+
+
+def load_ryujaehun_rows(root: Path | None = None) -> pl.DataFrame:
+    """Single-GPU FP32 (A100: TF32) rows of the architectures built here, duplicates dropped: model, GPU name, catalog
+    GPU, precision, batch, measured median ms/step, and whether an op model saw that GPU's kernels."""
+    raw = pl.read_csv((root or data_dir()) / "external" / "pytorch_gpu_benchmark" / "ryujaehun_train_step_times.csv.gz", infer_schema_length=0)
+    rows = raw.filter(
+        (pl.col("num_gpus") == "1")
+        & (pl.col("duplicate_of_file").fill_null("") == "")
+        & pl.col("precision").is_in(list(RYU_PRECISIONS))
+        & pl.col("model").is_in(list(TORCHVISION_PARAMS))
+    )
+    return (
+        rows.with_columns(pl.col("gpu").map_elements(lambda g: get(g).hardware_id, return_dtype=pl.String).alias("hardware_id"))
+        .select(
+            "model",
+            pl.col("gpu").alias("source_gpu"),
+            "hardware_id",
+            pl.col("precision").replace_strict(RYU_PRECISIONS).alias("precision"),
+            pl.col("batch_per_gpu").cast(pl.Int64).alias("batch"),
+            pl.col("median_ms").cast(pl.Float64).alias("measured_ms"),
+        )
+        .with_columns(pl.col("hardware_id").is_in(list(RYU_KERNELS_SEEN)).alias("kernels_seen"))
+        .unique(["model", "hardware_id", "precision"], keep="first", maintain_order=True)
+        .sort("model", "hardware_id")
+    )
+
+
+def ryujaehun_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> pl.DataFrame:
+    """``rows`` (default :func:`load_ryujaehun_rows`) plus ``predicted_ms`` (forward + loss + backward, and the input
+    copy ``h2d_ms``) and ``ape_pct``; one trace per (model, precision, batch), one batched prediction over its GPUs."""
+    rows = load_ryujaehun_rows() if rows is None else rows
+    out = []
+    for (name, precision, batch), group in rows.group_by(["model", "precision", "batch"], maintain_order=True):
+        module, example = build_on_meta(partial(torchvision_model, str(name)), batch_size=int(batch))
+        trace = trace_step(module, example, optimizer="sgd", precision=str(precision), device_type="cuda")
+        batch_bytes = example[0].numel() * example[0].element_size()
+        hws = [get(h) for h in group.get_column("hardware_id").to_list()]
+        for row, (_, ops) in zip(group.iter_rows(named=True), predict_trace_many(trace, hws, model)):
+            h2d_ms = batch_bytes / (H2D_GBPS.get(row["hardware_id"], H2D_GBPS_DEFAULT) * 1e9) * 1e3
+            fwd_bwd = float(ops.filter(pl.col("phase") != "optimizer").get_column("predicted_ms").sum())
+            out.append({**row, "predicted_ms": fwd_bwd + h2d_ms, "h2d_ms": h2d_ms})
+    df = pl.DataFrame(out)
+    return df.with_columns((100.0 * (pl.col("predicted_ms") - pl.col("measured_ms")).abs() / pl.col("measured_ms")).alias("ape_pct"))
+
+
+def ryujaehun_summary(df: pl.DataFrame) -> dict:
+    """MAPE and signed median error (+: predicted too slow) for the FP32 rows on GPUs never fitted on (the target),
+    on the GTX 1080 Ti (kernels seen), and the A100 (TF32); per GPU for the unseen ones."""
+
+    def stats(g: pl.DataFrame) -> dict:
+        signed = 100.0 * (g["predicted_ms"].to_numpy() / g["measured_ms"].to_numpy() - 1.0)
+        return {"n": g.height, "mape_pct": float(g["ape_pct"].mean()), "median_signed_pct": float(np.median(signed))} if g.height else {"n": 0}
+
+    fp32 = df.filter(pl.col("precision") == "fp32")
+    unseen = fp32.filter(~pl.col("kernels_seen"))
+    return {
+        "unseen_fp32": stats(unseen),
+        "kernels_seen_fp32": stats(fp32.filter(pl.col("kernels_seen"))),
+        "a100_tf32": stats(df.filter(pl.col("precision") == "tf32")),
+        "per_gpu": {h: round(float(g["ape_pct"].mean()), 1) for (h,), g in unseen.group_by(["hardware_id"], maintain_order=True)},
+    }
