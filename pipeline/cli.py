@@ -72,6 +72,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         dataset_size=args.dataset_size,
         threads=args.threads,
         models_dir=args.models,
+        fused=args.fused,
     )
     if (note := alias_note(args.hardware)) is not None:
         p.notes.insert(0, note)
@@ -90,7 +91,8 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         print(json.dumps(d, indent=2, default=float))
         return
     shape = "x".join(str(s) for s in p.input_shape)
-    print(f"{args.model} · input {shape} · {p.params / 1e6:.2f} M parameters · {args.precision} · {args.optimizer} · {hw.hardware_id}")
+    opt = f"{args.optimizer} (fused)" if args.fused else args.optimizer
+    print(f"{args.model} · input {shape} · {p.params / 1e6:.2f} M parameters · {args.precision} · {opt} · {hw.hardware_id}")
     print(f"  step   {p.step_seconds * 1e3:10.2f} ms   ({p.ops} ops{f', + {p.overhead_ms:.2f} ms measured null step' if p.overhead_ms else ''})")
     if p.epoch_seconds is not None:
         print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} steps of {args.batch_size})")
@@ -243,6 +245,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         finetune=finetune,
         hardware=args.hardware,
         optimizer=args.optimizer,
+        fused=args.fused,
         momentum=args.momentum,
         prices=_prices(args),
         models_dir=args.models,
@@ -333,6 +336,12 @@ def _cmd_distribute(args: argparse.Namespace) -> None:
         print(f"merged on this machine: {', '.join(out['merged'])}")
 
 
+_FUSED_HELP = (
+    "the optimizer step as torch.optim.*(fused=True) runs it: one fused kernel over every parameter "
+    "(default: torch's default, foreach kernels on a GPU, per-tensor ops on a CPU)"
+)
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     """``--model``, ``--batch-size`` and ``--zoo-arg``: how `predict step-time` and `plan` name the model."""
     p.add_argument(
@@ -373,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="sgd",
         help="optimizer of the step: sgd, momentum (SGD, 0.9), adam, adamw (decoupled decay 0.01); default: sgd",
     )
+    st.add_argument("--fused", action="store_true", help=_FUSED_HELP)
     st.add_argument(
         "--precision",
         choices=list(PRECISIONS),
@@ -451,6 +461,7 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--max-gib", type=float, default=4.0, help="memory allowed for the NTK (GiB, default 4)")
     pn.add_argument("--hardware", nargs="+", help="hardware to plan for (default: local and the whole catalog; see `prenet hardware list`)")
     pn.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the job (default: sgd)")
+    pn.add_argument("--fused", action="store_true", help=_FUSED_HELP)
     pn.add_argument(
         "--precision",
         choices=list(PRECISIONS),

@@ -45,10 +45,12 @@ def predict_step_time(
     models_dir: str | Path = DEFAULT_OP_MODELS,
     overhead_ms: float | None = None,
     zoo_kwargs: dict[str, Any] | None = None,
+    fused: bool = False,
 ) -> StepPrediction:
     """Predicted time of one training step (and of an epoch with ``dataset_size``) of ``model`` in ``precision``
     (fp32 | tf32 | fp16 | bf16), through the op-level path (:mod:`prenet.steptime.step`). ``overhead_ms`` None: the
-    measured null step of the local CPU."""
+    measured null step of the local CPU. ``fused``: the optimizer step as ``torch.optim.*(fused=True)`` runs it (one
+    kernel); by default as torch's default runs it (foreach kernels on a GPU, per-tensor ops on a CPU)."""
     module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
     return predict_step(
         module,
@@ -59,6 +61,7 @@ def predict_step_time(
         precision=precision,
         overhead_ms=overhead_ms,
         dataset_size=dataset_size,
+        fused=fused,
     )
 
 

@@ -17,26 +17,41 @@ STEP_WEIGHT_DECAY: dict[str, float] = {"adamw": 0.01}
 
 
 def prime_state(name: str, optimizer: torch.optim.Optimizer) -> None:
-    """Put ``optimizer`` in its steady state before a timed or traced step: SGD with momentum gets its buffers (the
-    first step would copy the gradient instead of updating the buffer). Adam's first step already runs its later ops."""
-    if name == "momentum":
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    """Put ``optimizer`` in its steady state before a timed or traced step, as every step of a job after the first
+    runs: SGD with momentum gets its buffers (the first step would copy the gradient instead of updating the buffer);
+    Adam/AdamW get their step count and moment buffers as their first step creates them (else the traced step would
+    carry two ``zeros_like`` per parameter that only the first step runs)."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if name == "momentum":
+                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            elif name in ("adam", "adamw"):
+                on_device = group.get("fused") or group.get("capturable")
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device) if on_device else torch.tensor(0.0, dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 def make_optimizer(
-    name: str, params: Iterable[torch.nn.Parameter], *, lr: float = TIMING_LR, weight_decay: float = 0.0, foreach: bool | None = None
+    name: str,
+    params: Iterable[torch.nn.Parameter],
+    *,
+    lr: float = TIMING_LR,
+    weight_decay: float = 0.0,
+    foreach: bool | None = None,
+    fused: bool | None = None,
 ) -> torch.optim.Optimizer:
     """``sgd``: plain SGD; ``momentum``: SGD with heavy-ball momentum 0.9; ``adam``: Adam (default betas, L2 weight
-    decay); ``adamw``: AdamW (decoupled weight decay). ``lr`` is per step (default :data:`TIMING_LR`); ``foreach`` as
-    torch takes it (``None``: torch's own choice per device)."""
+    decay); ``adamw``: AdamW (decoupled weight decay). ``lr`` is per step (default :data:`TIMING_LR`); ``foreach`` and
+    ``fused`` as torch takes them (``None``: torch's own choice per device: foreach on CUDA, never fused)."""
+    kw = {"lr": lr, "weight_decay": weight_decay, "foreach": foreach, "fused": fused}
     if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay, foreach=foreach)
+        return torch.optim.SGD(params, **kw)
     if name == "momentum":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay, foreach=foreach)
+        return torch.optim.SGD(params, momentum=0.9, **kw)
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, foreach=foreach)
+        return torch.optim.Adam(params, **kw)
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=foreach)
+        return torch.optim.AdamW(params, **kw)
     raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(CORPUS_OPTIMIZERS)}")

@@ -276,3 +276,19 @@ def test_one_op_one_answer_layer_table_and_step_time(models_dir, hardware, dtype
     fwd = ops.filter((pl.col("phase") == "forward") & ((pl.col("family") == "gemm") | ((pl.col("family") == "copy") & operands)))
     assert fwd.filter(pl.col("family") == "gemm").height == 1
     assert float(fwd["predicted_ms"].sum()) == pytest.approx(layer_ms, rel=1e-9), fwd.select("op", "shapes", "predicted_ms")
+
+
+def test_cli_fused_optimizer_is_one_kernel_in_the_answer(models_dir, capsys):
+    """``--fused``: the answer names the fused optimizer, its JSON says so, and the step's optimizer phase is torch's one
+    fused kernel, faster than the foreach kernels on the same GPU."""
+    import json
+
+    base = ["predict", "step-time", "--model", "gpt_sdpa", "--batch-size", "2", "--hardware", "H100 SXM5 80GB", "--optimizer", "adamw"]
+    assert main([*base, "--precision", "bf16", "--models", models_dir, "--fused"]) == 0
+    assert "adamw (fused)" in capsys.readouterr().out
+    answers = {}
+    for extra in ([], ["--fused"]):
+        assert main([*base, "--models", models_dir, "--json", *extra]) == 0
+        answers[bool(extra)] = json.loads(capsys.readouterr().out)
+    assert answers[True]["fused"] and not answers[False]["fused"]
+    assert answers[True]["family_ms"]["optimizer"] < answers[False]["family_ms"]["optimizer"]

@@ -464,15 +464,26 @@ def nbytes(t: torch.Tensor) -> int:
     return int(t.numel()) * t.element_size()
 
 
-def moved_bytes(args: tuple, kwargs: dict, out: Any) -> int:
-    """Bytes read (each distinct input tensor once) plus bytes written (every output tensor)."""
+def moved_bytes(args: tuple, kwargs: dict, out: Any, written: list[torch.Tensor] | None = None) -> int:
+    """Bytes read (each distinct input tensor once) plus bytes written: every output tensor, or, for an op that updates
+    its arguments in place and returns nothing (``_foreach_add_``, ``_fused_adam_``), those arguments (``written``)."""
     seen: set[int] = set()
     total = 0
     for t in tensors(list(args)) + tensors(list(kwargs.values())):
         if id(t) not in seen:
             seen.add(id(t))
             total += nbytes(t)
-    return total + sum(nbytes(t) for t in tensors(out))
+    outs = tensors(out)
+    return total + sum(nbytes(t) for t in (outs if outs else written or []))
+
+
+def written_args(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors ``func`` writes in place: its schema's mutable (``Tensor(a!)``) arguments."""
+    out: list[torch.Tensor] = []
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            out += tensors(args[i] if i < len(args) else kwargs.get(a.name))
+    return out
 
 
 def _conv_dims(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, groups: int) -> tuple[int, int, int, int]:

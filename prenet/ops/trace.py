@@ -42,6 +42,7 @@ from prenet.ops.families import (
     nbytes,
     op_flops,
     tensors,
+    written_args,
 )
 from prenet.optimizers import STEP_WEIGHT_DECAY, make_optimizer, prime_state
 
@@ -88,6 +89,7 @@ class StepTrace:
     input_shape: list[int]
     params: int
     notes: list[str] = field(default_factory=list)
+    fused: bool = False  # the optimizer step as one fused kernel (``torch.optim.*(fused=True)``), else foreach / per tensor
 
     def frame(self) -> pl.DataFrame:
         """One row per op (columns of :class:`OpRecord`)."""
@@ -364,7 +366,7 @@ class _Tracer(TorchDispatchMode):
                 phase=self.phase,
                 module=module,
                 flops=op_flops(name, args, kwargs, out),
-                bytes=moved_bytes(args, kwargs, out),
+                bytes=moved_bytes(args, kwargs, out, None if outs else written_args(func, args, kwargs)),
                 dtype=dtype,
                 unit=unit_of(family, dtype, self.precision),
                 batch=b,
@@ -481,6 +483,7 @@ def _run(
     input_grad: bool = False,
     direction: str = "train_step",
     via_torch_optim: bool = False,
+    fused: bool = False,
 ) -> None:
     """One step under ``tracer``: forward and loss (autocast when asked), backward, optimizer step. ``direction``
     ``forward``: the forward alone (eval mode, no grad); ``forward_backward``: forward, then backward from a gradient of
@@ -490,9 +493,9 @@ def _run(
     layer = direction != "train_step" or input_grad
     module.train(direction != "forward")
     params = [p for p in module.parameters() if p.requires_grad]
-    foreach = (device_type == "cuda") or None
+    foreach = None if fused else (device_type == "cuda") or None
     opt = (
-        make_optimizer(optimizer, params, foreach=foreach, weight_decay=STEP_WEIGHT_DECAY.get(optimizer, 0.0))
+        make_optimizer(optimizer, params, foreach=foreach, fused=fused or None, weight_decay=STEP_WEIGHT_DECAY.get(optimizer, 0.0))
         if params and (real or via_torch_optim)
         else None
     )
@@ -561,17 +564,19 @@ def _run(
             if opt is not None:
                 opt.step()
             elif params and not real:
-                meta_optimizer_step(optimizer, params, foreach=foreach)
+                meta_optimizer_step(optimizer, params, foreach=foreach, fused=fused, tracer=tracer)
     finally:
         h1.remove()
         h2.remove()
 
 
-def meta_optimizer_step(name: str, params: list[nn.Parameter], *, foreach: bool | None) -> None:
+def meta_optimizer_step(name: str, params: list[nn.Parameter], *, foreach: bool | None, fused: bool = False, tracer: _Tracer | None = None) -> None:
     """The first step of :func:`~prenet.optimizers.make_optimizer`'s ``name`` on ``params``, through torch's functional
     optimizers: the same ops as ``torch.optim.SGD/Adam(...).step()`` (their lazy state included; a test compares the
     traces op by op), without constructing an ``Optimizer``, whose first use imports ``torch._dynamo`` (~2 s of a
-    CLI answer on 2 cores) for nothing on the meta device."""
+    CLI answer on 2 cores) for nothing on the meta device. ``fused``: the one fused kernel torch runs for
+    ``fused=True`` (``_fused_adam_``/``_fused_adamw_``; ``_fused_sgd_``, which has no meta kernel, is recorded on
+    ``tracer`` as it reads and writes)."""
     from torch.optim.adam import adam
     from torch.optim.sgd import sgd
 
@@ -582,22 +587,51 @@ def meta_optimizer_step(name: str, params: list[nn.Parameter], *, foreach: bool 
     with torch.no_grad():
         if name in ("sgd", "momentum"):
             momentum = 0.9 if name == "momentum" else 0.0
+            if fused:
+                if tracer is not None and with_grad:
+                    tracer.records.append(_fused_sgd_record(with_grad, momentum > 0))
+                return
             # steady state: the buffers exist (allocated, not recorded: an allocation is no op of the step)
             buffers = [torch.empty_like(p, memory_format=torch.preserve_format) if momentum else None for p in with_grad]
             sgd(with_grad, grads, buffers, weight_decay=0.0, momentum=momentum, lr=TIMING_LR, dampening=0.0, nesterov=False,
                 maximize=False, has_sparse_grad=False, foreach=foreach, fused=None, grad_scale=None, found_inf=None)  # fmt: skip
         elif name in ("adam", "adamw"):
-            steps, exp_avgs, exp_avg_sqs = [], [], []
-            scalar = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-            for p in with_grad:  # Adam's lazy state, in its order
-                steps.append(torch.tensor(0.0, dtype=scalar, device="cpu"))
-                exp_avgs.append(torch.zeros_like(p, memory_format=torch.preserve_format))
-                exp_avg_sqs.append(torch.zeros_like(p, memory_format=torch.preserve_format))
+            # steady state: the step counts (fused: on the parameters' device) and moment buffers exist, as
+            # prime_state gives torch.optim (created outside the step: not recorded)
+            phase = tracer.phase if tracer is not None else None
+            if tracer is not None:
+                tracer.phase = "setup"
+            steps = [torch.zeros((), dtype=torch.float32, device=p.device) if fused else torch.tensor(0.0) for p in with_grad]
+            exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
+            exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
+            if tracer is not None:
+                tracer.phase = phase
             adam(with_grad, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, has_complex=False, beta1=0.9, beta2=0.999,
-                 lr=TIMING_LR, weight_decay=STEP_WEIGHT_DECAY.get(name, 0.0), eps=1e-8, maximize=False, foreach=foreach, capturable=False,
-                 differentiable=False, fused=None, grad_scale=None, found_inf=None, decoupled_weight_decay=name == "adamw")  # fmt: skip
+                 lr=TIMING_LR, weight_decay=STEP_WEIGHT_DECAY.get(name, 0.0), eps=1e-8, maximize=False,
+                 foreach=None if fused else foreach, capturable=False, differentiable=False, fused=fused or None, grad_scale=None,
+                 found_inf=None, decoupled_weight_decay=name == "adamw")  # fmt: skip
         else:
             raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def _fused_sgd_record(params: list[nn.Parameter], momentum: bool) -> OpRecord:
+    """torch's ``_fused_sgd_`` over ``params``: reads and writes each parameter, gradient and momentum buffer (its schema's
+    mutable arguments, as :func:`~prenet.ops.families.written_args` counts any in-place op); FLOPs as
+    :func:`~prenet.ops.families.op_flops` counts a pointwise op over its tensor lists."""
+    numel = sum(int(p.numel()) for p in params)
+    size = sum(nbytes(p) for p in params)
+    return OpRecord(
+        op="_fused_sgd_",
+        family="optimizer",
+        phase="optimizer",
+        module="optimizer",
+        flops=float((3 if momentum else 2) * numel),
+        bytes=(6 if momentum else 4) * size,
+        dtype="float32",
+        unit="fp32",
+        out_numel=0,
+        shapes=f"{len(params)} parameters",
+    )
 
 
 def _unscale_records(tracer: _Tracer, module: nn.Module) -> None:
@@ -638,11 +672,13 @@ def trace_step(
     direction: str = "train_step",
     input_grad: bool = False,
     via_torch_optim: bool = False,
+    fused: bool = False,
 ) -> StepTrace:
     """The ops of one training step of ``module`` on ``example_batch`` (a tensor, or ``(inputs, labels)``), traced on the
     meta device (the optimizer step through :func:`meta_optimizer_step`; ``via_torch_optim``: through ``torch.optim``,
     the reference the tests compare it with). ``device_type`` (``cpu`` | ``cuda``) picks the autocast op lists and whether the optimizer uses foreach
-    kernels, as torch does on that device. The module is copied (its weights are never touched). ``direction`` other
+    kernels, as torch does on that device; ``fused``: the optimizer as ``torch.optim.*(fused=True)`` runs it, one fused
+    kernel. The module is copied (its weights are never touched). ``direction`` other
     than ``train_step``, or ``input_grad``, traces one layer as the benchmarks time it: the input requires grad and backward
     starts from a given output gradient (see :func:`_run`)."""
     _check(precision, optimizer)
@@ -666,9 +702,16 @@ def trace_step(
             input_grad=input_grad or direction != "train_step",
             direction=direction,
             via_torch_optim=via_torch_optim,
+            fused=fused,
         )
     return StepTrace(
-        tracer.records, precision, optimizer, device_type, [int(s) for s in inputs.shape], sum(int(p.numel()) for p in meta.parameters())
+        tracer.records,
+        precision,
+        optimizer,
+        device_type,
+        [int(s) for s in inputs.shape],
+        sum(int(p.numel()) for p in meta.parameters()),
+        fused=fused,
     )
 
 
@@ -682,6 +725,7 @@ def measure_step(
     repeats: int = 3,
     warmup: bool = True,
     input_grad: bool = False,
+    fused: bool = False,
 ) -> StepTrace:
     """The ops of one real training step on the module's device (CPU or CUDA), each timed in place (``measured_ms`` per
     call, median of ``repeats`` blocks of ≥ ``min_block_ms``). ``fp16``/``bf16`` use the real ``torch.autocast`` of that
@@ -694,14 +738,15 @@ def measure_step(
         raise PrenetError(f"precision {precision} cannot be measured on a CPU; measure fp32 or bf16")
     if dev == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
-    kw = dict(optimizer=optimizer, precision=precision, device_type=dev, real=True, input_grad=input_grad)
+    kw = dict(optimizer=optimizer, precision=precision, device_type=dev, real=True, input_grad=input_grad, fused=fused)
     if warmup:
         _run(module, inputs, labels, _Tracer(precision=precision, meta=False, names={}, timing=None), **kw)
         module.zero_grad(set_to_none=True)
     tracer = _Tracer(precision=precision, meta=False, names=_module_names(module), timing={"min_block_ms": min_block_ms, "repeats": repeats})
     _run(module, inputs, labels, tracer, **kw)
     module.zero_grad(set_to_none=True)
-    return StepTrace(tracer.records, precision, optimizer, dev, [int(s) for s in inputs.shape], sum(int(p.numel()) for p in module.parameters()))
+    shape = [int(s) for s in inputs.shape]
+    return StepTrace(tracer.records, precision, optimizer, dev, shape, sum(int(p.numel()) for p in module.parameters()), fused=fused)
 
 
 def _on_meta(module: nn.Module) -> bool:

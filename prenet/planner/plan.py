@@ -304,6 +304,7 @@ def make_plan(
     finetune: dict[str, Any] | None = None,
     hardware: list[str] | None = None,
     optimizer: str = "sgd",
+    fused: bool = False,
     momentum: float = 0.0,
     prices: dict[str, dict[str, Any]] | None = None,
     models_dir: str | Path,
@@ -320,6 +321,7 @@ def make_plan(
     and ``finetune`` = {inputs, labels, loss, lr, max_steps, subset}) sets the number of steps. ``zoo_kwargs``: a
     zoo model's size keywords (e.g. ``{"image_size": 224}``; the zoo's defaults are CPU-sized). Step times come from the one
     step-time path (:mod:`prenet.steptime.step`) in ``precision``; a hardware without that unit gets a note, not a row.
+    ``fused``: the optimizer step as ``torch.optim.*(fused=True)`` runs it (one kernel), else as torch's default does.
     ``local_record``: the benchmark stage's record of this CPU (``local`` is measured now when it does not match)."""
 
     from prenet.hardware import catalog, resolve
@@ -409,7 +411,7 @@ def make_plan(
         if precision == "tf32" and dt == "cpu":
             notes.extend(f"{n}: not planned: tf32 exists on NVIDIA GPUs only" for n in group)
             continue
-        traces[dt] = trace_step(module, batch, optimizer=step_optimizer, precision=precision, device_type=dt)
+        traces[dt] = trace_step(module, batch, optimizer=step_optimizer, precision=precision, device_type=dt, fused=fused)
         frames[dt] = traces[dt].frame()
         runnable = []
         for n in group:
@@ -440,7 +442,7 @@ def make_plan(
     return Plan(
         model=label,
         batch_size=batch_size,
-        optimizer=optimizer,
+        optimizer=f"{optimizer} (fused)" if fused else optimizer,
         dataset_size=dataset_size,
         steps=n_steps,
         steps_low=lo,

@@ -45,6 +45,7 @@ class StepPrediction:
     top_ops: list[dict[str, Any]] = field(default_factory=list)
     epoch_seconds: float | None = None
     steps_per_epoch: int | None = None
+    fused: bool = False  # the optimizer step as torch's one fused kernel (``fused=True``), else foreach (CUDA) / per tensor
 
     @property
     def family_share(self) -> dict[str, float]:
@@ -119,6 +120,7 @@ def _summarize(trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_m
         ops=ops.height,
         notes=notes + trace.notes,
         top_ops=top_rows.to_dicts(),
+        fused=trace.fused,
     )
     return pred, ops
 
@@ -151,10 +153,12 @@ def predict_step(
     precision: str = "fp32",
     overhead_ms: float | None = None,
     dataset_size: int | None = None,
+    fused: bool = False,
 ) -> StepPrediction:
     """Trace one training step of ``module`` for ``hardware``'s device type and precision, and predict it.
-    ``overhead_ms`` None: the measured null step of the local CPU (:func:`default_overhead_ms`)."""
-    trace = trace_step(module, example_batch, optimizer=optimizer, precision=precision, device_type=device_type(hardware))
+    ``overhead_ms`` None: the measured null step of the local CPU (:func:`default_overhead_ms`); ``fused``: the
+    optimizer as ``torch.optim.*(fused=True)`` runs it."""
+    trace = trace_step(module, example_batch, optimizer=optimizer, precision=precision, device_type=device_type(hardware), fused=fused)
     ovh = default_overhead_ms(hardware, optimizer) if overhead_ms is None else overhead_ms
     pred, _ = predict_trace(trace, hardware, model, overhead_ms=ovh)
     if dataset_size is not None and pred.batch_size:
