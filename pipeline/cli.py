@@ -73,6 +73,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         threads=args.threads,
         models_dir=args.models,
         fused=args.fused,
+        memory_format=args.memory_format,
     )
     if (note := alias_note(args.hardware)) is not None:
         p.notes.insert(0, note)
@@ -92,7 +93,8 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         return
     shape = "x".join(str(s) for s in p.input_shape)
     opt = f"{args.optimizer} (fused)" if args.fused else args.optimizer
-    print(f"{args.model} · input {shape} · {p.params / 1e6:.2f} M parameters · {args.precision} · {opt} · {hw.hardware_id}")
+    fmt = " · channels_last" if args.memory_format == "channels_last" else ""
+    print(f"{args.model} · input {shape} · {p.params / 1e6:.2f} M parameters · {args.precision} · {opt}{fmt} · {hw.hardware_id}")
     print(f"  step   {p.step_seconds * 1e3:10.2f} ms   ({p.ops} ops{f', + {p.overhead_ms:.2f} ms measured null step' if p.overhead_ms else ''})")
     if p.epoch_seconds is not None:
         print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} steps of {args.batch_size})")
@@ -246,6 +248,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         hardware=args.hardware,
         optimizer=args.optimizer,
         fused=args.fused,
+        memory_format=args.memory_format,
         momentum=args.momentum,
         prices=_prices(args),
         models_dir=args.models,
@@ -342,6 +345,12 @@ _FUSED_HELP = (
 )
 
 
+_MEMORY_FORMAT_HELP = (
+    "layout of the model's and the batch's 4-D tensors: contiguous (NCHW, torch's default; on a GPU, FP16/BF16 "
+    "convolutions carry cuDNN's layout transposes) or channels_last (NHWC); default: contiguous"
+)
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     """``--model``, ``--batch-size`` and ``--zoo-arg``: how `predict step-time` and `plan` name the model."""
     p.add_argument(
@@ -369,7 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--threads", type=_threads, default=1, help="threads, for 'local' (default 1)")
     hw.set_defaults(func=_cmd_hardware)
 
-    from prenet.names import LOSSES, NTK_METHODS, OPTIMIZERS, PRECISIONS, SCHEDULES
+    from prenet.names import LOSSES, MEMORY_FORMATS, NTK_METHODS, OPTIMIZERS, PRECISIONS, SCHEDULES
 
     pr = sub.add_parser("predict", help="predict step times or steps to converge")
     psub = pr.add_subparsers(dest="what", required=True)
@@ -383,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="optimizer of the step: sgd, momentum (SGD, 0.9), adam, adamw (decoupled decay 0.01); default: sgd",
     )
     st.add_argument("--fused", action="store_true", help=_FUSED_HELP)
+    st.add_argument("--memory-format", choices=list(MEMORY_FORMATS), default="contiguous", help=_MEMORY_FORMAT_HELP)
     st.add_argument(
         "--precision",
         choices=list(PRECISIONS),
@@ -462,6 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--hardware", nargs="+", help="hardware to plan for (default: local and the whole catalog; see `prenet hardware list`)")
     pn.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the job (default: sgd)")
     pn.add_argument("--fused", action="store_true", help=_FUSED_HELP)
+    pn.add_argument("--memory-format", choices=list(MEMORY_FORMATS), default="contiguous", help=_MEMORY_FORMAT_HELP)
     pn.add_argument(
         "--precision",
         choices=list(PRECISIONS),

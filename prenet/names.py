@@ -29,6 +29,9 @@ DIRECTIONS: tuple[str, ...] = ("forward", "forward_backward", "train_step")
 #: Optimizers of a timed or traced training step (:func:`prenet.optimizers.make_optimizer`): plain SGD, SGD with
 #: momentum 0.9 (its steady state: the buffer exists), Adam, AdamW (its decoupled weight decay an op of the step).
 OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam", "adamw")
+#: Memory formats of a traced step's 4-D tensors: ``contiguous`` (NCHW, torch's default) or ``channels_last`` (NHWC,
+#: ``model.to(memory_format=torch.channels_last)`` and the same for the input batch).
+MEMORY_FORMATS: tuple[str, ...] = ("contiguous", "channels_last")
 #: The optimizer column of a layer timing: ``none`` for a direction without an optimizer step.
 LAYER_OPTIMIZERS: tuple[str, ...] = ("none", *OPTIMIZERS)
 #: Layer types of the PreNeT layer recipe (:data:`prenet.layers.REGISTRY` holds one entry per name).

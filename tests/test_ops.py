@@ -257,3 +257,45 @@ def test_a_fused_optimizer_step_traces_the_one_kernel_torch_runs(optimizer):
     foreach = trace_step(module, batch, optimizer=optimizer, device_type="cuda")
     if optimizer != "sgd":  # plain SGD is one pass either way
         assert sum(b for _, b, _ in opt_phase(fused)) < sum(b for _, b, _ in opt_phase(foreach))
+
+
+def test_nchw_fp16_convolutions_carry_cudnns_layout_transposes_and_channels_last_does_not():
+    """On CUDA, FP16/BF16 convolutions of NCHW tensors get cuDNN's nchwToNhwc / nhwcToNchw copies (forward and both
+    backward passes); ``channels_last`` runs NHWC end to end (none), as do FP32 and every CPU trace; the caller's module
+    keeps its layout."""
+    from prenet import zoo
+    from prenet.ops import trace_step
+
+    with torch.device("meta"):
+        module, batch = zoo.resnet18(batch_size=2, image_size=32)
+
+    def transposes(**kw):
+        return [r for r in trace_step(module, batch, optimizer="sgd", **kw).records if r.op in ("nchwToNhwc", "nhwcToNchw")]
+
+    convs = [r for r in trace_step(module, batch, optimizer="sgd", precision="fp16", device_type="cuda").records if r.family == "conv"]
+    nchw = transposes(precision="fp16", device_type="cuda")
+    assert len(nchw) == 2 * len(convs) and {r.family for r in nchw} == {"copy"} and {r.phase for r in nchw} == {"forward", "backward"}
+    assert all(r.bytes > 0 and r.dtype == "float16" for r in nchw)
+    assert transposes(precision="fp16", device_type="cuda", memory_format="channels_last") == []
+    assert transposes(precision="bf16", device_type="cuda") and not transposes(precision="fp32", device_type="cuda")
+    assert not transposes(precision="bf16", device_type="cpu")
+    assert next(module.parameters()).is_contiguous()  # NCHW still
+
+
+def test_channels_last_saves_the_transposes_in_the_answer_and_unknown_formats_list_the_choices():
+    from prenet import zoo
+    from prenet.errors import PrenetError
+    from prenet.hardware.catalog import get
+    from prenet.meta_device import build_on_meta
+    from prenet.ops import trace_step
+    from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.steptime.step import predict_step
+
+    module, batch = build_on_meta(zoo.resnet18, batch_size=8, image_size=64)
+    model = EfficiencyModel(median_efficiency={"gpu": 0.5})
+    kw = {"hardware": get("A100 80GB SXM4"), "model": model, "precision": "fp16", "overhead_ms": 0.0}
+    nchw, nhwc = predict_step(module, batch, **kw), predict_step(module, batch, memory_format="channels_last", **kw)
+    assert nhwc.step_seconds < nchw.step_seconds and nhwc.memory_format == "channels_last"
+    assert nchw.family_ms["copy"] > nhwc.family_ms.get("copy", 0.0)
+    with pytest.raises(PrenetError, match="contiguous, channels_last"):
+        trace_step(module, batch, memory_format="nhwc")

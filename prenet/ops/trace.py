@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from prenet.errors import PrenetError
 from prenet.meta_device import without_compiler_imports
-from prenet.names import DIRECTIONS, OPTIMIZERS, PRECISIONS
+from prenet.names import DIRECTIONS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
 from prenet.ops.autocast import Autocast
 from prenet.ops.families import (
     FREE,
@@ -90,6 +90,7 @@ class StepTrace:
     params: int
     notes: list[str] = field(default_factory=list)
     fused: bool = False  # the optimizer step as one fused kernel (``torch.optim.*(fused=True)``), else foreach / per tensor
+    memory_format: str = "contiguous"  # of the 4-D tensors (:data:`~prenet.names.MEMORY_FORMATS`)
 
     def frame(self) -> pl.DataFrame:
         """One row per op (columns of :class:`OpRecord`)."""
@@ -288,6 +289,11 @@ class _Tracer(TorchDispatchMode):
         self.stack: list[str] = []
         self.node_module: dict[Any, str] = {}
         self.records: list[OpRecord] = []
+        #: cuDNN's layout transposes around FP16/BF16 convolutions on NCHW tensors (set for CUDA traces)
+        self.conv_transposes = False
+        #: a channels_last step: convolutions give NHWC results, as cuDNN and oneDNN do for NHWC inputs (the meta kernel
+        #: gives NCHW for some, e.g. a 3-channel input)
+        self.channels_last = False
 
     def _to_low(self, a: Any) -> Any:
         """An FP32 tensor argument of a low-precision op, cast as autocast casts it (once per tensor per step), the cast
@@ -348,6 +354,8 @@ class _Tracer(TorchDispatchMode):
             out = _meta_shortcut(name, args) if self.meta else None
             if out is None:
                 out = func(*args, **kwargs)
+            if self.channels_last and name in ("convolution", "convolution_backward"):
+                out = _channels_last(out)
         outs = tensors(out)
         if not ins and not outs:
             return out
@@ -383,12 +391,49 @@ class _Tracer(TorchDispatchMode):
                 spread_rel=spread,
             )
         )
+        if self.conv_transposes and family == "conv" and dtype in ("float16", "bfloat16"):
+            self._nchw_transposes(module, dtype, ins, outs)
         return out
+
+    def _nchw_transposes(self, module: str, dtype: str, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+        """The layout transposes cuDNN runs around a tensor-core convolution of NCHW tensors (its kernels are NHWC):
+        each 4-D operand in (``nchwToNhwc``), each 4-D result out (``nhwcToNchw``), a read and a write each. None for
+        ``channels_last`` tensors: what ``--memory-format channels_last`` saves."""
+        nchw = [t for t in ins if t.dim() == 4 and t.is_floating_point() and not t.is_contiguous(memory_format=torch.channels_last)]
+        if not nchw:
+            return
+        for op, ts in (("nchwToNhwc", nchw), ("nhwcToNchw", [t for t in outs if t.dim() == 4])):
+            if ts:
+                size = sum(nbytes(t) for t in ts)
+                numel = int(sum(t.numel() for t in ts))
+                self.records.append(
+                    OpRecord(
+                        op=op,
+                        family="copy",
+                        phase=self.phase,
+                        module=module,
+                        flops=0.0,
+                        bytes=2 * size,
+                        dtype=dtype,
+                        unit=unit_of("copy", dtype, self.precision),
+                        out_numel=numel,
+                        shapes=_shape_text(ts),
+                    )  # fmt: skip
+                )
 
 
 def _stat_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype batch norm keeps its statistics in: FP32 for FP16/BF16 inputs (as torch's kernels and meta do)."""
     return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
+def _channels_last(out: Any) -> Any:
+    """``out`` (a tensor or a tuple of them) with its 4-D tensors in NHWC."""
+    if isinstance(out, torch.Tensor):
+        return out.contiguous(memory_format=torch.channels_last) if out.dim() == 4 else out
+    if isinstance(out, tuple):
+        return tuple(_channels_last(o) for o in out)
+    return out
 
 
 def _meta_shortcut(name: str, args: tuple) -> Any:
@@ -673,22 +718,37 @@ def trace_step(
     input_grad: bool = False,
     via_torch_optim: bool = False,
     fused: bool = False,
+    memory_format: str = "contiguous",
 ) -> StepTrace:
     """The ops of one training step of ``module`` on ``example_batch`` (a tensor, or ``(inputs, labels)``), traced on the
     meta device (the optimizer step through :func:`meta_optimizer_step`; ``via_torch_optim``: through ``torch.optim``,
     the reference the tests compare it with). ``device_type`` (``cpu`` | ``cuda``) picks the autocast op lists and whether the optimizer uses foreach
     kernels, as torch does on that device; ``fused``: the optimizer as ``torch.optim.*(fused=True)`` runs it, one fused
-    kernel. The module is copied (its weights are never touched). ``direction`` other
+    kernel. ``memory_format`` (:data:`~prenet.names.MEMORY_FORMATS`): ``channels_last`` puts the module's and the
+    batch's 4-D tensors in NHWC, as ``.to(memory_format=torch.channels_last)`` does; on CUDA, FP16/BF16 convolutions of
+    NCHW tensors carry cuDNN's layout transposes (copy ops), NHWC ones do not. The module is copied (its weights are
+    never touched). ``direction`` other
     than ``train_step``, or ``input_grad``, traces one layer as the benchmarks time it: the input requires grad and backward
     starts from a given output gradient (see :func:`_run`)."""
     _check(precision, optimizer)
     if precision == "tf32" and device_type != "cuda":
         raise PrenetError("precision tf32 exists on NVIDIA GPUs only (Ampere and later); use fp32 or bf16 on a CPU")
+    if memory_format not in MEMORY_FORMATS:
+        raise PrenetError(f"unknown memory format {memory_format!r}; choose one of {', '.join(MEMORY_FORMATS)}")
     inputs, labels = _split(example_batch)
     meta = module if _on_meta(module) else copy.deepcopy(module).to("meta")
     for p in meta.parameters():
         p.grad = None
+    notes = []
+    if memory_format == "channels_last":
+        if inputs.dim() != 4 and not any(p.dim() == 4 for p in meta.parameters()):
+            notes.append("--memory-format channels_last changes nothing here: the model has no 4-D input or weights")
+        meta = copy.deepcopy(meta).to(memory_format=torch.channels_last)  # the caller's module keeps its layout
+        if inputs.dim() == 4:
+            inputs = inputs.contiguous(memory_format=torch.channels_last)
     tracer = _Tracer(precision=precision, meta=True, names=_module_names(meta), timing=None)
+    tracer.conv_transposes = device_type == "cuda"
+    tracer.channels_last = memory_format == "channels_last"
     with without_compiler_imports():
         _run(
             meta,
@@ -711,7 +771,9 @@ def trace_step(
         device_type,
         [int(s) for s in inputs.shape],
         sum(int(p.numel()) for p in meta.parameters()),
+        notes=notes,
         fused=fused,
+        memory_format=memory_format,
     )
 
 

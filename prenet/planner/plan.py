@@ -305,6 +305,7 @@ def make_plan(
     hardware: list[str] | None = None,
     optimizer: str = "sgd",
     fused: bool = False,
+    memory_format: str = "contiguous",
     momentum: float = 0.0,
     prices: dict[str, dict[str, Any]] | None = None,
     models_dir: str | Path,
@@ -321,7 +322,8 @@ def make_plan(
     and ``finetune`` = {inputs, labels, loss, lr, max_steps, subset}) sets the number of steps. ``zoo_kwargs``: a
     zoo model's size keywords (e.g. ``{"image_size": 224}``; the zoo's defaults are CPU-sized). Step times come from the one
     step-time path (:mod:`prenet.steptime.step`) in ``precision``; a hardware without that unit gets a note, not a row.
-    ``fused``: the optimizer step as ``torch.optim.*(fused=True)`` runs it (one kernel), else as torch's default does.
+    ``fused``: the optimizer step as ``torch.optim.*(fused=True)`` runs it (one kernel), else as torch's default does;
+    ``memory_format``: the 4-D tensors' layout, contiguous (NCHW) or channels_last (NHWC).
     ``local_record``: the benchmark stage's record of this CPU (``local`` is measured now when it does not match)."""
 
     from prenet.hardware import catalog, resolve
@@ -411,7 +413,9 @@ def make_plan(
         if precision == "tf32" and dt == "cpu":
             notes.extend(f"{n}: not planned: tf32 exists on NVIDIA GPUs only" for n in group)
             continue
-        traces[dt] = trace_step(module, batch, optimizer=step_optimizer, precision=precision, device_type=dt, fused=fused)
+        traces[dt] = trace_step(
+            module, batch, optimizer=step_optimizer, precision=precision, device_type=dt, fused=fused, memory_format=memory_format
+        )
         frames[dt] = traces[dt].frame()
         runnable = []
         for n in group:

@@ -2,7 +2,8 @@
 
 * DeepLearningExamples' ResNeXt101-32x4d and SE-ResNeXt101-32x4d on one GPU, in AMP (FP16 autocast), TF32 and FP32
   (``data/external/dle2024``). The published figure is images/s over the whole training loop (data loading included)
-  on one GPU of a DGX; the measured step is ``batch / throughput`` (ms). Predicted with SGD (momentum) as trained there.
+  on one GPU of a DGX; the measured step is ``batch / throughput`` (ms). Predicted as trained there (their
+  ``configs.yml``): SGD with momentum, AMP in channels_last (``memory_format: nhwc``), TF32 and FP32 in NCHW.
 * pytorch-gpu-benchmark's torchvision CNNs (``data/external/pytorch_gpu_benchmark``): the median FP32 step of 17
   architectures at batch 12 on five desktop GPUs (four absent from every training set) and an A100 (TF32 by torch's
   defaults of the time). That step is forward, loss and backward without an optimizer, plus the batch's host-to-device
@@ -56,7 +57,9 @@ def dle_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) ->
     out = []
     for (name, precision, batch), group in rows.group_by(["model", "precision", "batch"], maintain_order=True):
         module, example = build_on_meta(REFERENCE_MODELS[name], batch_size=int(batch))
-        trace = trace_step(module, example, optimizer="sgd", precision=str(precision), device_type="cuda")
+        # AMP runs NHWC there (configs.yml: memory_format nhwc), TF32 and FP32 NCHW
+        fmt = "channels_last" if precision == "fp16" else "contiguous"
+        trace = trace_step(module, example, optimizer="momentum", precision=str(precision), device_type="cuda", memory_format=fmt)
         hws = [get(h) for h in group.get_column("hardware_id").to_list()]
         for row, (pred, _) in zip(group.iter_rows(named=True), predict_trace_many(trace, hws, model)):
             share = pred.family_share

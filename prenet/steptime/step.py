@@ -46,6 +46,7 @@ class StepPrediction:
     epoch_seconds: float | None = None
     steps_per_epoch: int | None = None
     fused: bool = False  # the optimizer step as torch's one fused kernel (``fused=True``), else foreach (CUDA) / per tensor
+    memory_format: str = "contiguous"  # of the 4-D tensors: contiguous (NCHW) | channels_last (NHWC)
 
     @property
     def family_share(self) -> dict[str, float]:
@@ -121,6 +122,7 @@ def _summarize(trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_m
         notes=notes + trace.notes,
         top_ops=top_rows.to_dicts(),
         fused=trace.fused,
+        memory_format=trace.memory_format,
     )
     return pred, ops
 
@@ -154,11 +156,14 @@ def predict_step(
     overhead_ms: float | None = None,
     dataset_size: int | None = None,
     fused: bool = False,
+    memory_format: str = "contiguous",
 ) -> StepPrediction:
     """Trace one training step of ``module`` for ``hardware``'s device type and precision, and predict it.
     ``overhead_ms`` None: the measured null step of the local CPU (:func:`default_overhead_ms`); ``fused``: the
-    optimizer as ``torch.optim.*(fused=True)`` runs it."""
-    trace = trace_step(module, example_batch, optimizer=optimizer, precision=precision, device_type=device_type(hardware), fused=fused)
+    optimizer as ``torch.optim.*(fused=True)`` runs it; ``memory_format``: contiguous (NCHW) or channels_last (NHWC)."""
+    trace = trace_step(
+        module, example_batch, optimizer=optimizer, precision=precision, device_type=device_type(hardware), fused=fused, memory_format=memory_format
+    )
     ovh = default_overhead_ms(hardware, optimizer) if overhead_ms is None else overhead_ms
     pred, _ = predict_trace(trace, hardware, model, overhead_ms=ovh)
     if dataset_size is not None and pred.batch_size:
