@@ -24,7 +24,14 @@ from prenet.memory.evaluation import memory_summary, zoo_memory
 from prenet.planner.intervals import RatioSet, StepTimeErrors, interval_ratios, write_errors
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.op_evaluation import ape, errors_by, leave_one_gpu_out, predict_rows
-from prenet.steptime.reference_evaluation import dle_summary, dle_whole_model, ryujaehun_summary, ryujaehun_whole_model
+from prenet.steptime.reference_evaluation import (
+    dle_summary,
+    dle_whole_model,
+    neusight_summary,
+    neusight_whole_model,
+    ryujaehun_summary,
+    ryujaehun_whole_model,
+)
 from prenet.steptime.zoo_evaluation import fallback_table, mean_ci, trace_seconds, whole_model_predictions, whole_model_summary
 
 
@@ -91,6 +98,10 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         dle = dle_whole_model(model)
         write_artifact(dle, cfg, "plots/op_dle.csv")
         metrics["dle_whole_model"] = dle_summary(dle)
+    if cfg.ops.evaluate.get("neusight_whole_model", True):  # NeuSight's measured transformer steps on H100, L4, A100 80GB (never fitted on)
+        ns = neusight_whole_model(model)
+        write_artifact(ns, cfg, "plots/op_neusight_e2e.csv")
+        metrics["neusight_whole_model"] = neusight_summary(ns)
     if cfg.ops.evaluate.get("torchvision_whole_model", True):  # measured torchvision CNN steps on desktop GPUs (never fitted on)
         tv = ryujaehun_whole_model(model)
         write_artifact(tv, cfg, "plots/op_torchvision.csv")

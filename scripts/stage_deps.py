@@ -94,7 +94,7 @@ DATA_READ: dict[str, tuple[str, ...]] = {
     "prenet/data/external.py": ("data/external/justus2018", "data/external/neusight2025"),
     "prenet/data/external_ops.py": ("data/external/neusight2025",),
     "prenet/data/external_kernels.py": ("data/external/deepbench", "data/external/xla_perf_tables"),
-    "prenet/steptime/reference_evaluation.py": ("data/external/dle2024", "data/external/pytorch_gpu_benchmark"),
+    "prenet/steptime/reference_evaluation.py": ("data/external/dle2024", "data/external/pytorch_gpu_benchmark", "data/external/neusight2025"),
 }
 
 

@@ -191,6 +191,17 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
                 "–",
             )
         )
+    ns = eo.get("neusight_whole_model", {})
+    if ns:
+        u = ns.get("unseen_fp32", {})
+        rows.append(
+            (
+                f"whole-model FP32 training step on GPUs never fitted on: NeuSight's measured transformer steps ({u.get('n')} on "
+                f"{', '.join(ns.get('per_gpu', {}))}; BERT-large, GPT-2 large, GPT-3 XL / 2.7B, OPT-1.3B): MAPE (median signed)",
+                f"{_pct(u.get('mape_pct'))} ({u.get('median_signed_pct', 0):+.0f} %; target ≤ 6 %)",
+                f"NeuSight {_pct(u.get('neusight_mape_pct'))} on the same rows",
+            )
+        )
     tv = eo.get("torchvision_whole_model", {})
     if tv:
         u, seen, a100 = tv.get("unseen_fp32", {}), tv.get("kernels_seen_fp32", {}), tv.get("a100_tf32", {})

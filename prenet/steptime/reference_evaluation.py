@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import torch
 
 from prenet.hardware.catalog import get
 from prenet.meta_device import build_on_meta
@@ -143,5 +144,102 @@ def ryujaehun_summary(df: pl.DataFrame) -> dict:
         "unseen_fp32": stats(unseen),
         "kernels_seen_fp32": stats(fp32.filter(pl.col("kernels_seen"))),
         "a100_tf32": stats(df.filter(pl.col("precision") == "tf32")),
+        "per_gpu": {h: round(float(g["ape_pct"].mean()), 1) for (h,), g in unseen.group_by(["hardware_id"], maintain_order=True)},
+    }
+
+
+#: NeuSight's device names → catalog GPUs (its A100 80GB is the PCIe board; its H100 the SXM5 HBM3 one)
+NEUSIGHT_GPUS = {
+    "NVIDIA_H100_80GB_HBM3": "H100 SXM5 80GB",
+    "NVIDIA_L4": "L4",
+    "NVIDIA_A100_80GB_PCIe": "A100 80GB PCIe",
+    "Tesla_V100-PCIE-32GB": "V100 PCIe 16/32GB",
+}
+#: GPUs whose op timings some op model was fitted on (NeuSight's own training GPUs): reported apart from the target
+NEUSIGHT_SEEN = ("V100 PCIe 16/32GB",)
+#: Models rebuilt here (:mod:`prenet.transformer_references`); SwitchTransformers (MoE) is not
+NEUSIGHT_MODELS = ("bert_large", "gpt2_large", "gpt3_xl", "gpt3_27", "opt_13")
+
+
+def load_neusight_e2e_rows(root: Path | None = None) -> pl.DataFrame:
+    """NeuSight's measured single-GPU FP32 training steps (forward + backward, ms) of the rebuilt models on catalog
+    GPUs, with NeuSight's own prediction beside each: model, seq_len, batch, GPU, measured, forward, neusight ms."""
+    ext = (root or data_dir()) / "external" / "neusight2025"
+    raw = pl.read_csv(ext / "neusight_e2e_train.csv", infer_schema_length=0)
+    return (
+        raw.filter(pl.col("option").is_null() & pl.col("device").is_in(list(NEUSIGHT_GPUS)) & pl.col("model_name").is_in(list(NEUSIGHT_MODELS)))
+        .select(
+            pl.col("model_name").alias("model"),
+            pl.col("seqlen").cast(pl.Int64).alias("seq_len"),
+            pl.col("batch").cast(pl.Int64),
+            pl.col("device").replace_strict(NEUSIGHT_GPUS).alias("hardware_id"),
+            pl.col("label_all_e2e_latency").cast(pl.Float64).alias("measured_ms"),
+            pl.col("label_all_fw_latency").cast(pl.Float64).alias("measured_forward_ms"),
+            pl.col("neusight_all_e2e_latency").cast(pl.Float64).alias("neusight_ms"),
+        )
+        .with_columns(pl.col("hardware_id").is_in(list(NEUSIGHT_SEEN)).alias("gpu_seen"))
+        .sort("model", "seq_len", "batch", "hardware_id")
+    )
+
+
+def _grad_accumulation(module: torch.nn.Module) -> list:
+    """The ``grad += new`` of every parameter that a backward without ``zero_grad`` adds (NeuSight's timed backward
+    accumulates into the previous iteration's gradients), as the ops they are."""
+    from prenet.ops.trace import trace_call
+
+    out = []
+    for p in module.parameters():
+        g = torch.empty_like(p, device="meta")
+        for r in trace_call(torch.Tensor.add_, g, g):
+            r.phase = "backward"
+            out.append(r)
+    return out
+
+
+def neusight_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None, root: Path | None = None) -> pl.DataFrame:
+    """``rows`` (default :func:`load_neusight_e2e_rows`) plus ``predicted_ms`` and ``ape_pct`` (and NeuSight's own
+    ``neusight_ape_pct``). Predicted as NeuSight timed it: FP32 (TF32 off), forward without the loss, the loss's
+    backward and the model's, gradients accumulated (no ``zero_grad``), no optimizer step."""
+    import json
+
+    from prenet.transformer_references import from_config
+
+    rows = load_neusight_e2e_rows(root) if rows is None else rows
+    configs = (root or data_dir()) / "external" / "neusight2025" / "model_configs"
+    out = []
+    for (name, seq_len, batch), group in rows.group_by(["model", "seq_len", "batch"], maintain_order=True):
+        config = json.loads((configs / f"{name}.json").read_text())
+        with torch.device("meta"):
+            module, example = from_config(config, batch_size=int(batch), seq_len=int(seq_len))
+        trace = trace_step(module, example, optimizer="sgd", precision="fp32", device_type="cuda")
+        trace.records = [r for r in trace.records if r.phase != "optimizer" and not (r.phase == "forward" and r.module == "(top)")]
+        trace.records += _grad_accumulation(module)
+        hws = [get(h) for h in group.get_column("hardware_id").to_list()]
+        for row, (pred, _) in zip(group.iter_rows(named=True), predict_trace_many(trace, hws, model)):
+            out.append({**row, "predicted_ms": pred.step_seconds * 1e3})
+    df = pl.DataFrame(out)
+    ape = lambda c: 100.0 * (pl.col(c) - pl.col("measured_ms")).abs() / pl.col("measured_ms")  # noqa: E731
+    return df.with_columns(ape("predicted_ms").alias("ape_pct"), ape("neusight_ms").alias("neusight_ape_pct"))
+
+
+def neusight_summary(df: pl.DataFrame) -> dict:
+    """prenet's and NeuSight's MAPE on the same rows: the GPUs no op model was fitted on (the target), per GPU, and the
+    V100 (seen); signed median error of prenet (+: too slow)."""
+    unseen = df.filter(~pl.col("gpu_seen"))
+
+    def stats(g: pl.DataFrame) -> dict:
+        if not g.height:
+            return {"n": 0}
+        signed = 100.0 * (g["predicted_ms"].to_numpy() / g["measured_ms"].to_numpy() - 1.0)
+        return {
+            "n": g.height,
+            "mape_pct": float(g["ape_pct"].mean()),
+            "neusight_mape_pct": float(g["neusight_ape_pct"].mean()),
+            "median_signed_pct": float(np.median(signed)),
+        }
+
+    return {
+        "unseen_fp32": stats(unseen),
+        "seen_fp32": stats(df.filter(pl.col("gpu_seen"))),
         "per_gpu": {h: round(float(g["ape_pct"].mean()), 1) for (h,), g in unseen.group_by(["hardware_id"], maintain_order=True)},
     }
