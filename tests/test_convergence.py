@@ -379,3 +379,30 @@ def test_seed_noise_floor_is_the_spread_across_seeds_of_one_configuration():
     out = seed_noise_floor(pl.DataFrame(rows), ["task", "lr"])
     assert out == {("relative_eps", 0.1): {"median_seed_spread_pct": pytest.approx(20.0), "configs": 1}}
     assert seed_noise_floor(pl.DataFrame(rows).filter(pl.col("seed") == 0), ["task", "lr"]) == {}
+
+
+def test_the_default_forecast_answers_a_problem_too_large_for_all_samples_on_a_subset_it_states():
+    """issue 30: with ``subset`` None a fine-tuning set whose Θ would not fit is answered on the most samples that fit
+    (stated in ``details``), not refused; only when not even 2·C samples fit is it refused, in one line."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 10))
+    x, y = torch.randn(600, 8), torch.randint(0, 10, (600,))
+    fc = forecast(model, x, y, lr=0.05, batch_size=32, steps=20, probe_fraction=0.0, progress=False, max_bytes=2 * 2**20)
+    assert 20 <= fc.n_used < 600 and fc.n_samples == 600 and "subset of" in fc.details["subset_chosen"]
+    assert np.isfinite(fc.loss).all() and len(fc.loss) == 21
+    small = forecast(model, x[:40], y[:40], lr=0.05, batch_size=32, steps=5, probe_fraction=0.0, progress=False, max_bytes=2 * 2**20)
+    assert small.n_used == 40 and "subset_chosen" not in small.details
+    with pytest.raises(ProblemTooLargeError, match="raise max_bytes"):
+        forecast(model, x, y, lr=0.05, batch_size=32, steps=5, probe_fraction=0.0, progress=False, max_bytes=20_000)
+
+
+def test_a_cross_entropy_lr_whose_forecast_loss_explodes_is_called_divergent_with_the_bound():
+    """issue 30: cross-entropy is not refused at its curvature bound (it may still train), but a forecast whose loss
+    multiplies is divergent: one line with the bound."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+    x, y = torch.randn(40, 8), torch.randint(0, 3, (40,))
+    with pytest.raises(dynamics.DivergenceError, match=r"diverges: .*stability bound .*lr < "):
+        forecast(model, x, y, lr=1e6, batch_size=8, steps=20, probe_fraction=0.0, progress=False)
+    ok = forecast(model, x, y, lr=0.05, batch_size=8, steps=20, probe_fraction=0.0, progress=False)
+    assert ok.loss[-1] < ok.loss[0]

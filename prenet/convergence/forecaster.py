@@ -33,10 +33,14 @@ import torch
 from torch import nn
 
 from prenet.convergence import dynamics, losses, targets
-from prenet.convergence.ntk import DEFAULT_MAX_BYTES, empirical_ntk, outputs
+from prenet.convergence.ntk import DEFAULT_MAX_BYTES, ProblemTooLargeError, empirical_ntk, largest_fitting_subset, outputs, required_bytes
 from prenet.errors import PrenetError
 
 DYNAMICS = ("auto", "ode", "sde", "exact")
+#: A cross-entropy forecast whose loss rises above this multiple of its starting loss has diverged (above its curvature
+#: bound a CE fine-tune may still train, since the curvature shrinks as predictions sharpen; one that multiplies its loss
+#: does not)
+DIVERGED_GROWTH = 10.0
 
 
 @dataclass
@@ -175,8 +179,10 @@ def forecast(
     """Predict the full-training-set loss (and accuracy) of fine-tuning *all* parameters of ``model`` on
     (``inputs``, integer ``targets``) with SGD (``lr``, heavy-ball ``momentum``, ``batch_size``) for ``steps``
     steps. ``model`` is not modified. ``also_ode``: when the SDE answers, also run the noise-free ODE on the same
-    kernel (``.ode``; its ``seconds`` = the kernel's plus its own dynamics). Raises :class:`~prenet.convergence.ntk.ProblemTooLargeError` before any
-    work when Θ (or the Jacobian behind it) would not fit in ``max_bytes`` bytes, and
+    kernel (``.ode``; its ``seconds`` = the kernel's plus its own dynamics). ``subset`` None: all N samples when Θ (and the
+    Jacobian behind it) fit in ``max_bytes`` bytes, else the most samples that do (``details["subset_chosen"]`` says so).
+    Raises :class:`~prenet.convergence.ntk.ProblemTooLargeError` before any work when a given ``subset`` does not fit,
+    or not even 2·C samples do, and
     :class:`~prenet.convergence.dynamics.DivergenceError` when ``lr`` breaks the linearized stability bound (before the
     dynamics) or, with ``raise_on_probe_divergence``, when the probe's real fine-tuning diverges. ``progress``: a
     progress bar on stderr for dynamics running longer than 3 s. Returns the most reliable variant (module docstring)."""
@@ -190,6 +196,18 @@ def forecast(
     t0 = time.perf_counter()
     N = len(inputs)
     y_all = _labels(targets, N)
+    chosen = None
+    if subset is None:  # the default answers: all N when Θ fits, else the most samples that fit (stated in details)
+        c = int(outputs(model, inputs[:1]).shape[1])
+        p = sum(int(t.numel()) for t in model.parameters())
+        if min(required_bytes(N, c, p, m, proj_dim) for m in ("exact", "projection")) > max_bytes:
+            subset, _ = largest_fitting_subset(c, p, proj_dim, max_bytes)
+            if subset < max(2 * c, 16):
+                raise ProblemTooLargeError(
+                    f"NTK too large for memory at any useful subset: {subset} samples of {c} outputs fit in "
+                    f"{max_bytes / 2**20:,.1f} MiB; raise max_bytes"
+                )
+            chosen = f"a seeded subset of {subset} of the {N} samples: all {N} would need more than {max_bytes / 2**20:,.0f} MiB"
     if subset is not None and subset < N:
         idx = np.sort(np.random.default_rng(seed).choice(N, size=subset, replace=False))
     else:
@@ -223,6 +241,12 @@ def forecast(
         progress=progress,
         lam_max=lam_theta * len(idx),
     )
+    if loss == "cross_entropy" and not (np.nanmax(L) <= DIVERGED_GROWTH * L[0]):  # the bound is not a hard one for CE
+        raise dynamics.DivergenceError(
+            f"lr {lr:g} diverges: the linearized fine-tuning's loss grows from {L[0]:.4g} to {np.nanmax(L):.4g} "
+            f"(> {DIVERGED_GROWTH:g}× its start); the cross-entropy stability bound at the starting outputs is "
+            f"lr < {dynamics.max_stable_lr(lam_dyn, momentum):.4g} (momentum {momentum:g}) — lower --lr"
+        )
     fc = Forecast(
         L,
         A,
@@ -237,6 +261,7 @@ def forecast(
             "effective_lr": dynamics.effective_lr(lr, momentum),
             "theta_max_eig_over_n": lam_theta,
             "max_stable_lr": dynamics.max_stable_lr(lam_dyn, momentum),
+            **({"subset_chosen": chosen} if chosen else {}),
         },
     )
     if also_ode:

@@ -55,6 +55,20 @@ def required_bytes(n: int, c: int, p: int, method: str, proj_dim: int) -> int:
     return n * c * cols * 4 + (n * c) ** 2 * 8
 
 
+def largest_fitting_subset(c: int, p: int, proj_dim: int, max_bytes: int) -> tuple[int, str]:
+    """(n, method): the most samples whose NTK fits in ``max_bytes`` (exact when its Jacobian fits, else the
+    ``proj_dim`` projection) with Θ at most half the limit, as :func:`resolve_method` would accept it."""
+    theta_n = int(math.sqrt(max_bytes / 2 / 8)) // c  # Θ = (n·C)²·8 bytes ≤ half the limit
+    for method in ("exact", "projection"):
+        cols = p if method == "exact" else proj_dim
+        # n·C·cols·4 + (n·C)²·8 ≤ max_bytes, solved for n (the positive root), capped by the Θ half-limit
+        a, b = 8.0 * c * c, 4.0 * c * cols
+        n = min(theta_n, int((-b + math.sqrt(b * b + 4 * a * max_bytes)) / (2 * a)))
+        if method == "projection" or n >= theta_n:
+            return max(n, 0), method
+    raise AssertionError("unreachable")
+
+
 def resolve_method(n: int, c: int, p: int, method: str, proj_dim: int, max_bytes: int) -> str:
     """``auto`` → ``exact`` when it fits in ``max_bytes``, else ``projection``.
     Raises :class:`ProblemTooLargeError` (with the sizes and what to change) when the choice does not fit."""

@@ -110,7 +110,8 @@ def answer(
             "plain": plain.steps_to_converge(eps),
             "corrected": fc.corrected.steps_to_converge(eps) if fc.corrected else None,
         },
-        "loss": {str(t): float(fc.loss[t]) for t in sorted({0, fc.steps // 4, fc.steps // 2, fc.steps})},
+        "loss_curve": {str(t): float(fc.loss[t]) for t in sorted({0, fc.steps // 4, fc.steps // 2, fc.steps})},
+        **({"subset_chosen": fc.details["subset_chosen"]} if "subset_chosen" in fc.details else {}),
     }
     if target_loss is not None:
         res["steps_to_loss"] = {"tau": target_loss, "answer": fc.steps_to_loss(target_loss), "plain": plain.steps_to_loss(target_loss)}
@@ -130,7 +131,7 @@ def render(res: Mapping[str, Any]) -> str:
         f"momentum {res['momentum']} · batch {res['batch_size']} · {res['steps']} steps",
         f"  forecast: {res['dynamics'].upper()} on an {res['ntk']} NTK of {res['n_used']} samples, {res['seconds']:.2f} s; "
         f"answered by the {res['variant']} forecast",
-        "  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss"].items()),
+        "  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss_curve"].items()),
     ]
     sc = res["steps_to_converge"]
     lines.append(
