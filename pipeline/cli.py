@@ -356,15 +356,16 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         required=True,
-        help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, gpt2_small_like) "
-        "or path/to/file.py:function returning (module, example_batch)",
+        help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, gpt2_small_like, ...), "
+        "torchvision:NAME (resnet50, resnext50_32x4d, vgg16, ...; 224² images), hf:path/to/config.json (GPT-2, OPT, BERT; "
+        "sequence length 512 or --zoo-arg seq_len=N) or path/to/file.py:function returning (module, example_batch)",
     )
     p.add_argument("--batch-size", type=_positive, required=True, help="samples per step (a positive integer)")
     p.add_argument(
         "--zoo-arg",
         action="append",
         metavar="KEY=N",
-        help="a zoo model's size (repeatable), e.g. image_size=224, layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)",
+        help="a model's size (repeatable), e.g. image_size=224, layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)",
     )
 
 

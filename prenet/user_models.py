@@ -1,5 +1,14 @@
-"""What a user's ``--model`` names: a zoo model (:data:`prenet.zoo.ZOO`) or ``path/to/file.py:function``, built into
-``(module, example_batch)`` for the step-time path, the memory estimate and the convergence forecast."""
+"""What a user's ``--model`` names, built into ``(module, example_batch)`` for the step-time path, the memory estimate
+and the convergence forecast:
+
+* a zoo model (:data:`prenet.zoo.ZOO`);
+* ``torchvision:NAME``: torchvision's ResNet / ResNeXt / Wide ResNet / VGG architectures, rebuilt layer for layer
+  (:mod:`prenet.reference_models`; torchvision itself is not needed), 224² images and 1000 classes by default;
+* ``hf:path/to/config.json``: a Hugging Face config of a GPT-2, OPT or BERT model, rebuilt op for op as transformers
+  runs it in eager mode (:mod:`prenet.transformer_references`; transformers is not needed), sequence length 512 (or
+  the model's maximum, when shorter) unless ``seq_len`` is given;
+* ``path/to/file.py:function``.
+"""
 
 from __future__ import annotations
 
@@ -41,6 +50,10 @@ def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = 
     from prenet.meta_device import build_on_meta
     from prenet.zoo import ZOO
 
+    if spec.startswith("torchvision:"):
+        return _torchvision(spec.split(":", 1)[1], batch_size, zoo_kwargs or {})
+    if spec.startswith("hf:"):
+        return _hf_config(spec.split(":", 1)[1], batch_size, zoo_kwargs or {})
     if spec in ZOO:
         try:
             if meta:
@@ -61,3 +74,57 @@ def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = 
         raise PrenetError(f"{spec} must return (module, example_batch), got {type(result).__name__}")
     unpack_example(result[1])
     return result
+
+
+def _torchvision(name: str, batch_size: int, sizes: dict[str, Any]) -> tuple[nn.Module, Any]:
+    from functools import partial
+
+    from prenet.meta_device import build_on_meta
+    from prenet.reference_models import TORCHVISION_PARAMS, torchvision_model
+
+    if name not in TORCHVISION_PARAMS:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(TORCHVISION_PARAMS), n=3)
+        hint = f" (closest: {', '.join(close)})" if close else ""
+        raise PrenetError(f"torchvision:{name} is not rebuilt here{hint}; choose one of {', '.join(TORCHVISION_PARAMS)}")
+    unknown = set(sizes) - {"image_size", "classes"}
+    if unknown:
+        raise PrenetError(f"torchvision models take image_size and classes, not {', '.join(sorted(unknown))}")
+    return build_on_meta(partial(torchvision_model, name), batch_size=batch_size, **sizes)
+
+
+def _hf_config(path_s: str, batch_size: int, sizes: dict[str, Any]) -> tuple[nn.Module, Any]:
+    import json
+
+    import torch
+
+    from prenet.transformer_references import ARCHITECTURES, from_config
+
+    path = Path(path_s)
+    if not path_s.endswith(".json"):
+        raise PrenetError(
+            f"hf:{path_s}: give the path of a config.json (transformers' default configs by model type need transformers, "
+            "which prenet does not install)"
+        )
+    if not path.is_file():
+        raise PrenetError(f"config file {path} does not exist")
+    try:
+        config = json.loads(path.read_text())
+    except ValueError as e:
+        raise PrenetError(f"{path} is not valid JSON: {e}") from e
+    arch = (config.get("architectures") or ["(none)"])[0]
+    if arch not in ARCHITECTURES:
+        raise PrenetError(f"{path}: architecture {arch!r} is not rebuilt here; supported: {', '.join(ARCHITECTURES)}")
+    unknown = set(sizes) - {"seq_len"}
+    if unknown:
+        raise PrenetError(f"hf: models take seq_len (--zoo-arg seq_len=N), not {', '.join(sorted(unknown))}")
+    longest = int(config.get("n_positions") or config.get("max_position_embeddings") or 512)
+    seq_len = int(sizes.get("seq_len", min(512, longest)))
+    if not 1 <= seq_len <= longest:
+        raise PrenetError(f"seq_len {seq_len} is outside 1..{longest}, the positions {path} allows")
+    try:
+        with torch.device("meta"):
+            return from_config(config, batch_size=batch_size, seq_len=seq_len)
+    except KeyError as e:
+        raise PrenetError(f"{path}: config field {e} is missing (architecture {arch})") from e

@@ -292,3 +292,29 @@ def test_cli_fused_optimizer_is_one_kernel_in_the_answer(models_dir, capsys):
         answers[bool(extra)] = json.loads(capsys.readouterr().out)
     assert answers[True]["fused"] and not answers[False]["fused"]
     assert answers[True]["family_ms"]["optimizer"] < answers[False]["family_ms"]["optimizer"]
+
+
+def test_models_by_the_names_users_know(tmp_path):
+    """``torchvision:NAME`` and ``hf:config.json`` build the published architectures on meta (parameter counts of
+    torchvision's resnet50 and of gpt2-large), with 224² images and 512-token sequences by default; bad names, fields
+    and sizes get one line."""
+    from prenet.errors import PrenetError
+    from prenet.paths import data_dir
+    from prenet.user_models import build_model
+
+    module, (x, _) = build_model("torchvision:resnet50", 2)
+    assert sum(p.numel() for p in module.parameters()) == 25_557_032 and tuple(x.shape) == (2, 3, 224, 224)
+    config = data_dir() / "external" / "neusight2025" / "model_configs" / "gpt2_large.json"
+    module, (ids, _) = build_model(f"hf:{config}", 2)
+    assert sum(p.numel() for p in module.parameters()) == 774_030_080 and tuple(ids.shape) == (2, 512)
+    assert tuple(build_model(f"hf:{config}", 1, {"seq_len": 64})[1][0].shape) == (1, 64)
+    bad = tmp_path / "config.json"
+    bad.write_text('{"architectures": ["GPT2LMHeadModel"], "n_positions": 128}')
+    for spec, sizes, message in [
+        ("torchvision:resnet51", None, "closest: resnet50"),
+        (f"hf:{bad}", None, "config field 'n_embd' is missing"),
+        (f"hf:{config}", {"seq_len": 4096}, "outside 1..1024"),
+        ("hf:gpt2", None, "give the path of a config.json"),
+    ]:
+        with pytest.raises(PrenetError, match=message):
+            build_model(spec, 1, sizes)
