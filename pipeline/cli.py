@@ -74,6 +74,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         models_dir=args.models,
         fused=args.fused,
         memory_format=args.memory_format,
+        grad_accum=args.grad_accum,
     )
     if (note := alias_note(args.hardware)) is not None:
         p.notes.insert(0, note)
@@ -97,7 +98,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     print(f"{args.model} · input {shape} · {p.params / 1e6:.2f} M parameters · {args.precision} · {opt}{fmt} · {hw.hardware_id}")
     print(f"  step   {p.step_seconds * 1e3:10.2f} ms   ({p.ops} ops{f', + {p.overhead_ms:.2f} ms measured null step' if p.overhead_ms else ''})")
     if p.epoch_seconds is not None:
-        print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} steps of {args.batch_size})")
+        print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} optimizer steps of {args.batch_size * args.grad_accum})")
     print(f"  memory {mem.total_bytes / GIB:10.2f} GiB predicted peak" + ("" if fit is None else ("  (fits)" if fit else "  (DOES NOT FIT)")))
     print("  time by op family:  " + ", ".join(f"{f} {100 * v:.0f} %" for f, v in p.family_share.items() if v >= 0.005))
     how = ", ".join(f"{k} {100 * v:.0f} %" for k, v in sorted(p.estimate_share.items()))
@@ -249,6 +250,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         optimizer=args.optimizer,
         fused=args.fused,
         memory_format=args.memory_format,
+        grad_accum=args.grad_accum,
         momentum=args.momentum,
         prices=_prices(args),
         models_dir=args.models,
@@ -351,6 +353,12 @@ _MEMORY_FORMAT_HELP = (
 )
 
 
+_GRAD_ACCUM_HELP = (
+    "gradient accumulation: K micro-steps of --batch-size (forward + backward) per optimizer step; times are per "
+    "optimizer step and epochs count batch x K samples per step (default 1)"
+)
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     """``--model``, ``--batch-size`` and ``--zoo-arg``: how `predict step-time` and `plan` name the model."""
     p.add_argument(
@@ -394,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     st.add_argument("--fused", action="store_true", help=_FUSED_HELP)
     st.add_argument("--memory-format", choices=list(MEMORY_FORMATS), default="contiguous", help=_MEMORY_FORMAT_HELP)
+    st.add_argument("--grad-accum", type=_positive, default=1, metavar="K", help=_GRAD_ACCUM_HELP)
     st.add_argument(
         "--precision",
         choices=list(PRECISIONS),
@@ -474,6 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the job (default: sgd)")
     pn.add_argument("--fused", action="store_true", help=_FUSED_HELP)
     pn.add_argument("--memory-format", choices=list(MEMORY_FORMATS), default="contiguous", help=_MEMORY_FORMAT_HELP)
+    pn.add_argument("--grad-accum", type=_positive, default=1, metavar="K", help=_GRAD_ACCUM_HELP)
     pn.add_argument(
         "--precision",
         choices=list(PRECISIONS),

@@ -47,13 +47,15 @@ def predict_step_time(
     zoo_kwargs: dict[str, Any] | None = None,
     fused: bool = False,
     memory_format: str = "contiguous",
+    grad_accum: int = 1,
 ) -> StepPrediction:
     """Predicted time of one training step (and of an epoch with ``dataset_size``) of ``model`` in ``precision``
     (fp32 | tf32 | fp16 | bf16), through the op-level path (:mod:`prenet.steptime.step`). ``overhead_ms`` None: the
     measured null step of the local CPU. ``fused``: the optimizer step as ``torch.optim.*(fused=True)`` runs it (one
     kernel); by default as torch's default runs it (foreach kernels on a GPU, per-tensor ops on a CPU).
     ``memory_format``: ``contiguous`` (NCHW, torch's default; FP16/BF16 convolutions on a GPU carry cuDNN's layout
-    transposes) or ``channels_last`` (NHWC, ``model.to(memory_format=torch.channels_last)``)."""
+    transposes) or ``channels_last`` (NHWC, ``model.to(memory_format=torch.channels_last)``). ``grad_accum``: K
+    micro-steps of ``batch_size`` per optimizer step; the answer is per optimizer step."""
     module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
     return predict_step(
         module,
@@ -66,6 +68,7 @@ def predict_step_time(
         dataset_size=dataset_size,
         fused=fused,
         memory_format=memory_format,
+        grad_accum=grad_accum,
     )
 
 

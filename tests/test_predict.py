@@ -318,3 +318,32 @@ def test_models_by_the_names_users_know(tmp_path):
     ]:
         with pytest.raises(PrenetError, match=message):
             build_model(spec, 1, sizes)
+
+
+def test_gradient_accumulation_is_k_micro_steps_and_one_optimizer_step():
+    """``grad_accum=K``: K forward+backward passes, K-1 gradient accumulations (one add per parameter) and one optimizer
+    step; the epoch counts batch·K samples per step; K < 1 is refused."""
+    import polars as pl
+
+    from prenet import zoo
+    from prenet.errors import PrenetError
+    from prenet.hardware.catalog import get
+    from prenet.meta_device import build_on_meta
+    from prenet.ops import trace_step
+    from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.steptime.step import accumulate, predict_step, predict_trace
+
+    module, batch = build_on_meta(zoo.mlp, batch_size=16)
+    model = EfficiencyModel(median_efficiency={"gpu": 0.5})
+    hw = get("H100 SXM5 80GB")
+    _, ops = predict_trace(trace_step(module, batch, optimizer="adam", device_type="cuda"), hw, model)
+    micro = float(ops.filter(pl.col("phase") != "optimizer")["predicted_ms"].sum())
+    opt = float(ops.filter(pl.col("phase") == "optimizer")["predicted_ms"].sum())
+    one = predict_step(module, batch, hardware=hw, model=model, optimizer="adam", overhead_ms=0.0, dataset_size=1600)
+    four = predict_step(module, batch, hardware=hw, model=model, optimizer="adam", overhead_ms=0.0, dataset_size=1600, grad_accum=4)
+    assert four.grad_accum == 4 and four.steps_per_epoch == 25 and one.steps_per_epoch == 100
+    extra = four.step_seconds * 1e3 - (4 * micro + opt)  # the three accumulations
+    assert extra > 0 and one.step_seconds * 1e3 == pytest.approx(micro + opt)
+    assert any("effective batch 64" in n for n in four.notes)
+    with pytest.raises(PrenetError, match="grad-accum"):
+        accumulate(trace_step(module, batch, device_type="cuda"), module, 0)

@@ -91,6 +91,7 @@ class StepTrace:
     notes: list[str] = field(default_factory=list)
     fused: bool = False  # the optimizer step as one fused kernel (``torch.optim.*(fused=True)``), else foreach / per tensor
     memory_format: str = "contiguous"  # of the 4-D tensors (:data:`~prenet.names.MEMORY_FORMATS`)
+    grad_accum: int = 1  # micro-steps (forward + backward) per optimizer step (:func:`prenet.steptime.step.accumulate`)
 
     def frame(self) -> pl.DataFrame:
         """One row per op (columns of :class:`OpRecord`)."""

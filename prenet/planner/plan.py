@@ -306,6 +306,7 @@ def make_plan(
     optimizer: str = "sgd",
     fused: bool = False,
     memory_format: str = "contiguous",
+    grad_accum: int = 1,
     momentum: float = 0.0,
     prices: dict[str, dict[str, Any]] | None = None,
     models_dir: str | Path,
@@ -323,7 +324,9 @@ def make_plan(
     zoo model's size keywords (e.g. ``{"image_size": 224}``; the zoo's defaults are CPU-sized). Step times come from the one
     step-time path (:mod:`prenet.steptime.step`) in ``precision``; a hardware without that unit gets a note, not a row.
     ``fused``: the optimizer step as ``torch.optim.*(fused=True)`` runs it (one kernel), else as torch's default does;
-    ``memory_format``: the 4-D tensors' layout, contiguous (NCHW) or channels_last (NHWC).
+    ``memory_format``: the 4-D tensors' layout, contiguous (NCHW) or channels_last (NHWC); ``grad_accum``: K
+    micro-steps of ``batch_size`` per optimizer step (a step is an optimizer step: epochs count ``batch_size``·K samples
+    per step, the forecast runs at that batch).
     ``local_record``: the benchmark stage's record of this CPU (``local`` is measured now when it does not match)."""
 
     from prenet.hardware import catalog, resolve
@@ -331,11 +334,13 @@ def make_plan(
     from prenet.memory.training import predict_training_memory
     from prenet.ops import trace_step
     from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError, peaks
-    from prenet.steptime.step import DEFAULT_OVERHEAD, default_overhead_ms, device_type, predict_trace_many
+    from prenet.steptime.step import DEFAULT_OVERHEAD, accumulate, default_overhead_ms, device_type, predict_trace_many
     from prenet.user_models import build_model
 
     if batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {batch_size}")
+    if grad_accum < 1:
+        raise PrenetError(f"--grad-accum must be a positive integer, got {grad_accum}")
     given = [k for k, v in (("steps", steps), ("epochs", epochs), ("target", target)) if v is not None]
     if len(given) != 1:
         raise PrenetError(
@@ -383,7 +388,7 @@ def make_plan(
             loss=finetune.get("loss", "cross_entropy"),
             lr=float(finetune["lr"]),
             momentum=momentum,
-            batch_size=batch_size,
+            batch_size=batch_size * grad_accum,
             max_steps=int(finetune.get("max_steps", 2000)),
             subset=int(finetune.get("subset", 128)),
             max_gib=float(finetune.get("max_gib", 4.0)),
@@ -402,7 +407,7 @@ def make_plan(
         else:
             if epochs <= 0:
                 raise PrenetError(f"--epochs must be positive, got {epochs}")
-            n_steps, steps_from = int(math.ceil(float(epochs) * math.ceil(dataset_size / batch_size))), "epochs"
+            n_steps, steps_from = int(math.ceil(float(epochs) * math.ceil(dataset_size / (batch_size * grad_accum)))), "epochs"
     step_s, shares = {}, {}
     traces: dict[str, Any] = {}
     by_device: dict[str, list[str]] = {}
@@ -416,6 +421,7 @@ def make_plan(
         traces[dt] = trace_step(
             module, batch, optimizer=step_optimizer, precision=precision, device_type=dt, fused=fused, memory_format=memory_format
         )
+        traces[dt] = accumulate(traces[dt], module, grad_accum)
         frames[dt] = traces[dt].frame()
         runnable = []
         for n in group:
@@ -428,6 +434,10 @@ def make_plan(
         for n, (pred, _) in zip(runnable, predict_trace_many(traces[dt], [specs[n] for n in runnable], op_model, overhead_ms=overheads)):
             step_s[n] = pred.step_seconds
             shares[n] = {k: round(v, 4) for k, v in pred.family_share.items()}
+    if grad_accum > 1:
+        notes.append(
+            f"gradient accumulation: {grad_accum} micro-steps of {batch_size} per optimizer step (effective batch {grad_accum * batch_size})"
+        )
     if not step_s:
         raise PrenetError(f"no hardware considered runs {precision}: " + "; ".join(notes[:3]))
     specs = {n: specs[n] for n in step_s}

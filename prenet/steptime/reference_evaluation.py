@@ -27,7 +27,7 @@ from prenet.ops import trace_step
 from prenet.paths import data_dir
 from prenet.reference_models import REFERENCE_MODELS, TORCHVISION_PARAMS, torchvision_model
 from prenet.steptime.efficiency import EfficiencyModel
-from prenet.steptime.step import predict_trace_many
+from prenet.steptime.step import grad_accumulation_records, predict_trace_many
 
 #: DeepLearningExamples' GPU and precision names → catalog GPUs (DGX-1 V100s are SXM2) and prenet precisions
 DLE_GPUS = {"A100 80GB": "A100 80GB SXM4", "A100 40GB": "A100 40GB SXM4", "V100 16GB": "V100 SXM2", "V100 32GB": "V100 SXM2"}
@@ -182,20 +182,6 @@ def load_neusight_e2e_rows(root: Path | None = None) -> pl.DataFrame:
     )
 
 
-def _grad_accumulation(module: torch.nn.Module) -> list:
-    """The ``grad += new`` of every parameter that a backward without ``zero_grad`` adds (NeuSight's timed backward
-    accumulates into the previous iteration's gradients), as the ops they are."""
-    from prenet.ops.trace import trace_call
-
-    out = []
-    for p in module.parameters():
-        g = torch.empty_like(p, device="meta")
-        for r in trace_call(torch.Tensor.add_, g, g):
-            r.phase = "backward"
-            out.append(r)
-    return out
-
-
 def neusight_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None, root: Path | None = None) -> pl.DataFrame:
     """``rows`` (default :func:`load_neusight_e2e_rows`) plus ``predicted_ms`` and ``ape_pct`` (and NeuSight's own
     ``neusight_ape_pct``). Predicted as NeuSight timed it: FP32 (TF32 off), forward without the loss, the loss's
@@ -213,7 +199,7 @@ def neusight_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = Non
             module, example = from_config(config, batch_size=int(batch), seq_len=int(seq_len))
         trace = trace_step(module, example, optimizer="sgd", precision="fp32", device_type="cuda")
         trace.records = [r for r in trace.records if r.phase != "optimizer" and not (r.phase == "forward" and r.module == "(top)")]
-        trace.records += _grad_accumulation(module)
+        trace.records += grad_accumulation_records(module)
         hws = [get(h) for h in group.get_column("hardware_id").to_list()]
         for row, (pred, _) in zip(group.iter_rows(named=True), predict_trace_many(trace, hws, model)):
             out.append({**row, "predicted_ms": pred.step_seconds * 1e3})

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import torch
 from torch import nn
 
+from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
 from prenet.ops import StepTrace, trace_step
 from prenet.paths import default_path
@@ -47,6 +49,7 @@ class StepPrediction:
     steps_per_epoch: int | None = None
     fused: bool = False  # the optimizer step as torch's one fused kernel (``fused=True``), else foreach (CUDA) / per tensor
     memory_format: str = "contiguous"  # of the 4-D tensors: contiguous (NCHW) | channels_last (NHWC)
+    grad_accum: int = 1  # micro-steps of ``batch_size`` per optimizer step: the step is one optimizer step
 
     @property
     def family_share(self) -> dict[str, float]:
@@ -123,8 +126,39 @@ def _summarize(trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_m
         top_ops=top_rows.to_dicts(),
         fused=trace.fused,
         memory_format=trace.memory_format,
+        grad_accum=trace.grad_accum,
     )
     return pred, ops
+
+
+def grad_accumulation_records(module: nn.Module) -> list:
+    """The ``grad += new`` of every trainable parameter that a backward adds when gradients already exist (gradient
+    accumulation, or a loop without ``zero_grad``), as the ops they are (backward phase)."""
+    from prenet.ops.trace import trace_call
+
+    out = []
+    for p in module.parameters():
+        if not p.requires_grad:
+            continue
+        g = torch.empty_like(p, device="meta")
+        for r in trace_call(torch.Tensor.add_, g, g):
+            r.phase = "backward"
+            out.append(r)
+    return out
+
+
+def accumulate(trace: StepTrace, module: nn.Module, k: int) -> StepTrace:
+    """One optimizer step of gradient accumulation over ``k`` micro-steps: the traced forward and backward ``k`` times,
+    the gradient accumulation of the ``k - 1`` later backwards, one optimizer step (``trace``'s, unchanged for k = 1)."""
+    if k < 1:
+        raise PrenetError(f"--grad-accum must be a positive integer, got {k}")
+    if k == 1:
+        return trace
+    micro = [r for r in trace.records if r.phase != "optimizer"]
+    step = [r for r in trace.records if r.phase == "optimizer"]
+    b = trace.input_shape[0] if trace.input_shape else 0
+    note = f"gradient accumulation: {k} micro-steps of {b} per optimizer step (effective batch {k * b}); the step time is per optimizer step"
+    return replace(trace, records=micro * k + grad_accumulation_records(module) * (k - 1) + step, notes=[*trace.notes, note], grad_accum=k)
 
 
 def cpu_bf16_note(hw: HardwareSpec) -> str | None:
@@ -157,16 +191,19 @@ def predict_step(
     dataset_size: int | None = None,
     fused: bool = False,
     memory_format: str = "contiguous",
+    grad_accum: int = 1,
 ) -> StepPrediction:
     """Trace one training step of ``module`` for ``hardware``'s device type and precision, and predict it.
     ``overhead_ms`` None: the measured null step of the local CPU (:func:`default_overhead_ms`); ``fused``: the
-    optimizer as ``torch.optim.*(fused=True)`` runs it; ``memory_format``: contiguous (NCHW) or channels_last (NHWC)."""
+    optimizer as ``torch.optim.*(fused=True)`` runs it; ``memory_format``: contiguous (NCHW) or channels_last (NHWC);
+    ``grad_accum``: K micro-steps of the batch per optimizer step (:func:`accumulate`)."""
     trace = trace_step(
         module, example_batch, optimizer=optimizer, precision=precision, device_type=device_type(hardware), fused=fused, memory_format=memory_format
     )
+    trace = accumulate(trace, module, grad_accum)
     ovh = default_overhead_ms(hardware, optimizer) if overhead_ms is None else overhead_ms
     pred, _ = predict_trace(trace, hardware, model, overhead_ms=ovh)
     if dataset_size is not None and pred.batch_size:
-        pred.steps_per_epoch = math.ceil(dataset_size / pred.batch_size)
+        pred.steps_per_epoch = math.ceil(dataset_size / (pred.batch_size * grad_accum))
         pred.epoch_seconds = pred.steps_per_epoch * pred.step_seconds
     return pred
