@@ -232,6 +232,15 @@ ARCHITECTURES = {
 }
 
 
+#: architecture → (config key of the layer count, module-name prefix of a layer: ``<prefix><i>.``)
+LAYERS = {
+    "GPT2LMHeadModel": ("n_layer", "h."),
+    "OPTForCausalLM": ("num_hidden_layers", "layers."),
+    "BertLMHeadModel": ("num_hidden_layers", "layers."),
+    "BertForPreTraining": ("num_hidden_layers", "layers."),
+}
+
+
 def from_config(config: dict[str, Any], *, batch_size: int, seq_len: int) -> Example:
     """The model ``config`` describes and a batch of ``seq_len`` token ids (all ones, as NeuSight feeds them) with the
     same ids, flattened, as labels: the models return ``(batch · seq_len, vocab)`` logits, the view the LM loss takes."""

@@ -57,3 +57,23 @@ def test_neusight_check_times_what_neusight_timed():
     assert df.height == rows.height and (df["predicted_ms"] > 0).all() and (df["neusight_ape_pct"] >= 0).all()
     s = neusight_summary(df)
     assert s["unseen_fp32"]["n"] == 3 and s["seen_fp32"]["n"] == 1 and set(s["per_gpu"]) == {"H100 SXM5 80GB", "L4", "A100 80GB PCIe"}
+
+
+@pytest.mark.parametrize("name", ["gpt2_large", "opt_13", "bert_large"])
+def test_a_layer_replicated_trace_equals_the_full_trace(name):
+    """The NeuSight check traces 2 layers and replicates the second: same ops, FLOPs and bytes as the full trace (here
+    at 4 layers and a short sequence), the optimizer phase apart."""
+    from collections import Counter
+
+    from prenet.steptime.reference_evaluation import layer_replicated_trace
+
+    config = json.loads((CONFIGS / f"{name}.json").read_text())
+    key = "n_layer" if "n_layer" in config else "num_hidden_layers"
+    config[key] = 4
+    with torch.device("meta"):
+        module, batch = from_config(config, batch_size=1, seq_len=16)
+
+    def bag(records):
+        return Counter((r.op, r.phase, r.flops, r.bytes) for r in records if r.phase != "optimizer")
+
+    assert bag(layer_replicated_trace(config, 1, 16).records) == bag(trace_step(module, batch, device_type="cuda").records)

@@ -182,6 +182,25 @@ def load_neusight_e2e_rows(root: Path | None = None) -> pl.DataFrame:
     )
 
 
+def layer_replicated_trace(config: dict, batch: int, seq_len: int):
+    """The training-step trace of the transformer ``config`` describes, from a 2-layer copy of it: the second layer's
+    ops (forward and backward, by module name) stand for every layer past the first, as the layers are identical
+    (NeuSight predicts the same way). Equal to the full trace's op multiset (tests/test_transformer_references.py),
+    at a fraction of the trace time (a 2.7 B-parameter GPT: 2 layers instead of 32)."""
+    from prenet.transformer_references import ARCHITECTURES, LAYERS, from_config
+
+    key, prefix = LAYERS[str(config["architectures"][0])]
+    layers = int(config[key])
+    assert str(config["architectures"][0]) in ARCHITECTURES
+    with torch.device("meta"):
+        module, example = from_config({**config, key: min(layers, 2)}, batch_size=batch, seq_len=seq_len)
+    trace = trace_step(module, example, optimizer="sgd", precision="fp32", device_type="cuda")
+    if layers > 2:
+        second = [r for r in trace.records if r.module == f"{prefix}1" or r.module.startswith(f"{prefix}1.")]
+        trace.records = trace.records + second * (layers - 2)
+    return trace
+
+
 def neusight_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None, root: Path | None = None) -> pl.DataFrame:
     """``rows`` (default :func:`load_neusight_e2e_rows`) plus ``predicted_ms`` and ``ape_pct`` (and NeuSight's own
     ``neusight_ape_pct``). Predicted as NeuSight timed it: FP32 (TF32 off), forward without the loss, the loss's
@@ -196,8 +215,8 @@ def neusight_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = Non
     for (name, seq_len, batch), group in rows.group_by(["model", "seq_len", "batch"], maintain_order=True):
         config = json.loads((configs / f"{name}.json").read_text())
         with torch.device("meta"):
-            module, example = from_config(config, batch_size=int(batch), seq_len=int(seq_len))
-        trace = trace_step(module, example, optimizer="sgd", precision="fp32", device_type="cuda")
+            module, _ = from_config(config, batch_size=int(batch), seq_len=int(seq_len))
+        trace = layer_replicated_trace(config, int(batch), int(seq_len))
         trace.records = [r for r in trace.records if r.phase != "optimizer" and not (r.phase == "forward" and r.module == "(top)")]
         trace.records += grad_accumulation_records(module)
         hws = [get(h) for h in group.get_column("hardware_id").to_list()]
