@@ -398,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--optimizer",
         choices=list(OPTIMIZERS),
         default="sgd",
-        help="optimizer of the step: sgd, momentum (SGD, 0.9), adam, adamw (decoupled decay 0.01); default: sgd",
+        help="optimizer of the step: sgd, momentum (SGD, 0.9), nesterov (SGD, Nesterov 0.9), adam, adamw (decoupled decay 0.01); default: sgd",
     )
     st.add_argument("--fused", action="store_true", help=_FUSED_HELP)
     st.add_argument("--memory-format", choices=list(MEMORY_FORMATS), default="contiguous", help=_MEMORY_FORMAT_HELP)

@@ -24,7 +24,7 @@ def prime_state(name: str, optimizer: torch.optim.Optimizer) -> None:
     for group in optimizer.param_groups:
         for p in group["params"]:
             state = optimizer.state[p]
-            if name == "momentum":
+            if name in ("momentum", "nesterov"):
                 state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             elif name in ("adam", "adamw"):
                 on_device = group.get("fused") or group.get("capturable")
@@ -50,6 +50,8 @@ def make_optimizer(
         return torch.optim.SGD(params, **kw)
     if name == "momentum":
         return torch.optim.SGD(params, momentum=0.9, **kw)
+    if name == "nesterov":
+        return torch.optim.SGD(params, momentum=0.9, nesterov=True, **kw)
     if name == "adam":
         return torch.optim.Adam(params, **kw)
     if name == "adamw":

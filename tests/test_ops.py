@@ -214,7 +214,7 @@ def test_justus_peaks_follow_cores_times_clock():
         assert get(name).peak_fp32_tflops == pytest.approx(tflops, rel=1e-3)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "adamw"])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "nesterov", "adam", "adamw"])
 @pytest.mark.parametrize("device_type,precision", [("cpu", "fp32"), ("cpu", "bf16"), ("cuda", "fp32"), ("cuda", "fp16")])
 def test_the_meta_optimizer_step_traces_the_same_ops_as_torch_optim(optimizer, device_type, precision):
     """The functional optimizer step of a meta trace (no torch.optim.Optimizer, so no torch._dynamo import) records
@@ -237,7 +237,7 @@ def test_the_meta_optimizer_step_traces_the_same_ops_as_torch_optim(optimizer, d
         assert any(r.phase == "optimizer" for r in fast.records)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adam", "adamw"])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "nesterov", "adam", "adamw"])
 def test_a_fused_optimizer_step_traces_the_one_kernel_torch_runs(optimizer):
     """``fused=True``: the meta trace's optimizer phase has the ops, bytes and FLOPs of torch.optim's fused step run
     for real on this CPU (``_fused_sgd_``, which has no meta kernel, included), and it moves fewer bytes than foreach."""

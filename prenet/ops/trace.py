@@ -631,15 +631,15 @@ def meta_optimizer_step(name: str, params: list[nn.Parameter], *, foreach: bool 
     with_grad = [p for p in params if p.grad is not None]
     grads = [p.grad for p in with_grad]
     with torch.no_grad():
-        if name in ("sgd", "momentum"):
-            momentum = 0.9 if name == "momentum" else 0.0
+        if name in ("sgd", "momentum", "nesterov"):
+            momentum = 0.0 if name == "sgd" else 0.9
             if fused:
                 if tracer is not None and with_grad:
                     tracer.records.append(_fused_sgd_record(with_grad, momentum > 0))
                 return
             # steady state: the buffers exist (allocated, not recorded: an allocation is no op of the step)
             buffers = [torch.empty_like(p, memory_format=torch.preserve_format) if momentum else None for p in with_grad]
-            sgd(with_grad, grads, buffers, weight_decay=0.0, momentum=momentum, lr=TIMING_LR, dampening=0.0, nesterov=False,
+            sgd(with_grad, grads, buffers, weight_decay=0.0, momentum=momentum, lr=TIMING_LR, dampening=0.0, nesterov=name == "nesterov",
                 maximize=False, has_sparse_grad=False, foreach=foreach, fused=None, grad_scale=None, found_inf=None)  # fmt: skip
         elif name in ("adam", "adamw"):
             # steady state: the step counts (fused: on the parameters' device) and moment buffers exist, as
