@@ -63,6 +63,11 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
 
     hw = resolve(args.hardware, threads=args.threads, local_record=artifact_path("hardware_record"))
     module, batch = build_model(args.model, args.batch_size, _zoo_kwargs(args.zoo_arg))
+    blocks = 0
+    if args.checkpointing:  # the memory estimate below sees the checkpointed model too
+        from prenet.checkpointing import checkpointed
+
+        module, blocks = checkpointed(module)
     p = predict_step_time(
         (module, batch),
         batch_size=args.batch_size,
@@ -76,6 +81,8 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         memory_format=args.memory_format,
         grad_accum=args.grad_accum,
     )
+    if blocks:
+        p.notes.insert(0, f"activation checkpointing: {blocks} blocks recompute their forward in the backward pass and keep only their inputs")
     if (note := alias_note(args.hardware)) is not None:
         p.notes.insert(0, note)
     mem = predict_training_memory(module, batch, args.optimizer)
@@ -251,6 +258,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         fused=args.fused,
         memory_format=args.memory_format,
         grad_accum=args.grad_accum,
+        checkpointing=args.checkpointing,
         momentum=args.momentum,
         prices=_prices(args),
         models_dir=args.models,
@@ -359,6 +367,12 @@ _GRAD_ACCUM_HELP = (
 )
 
 
+_CHECKPOINTING_HELP = (
+    "activation checkpointing: each block of the model's repeated stack (a transformer's layers, a ResNet's stages) is "
+    "recomputed in the backward pass and keeps only its inputs (more time, less memory)"
+)
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     """``--model``, ``--batch-size`` and ``--zoo-arg``: how `predict step-time` and `plan` name the model."""
     p.add_argument(
@@ -403,6 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--fused", action="store_true", help=_FUSED_HELP)
     st.add_argument("--memory-format", choices=list(MEMORY_FORMATS), default="contiguous", help=_MEMORY_FORMAT_HELP)
     st.add_argument("--grad-accum", type=_positive, default=1, metavar="K", help=_GRAD_ACCUM_HELP)
+    st.add_argument("--checkpointing", action="store_true", help=_CHECKPOINTING_HELP)
     st.add_argument(
         "--precision",
         choices=list(PRECISIONS),
@@ -484,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--fused", action="store_true", help=_FUSED_HELP)
     pn.add_argument("--memory-format", choices=list(MEMORY_FORMATS), default="contiguous", help=_MEMORY_FORMAT_HELP)
     pn.add_argument("--grad-accum", type=_positive, default=1, metavar="K", help=_GRAD_ACCUM_HELP)
+    pn.add_argument("--checkpointing", action="store_true", help=_CHECKPOINTING_HELP)
     pn.add_argument(
         "--precision",
         choices=list(PRECISIONS),

@@ -48,6 +48,7 @@ def predict_step_time(
     fused: bool = False,
     memory_format: str = "contiguous",
     grad_accum: int = 1,
+    checkpointing: bool = False,
 ) -> StepPrediction:
     """Predicted time of one training step (and of an epoch with ``dataset_size``) of ``model`` in ``precision``
     (fp32 | tf32 | fp16 | bf16), through the op-level path (:mod:`prenet.steptime.step`). ``overhead_ms`` None: the
@@ -55,9 +56,16 @@ def predict_step_time(
     kernel); by default as torch's default runs it (foreach kernels on a GPU, per-tensor ops on a CPU).
     ``memory_format``: ``contiguous`` (NCHW, torch's default; FP16/BF16 convolutions on a GPU carry cuDNN's layout
     transposes) or ``channels_last`` (NHWC, ``model.to(memory_format=torch.channels_last)``). ``grad_accum``: K
-    micro-steps of ``batch_size`` per optimizer step; the answer is per optimizer step."""
+    micro-steps of ``batch_size`` per optimizer step; the answer is per optimizer step. ``checkpointing``: each block
+    of the model's repeated stack under ``torch.utils.checkpoint`` (:mod:`prenet.checkpointing`)."""
     module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
-    return predict_step(
+    notes = []
+    if checkpointing:
+        from prenet.checkpointing import checkpointed
+
+        module, n = checkpointed(module)
+        notes.append(f"activation checkpointing: {n} blocks recompute their forward in the backward pass and keep only their inputs")
+    pred = predict_step(
         module,
         batch,
         hardware=_hardware(hardware, threads),
@@ -70,6 +78,8 @@ def predict_step_time(
         memory_format=memory_format,
         grad_accum=grad_accum,
     )
+    pred.notes[:0] = notes
+    return pred
 
 
 def predict_layers(

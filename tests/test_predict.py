@@ -347,3 +347,50 @@ def test_gradient_accumulation_is_k_micro_steps_and_one_optimizer_step():
     assert any("effective batch 64" in n for n in four.notes)
     with pytest.raises(PrenetError, match="grad-accum"):
         accumulate(trace_step(module, batch, device_type="cuda"), module, 0)
+
+
+def test_activation_checkpointing_recomputes_blocks_and_saves_their_activations(models_dir, capsys):
+    """``--checkpointing``: each layer of a transformer recomputes its forward in the backward pass (more ops, more
+    time) and keeps only its input (less memory); a model without a repeated stack is refused in one line."""
+    import json
+
+    from prenet import zoo
+    from prenet.checkpointing import checkpointed
+    from prenet.memory.training import predict_training_memory
+    from prenet.meta_device import build_on_meta
+    from prenet.ops import trace_step
+    from prenet.paths import data_dir
+
+    config = data_dir() / "external" / "neusight2025" / "model_configs" / "gpt2_large.json"
+    base = [
+        "predict",
+        "step-time",
+        "--model",
+        f"hf:{config}",
+        "--zoo-arg",
+        "seq_len=1024",
+        "--batch-size",
+        "4",
+        "--hardware",
+        "L4",
+        "--models",
+        models_dir,
+        "--json",
+    ]
+    answers = {}
+    for extra in ([], ["--checkpointing"]):
+        assert main([*base, *extra]) == 0
+        answers[bool(extra)] = json.loads(capsys.readouterr().out)
+    on, off = answers[True], answers[False]
+    assert on["ops"] > off["ops"] and on["step_seconds"] > off["step_seconds"] and on["memory_bytes"] < off["memory_bytes"]
+    assert any("36 blocks recompute" in n for n in on["notes"])
+    module, batch = build_on_meta(zoo.gpt_sdpa, batch_size=2)
+    ck, n = checkpointed(module)
+    assert n == 4 and predict_training_memory(ck, batch).activations_bytes < predict_training_memory(module, batch).activations_bytes
+
+    def backward_gemm_flops(m):
+        return sum(r.flops for r in trace_step(m, batch, device_type="cuda").records if r.phase == "backward" and r.family == "gemm")
+
+    assert backward_gemm_flops(ck) > backward_gemm_flops(module)  # the blocks' forward GEMMs again
+    with pytest.raises(PrenetError, match="no repeated stack"):
+        checkpointed(build_on_meta(zoo.vgg16, batch_size=2)[0])

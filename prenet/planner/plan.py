@@ -307,6 +307,7 @@ def make_plan(
     fused: bool = False,
     memory_format: str = "contiguous",
     grad_accum: int = 1,
+    checkpointing: bool = False,
     momentum: float = 0.0,
     prices: dict[str, dict[str, Any]] | None = None,
     models_dir: str | Path,
@@ -326,7 +327,8 @@ def make_plan(
     ``fused``: the optimizer step as ``torch.optim.*(fused=True)`` runs it (one kernel), else as torch's default does;
     ``memory_format``: the 4-D tensors' layout, contiguous (NCHW) or channels_last (NHWC); ``grad_accum``: K
     micro-steps of ``batch_size`` per optimizer step (a step is an optimizer step: epochs count ``batch_size``·K samples
-    per step, the forecast runs at that batch).
+    per step, the forecast runs at that batch); ``checkpointing``: activation checkpointing of the model's repeated
+    blocks (:mod:`prenet.checkpointing`), in the step time and the memory fit.
     ``local_record``: the benchmark stage's record of this CPU (``local`` is measured now when it does not match)."""
 
     from prenet.hardware import catalog, resolve
@@ -360,6 +362,11 @@ def make_plan(
     specs = {n: recorded or resolve(n, threads=threads) if n == "local" else resolve(n, threads=threads) for n in names}  # unknown names fail here
     alias_notes = [note for n in (hardware or []) if (note := alias_note(n))]
     module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
+    blocks = 0
+    if checkpointing:
+        from prenet.checkpointing import checkpointed
+
+        module, blocks = checkpointed(module)
     label = model if isinstance(model, str) else type(module).__name__
     if zoo_kwargs:
         label += " (" + ", ".join(f"{k}={v}" for k, v in zoo_kwargs.items()) + ")"
@@ -434,6 +441,8 @@ def make_plan(
         for n, (pred, _) in zip(runnable, predict_trace_many(traces[dt], [specs[n] for n in runnable], op_model, overhead_ms=overheads)):
             step_s[n] = pred.step_seconds
             shares[n] = {k: round(v, 4) for k, v in pred.family_share.items()}
+    if blocks:
+        notes.append(f"activation checkpointing: {blocks} blocks recompute their forward in the backward pass and keep only their inputs")
     if grad_accum > 1:
         notes.append(
             f"gradient accumulation: {grad_accum} micro-steps of {batch_size} per optimizer step (effective batch {grad_accum * batch_size})"
