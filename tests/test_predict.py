@@ -356,7 +356,7 @@ def test_activation_checkpointing_recomputes_blocks_and_saves_their_activations(
 
     from prenet import zoo
     from prenet.checkpointing import checkpointed
-    from prenet.memory.training import predict_training_memory
+    from prenet.memory.training import predict_training_memory, recompute_bytes
     from prenet.meta_device import build_on_meta
     from prenet.ops import trace_step
     from prenet.paths import data_dir
@@ -387,6 +387,9 @@ def test_activation_checkpointing_recomputes_blocks_and_saves_their_activations(
     module, batch = build_on_meta(zoo.gpt_sdpa, batch_size=2)
     ck, n = checkpointed(module)
     assert n == 4 and predict_training_memory(ck, batch).activations_bytes < predict_training_memory(module, batch).activations_bytes
+    # the recomputed block's activations are live again during its backward: one block's worth, none unless checkpointed
+    one_block = recompute_bytes(ck, batch)
+    assert recompute_bytes(module, batch) == 0 and 0 < one_block < predict_training_memory(module, batch).activations_bytes / n
 
     def backward_gemm_flops(m):
         return sum(r.flops for r in trace_step(m, batch, device_type="cuda").records if r.phase == "backward" and r.family == "gemm")

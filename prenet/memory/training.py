@@ -115,6 +115,46 @@ def trace_saved(module: nn.Module, example_batch: Any) -> tuple[list[int], list[
     return list(seen.values()), uses
 
 
+def recompute_bytes(module: nn.Module, example_batch: Any) -> int:
+    """With activation checkpointing (:class:`prenet.checkpointing.Checkpointed` blocks): the most bytes one block
+    saves when the backward pass recomputes it, its activations live again until its gradients are formed (0 without
+    checkpointed blocks). Each block's forward is traced on ``meta`` with the inputs it gets in the step."""
+    import copy
+
+    from prenet.checkpointing import Checkpointed
+    from prenet.graph.walk import _on_meta
+    from prenet.meta_device import without_compiler_imports
+
+    meta = module if _on_meta(module) else copy.deepcopy(module).to("meta")
+    blocks = [m for m in meta.modules() if isinstance(m, Checkpointed)]
+    if not blocks:
+        return 0
+    calls: list[tuple[nn.Module, tuple, dict]] = []
+    handles = [b.register_forward_pre_hook(lambda m, a, k: calls.append((m.block, a, k)), with_kwargs=True) for b in blocks]
+    inputs, _ = unpack_example(example_batch)
+    try:
+        with without_compiler_imports(), torch.no_grad():
+            meta(inputs.to("meta"))
+    finally:
+        for h in handles:
+            h.remove()
+    params = {p.untyped_storage()._cdata for p in meta.parameters()}
+    peak = 0
+    for block, args, kwargs in calls:
+        seen: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            s = t.untyped_storage()
+            if s._cdata not in params:
+                seen.setdefault(s._cdata, int(s.nbytes()))
+            return t
+
+        with without_compiler_imports(), torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            block(*args, **kwargs)
+        peak = max(peak, sum(seen.values()))
+    return peak
+
+
 def backward_live_peak(saved: list[int], uses: list[tuple[int, int]], unplaced_grad_bytes: int = 0) -> int:
     """Most bytes that saved tensors and gradients hold together during backward, which runs the forward in
     reverse: at cut k the saved tensors 0..k−1 are still alive and the gradients of every parameter first used at
@@ -148,7 +188,8 @@ def predict_training_memory(module: nn.Module, example_batch: Any, optimizer: st
         inputs_bytes=int(in_bytes),
         activations_bytes=int(sum(saved)),
         backward_live_bytes=backward_live_peak(saved, uses, max(trainable - placed, 0)),
-        transient_bytes=int(2 * max(saved, default=0)),
+        # the gradient being formed, and with checkpointing the recomputed block's activations alive with it
+        transient_bytes=int(2 * max(saved, default=0) + recompute_bytes(module, example_batch)),
     )
 
 
