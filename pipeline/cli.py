@@ -85,7 +85,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         p.notes.insert(0, f"activation checkpointing: {blocks} blocks recompute their forward in the backward pass and keep only their inputs")
     if (note := alias_note(args.hardware)) is not None:
         p.notes.insert(0, note)
-    mem = predict_training_memory(module, batch, args.optimizer)
+    mem = predict_training_memory(module, batch, args.optimizer, args.grad_accum)
     dev_gib = hw.mem_gb if hw.kind == "gpu" else None
     fit = fits(mem.total_bytes, dev_gib, 1.0) if dev_gib else None
     if fit is False:

@@ -11,12 +11,23 @@ one is refused in one line.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from contextlib import nullcontext
+from contextvars import ContextVar
+from typing import Any, Callable
 
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from prenet.errors import PrenetError
+
+#: The mixed-precision context a meta trace runs its forward under (prenet's own autocast: torch.autocast acts on real
+#: devices only): the recompute re-enters it, as torch's checkpoint re-enters torch.autocast on a real device
+RECOMPUTE_CONTEXT: ContextVar[Callable[[], Any] | None] = ContextVar("prenet_recompute_context", default=None)
+
+
+def _contexts() -> tuple[Any, Any]:
+    make = RECOMPUTE_CONTEXT.get()
+    return nullcontext(), (make() if make is not None else nullcontext())
 
 
 class Checkpointed(nn.Module):
@@ -27,7 +38,7 @@ class Checkpointed(nn.Module):
         self.block = block
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return checkpoint(self.block, *args, use_reentrant=False, **kwargs)
+        return checkpoint(self.block, *args, use_reentrant=False, context_fn=_contexts, **kwargs)
 
 
 def _stack(container: nn.Module) -> bool:
@@ -46,7 +57,7 @@ def checkpointed(module: nn.Module) -> tuple[nn.Module, int]:
     wrapped = 0
     done: list[str] = []
     for name, sub in list(out.named_modules()):
-        if any(name.startswith(d + ".") for d in done) or not _stack(sub):
+        if any(d == "" or name.startswith(d + ".") for d in done) or not _stack(sub):
             continue
         for key, child in list(sub.named_children()):
             sub._modules[key] = Checkpointed(child)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import torch
 
 from prenet.errors import PrenetError
-from prenet.names import CORPUS_OPTIMIZERS
+from prenet.names import OPTIMIZERS
 
 #: Learning rate of a *timed* step: tiny, so weights do not drift over thousands of timed iterations.
 TIMING_LR = 1e-6
@@ -56,4 +56,4 @@ def make_optimizer(
         return torch.optim.Adam(params, **kw)
     if name == "adamw":
         return torch.optim.AdamW(params, **kw)
-    raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(CORPUS_OPTIMIZERS)}")
+    raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")

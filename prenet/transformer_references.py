@@ -42,14 +42,14 @@ def gelu_new(x: torch.Tensor) -> torch.Tensor:
 
 
 class GPT2Attention(nn.Module):
-    def __init__(self, d: int, heads: int, positions: int, pdrop: float):
+    def __init__(self, d: int, heads: int, positions: int, pdrop: float, attn_pdrop: float):
         super().__init__()
         self.heads, self.head_dim = heads, d // heads
         self.register_buffer(
             "bias", torch.tril(torch.ones(positions, positions, dtype=torch.bool)).view(1, 1, positions, positions), persistent=False
         )
         self.c_attn, self.c_proj = Conv1D(3 * d, d), Conv1D(d, d)
-        self.attn_dropout, self.resid_dropout = nn.Dropout(pdrop), nn.Dropout(pdrop)
+        self.attn_dropout, self.resid_dropout = nn.Dropout(attn_pdrop), nn.Dropout(pdrop)
 
     def _split(self, t: torch.Tensor) -> torch.Tensor:
         return t.view(t.size()[:-1] + (self.heads, self.head_dim)).permute(0, 2, 1, 3)
@@ -67,10 +67,10 @@ class GPT2Attention(nn.Module):
 
 
 class GPT2Block(nn.Module):
-    def __init__(self, d: int, heads: int, positions: int, pdrop: float, eps: float):
+    def __init__(self, d: int, heads: int, positions: int, pdrop: float, eps: float, attn_pdrop: float):
         super().__init__()
         self.ln_1, self.ln_2 = nn.LayerNorm(d, eps=eps), nn.LayerNorm(d, eps=eps)
-        self.attn = GPT2Attention(d, heads, positions, pdrop)
+        self.attn = GPT2Attention(d, heads, positions, pdrop, attn_pdrop)
         self.c_fc, self.c_proj, self.dropout = Conv1D(4 * d, d), Conv1D(d, 4 * d), nn.Dropout(pdrop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -85,7 +85,8 @@ class GPT2LMHeadModel(nn.Module):
         eps, pdrop = float(c.get("layer_norm_epsilon", 1e-5)), float(c.get("resid_pdrop", 0.1))
         self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(positions, d)
         self.drop = nn.Dropout(float(c.get("embd_pdrop", 0.1)))
-        self.h = nn.ModuleList(GPT2Block(d, int(c["n_head"]), positions, pdrop, eps) for _ in range(int(c["n_layer"])))
+        attn_pdrop = float(c.get("attn_pdrop", 0.1))
+        self.h = nn.ModuleList(GPT2Block(d, int(c["n_head"]), positions, pdrop, eps, attn_pdrop) for _ in range(int(c["n_layer"])))
         self.ln_f = nn.LayerNorm(d, eps=eps)
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.lm_head.weight = self.wte.weight
@@ -169,11 +170,11 @@ class OPTForCausalLM(nn.Module):
 
 
 class BertLayer(nn.Module):
-    def __init__(self, d: int, heads: int, ffn: int, pdrop: float, eps: float):
+    def __init__(self, d: int, heads: int, ffn: int, pdrop: float, eps: float, attn_pdrop: float):
         super().__init__()
         self.heads, self.head_dim = heads, d // heads
         self.query, self.key, self.value = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
-        self.attn_dropout = nn.Dropout(pdrop)
+        self.attn_dropout = nn.Dropout(attn_pdrop)
         self.attn_out, self.attn_ln, self.attn_out_dropout = nn.Linear(d, d), nn.LayerNorm(d, eps=eps), nn.Dropout(pdrop)
         self.intermediate, self.output = nn.Linear(d, ffn), nn.Linear(ffn, d)
         self.out_ln, self.out_dropout = nn.LayerNorm(d, eps=eps), nn.Dropout(pdrop)
@@ -202,7 +203,8 @@ class BertForPreTraining(nn.Module):
         self.token_type = nn.Embedding(int(c.get("type_vocab_size", 2)), d)
         self.emb_ln, self.emb_dropout = nn.LayerNorm(d, eps=eps), nn.Dropout(pdrop)
         self.layers = nn.ModuleList(
-            BertLayer(d, int(c["num_attention_heads"]), int(c["intermediate_size"]), pdrop, eps) for _ in range(int(c["num_hidden_layers"]))
+            BertLayer(d, int(c["num_attention_heads"]), int(c["intermediate_size"]), pdrop, eps, float(c.get("attention_probs_dropout_prob", 0.1)))
+            for _ in range(int(c["num_hidden_layers"]))
         )
         self.pooler = nn.Linear(d, d)
         self.transform, self.transform_ln = nn.Linear(d, d), nn.LayerNorm(d, eps=eps)
@@ -241,11 +243,33 @@ LAYERS = {
 }
 
 
+#: architecture → config fields whose value must be the one rebuilt here (a config that sets another is refused: the
+#: model would silently differ); None: the field must be absent or null
+_REBUILT = {
+    "GPT2LMHeadModel": {"activation_function": "gelu_new", "n_inner": None},
+    "OPTForCausalLM": {"do_layer_norm_before": True, "activation_function": "relu"},
+    "BertLMHeadModel": {"hidden_act": "gelu"},
+    "BertForPreTraining": {"hidden_act": "gelu"},
+}
+
+
+def _check_rebuilt(arch: str, config: dict[str, Any]) -> None:
+    from prenet.errors import PrenetError
+
+    for field, value in _REBUILT[arch].items():
+        if field in config and config[field] != value:
+            want = "absent (4 × hidden)" if value is None else repr(value)
+            raise PrenetError(f"{arch} config field {field}={config[field]!r} is not rebuilt here (only {want}); prenet would build another model")
+    if arch == "OPTForCausalLM" and int(config.get("word_embed_proj_dim", config["hidden_size"])) != int(config["hidden_size"]):
+        raise PrenetError("OPTForCausalLM config field word_embed_proj_dim differs from hidden_size (projections are not rebuilt here)")
+
+
 def from_config(config: dict[str, Any], *, batch_size: int, seq_len: int) -> Example:
     """The model ``config`` describes and a batch of ``seq_len`` token ids (all ones, as NeuSight feeds them) with the
     same ids, flattened, as labels: the models return ``(batch · seq_len, vocab)`` logits, the view the LM loss takes."""
     arch = str((config.get("architectures") or ["?"])[0])
     if arch not in ARCHITECTURES:
         raise KeyError(f"no rebuilt architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
+    _check_rebuilt(arch, config)
     ids = torch.ones(batch_size, seq_len, dtype=torch.long)
     return ARCHITECTURES[arch](config), (ids, ids.flatten())

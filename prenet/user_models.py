@@ -51,9 +51,9 @@ def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = 
     from prenet.zoo import ZOO
 
     if spec.startswith("torchvision:"):
-        return _torchvision(spec.split(":", 1)[1], batch_size, zoo_kwargs or {})
+        return _torchvision(spec.split(":", 1)[1], batch_size, zoo_kwargs or {}, meta)
     if spec.startswith("hf:"):
-        return _hf_config(spec.split(":", 1)[1], batch_size, zoo_kwargs or {})
+        return _hf_config(spec.split(":", 1)[1], batch_size, zoo_kwargs or {}, meta)
     if spec in ZOO:
         try:
             if meta:
@@ -76,7 +76,7 @@ def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = 
     return result
 
 
-def _torchvision(name: str, batch_size: int, sizes: dict[str, Any]) -> tuple[nn.Module, Any]:
+def _torchvision(name: str, batch_size: int, sizes: dict[str, Any], meta: bool = True) -> tuple[nn.Module, Any]:
     from functools import partial
 
     from prenet.meta_device import build_on_meta
@@ -91,11 +91,14 @@ def _torchvision(name: str, batch_size: int, sizes: dict[str, Any]) -> tuple[nn.
     unknown = set(sizes) - {"image_size", "classes"}
     if unknown:
         raise PrenetError(f"torchvision models take image_size and classes, not {', '.join(sorted(unknown))}")
+    if not meta:  # real weights (a convergence forecast needs them)
+        return torchvision_model(name, batch_size=batch_size, **sizes)
     return build_on_meta(partial(torchvision_model, name), batch_size=batch_size, **sizes)
 
 
-def _hf_config(path_s: str, batch_size: int, sizes: dict[str, Any]) -> tuple[nn.Module, Any]:
+def _hf_config(path_s: str, batch_size: int, sizes: dict[str, Any], meta: bool = True) -> tuple[nn.Module, Any]:
     import json
+    from contextlib import nullcontext
 
     import torch
 
@@ -124,7 +127,7 @@ def _hf_config(path_s: str, batch_size: int, sizes: dict[str, Any]) -> tuple[nn.
     if not 1 <= seq_len <= longest:
         raise PrenetError(f"seq_len {seq_len} is outside 1..{longest}, the positions {path} allows")
     try:
-        with torch.device("meta"):
+        with torch.device("meta") if meta else nullcontext():
             return from_config(config, batch_size=batch_size, seq_len=seq_len)
     except KeyError as e:
         raise PrenetError(f"{path}: config field {e} is missing (architecture {arch})") from e

@@ -397,3 +397,44 @@ def test_activation_checkpointing_recomputes_blocks_and_saves_their_activations(
     assert backward_gemm_flops(ck) > backward_gemm_flops(module)  # the blocks' forward GEMMs again
     with pytest.raises(PrenetError, match="no repeated stack"):
         checkpointed(build_on_meta(zoo.vgg16, batch_size=2)[0])
+
+
+def test_checkpointing_under_mixed_precision_recomputes_in_the_same_precision():
+    """bf16/fp16 meta traces of a checkpointed model: the recompute re-enters prenet's autocast (else torch's checkpoint
+    finds recomputed tensors of other dtypes), recasting in the backward what the forward cast."""
+    from prenet import zoo
+    from prenet.checkpointing import checkpointed
+    from prenet.meta_device import build_on_meta
+    from prenet.ops import trace_step
+
+    module, batch = build_on_meta(zoo.gpt_sdpa, batch_size=2, seq_len=16)
+    ck, _ = checkpointed(module)
+    for precision in ("bf16", "fp16"):
+        records = trace_step(ck, batch, precision=precision, device_type="cuda").records
+        assert any(r.phase == "backward" and r.op == "_to_copy" for r in records)
+
+
+def test_memory_with_gradient_accumulation_keeps_every_gradient_live():
+    from prenet import zoo
+    from prenet.memory.training import predict_training_memory
+    from prenet.meta_device import build_on_meta
+
+    module, batch = build_on_meta(zoo.gpt_sdpa, batch_size=8)
+    one, four = predict_training_memory(module, batch, "adamw"), predict_training_memory(module, batch, "adamw", grad_accum=4)
+    assert four.backward_live_bytes == four.activations_bytes + four.gradients_bytes and four.total_bytes > one.total_bytes
+
+
+def test_hf_configs_outside_the_rebuilt_subset_are_refused_and_torchvision_builds_real_weights(tmp_path):
+    from prenet.user_models import build_model
+
+    for config, field in [
+        ({"architectures": ["OPTForCausalLM"], "hidden_size": 64, "do_layer_norm_before": False}, "do_layer_norm_before"),
+        ({"architectures": ["GPT2LMHeadModel"], "n_embd": 64, "n_inner": 128}, "n_inner"),
+        ({"architectures": ["BertForPreTraining"], "hidden_act": "relu"}, "hidden_act"),
+    ]:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(config))
+        with pytest.raises(PrenetError, match=field):
+            build_model(f"hf:{path}", 1)
+    module, _ = build_model("torchvision:resnet18", 1, {"image_size": 32, "classes": 10}, meta=False)
+    assert next(module.parameters()).device.type == "cpu"  # a convergence forecast needs real weights

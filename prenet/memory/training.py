@@ -170,9 +170,11 @@ def backward_live_peak(saved: list[int], uses: list[tuple[int, int]], unplaced_g
     return int((alive + formed).max()) + int(unplaced_grad_bytes)
 
 
-def predict_training_memory(module: nn.Module, example_batch: Any, optimizer: str = "sgd") -> MemoryEstimate:
+def predict_training_memory(module: nn.Module, example_batch: Any, optimizer: str = "sgd", grad_accum: int = 1) -> MemoryEstimate:
     """Predicted peak memory (bytes) of one steady-state training step of ``module`` on ``example_batch`` with
-    ``optimizer`` (``sgd`` plain, ``sgd_momentum``, ``adam``); float32 parameters and activations."""
+    ``optimizer`` (``sgd`` plain, ``sgd_momentum``, ``adam``); float32 parameters and activations. ``grad_accum`` > 1:
+    from the second micro-step on every gradient stays allocated through the forward and backward passes, so all
+    saved activations and all gradients are live together."""
     if optimizer not in OPTIMIZER_STATE_BUFFERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZER_STATE_BUFFERS)}, got {optimizer!r}")
     trainable = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
@@ -187,7 +189,7 @@ def predict_training_memory(module: nn.Module, example_batch: Any, optimizer: st
         optimizer_bytes=int(OPTIMIZER_STATE_BUFFERS[optimizer] * trainable),
         inputs_bytes=int(in_bytes),
         activations_bytes=int(sum(saved)),
-        backward_live_bytes=backward_live_peak(saved, uses, max(trainable - placed, 0)),
+        backward_live_bytes=int(sum(saved) + trainable) if grad_accum > 1 else backward_live_peak(saved, uses, max(trainable - placed, 0)),
         # the gradient being formed, and with checkpointing the recomputed block's activations alive with it
         transient_bytes=int(2 * max(saved, default=0) + recompute_bytes(module, example_batch)),
     )

@@ -573,6 +573,11 @@ def _run(
             stack.enter_context(_Labels(tracer))
             if not real:
                 stack.enter_context(_FusedAttention(device_type))
+                if low is not None:  # a checkpointed block's recompute in backward re-enters this autocast
+                    from prenet.checkpointing import RECOMPUTE_CONTEXT
+
+                    token = RECOMPUTE_CONTEXT.set(lambda: Autocast(device_type, low))
+                    stack.callback(RECOMPUTE_CONTEXT.reset, token)
             tracer.phase = "forward"
             with amp, torch.set_grad_enabled(direction != "forward"):
                 try:

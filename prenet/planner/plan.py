@@ -371,7 +371,7 @@ def make_plan(
     if zoo_kwargs:
         label += " (" + ", ".join(f"{k}={v}" for k, v in zoo_kwargs.items()) + ")"
     step_optimizer = "momentum" if optimizer == "sgd" and momentum > 0 else optimizer  # SGD with --momentum: its buffers and update
-    memory = predict_training_memory(module, batch, step_optimizer)
+    memory = predict_training_memory(module, batch, step_optimizer, grad_accum)
     fc_info = None
     notes: list[str] = list(alias_notes)
     if "local" in specs and recorded is None:

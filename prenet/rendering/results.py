@@ -196,7 +196,8 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
         u = ns.get("unseen_fp32", {})
         rows.append(
             (
-                f"whole-model FP32 training step on GPUs never fitted on: NeuSight's measured transformer steps ({u.get('n')} on "
+                f"whole-model FP32 training step on GPUs whose FP32 ops no model was fitted on (H100: only its BF16/TF32 matmul kernels; "
+                f"A100 80GB PCIe: its 40GB sibling's ops were): NeuSight's measured transformer steps ({u.get('n')} on "
                 f"{', '.join(ns.get('per_gpu', {}))}; BERT-large, GPT-2 large, GPT-3 XL / 2.7B, OPT-1.3B): MAPE (median signed)",
                 f"{_pct(u.get('mape_pct'))} ({u.get('median_signed_pct', 0):+.0f} %; target ≤ 6 %)",
                 f"NeuSight {_pct(u.get('neusight_mape_pct'))} on the same rows",

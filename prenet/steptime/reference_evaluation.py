@@ -155,7 +155,9 @@ NEUSIGHT_GPUS = {
     "NVIDIA_A100_80GB_PCIe": "A100 80GB PCIe",
     "Tesla_V100-PCIE-32GB": "V100 PCIe 16/32GB",
 }
-#: GPUs whose op timings some op model was fitted on (NeuSight's own training GPUs): reported apart from the target
+#: GPUs whose FP32 op timings some op model was fitted on (NeuSight's own training GPUs): reported apart from the target.
+#: The others' FP32 ops never were, but the H100's BF16/TF32 matmul kernels (XLA's table) are fitted, and the A100
+#: 80GB PCIe is the sibling of NeuSight's A100 40GB PCIe
 NEUSIGHT_SEEN = ("V100 PCIe 16/32GB",)
 #: Models rebuilt here (:mod:`prenet.transformer_references`); SwitchTransformers (MoE) is not
 NEUSIGHT_MODELS = ("bert_large", "gpt2_large", "gpt3_xl", "gpt3_27", "opt_13")
