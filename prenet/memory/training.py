@@ -125,10 +125,10 @@ def recompute_bytes(module: nn.Module, example_batch: Any) -> int:
     from prenet.graph.walk import _on_meta
     from prenet.meta_device import without_compiler_imports
 
+    if not any(isinstance(m, Checkpointed) for m in module.modules()):  # every CLI answer asks: no copy unless needed
+        return 0
     meta = module if _on_meta(module) else copy.deepcopy(module).to("meta")
     blocks = [m for m in meta.modules() if isinstance(m, Checkpointed)]
-    if not blocks:
-        return 0
     calls: list[tuple[nn.Module, tuple, dict]] = []
     handles = [b.register_forward_pre_hook(lambda m, a, k: calls.append((m.block, a, k)), with_kwargs=True) for b in blocks]
     inputs, _ = unpack_example(example_batch)

@@ -34,6 +34,11 @@ DLE_GPUS = {"A100 80GB": "A100 80GB SXM4", "A100 40GB": "A100 40GB SXM4", "V100 
 DLE_PRECISIONS = {"amp_fp16": "fp16", "tf32": "tf32", "fp32": "fp32"}
 
 
+def _ape(column: str) -> pl.Expr:
+    """Absolute percentage error of ``column`` against ``measured_ms`` (%): one definition for every check here."""
+    return 100.0 * (pl.col(column) - pl.col("measured_ms")).abs() / pl.col("measured_ms")
+
+
 def load_dle_rows(root: Path | None = None) -> pl.DataFrame:
     """Single-GPU rows of the vendored models: model, DLE GPU name, catalog GPU, precision, batch, measured ms/step."""
     raw = pl.read_csv((root or data_dir()) / "external" / "dle2024" / "dle_convnets_throughput.csv", infer_schema_length=0)
@@ -66,7 +71,7 @@ def dle_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) ->
             share = pred.family_share
             out.append({**row, "predicted_ms": pred.step_seconds * 1e3, "compute_share": share.get("conv", 0.0) + share.get("gemm", 0.0)})
     df = pl.DataFrame(out)
-    return df.with_columns((100.0 * (pl.col("predicted_ms") - pl.col("measured_ms")).abs() / pl.col("measured_ms")).alias("ape_pct"))
+    return df.with_columns(_ape("predicted_ms").alias("ape_pct"))
 
 
 def dle_summary(df: pl.DataFrame) -> dict:
@@ -127,7 +132,7 @@ def ryujaehun_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = No
             fwd_bwd = float(ops.filter(pl.col("phase") != "optimizer").get_column("predicted_ms").sum())
             out.append({**row, "predicted_ms": fwd_bwd + h2d_ms, "h2d_ms": h2d_ms})
     df = pl.DataFrame(out)
-    return df.with_columns((100.0 * (pl.col("predicted_ms") - pl.col("measured_ms")).abs() / pl.col("measured_ms")).alias("ape_pct"))
+    return df.with_columns(_ape("predicted_ms").alias("ape_pct"))
 
 
 def ryujaehun_summary(df: pl.DataFrame) -> dict:
@@ -225,8 +230,7 @@ def neusight_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = Non
         for row, (pred, _) in zip(group.iter_rows(named=True), predict_trace_many(trace, hws, model)):
             out.append({**row, "predicted_ms": pred.step_seconds * 1e3})
     df = pl.DataFrame(out)
-    ape = lambda c: 100.0 * (pl.col(c) - pl.col("measured_ms")).abs() / pl.col("measured_ms")  # noqa: E731
-    return df.with_columns(ape("predicted_ms").alias("ape_pct"), ape("neusight_ms").alias("neusight_ape_pct"))
+    return df.with_columns(_ape("predicted_ms").alias("ape_pct"), _ape("neusight_ms").alias("neusight_ape_pct"))
 
 
 def neusight_summary(df: pl.DataFrame) -> dict:
