@@ -35,6 +35,14 @@ from prenet.steptime.reference_evaluation import (
 from prenet.steptime.zoo_evaluation import fallback_table, mean_ci, trace_seconds, whole_model_predictions, whole_model_summary
 
 
+def skipped_check(cfg: DictConfig, name: str, switch: str) -> dict[str, object]:
+    """A check the config turned off: its declared output is written empty (DVC requires every out) and the
+    metrics say it did not run and how to turn it on."""
+    write_artifact(pl.DataFrame(), cfg, name)
+    print(f"evaluate_ops: {switch}=false, so {name} is empty (set {switch}=true to run it)")
+    return {"ran": False, "enable_with": f"{switch}=true"}
+
+
 def evaluate_ops(cfg: DictConfig) -> dict:
     """Write ``metrics/evaluate_ops.json`` and ``plots/op_holdout.csv``, ``plots/op_unseen_gpu.csv``, ``plots/op_zoo.csv``."""
     t0 = time.monotonic()
@@ -85,6 +93,8 @@ def evaluate_ops(cfg: DictConfig) -> dict:
             },
             "hardest": {"hardware_id": worst["hardware_id"], "mape_pct": round(worst["mape"], 1)},
         }
+    else:
+        metrics["unseen_gpu"] = skipped_check(cfg, "plots/op_unseen_gpu.csv", "ops.evaluate.unseen_gpu")
     fp32 = read_artifact(cfg, "model_timings")
     bf16 = read_artifact(cfg, "model_timings_bf16") if artifact(cfg, "model_timings_bf16").is_file() else fp32.head(0)
     zoo_kw = {"sizes": cfg.models.get("sizes"), "overhead_path": cfg.paths.step_overhead}
@@ -94,18 +104,20 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     )
     write_artifact(w, cfg, "plots/op_zoo.csv")
     metrics["whole_model"] = {p: whole_model_summary(w.filter(pl.col("precision") == p)) for p in ("fp32", "bf16")}
-    if cfg.ops.evaluate.get("dle_whole_model", True):  # published GPU training throughput, AMP/TF32/FP32 (never fitted on)
-        dle = dle_whole_model(model)
-        write_artifact(dle, cfg, "plots/op_dle.csv")
-        metrics["dle_whole_model"] = dle_summary(dle)
-    if cfg.ops.evaluate.get("neusight_whole_model", True):  # NeuSight's measured transformer steps on H100, L4, A100 80GB (never fitted on)
-        ns = neusight_whole_model(model)
-        write_artifact(ns, cfg, "plots/op_neusight_e2e.csv")
-        metrics["neusight_whole_model"] = neusight_summary(ns)
-    if cfg.ops.evaluate.get("torchvision_whole_model", True):  # measured torchvision CNN steps on desktop GPUs (never fitted on)
-        tv = ryujaehun_whole_model(model)
-        write_artifact(tv, cfg, "plots/op_torchvision.csv")
-        metrics["torchvision_whole_model"] = ryujaehun_summary(tv)
+    # whole-model checks on GPUs never fitted on: DeepLearningExamples' published throughput (AMP/TF32/FP32),
+    # NeuSight's measured transformer steps (H100, L4, A100 80GB), pytorch-gpu-benchmark's torchvision CNN steps
+    checks = {
+        "dle_whole_model": ("plots/op_dle.csv", dle_whole_model, dle_summary),
+        "neusight_whole_model": ("plots/op_neusight_e2e.csv", neusight_whole_model, neusight_summary),
+        "torchvision_whole_model": ("plots/op_torchvision.csv", ryujaehun_whole_model, ryujaehun_summary),
+    }
+    for key, (name, run_check, summary) in checks.items():
+        if cfg.ops.evaluate.get(key, True):
+            rows = run_check(model)
+            write_artifact(rows, cfg, name)
+            metrics[key] = summary(rows)
+        else:
+            metrics[key] = skipped_check(cfg, name, f"ops.evaluate.{key}")
     mem = zoo_memory(fp32, cfg.models.get("sizes"))  # the planner's memory fit, measured (prenet/memory/evaluation.py)
     write_artifact(mem, cfg, "plots/memory_zoo.csv")
     metrics["memory"] = memory_summary(mem)

@@ -41,6 +41,27 @@ def test_every_stage_writes_its_outputs(tiny_run):
     assert (Path(cfg.paths.report) / "holdout_scatter.png").stat().st_size > 1000
 
 
+def declared_outputs(stage: str, cfg) -> list[Path]:
+    """Every out, metric and plot that dvc.yaml declares for ``stage``, its ``${paths.*}`` resolved against ``cfg``."""
+    import re
+
+    import yaml
+
+    spec = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][stage]
+    names = [o if isinstance(o, str) else next(iter(o)) for kind in ("outs", "metrics", "plots") for o in spec.get(kind) or []]
+    return [Path(re.sub(r"\$\{paths\.(\w+)\}", lambda m: str(cfg.paths[m.group(1)]), n)) for n in names]
+
+
+def test_every_declared_output_exists_even_when_a_check_is_switched_off(tiny_run):
+    """DVC fails a stage whose declared out is missing: the tiny config turns checks off, and each still leaves its
+    output (empty) and says so in its metrics."""
+    _, cfg, results = tiny_run
+    missing = {stage: [str(p) for p in declared_outputs(stage, cfg) if not p.exists()] for stage in results}
+    assert not {s: m for s, m in missing.items() if m}
+    ev_ops = json.loads((Path(cfg.paths.plots) / "evaluate_ops.json").read_text())
+    assert ev_ops["neusight_whole_model"] == {"ran": False, "enable_with": "ops.evaluate.neusight_whole_model=true"}
+
+
 def test_timing_rows_record_hardware_and_threads(tiny_run):
     _, cfg, _ = tiny_run
     raw = pl.read_parquet(cfg.paths.raw_timings)
