@@ -345,9 +345,9 @@ def _ops_section(mdir: Path, plots: Path, out: Path) -> str:
                 "zoo step",
             )
         )
-    if logo_csv.is_file():
+    u = eo.get("unseen_gpu", {})
+    if logo_csv.is_file() and u.get("folds"):  # ops.evaluate.unseen_gpu=false leaves the file empty
         parts.append(image(summary_figures.op_unseen_by_gpu(read_table(logo_csv), out / "op_unseen_by_gpu.png"), "op model per held-out GPU"))
-        u = eo.get("unseen_gpu", {})
         parts.append(table(u.get("per_family", {}), ["mape_pct", "roofline_mape_pct"], "family (mean over held-out GPUs)"))
     fb = eo.get("fallback", [])
     if fb:

@@ -60,6 +60,10 @@ def test_every_declared_output_exists_even_when_a_check_is_switched_off(tiny_run
     assert not {s: m for s, m in missing.items() if m}
     ev_ops = json.loads((Path(cfg.paths.plots) / "evaluate_ops.json").read_text())
     assert ev_ops["neusight_whole_model"] == {"ran": False, "enable_with": "ops.evaluate.neusight_whole_model=true"}
+    from prenet.rendering.results import results_tables
+
+    rows = [r for table in results_tables(Path(cfg.paths.plots)) for r in table]
+    assert not [r for r in rows if "NeuSight's measured transformer steps" in r[0]]  # no row of Nones for a check that did not run
 
 
 def test_timing_rows_record_hardware_and_threads(tiny_run):

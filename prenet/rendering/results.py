@@ -133,11 +133,17 @@ def _step_time(ev: dict) -> list[Row]:
     return rows
 
 
+def _ran(eo: dict, check: str) -> dict:
+    """``eo[check]``, or {} where the run's config turned that check off (``{"ran": false, ...}``)."""
+    d = eo.get(check) or {}
+    return d if d.get("ran", True) else {}
+
+
 def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
     """The op-level model (issue 11): per-op holdout, unseen GPUs, whole zoo steps in FP32 and BF16, fallbacks."""
     h = eo.get("holdout", {})
     by = {(r["device"], r["precision"]): r for r in h.get("by_device_precision", [])}
-    u = eo.get("unseen_gpu", {})
+    u = _ran(eo, "unseen_gpu")
     wm = eo.get("whole_model", {})
     f32, b16 = wm.get("fp32", {}), wm.get("bf16", {})
 
@@ -179,7 +185,7 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
                     "–",
                 )
             )
-    dle = eo.get("dle_whole_model", {})
+    dle = _ran(eo, "dle_whole_model")
     if dle:
         per = dle.get("per_precision", {})
         rows.append(
@@ -191,7 +197,7 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
                 "–",
             )
         )
-    ns = eo.get("neusight_whole_model", {})
+    ns = _ran(eo, "neusight_whole_model")
     if ns:
         u = ns.get("unseen_fp32", {})
         rows.append(
@@ -203,7 +209,7 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
                 f"NeuSight {_pct(u.get('neusight_mape_pct'))} on the same rows",
             )
         )
-    tv = eo.get("torchvision_whole_model", {})
+    tv = _ran(eo, "torchvision_whole_model")
     if tv:
         u, seen, a100 = tv.get("unseen_fp32", {}), tv.get("kernels_seen_fp32", {}), tv.get("a100_tf32", {})
         rows.append(
