@@ -11,6 +11,8 @@ export MKL_NUM_THREADS ?= 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
+# bytecode is written on first import into .venv and the checkout's __pycache__ (.gitignore, .dvcignore): see $(STAMP)
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install install-distributed data-deps run test test-deps test-slow test-distributed params lint clean-data help results
 help:  ## list the targets
@@ -18,12 +20,11 @@ help:  ## list the targets
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	# bytecode is compiled at install (pip's default): with PYTHONDONTWRITEBYTECODE=1, as on this host, --no-compile
-	# made every stage compile torch again on import (8 s each; make run 16.1 → 17.5 min, measured 2026-12-01)
-	$(BIN)/python -m pip install -q -r requirements.lock
+	# --no-compile: pip would byte-compile all 19k modules (64-80 s of a 3.5 min install on 2 cores); the ~2.6k that
+	# the stages import are compiled once, on first import (11 s), because this Makefile lets Python write bytecode
+	# (PYTHONDONTWRITEBYTECODE is unexported above; with it set, every stage would recompile torch: 8 s each)
+	$(BIN)/python -m pip install -q --no-compile -r requirements.lock
 	$(BIN)/python -m pip install -q --no-deps -e .
-	@# the project's own modules too (an editable install compiles nothing; ~0.5 s per stage process here)
-	$(BIN)/python -m compileall -q prenet pipeline scripts >/dev/null
 	@! $(BIN)/python -m pip list 2>/dev/null | grep -iE '^(nvidia|triton)' || (echo "error: CUDA packages were resolved; see README" && false)
 	@touch $@
 

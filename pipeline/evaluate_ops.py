@@ -73,7 +73,12 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     logo = None
     if cfg.ops.evaluate.unseen_gpu:
         gpu_dev = ops.filter((pl.col("hardware_id") != cpu.hardware_id) & (pl.col("split") != "holdout"))
-        logo = leave_one_gpu_out(gpu_dev, params=OmegaConf.to_container(cfg.ops.efficiency.params, resolve=True), threads=int(cfg.threads))
+        logo = leave_one_gpu_out(
+            gpu_dev,
+            params=OmegaConf.to_container(cfg.ops.efficiency.params, resolve=True),
+            threads=int(cfg.threads),
+            workers=int(cfg.ops.evaluate.get("workers", 1)),
+        )
         write_artifact(logo.drop("ratio_deciles"), cfg, "plots/op_unseen_gpu.csv")
         per_gpu = logo.group_by("hardware_id").agg(((pl.col("mape") * pl.col("rows")).sum() / pl.col("rows").sum()).alias("mape")).sort("mape")
         per_fam = (

@@ -299,3 +299,16 @@ def test_channels_last_saves_the_transposes_in_the_answer_and_unknown_formats_li
     assert nchw.family_ms["copy"] > nhwc.family_ms.get("copy", 0.0)
     with pytest.raises(PrenetError, match="contiguous, channels_last"):
         trace_step(module, batch, memory_format="nhwc")
+
+
+def test_leave_one_gpu_out_in_worker_processes_gives_the_same_folds():
+    """The folds fitted in two spawned processes equal the serial ones, row for row (the stage runs them in parallel)."""
+    from prenet.data.external_ops import load_gpu_ops
+    from prenet.steptime.op_evaluation import leave_one_gpu_out
+
+    gpu = load_gpu_ops(40).with_columns(pl.lit("fp32").alias("precision"))
+    gpu = gpu.filter(pl.col("hardware_id").is_in(sorted(gpu["hardware_id"].unique().to_list())[:3]))
+    params = {"n_estimators": 10, "max_depth": 3}
+    serial = leave_one_gpu_out(gpu, params=params, workers=1)
+    assert serial["hardware_id"].n_unique() == 3 and (serial["mape"] > 0).all()
+    assert serial.equals(leave_one_gpu_out(gpu, params=params, workers=2))

@@ -27,36 +27,56 @@ def predict_rows(model: EfficiencyModel, frame: pl.DataFrame, specs: dict[str, H
     return pl.concat([model.predict(f, hw) for f, hw in by_device(frame, specs)], how="vertical_relaxed")
 
 
-def leave_one_gpu_out(gpu_ops: pl.DataFrame, *, params: dict[str, Any], threads: int = 1) -> pl.DataFrame:
+def leave_one_gpu_out(gpu_ops: pl.DataFrame, *, params: dict[str, Any], threads: int = 1, workers: int = 1) -> pl.DataFrame:
     """For every GPU: train on the other GPUs' ops, predict this GPU's from its spec sheet. One row per (GPU, family,
     arithmetic unit: fp32 | tf32 | fp16 | bf16):
     ``mape`` (model), ``roofline_mape`` (pure roofline, efficiency 1), ``median_ape``, ``rows``, ``ratio_deciles`` (deciles of
-    measured / predicted: the planner's GPU interval)."""
-    specs = {h: get(h) for h in gpu_ops.get_column("hardware_id").unique().to_list()}
-    out = []
-    for held in sorted(specs):
-        train = gpu_ops.filter(pl.col("hardware_id") != held)
-        test = gpu_ops.filter(pl.col("hardware_id") == held)
-        model = EfficiencyModel.fit(by_device(train, specs), params=params, threads=threads)
-        pred = model.predict(test, specs[held])
-        for fam, unit in pred.select("family", "unit").unique().sort(["family", "unit"]).iter_rows():
-            p = pred.filter((pl.col("family") == fam) & (pl.col("unit") == unit))
-            t = p.get_column("measured_ms").to_numpy()
-            e = ape(p.get_column("predicted_ms").to_numpy(), t)
-            ratio = t / p.get_column("predicted_ms").to_numpy()
-            out.append(
-                {
-                    "hardware_id": held,
-                    "family": fam,
-                    "unit": unit,
-                    "rows": p.height,
-                    "mape": float(e.mean()),
-                    "median_ape": float(np.median(e)),
-                    "roofline_mape": float(ape(p.get_column("roofline_ms").to_numpy(), t).mean()),
-                    "ratio_deciles": [round(float(v), 4) for v in np.quantile(ratio, np.linspace(0.1, 0.9, 9))],
-                }
-            )
+    measured / predicted: the planner's GPU interval). The folds are independent: ``workers`` > 1 fits them in that many
+    spawned processes of ``threads`` threads each (no timing is taken), rows in the same order."""
+    held_out = sorted(gpu_ops.get_column("hardware_id").unique().to_list())
+    jobs = [(gpu_ops, held, params, threads) for held in held_out]
+    out: list[dict[str, Any]] = []
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn, not fork: fork can deadlock once OpenMP (xgboost, torch) has run in this process
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as ex:
+            for rows in ex.map(_gpu_fold, jobs):
+                out += rows
+    else:
+        for job in jobs:
+            out += _gpu_fold(job)
     return pl.DataFrame(out)
+
+
+def _gpu_fold(job: tuple[pl.DataFrame, str, dict[str, Any], int]) -> list[dict[str, Any]]:
+    """One fold of :func:`leave_one_gpu_out`: its rows for the held-out GPU ``held``."""
+    gpu_ops, held, params, threads = job
+    specs = {h: get(h) for h in gpu_ops.get_column("hardware_id").unique().to_list()}
+    train = gpu_ops.filter(pl.col("hardware_id") != held)
+    test = gpu_ops.filter(pl.col("hardware_id") == held)
+    model = EfficiencyModel.fit(by_device(train, specs), params=params, threads=threads)
+    pred = model.predict(test, specs[held])
+    out = []
+    for fam, unit in pred.select("family", "unit").unique().sort(["family", "unit"]).iter_rows():
+        p = pred.filter((pl.col("family") == fam) & (pl.col("unit") == unit))
+        t = p.get_column("measured_ms").to_numpy()
+        e = ape(p.get_column("predicted_ms").to_numpy(), t)
+        ratio = t / p.get_column("predicted_ms").to_numpy()
+        out.append(
+            {
+                "hardware_id": held,
+                "family": fam,
+                "unit": unit,
+                "rows": p.height,
+                "mape": float(e.mean()),
+                "median_ape": float(np.median(e)),
+                "roofline_mape": float(ape(p.get_column("roofline_ms").to_numpy(), t).mean()),
+                "ratio_deciles": [round(float(v), 4) for v in np.quantile(ratio, np.linspace(0.1, 0.9, 9))],
+            }
+        )
+    return out
 
 
 def errors_by(df: pl.DataFrame, by: list[str]) -> list[dict]:
