@@ -54,22 +54,15 @@ def _zoo_kwargs(items: list[str] | None) -> dict[str, int] | None:
 def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     from prenet.api import predict_step_time
     from prenet.hardware import resolve
-    from prenet.memory.training import GIB, fits, predict_training_memory
-    from prenet.user_models import build_model
+    from prenet.memory.estimate import GIB, fits
 
     if args.batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {args.batch_size}")
     from prenet.hardware.catalog import alias_note
 
     hw = resolve(args.hardware, threads=args.threads, local_record=artifact_path("hardware_record"))
-    module, batch = build_model(args.model, args.batch_size, _zoo_kwargs(args.zoo_arg))
-    blocks = 0
-    if args.checkpointing:  # the memory estimate below sees the checkpointed model too
-        from prenet.checkpointing import checkpointed
-
-        module, blocks = checkpointed(module)
     p = predict_step_time(
-        (module, batch),
+        args.model,
         batch_size=args.batch_size,
         hardware=hw,
         optimizer=args.optimizer,
@@ -77,25 +70,24 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         dataset_size=args.dataset_size,
         threads=args.threads,
         models_dir=args.models,
+        zoo_kwargs=_zoo_kwargs(args.zoo_arg),
         fused=args.fused,
         memory_format=args.memory_format,
         grad_accum=args.grad_accum,
+        checkpointing=args.checkpointing,
+        with_memory=True,
     )
-    if blocks:
-        p.notes.insert(0, f"activation checkpointing: {blocks} blocks recompute their forward in the backward pass and keep only their inputs")
     if (note := alias_note(args.hardware)) is not None:
         p.notes.insert(0, note)
-    mem = predict_training_memory(module, batch, args.optimizer, args.grad_accum)
     dev_gib = hw.mem_gb if hw.kind == "gpu" else None
-    fit = fits(mem.total_bytes, dev_gib, 1.0) if dev_gib else None
+    mem_bytes = int(p.memory_bytes or 0)
+    fit = fits(mem_bytes, dev_gib, 1.0) if dev_gib else None
     if fit is False:
         p.notes.append(
-            f"a step needs about {mem.total_bytes / GIB:.1f} GiB and {hw.hardware_id} has {dev_gib:g} GiB: it does not fit; "
-            "use a smaller --batch-size"
+            f"a step needs about {mem_bytes / GIB:.1f} GiB and {hw.hardware_id} has {dev_gib:g} GiB: it does not fit; use a smaller --batch-size"
         )
     if args.json:
         d = p.to_dict()
-        d["memory_bytes"] = mem.total_bytes
         d["fits"] = fit
         print(json.dumps(d, indent=2, default=float))
         return
@@ -106,7 +98,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     print(f"  step   {p.step_seconds * 1e3:10.2f} ms   ({p.ops} ops{f', + {p.overhead_ms:.2f} ms measured null step' if p.overhead_ms else ''})")
     if p.epoch_seconds is not None:
         print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} optimizer steps of {args.batch_size * args.grad_accum})")
-    print(f"  memory {mem.total_bytes / GIB:10.2f} GiB predicted peak" + ("" if fit is None else ("  (fits)" if fit else "  (DOES NOT FIT)")))
+    print(f"  memory {mem_bytes / GIB:10.2f} GiB predicted peak" + ("" if fit is None else ("  (fits)" if fit else "  (DOES NOT FIT)")))
     print("  time by op family:  " + ", ".join(f"{f} {100 * v:.0f} %" for f, v in p.family_share.items() if v >= 0.005))
     how = ", ".join(f"{k} {100 * v:.0f} %" for k, v in sorted(p.estimate_share.items()))
     print(f"  estimated by:       {how}  (model: a measured family; analogy: a related family's model; roofline: none)")
@@ -212,12 +204,9 @@ def _prices(args: argparse.Namespace) -> dict:
 
 
 def _cmd_plan(args: argparse.Namespace) -> None:
-    import torch
-
     from prenet.planner.plan import load_finetune_data, make_plan
     from prenet.planner.render import render_table
 
-    torch.set_num_threads(args.threads)
     targets = {k: getattr(args, k) for k in ("converge_eps", "target_loss", "target_accuracy") if getattr(args, k) is not None}
     if len(targets) > 1:
         raise PrenetError(f"give one convergence target, got {', '.join('--' + k.replace('_', '-') for k in targets)}")
@@ -231,6 +220,9 @@ def _cmd_plan(args: argparse.Namespace) -> None:
             )
         if args.lr is None:
             raise PrenetError("the convergence forecast needs the fine-tuning learning rate: give --lr")
+        import torch  # the forecast computes on this CPU: at --threads (a stored trace needs no torch)
+
+        torch.set_num_threads(args.threads)
         x, y = load_finetune_data(args.finetune_data)
         finetune = {
             "inputs": x,

@@ -21,9 +21,8 @@ import polars as pl
 from prenet.hardware import HardwareSpec, resolve
 from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
-from prenet.steptime.layer_table import predict_layers as _predict_layers
-from prenet.steptime.step import DEFAULT_OP_MODELS, StepPrediction, predict_step
-from prenet.user_models import build_model
+from prenet.steptime.job_trace import job_notes, job_trace
+from prenet.steptime.step import DEFAULT_OP_MODELS, StepPrediction, device_type, predict_traced
 
 
 def _hardware(hardware: str | HardwareSpec, threads: int) -> HardwareSpec:
@@ -49,6 +48,7 @@ def predict_step_time(
     memory_format: str = "contiguous",
     grad_accum: int = 1,
     checkpointing: bool = False,
+    with_memory: bool = False,
 ) -> StepPrediction:
     """Predicted time of one training step (and of an epoch with ``dataset_size``) of ``model`` in ``precision``
     (fp32 | tf32 | fp16 | bf16), through the op-level path (:mod:`prenet.steptime.step`). ``overhead_ms`` None: the
@@ -57,28 +57,26 @@ def predict_step_time(
     ``memory_format``: ``contiguous`` (NCHW, torch's default; FP16/BF16 convolutions on a GPU carry cuDNN's layout
     transposes) or ``channels_last`` (NHWC, ``model.to(memory_format=torch.channels_last)``). ``grad_accum``: K
     micro-steps of ``batch_size`` per optimizer step; the answer is per optimizer step. ``checkpointing``: each block
-    of the model's repeated stack under ``torch.utils.checkpoint`` (:mod:`prenet.checkpointing`)."""
-    module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
-    notes = []
-    if checkpointing:
-        from prenet.checkpointing import checkpointed
-
-        module, n = checkpointed(module)
-        notes.append(f"activation checkpointing: {n} blocks recompute their forward in the backward pass and keep only their inputs")
-    pred = predict_step(
-        module,
-        batch,
-        hardware=_hardware(hardware, threads),
-        model=EfficiencyModel.load(models_dir),
+    of the model's repeated stack under ``torch.utils.checkpoint`` (:mod:`prenet.checkpointing`). ``with_memory``: also
+    the step's predicted peak memory (``memory_bytes``). A named model's traced step is stored and read back
+    (:mod:`prenet.steptime.job_trace`): a repeated question about the same job imports no torch."""
+    hw = _hardware(hardware, threads)
+    job = job_trace(
+        model,
+        batch_size,
+        device_types=[device_type(hw)],
+        zoo_kwargs=zoo_kwargs,
         optimizer=optimizer,
         precision=precision,
-        overhead_ms=overhead_ms,
-        dataset_size=dataset_size,
         fused=fused,
         memory_format=memory_format,
         grad_accum=grad_accum,
+        checkpointing=checkpointing,
+        with_memory=with_memory,
     )
-    pred.notes[:0] = notes
+    pred = predict_traced(job.traces[device_type(hw)], hw, EfficiencyModel.load(models_dir), overhead_ms=overhead_ms, dataset_size=dataset_size)
+    pred.notes[:0] = job_notes(job)
+    pred.memory_bytes = job.memory.total_bytes if job.memory is not None else None
     return pred
 
 
@@ -86,4 +84,6 @@ def predict_layers(
     table: pl.DataFrame, *, hardware: str | HardwareSpec, threads: int = 1, models_dir: str | Path = DEFAULT_OP_MODELS
 ) -> pl.DataFrame:
     """``table`` (the ``prenet predict layers`` CSV format) plus ``predicted_ms``, through the op-level path."""
+    from prenet.steptime.layer_table import predict_layers as _predict_layers
+
     return _predict_layers(table, hardware=_hardware(hardware, threads), model=models_dir)

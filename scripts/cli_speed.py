@@ -6,6 +6,10 @@
 Targets (issue 27): ``predict step-time`` of a ResNet-50-sized model on one GPU ≤ 3 s, ``plan`` over the whole catalog
 ≤ 5 s, and ``import prenet.api`` without xgboost or scikit-learn. Timings on a shared 2-core host are noisy: the
 median of the runs and their min/max are reported, with the thread count.
+
+Each command is timed twice: ``cold`` traces the step (``PRENET_TRACE_CACHE=off``: torch imported, the model built
+and traced on meta), ``stored`` answers a repeated question about the same job from its stored trace
+(:mod:`prenet.steptime.job_trace`, in a fresh store warmed by one untimed run).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,15 +43,15 @@ COMMANDS = {
     ],
     "plan resnet50 b32 (whole catalog)": [*PRENET, "plan", "--model", "resnet50", "--batch-size", "32", "--steps", "10000"],
 }
-HEAVY = ("xgboost", "sklearn", "scipy", "prefect", "hydra", "pandera", "matplotlib")
+HEAVY = ("torch", "xgboost", "sklearn", "scipy", "prefect", "hydra", "pandera", "matplotlib")
 
 
-def time_command(cmd: list[str], repeats: int) -> dict:
-    """Wall seconds of ``repeats`` runs of ``cmd`` (each must exit 0)."""
+def time_command(cmd: list[str], repeats: int, env: dict[str, str] | None = None) -> dict:
+    """Wall seconds of ``repeats`` runs of ``cmd`` (each must exit 0) in ``env`` (default: this process's)."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
         times.append(time.perf_counter() - t0)
         if r.returncode != 0:
             raise SystemExit(f"error: {' '.join(cmd[2:])} exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
@@ -69,11 +74,20 @@ def main() -> int:
         "host": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "threads": int(os.environ.get("OMP_NUM_THREADS", "1")),
-        "commands": {name: time_command(cmd, args.repeats) for name, cmd in COMMANDS.items()},
+        "commands": {},
         "prenet_api_heavy_imports": heavy_imports(),
     }
+    with tempfile.TemporaryDirectory(prefix="prenet-cli-speed-") as store:
+        envs = {"cold": {**os.environ, "PRENET_TRACE_CACHE": "off"}, "stored": {**os.environ, "PRENET_TRACE_CACHE": "on", "PRENET_CACHE_DIR": store}}
+        for name, cmd in COMMANDS.items():
+            for mode, env in envs.items():
+                if name.startswith("import") and mode == "stored":
+                    continue
+                if mode == "stored":
+                    time_command(cmd, 1, env)  # stores the job's trace
+                res["commands"][f"{name} [{mode}]"] = time_command(cmd, args.repeats, env)
     for name, r in res["commands"].items():
-        print(f"{name:40} median {r['median_s']:6.2f} s  (min {r['min_s']:.2f}, max {r['max_s']:.2f}, {r['runs']} runs)")
+        print(f"{name:50} median {r['median_s']:6.2f} s  (min {r['min_s']:.2f}, max {r['max_s']:.2f}, {r['runs']} runs)")
     print(f"import prenet.api loads: {', '.join(res['prenet_api_heavy_imports']) or 'none of ' + ', '.join(HEAVY)}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

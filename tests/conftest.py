@@ -9,6 +9,8 @@ import pytest
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# no stored traces: a test sees the trace its code makes (tests/test_job_trace.py turns the store on, in a tmp dir)
+os.environ["PRENET_TRACE_CACHE"] = "off"
 
 import torch  # noqa: E402
 

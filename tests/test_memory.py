@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from prenet.memory.training import GIB, fits, measure_training_memory, predict_training_memory, trace_saved
+from prenet.memory.estimate import GIB, fits
+from prenet.memory.training import measure_training_memory, predict_training_memory, trace_saved
 
 
 def _convnet(batch: int = 32):

@@ -312,3 +312,22 @@ def test_leave_one_gpu_out_in_worker_processes_gives_the_same_folds():
     serial = leave_one_gpu_out(gpu, params=params, workers=1)
     assert serial["hardware_id"].n_unique() == 3 and (serial["mape"] > 0).all()
     assert serial.equals(leave_one_gpu_out(gpu, params=params, workers=2))
+
+
+@pytest.mark.parametrize("optimizer, lists", [("adam", 4), ("sgd", 2), ("momentum", 3)])
+def test_a_fused_optimizer_writes_its_gradients_back_only_under_a_grad_scaler(optimizer, lists):
+    """The fused kernels read the parameters, gradients and state, and store the parameters and state; the gradients
+    are stored only when they unscale them (fp16 with a GradScaler passes ``grad_scale``)."""
+    from prenet.ops import trace_step
+
+    module = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    batch = (torch.randn(4, 16), torch.randint(0, 4, (4,)))
+    size = sum(p.numel() * 4 for p in module.parameters())
+
+    def fused_bytes(precision):
+        trace = trace_step(module, batch, optimizer=optimizer, fused=True, device_type="cuda", precision=precision)
+        return sum(r.bytes for r in trace.records if r.op.startswith("_fused_"))
+
+    fp32 = fused_bytes("fp32")
+    assert 0 <= fp32 - (2 * lists - 1) * size <= 16  # read every list, write all but the gradients (+ Adam's step counts)
+    assert 0 <= fused_bytes("fp16") - fp32 - size <= 8  # the unscaled gradients written back (+ the scale and inf flag)

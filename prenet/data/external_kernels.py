@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from prenet.hardware.catalog import resolve_name
-from prenet.ops.trace import OP_SCHEMA, trace_call
+from prenet.ops.records import OP_SCHEMA
+from prenet.ops.trace import trace_call
 from prenet.paths import data_dir
 
 #: DeepBench's GPU names → catalog names, and its precision labels → (torch dtype, job precision)

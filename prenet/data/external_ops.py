@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 from prenet.data.external import load_justus_conv, load_justus_dense, load_neusight_conv, load_neusight_linear
 from prenet.hardware.catalog import resolve_name
-from prenet.ops.trace import OP_SCHEMA, trace_call
+from prenet.ops.records import OP_SCHEMA
+from prenet.ops.trace import trace_call
 from prenet.paths import data_dir
 
 _HASH_SEED = 20250101

@@ -10,11 +10,13 @@ import statistics
 import time
 from functools import lru_cache
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from prenet.errors import PrenetError, UnknownHardwareError
 from prenet.hardware.spec import HardwareSpec
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -54,6 +56,8 @@ def cpu_peak_tflops(threads: int, clock_mhz: float, simd_bits: int, fma_units: i
 def measure_bandwidth_gbps(size_mb: int = 256, repeats: int = 5) -> float:
     """Measured memory bandwidth in GB/s: median of ``repeats`` copies of a ``size_mb`` MB float32 tensor,
     counting bytes read plus bytes written."""
+    import torch  # only to measure (reading a recorded spec needs no torch)
+
     n = size_mb * 1024 * 1024 // 4
     src = torch.rand(n)
     dst = torch.empty_like(src)
@@ -66,10 +70,13 @@ def measure_bandwidth_gbps(size_mb: int = 256, repeats: int = 5) -> float:
     return 2 * n * 4 / statistics.median(times) / 1e9
 
 
-def measure_gemm_tflops(dtype: torch.dtype = torch.float32, n: int = 1024, repeats: int = 5) -> float:
+def measure_gemm_tflops(dtype: torch.dtype | None = None, n: int = 1024, repeats: int = 5) -> float:
     """Attained TFLOP/s of an n×n×n matrix product in ``dtype`` on the current thread setting (best of ``repeats``
     after a warm-up, over both weight layouts: BF16 kernels differ by 10× between them on some CPUs): the CPU's
-    practical peak, measured instead of derived from the clock and SIMD width."""
+    practical peak, measured instead of derived from the clock and SIMD width (``dtype`` None: float32)."""
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
     a = torch.rand(n, n).to(dtype)
     b = torch.rand(n, n).to(dtype)
     layouts = (lambda: torch.mm(a, b), lambda: torch.mm(a, b.t()))
@@ -117,6 +124,8 @@ def detect_cpu(threads: int = 1, bandwidth_mb: int = 256) -> HardwareSpec:
     simd = simd_width_bits(flags)
     cores = os.cpu_count() or 1
     used = max(1, min(threads, cores))
+    import torch
+
     bw = measure_bandwidth_gbps(bandwidth_mb)
     before = torch.get_num_threads()
     torch.set_num_threads(used)
@@ -163,6 +172,8 @@ def _cpu_clock_mhz(info: dict[str, str]) -> float:
 
 def detect_cuda(index: int = 0) -> HardwareSpec:
     """Describe CUDA device ``index`` by matching its name against the catalog."""
+    import torch
+
     if not torch.cuda.is_available():
         raise PrenetError("hardware device 'cuda' was requested but torch sees no CUDA device; use hardware=local (CPU)")
     from prenet.hardware.catalog import get

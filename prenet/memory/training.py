@@ -27,46 +27,17 @@ state, the batch).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 from prenet.measurement.steps import unpack_example
+from prenet.memory.estimate import MemoryEstimate
 from prenet.ops.trace import training_loss
 
 #: Optimizer state buffers per parameter.
 OPTIMIZER_STATE_BUFFERS: dict[str, int] = {"none": 0, "sgd": 0, "sgd_momentum": 1, "momentum": 1, "nesterov": 1, "adam": 2, "adamw": 2}
-GIB = 2**30
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Predicted peak memory of one training step, by component (bytes).
-
-    ``activations_bytes``: all tensors saved for backward (alive when backward starts); ``backward_live_bytes``: the
-    most that saved tensors and the gradients formed so far hold together at any point of the backward pass (the
-    gradient of a layer's parameters appears as the layer's saved tensors are freed, so early layers with many
-    parameters — embeddings — do not stack on all activations); ``transient_bytes``: the gradient being formed."""
-
-    weights_bytes: int
-    gradients_bytes: int
-    optimizer_bytes: int
-    inputs_bytes: int
-    activations_bytes: int
-    backward_live_bytes: int
-    transient_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        """weights + batch + optimizer state + max(backward's live tensors + transient, all gradients)."""
-        return (
-            self.weights_bytes + self.inputs_bytes + self.optimizer_bytes + max(self.backward_live_bytes + self.transient_bytes, self.gradients_bytes)
-        )
-
-    def to_dict(self) -> dict[str, int]:
-        return {**asdict(self), "total_bytes": self.total_bytes}
 
 
 def trace_saved(module: nn.Module, example_batch: Any) -> tuple[list[int], list[tuple[int, int]]]:
@@ -264,11 +235,3 @@ def measure_training_memory(module: nn.Module, example_batch: Any, optimizer: st
             current += int(e.nbytes())
             peak = max(peak, current)
     return int(base + peak)
-
-
-def fits(estimate_bytes: float, device_gib: float | None, reserve_gib: float = 1.0) -> bool | None:
-    """Whether ``estimate_bytes`` plus ``reserve_gib`` (CUDA context, allocator, workspaces) fits in a device of
-    ``device_gib``; None when the device's memory is unknown."""
-    if device_gib is None:
-        return None
-    return estimate_bytes + reserve_gib * GIB <= device_gib * GIB

@@ -1,4 +1,6 @@
-"""Operator families: which family an ATen op belongs to, its FLOPs and the bytes it moves.
+"""Operator families: which family an ATen op belongs to, and the rules for its FLOPs and the bytes it moves (applied
+to a call's tensors by :mod:`prenet.ops.accounting`; this module imports no torch, so a prediction from a stored
+trace needs none).
 
 One rule per quantity, used by the tracer (:mod:`prenet.ops.trace`), the op benchmark and the external
 timings alike:
@@ -13,10 +15,7 @@ timings alike:
 
 from __future__ import annotations
 
-import math
 from typing import Any
-
-import torch
 
 #: Families whose ops run on tensor cores in fp16 / bf16 (everything else uses the FP32 units) ...
 TENSOR_CORE_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "attention", "rnn"})
@@ -38,7 +37,7 @@ _CONV = {
     "slow_conv_dilated2d",
     "slow_conv_transpose2d",
 }
-_ATTENTION_PREFIX = ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "scaled_dot_product")
+ATTENTION_PREFIX = ("_scaled_dot_product", "_flash_attention", "_efficient_attention", "scaled_dot_product")
 _NORM = {
     "native_batch_norm",
     "native_batch_norm_backward",
@@ -430,7 +429,7 @@ def family_of(name: str, *, phase: str, groups: int = 1, channels: int = 0, poin
         if groups > 1:
             return "conv_depthwise" if groups == channels else "conv_grouped"
         return "conv"
-    if name.startswith(_ATTENTION_PREFIX):
+    if name.startswith(ATTENTION_PREFIX):
         return "attention"
     if name in _GEMM:
         return "gemm"
@@ -449,113 +448,3 @@ def family_of(name: str, *, phase: str, groups: int = 1, channels: int = 0, poin
     if pointwise or name in _ELEMENTWISE_EXTRA:
         return "elementwise"
     return "other"
-
-
-def tensors(obj: Any) -> list[torch.Tensor]:
-    """Every tensor in an argument (nested lists/tuples, as foreach ops take)."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in tensors(o)]
-    return []
-
-
-def nbytes(t: torch.Tensor) -> int:
-    return int(t.numel()) * t.element_size()
-
-
-def moved_bytes(args: tuple, kwargs: dict, out: Any, written: list[torch.Tensor] | None = None) -> int:
-    """Bytes read (each distinct input tensor once) plus bytes written: every output tensor, or, for an op that updates
-    its arguments in place and returns nothing (``_foreach_add_``, ``_fused_adam_``), those arguments (``written``)."""
-    seen: set[int] = set()
-    total = 0
-    for t in tensors(list(args)) + tensors(list(kwargs.values())):
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += nbytes(t)
-    outs = tensors(out)
-    return total + sum(nbytes(t) for t in (outs if outs else written or []))
-
-
-def written_args(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """The tensors ``func`` writes in place: its schema's mutable (``Tensor(a!)``) arguments."""
-    out: list[torch.Tensor] = []
-    for i, a in enumerate(func._schema.arguments):
-        if a.alias_info is not None and a.alias_info.is_write:
-            out += tensors(args[i] if i < len(args) else kwargs.get(a.name))
-    return out
-
-
-def _conv_dims(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, groups: int) -> tuple[int, int, int, int]:
-    """Implicit GEMM of a convolution: (batch = groups, m = N·spatial_out, n = C_out/groups, k = C_in/groups·kernel)."""
-    spatial = math.prod(int(s) for s in out.shape[2:]) if out.dim() > 2 else 1
-    m = int(out.shape[0]) * spatial
-    n = int(w.shape[0]) // max(groups, 1)
-    k = math.prod(int(s) for s in w.shape[1:])
-    return groups, m, n, k
-
-
-def gemm_view(name: str, args: tuple, out: Any) -> tuple[int, int, int, int]:
-    """(batch, m, n, k) of the product op ``name`` computes; (0, 0, 0, 0) for ops that are not products."""
-    a = [x for x in args if isinstance(x, torch.Tensor)]
-    try:
-        if name in ("mm", "_int_mm") and len(a) >= 2:
-            return 1, int(a[0].shape[0]), int(a[1].shape[1]), int(a[0].shape[1])
-        if name in ("addmm",) and len(a) >= 3:
-            return 1, int(a[1].shape[0]), int(a[2].shape[1]), int(a[1].shape[1])
-        if name == "bmm" and len(a) >= 2:
-            return int(a[0].shape[0]), int(a[0].shape[1]), int(a[1].shape[2]), int(a[0].shape[2])
-        if name == "baddbmm" and len(a) >= 3:
-            return int(a[1].shape[0]), int(a[1].shape[1]), int(a[2].shape[2]), int(a[1].shape[2])
-        if name in ("mv", "addmv"):
-            mat = a[0] if name == "mv" else a[1]
-            return 1, int(mat.shape[0]), 1, int(mat.shape[1])
-        if name in ("convolution", "_convolution", "mkldnn_convolution", "_slow_conv2d_forward", "cudnn_convolution"):
-            groups = int(args[8]) if name in ("convolution", "_convolution") and len(args) > 8 else 1
-            o = out if isinstance(out, torch.Tensor) else tensors(out)[0]
-            return _conv_dims(a[0], a[1], o, groups)
-        if name == "convolution_backward":
-            # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask)
-            groups = int(args[9]) if len(args) > 9 else 1
-            return _conv_dims(a[1], a[2], a[0], groups)
-        if name in ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward") and len(a) >= 3:
-            # one LSTM layer over T steps: [T·B, I+H] × [I+H, 4H] per step, as one implicit GEMM
-            x, w_ih, w_hh = a[0], a[1], a[2]
-            return 1, int(x.shape[0]) * int(x.shape[1]), int(w_ih.shape[0]), int(w_ih.shape[1]) + int(w_hh.shape[1])
-        if name.startswith(_ATTENTION_PREFIX) and len(a) >= 3:
-            q, k = a[0], a[1]
-            bh = math.prod(int(s) for s in q.shape[:-2]) if q.dim() > 2 else 1
-            return bh, int(q.shape[-2]), int(k.shape[-2]), int(q.shape[-1])
-    except (IndexError, RuntimeError, TypeError):
-        pass
-    return 0, 0, 0, 0
-
-
-def op_flops(name: str, args: tuple, kwargs: dict, out: Any) -> float:
-    """FLOPs of one call (see the module docstring)."""
-    b, m, n, k = gemm_view(name, args, out)
-    if name == "convolution_backward":
-        mask = args[10] if len(args) > 10 else [True, True, True]
-        return 2.0 * b * m * n * k * (int(bool(mask[0])) + int(bool(mask[1])))
-    if name.startswith(_ATTENTION_PREFIX) and m:
-        # QKᵀ and PV: 2 products of B·H·Lq·Lk·D multiply-adds; backward recomputes P and forms dQ, dK, dV, dP (2.5×)
-        fwd = 4.0 * b * m * n * k
-        return 2.5 * fwd if "backward" in name else fwd
-    if name == "mkldnn_rnn_layer_backward" and m:
-        return 2.0 * 2.0 * b * m * n * k  # gradients of the input/hidden and of both weights
-    if m:
-        return 2.0 * b * m * n * k
-    outs = tensors(out)
-    return float(sum(t.numel() for t in outs)) if outs else float(sum(t.numel() for t in tensors(list(args))))
-
-
-def conv_groups(name: str, args: tuple) -> tuple[int, int]:
-    """(groups, input channels) of a convolution call; (1, 0) for other ops."""
-    try:
-        if name in ("convolution", "_convolution"):
-            return int(args[8]), int(args[0].shape[1])
-        if name == "convolution_backward":
-            return int(args[9]), int(args[1].shape[1])
-    except (IndexError, TypeError, AttributeError):
-        pass
-    return 1, 0

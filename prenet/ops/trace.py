@@ -17,10 +17,8 @@ import copy
 import math
 import time
 from contextlib import ExitStack, nullcontext
-from dataclasses import dataclass, field
 from typing import Any
 
-import polars as pl
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
@@ -29,98 +27,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from prenet.errors import PrenetError
 from prenet.meta_device import without_compiler_imports
 from prenet.names import DIRECTIONS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
+from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, tensors, written_args
 from prenet.ops.autocast import Autocast
-from prenet.ops.families import (
-    FREE,
-    TENSOR_CORE_FAMILIES,
-    TF32_FAMILIES,
-    base_name,
-    conv_groups,
-    family_of,
-    gemm_view,
-    moved_bytes,
-    nbytes,
-    op_flops,
-    tensors,
-    written_args,
-)
+from prenet.ops.families import FREE, TENSOR_CORE_FAMILIES, TF32_FAMILIES, base_name, family_of
+from prenet.ops.records import OpRecord, StepTrace
 from prenet.optimizers import STEP_WEIGHT_DECAY, make_optimizer, prime_state
 
 LOW_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64"}
-
-
-@dataclass
-class OpRecord:
-    """One ATen op of a training step. ``flops`` in FLOPs, ``bytes`` moved, ``measured_ms`` per call (measured
-    traces only); ``unit`` is the arithmetic unit its FLOPs run on (fp32 | tf32 | fp16 | bf16)."""
-
-    op: str
-    family: str
-    phase: str
-    module: str
-    flops: float
-    bytes: int
-    dtype: str
-    unit: str
-    batch: int = 0
-    m: int = 0
-    n: int = 0
-    k: int = 0
-    groups: int = 1
-    out_numel: int = 0
-    #: GEMM operand layout: 1 if the first operand is transposed in memory (last stride ≠ 1), + 2 if the second is
-    layout: int = 0
-    shapes: str = ""
-    out_shapes: str = ""
-    strides: str = ""
-    measured_ms: float | None = None
-    spread_rel: float | None = None
-
-
-@dataclass
-class StepTrace:
-    """The ops of one training step and what they were traced from."""
-
-    records: list[OpRecord]
-    precision: str
-    optimizer: str
-    device_type: str
-    input_shape: list[int]
-    params: int
-    notes: list[str] = field(default_factory=list)
-    fused: bool = False  # the optimizer step as one fused kernel (``torch.optim.*(fused=True)``), else foreach / per tensor
-    memory_format: str = "contiguous"  # of the 4-D tensors (:data:`~prenet.names.MEMORY_FORMATS`)
-    grad_accum: int = 1  # micro-steps (forward + backward) per optimizer step (:func:`prenet.steptime.step.accumulate`)
-
-    def frame(self) -> pl.DataFrame:
-        """One row per op (columns of :class:`OpRecord`)."""
-        # columns straight from the attributes (dataclasses.asdict deep-copies every record: ~70 ms of a ResNet-50 answer)
-        return pl.DataFrame({c: [getattr(r, c) for r in self.records] for c in OP_SCHEMA}, schema=OP_SCHEMA)
-
-
-OP_SCHEMA = {
-    "op": pl.String,
-    "family": pl.String,
-    "phase": pl.String,
-    "module": pl.String,
-    "flops": pl.Float64,
-    "bytes": pl.Int64,
-    "dtype": pl.String,
-    "unit": pl.String,
-    "batch": pl.Int64,
-    "m": pl.Int64,
-    "n": pl.Int64,
-    "k": pl.Int64,
-    "groups": pl.Int64,
-    "out_numel": pl.Int64,
-    "layout": pl.Int64,
-    "shapes": pl.String,
-    "out_shapes": pl.String,
-    "strides": pl.String,
-    "measured_ms": pl.Float64,
-    "spread_rel": pl.Float64,
-}
 
 
 def unit_of(family: str, dtype: str, precision: str) -> str:
@@ -615,19 +529,22 @@ def _run(
             if opt is not None:
                 opt.step()
             elif params and not real:
-                meta_optimizer_step(optimizer, params, foreach=foreach, fused=fused, tracer=tracer)
+                meta_optimizer_step(optimizer, params, foreach=foreach, fused=fused, tracer=tracer, scaled=precision == "fp16")
     finally:
         h1.remove()
         h2.remove()
 
 
-def meta_optimizer_step(name: str, params: list[nn.Parameter], *, foreach: bool | None, fused: bool = False, tracer: _Tracer | None = None) -> None:
+def meta_optimizer_step(
+    name: str, params: list[nn.Parameter], *, foreach: bool | None, fused: bool = False, tracer: _Tracer | None = None, scaled: bool = False
+) -> None:
     """The first step of :func:`~prenet.optimizers.make_optimizer`'s ``name`` on ``params``, through torch's functional
     optimizers: the same ops as ``torch.optim.SGD/Adam(...).step()`` (their lazy state included; a test compares the
     traces op by op), without constructing an ``Optimizer``, whose first use imports ``torch._dynamo`` (~2 s of a
     CLI answer on 2 cores) for nothing on the meta device. ``fused``: the one fused kernel torch runs for
     ``fused=True`` (``_fused_adam_``/``_fused_adamw_``; ``_fused_sgd_``, which has no meta kernel, is recorded on
-    ``tracer`` as it reads and writes)."""
+    ``tracer`` as it reads and writes). ``scaled``: a GradScaler steps the fused kernel, which then unscales and writes
+    back the gradients (``grad_scale``, ``found_inf``), as ``GradScaler.step`` does for ``fused=True``."""
     from torch.optim.adam import adam
     from torch.optim.sgd import sgd
 
@@ -640,7 +557,7 @@ def meta_optimizer_step(name: str, params: list[nn.Parameter], *, foreach: bool 
             momentum = 0.0 if name == "sgd" else 0.9
             if fused:
                 if tracer is not None and with_grad:
-                    tracer.records.append(_fused_sgd_record(with_grad, momentum > 0))
+                    tracer.records.append(_fused_sgd_record(with_grad, momentum > 0, scaled))
                 return
             # steady state: the buffers exist (allocated, not recorded: an allocation is no op of the step)
             buffers = [torch.empty_like(p, memory_format=torch.preserve_format) if momentum else None for p in with_grad]
@@ -655,20 +572,23 @@ def meta_optimizer_step(name: str, params: list[nn.Parameter], *, foreach: bool 
             steps = [torch.zeros((), dtype=torch.float32, device=p.device) if fused else torch.tensor(0.0) for p in with_grad]
             exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
             exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
+            dev = with_grad[0].device if with_grad else None
+            grad_scale, found_inf = (torch.ones((), device=dev), torch.zeros((), device=dev)) if fused and scaled else (None, None)
             if tracer is not None:
                 tracer.phase = phase
             adam(with_grad, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, has_complex=False, beta1=0.9, beta2=0.999,
                  lr=TIMING_LR, weight_decay=STEP_WEIGHT_DECAY.get(name, 0.0), eps=1e-8, maximize=False,
-                 foreach=None if fused else foreach, capturable=False, differentiable=False, fused=fused or None, grad_scale=None,
-                 found_inf=None, decoupled_weight_decay=name == "adamw")  # fmt: skip
+                 foreach=None if fused else foreach, capturable=False, differentiable=False, fused=fused or None, grad_scale=grad_scale,
+                 found_inf=found_inf, decoupled_weight_decay=name == "adamw")  # fmt: skip
         else:
             raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
-def _fused_sgd_record(params: list[nn.Parameter], momentum: bool) -> OpRecord:
-    """torch's ``_fused_sgd_`` over ``params``: reads and writes each parameter, gradient and momentum buffer (its schema's
-    mutable arguments, as :func:`~prenet.ops.families.written_args` counts any in-place op); FLOPs as
-    :func:`~prenet.ops.families.op_flops` counts a pointwise op over its tensor lists."""
+def _fused_sgd_record(params: list[nn.Parameter], momentum: bool, scaled: bool = False) -> OpRecord:
+    """torch's ``_fused_sgd_`` over ``params``: reads each parameter, gradient and momentum buffer and writes the
+    parameters and buffers back, the gradients too when ``scaled`` (as :func:`~prenet.ops.accounting.written_args`
+    counts the fused kernels that have a meta kernel); FLOPs as
+    :func:`~prenet.ops.accounting.op_flops` counts a pointwise op over its tensor lists."""
     numel = sum(int(p.numel()) for p in params)
     size = sum(nbytes(p) for p in params)
     return OpRecord(
@@ -677,7 +597,7 @@ def _fused_sgd_record(params: list[nn.Parameter], momentum: bool) -> OpRecord:
         phase="optimizer",
         module="optimizer",
         flops=float((3 if momentum else 2) * numel),
-        bytes=(6 if momentum else 4) * size,
+        bytes=((5 if momentum else 3) + int(scaled)) * size,
         dtype="float32",
         unit="fp32",
         out_numel=0,

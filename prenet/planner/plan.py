@@ -36,7 +36,7 @@ import numpy as np
 
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
-from prenet.memory.training import GIB, MemoryEstimate, fits
+from prenet.memory.estimate import GIB, MemoryEstimate, fits
 from prenet.names import OPTIMIZERS
 from prenet.planner.intervals import Intervals, load_intervals, steps_interval
 
@@ -333,11 +333,9 @@ def make_plan(
 
     from prenet.hardware import catalog, resolve
     from prenet.hardware.catalog import alias_note
-    from prenet.memory.training import predict_training_memory
-    from prenet.ops import trace_step
     from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError, peaks
-    from prenet.steptime.step import DEFAULT_OVERHEAD, accumulate, default_overhead_ms, device_type, predict_trace_many
-    from prenet.user_models import build_model
+    from prenet.steptime.job_trace import job_notes, job_trace
+    from prenet.steptime.step import DEFAULT_OVERHEAD, default_overhead_ms, device_type, predict_trace_many
 
     if batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {batch_size}")
@@ -361,17 +359,27 @@ def make_plan(
     recorded = recorded_cpu(local_record, threads) if "local" in names else None  # read once: the spec and the note
     specs = {n: recorded or resolve(n, threads=threads) if n == "local" else resolve(n, threads=threads) for n in names}  # unknown names fail here
     alias_notes = [note for n in (hardware or []) if (note := alias_note(n))]
-    module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
-    blocks = 0
-    if checkpointing:
-        from prenet.checkpointing import checkpointed
-
-        module, blocks = checkpointed(module)
-    label = model if isinstance(model, str) else type(module).__name__
+    step_optimizer = "momentum" if optimizer == "sgd" and momentum > 0 else optimizer  # SGD with --momentum: its buffers and update
+    by_device: dict[str, list[str]] = {}
+    for n, spec in specs.items():
+        by_device.setdefault(device_type(spec), []).append(n)
+    # one trace per device type (tf32 exists on NVIDIA GPUs only), stored for the next question about this job
+    job = job_trace(
+        model,
+        batch_size,
+        device_types=[dt for dt in by_device if not (precision == "tf32" and dt == "cpu")],
+        zoo_kwargs=zoo_kwargs,
+        optimizer=step_optimizer,
+        precision=precision,
+        fused=fused,
+        memory_format=memory_format,
+        grad_accum=grad_accum,
+        checkpointing=checkpointing,
+    )
+    memory = job.memory
+    label = model if isinstance(model, str) else type(model[0]).__name__
     if zoo_kwargs:
         label += " (" + ", ".join(f"{k}={v}" for k, v in zoo_kwargs.items()) + ")"
-    step_optimizer = "momentum" if optimizer == "sgd" and momentum > 0 else optimizer  # SGD with --momentum: its buffers and update
-    memory = predict_training_memory(module, batch, step_optimizer, grad_accum)
     fc_info = None
     notes: list[str] = list(alias_notes)
     if "local" in specs and recorded is None:
@@ -417,18 +425,12 @@ def make_plan(
             n_steps, steps_from = int(math.ceil(float(epochs) * math.ceil(dataset_size / (batch_size * grad_accum)))), "epochs"
     step_s, shares = {}, {}
     traces: dict[str, Any] = {}
-    by_device: dict[str, list[str]] = {}
-    for n, spec in specs.items():
-        by_device.setdefault(device_type(spec), []).append(n)
     frames: dict[str, Any] = {}
     for dt, group in by_device.items():  # one trace per device type, one batched prediction over its hardware
         if precision == "tf32" and dt == "cpu":
             notes.extend(f"{n}: not planned: tf32 exists on NVIDIA GPUs only" for n in group)
             continue
-        traces[dt] = trace_step(
-            module, batch, optimizer=step_optimizer, precision=precision, device_type=dt, fused=fused, memory_format=memory_format
-        )
-        traces[dt] = accumulate(traces[dt], module, grad_accum)
+        traces[dt] = job.traces[dt]
         frames[dt] = traces[dt].frame()
         runnable = []
         for n in group:
@@ -441,8 +443,7 @@ def make_plan(
         for n, (pred, _) in zip(runnable, predict_trace_many(traces[dt], [specs[n] for n in runnable], op_model, overhead_ms=overheads)):
             step_s[n] = pred.step_seconds
             shares[n] = {k: round(v, 4) for k, v in pred.family_share.items()}
-    if blocks:
-        notes.append(f"activation checkpointing: {blocks} blocks recompute their forward in the backward pass and keep only their inputs")
+    notes += job_notes(job)
     if grad_accum > 1:
         notes.append(
             f"gradient accumulation: {grad_accum} micro-steps of {batch_size} per optimizer step (effective batch {grad_accum * batch_size})"

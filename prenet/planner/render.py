@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from prenet.memory.training import GIB
+from prenet.memory.estimate import GIB
 from prenet.planner.plan import Plan, PlanRow
 
 

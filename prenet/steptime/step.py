@@ -11,17 +11,18 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
-import torch
-from torch import nn
 
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
-from prenet.ops import StepTrace, trace_step
+from prenet.ops.records import StepTrace
 from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
+
+if TYPE_CHECKING:
+    from torch import nn
 
 DEFAULT_OP_MODELS = default_path("models_ops")
 DEFAULT_OVERHEAD = default_path("step_overhead")
@@ -50,6 +51,7 @@ class StepPrediction:
     fused: bool = False  # the optimizer step as torch's one fused kernel (``fused=True``), else foreach (CUDA) / per tensor
     memory_format: str = "contiguous"  # of the 4-D tensors: contiguous (NCHW) | channels_last (NHWC)
     grad_accum: int = 1  # micro-steps of ``batch_size`` per optimizer step: the step is one optimizer step
+    memory_bytes: int | None = None  # predicted peak memory of the step (bytes), when asked for
 
     @property
     def family_share(self) -> dict[str, float]:
@@ -134,6 +136,8 @@ def _summarize(trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_m
 def grad_accumulation_records(module: nn.Module) -> list:
     """The ``grad += new`` of every trainable parameter that a backward adds when gradients already exist (gradient
     accumulation, or a loop without ``zero_grad``), as the ops they are (backward phase)."""
+    import torch
+
     from prenet.ops.trace import trace_call
 
     out = []
@@ -197,13 +201,22 @@ def predict_step(
     ``overhead_ms`` None: the measured null step of the local CPU (:func:`default_overhead_ms`); ``fused``: the
     optimizer as ``torch.optim.*(fused=True)`` runs it; ``memory_format``: contiguous (NCHW) or channels_last (NHWC);
     ``grad_accum``: K micro-steps of the batch per optimizer step (:func:`accumulate`)."""
+    from prenet.ops.trace import trace_step  # torch: only to trace (a stored trace is predicted without it)
+
     trace = trace_step(
         module, example_batch, optimizer=optimizer, precision=precision, device_type=device_type(hardware), fused=fused, memory_format=memory_format
     )
-    trace = accumulate(trace, module, grad_accum)
-    ovh = default_overhead_ms(hardware, optimizer) if overhead_ms is None else overhead_ms
+    return predict_traced(accumulate(trace, module, grad_accum), hardware, model, overhead_ms=overhead_ms, dataset_size=dataset_size)
+
+
+def predict_traced(
+    trace: StepTrace, hardware: HardwareSpec, model: EfficiencyModel, *, overhead_ms: float | None = None, dataset_size: int | None = None
+) -> StepPrediction:
+    """:func:`predict_step` of a step already traced (gradient accumulation applied): the step plus ``overhead_ms``
+    (None: the measured null step of the local CPU), and the epoch of ``dataset_size`` samples when given."""
+    ovh = default_overhead_ms(hardware, trace.optimizer) if overhead_ms is None else overhead_ms
     pred, _ = predict_trace(trace, hardware, model, overhead_ms=ovh)
     if dataset_size is not None and pred.batch_size:
-        pred.steps_per_epoch = math.ceil(dataset_size / (pred.batch_size * grad_accum))
+        pred.steps_per_epoch = math.ceil(dataset_size / (pred.batch_size * trace.grad_accum))
         pred.epoch_seconds = pred.steps_per_epoch * pred.step_seconds
     return pred

@@ -1,0 +1,81 @@
+"""What a trace holds: one :class:`OpRecord` per ATen op of a training step, and the :class:`StepTrace` of the whole
+step (no torch here: a stored trace is predicted without importing it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+
+@dataclass
+class OpRecord:
+    """One ATen op of a training step. ``flops`` in FLOPs, ``bytes`` moved, ``measured_ms`` per call (measured
+    traces only); ``unit`` is the arithmetic unit its FLOPs run on (fp32 | tf32 | fp16 | bf16)."""
+
+    op: str
+    family: str
+    phase: str
+    module: str
+    flops: float
+    bytes: int
+    dtype: str
+    unit: str
+    batch: int = 0
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    groups: int = 1
+    out_numel: int = 0
+    #: GEMM operand layout: 1 if the first operand is transposed in memory (last stride ≠ 1), + 2 if the second is
+    layout: int = 0
+    shapes: str = ""
+    out_shapes: str = ""
+    strides: str = ""
+    measured_ms: float | None = None
+    spread_rel: float | None = None
+
+
+@dataclass
+class StepTrace:
+    """The ops of one training step and what they were traced from."""
+
+    records: list[OpRecord]
+    precision: str
+    optimizer: str
+    device_type: str
+    input_shape: list[int]
+    params: int
+    notes: list[str] = field(default_factory=list)
+    fused: bool = False  # the optimizer step as one fused kernel (``torch.optim.*(fused=True)``), else foreach / per tensor
+    memory_format: str = "contiguous"  # of the 4-D tensors (:data:`~prenet.names.MEMORY_FORMATS`)
+    grad_accum: int = 1  # micro-steps (forward + backward) per optimizer step (:func:`prenet.steptime.step.accumulate`)
+
+    def frame(self) -> pl.DataFrame:
+        """One row per op (columns of :class:`OpRecord`)."""
+        # columns straight from the attributes (dataclasses.asdict deep-copies every record: ~70 ms of a ResNet-50 answer)
+        return pl.DataFrame({c: [getattr(r, c) for r in self.records] for c in OP_SCHEMA}, schema=OP_SCHEMA)
+
+
+OP_SCHEMA = {
+    "op": pl.String,
+    "family": pl.String,
+    "phase": pl.String,
+    "module": pl.String,
+    "flops": pl.Float64,
+    "bytes": pl.Int64,
+    "dtype": pl.String,
+    "unit": pl.String,
+    "batch": pl.Int64,
+    "m": pl.Int64,
+    "n": pl.Int64,
+    "k": pl.Int64,
+    "groups": pl.Int64,
+    "out_numel": pl.Int64,
+    "layout": pl.Int64,
+    "shapes": pl.String,
+    "out_shapes": pl.String,
+    "strides": pl.String,
+    "measured_ms": pl.Float64,
+    "spread_rel": pl.Float64,
+}

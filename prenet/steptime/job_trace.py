@@ -1,0 +1,195 @@
+"""One training job's traced steps (one per device type, gradient accumulation applied) and its predicted peak memory,
+stored on disk under everything that shapes them.
+
+Tracing needs torch, and importing torch alone takes 2-3 s on a 2-core host. A repeated question about the same job
+(another GPU, price, step count or dataset size) is answered from the stored trace, without importing torch or tracing
+again. The key covers: the model spec and the contents of the config file it names, the batch size, the size keywords,
+the optimizer, precision, device type, fused optimizer, memory format, gradient accumulation and checkpointing, the
+source of every ``prenet`` module and torch's version. A change to any of them is a new key, so a stored trace is
+exactly the trace this code would make now.
+
+Only named models are stored: zoo names, ``torchvision:NAME`` and ``hf:path/config.json``. A
+``path/file.py:function`` model runs the user's code, which may read anything, so it is traced every time.
+
+``PRENET_TRACE_CACHE=off`` turns the store off; ``PRENET_CACHE_DIR`` moves it (default ``$XDG_CACHE_HOME/prenet``,
+else ``~/.cache/prenet``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from prenet.memory.estimate import MemoryEstimate
+from prenet.ops.records import OpRecord, StepTrace
+
+#: Bump when the stored layout changes (old entries are then never read).
+FORMAT = 1
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class JobTrace:
+    """``traces``: the traced step per device type (``cpu`` | ``cuda``); ``memory``: the predicted peak of a step (None
+    when not asked for);
+    ``blocks``: blocks under activation checkpointing (0: none); ``stored``: read back from the store, not traced now."""
+
+    traces: dict[str, StepTrace]
+    memory: MemoryEstimate | None
+    blocks: int
+    stored: bool = False
+
+
+def cache_dir() -> Path | None:
+    """Where traces are stored; None when ``PRENET_TRACE_CACHE`` is ``off`` (or ``0``, ``false``, ``no``)."""
+    if os.environ.get("PRENET_TRACE_CACHE", "on").strip().lower() in ("off", "0", "false", "no"):
+        return None
+    root = os.environ.get("PRENET_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prenet"
+    return Path(root) / "traces"
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """SHA-256 over the source of every ``prenet`` module and torch's installed version."""
+    h = hashlib.sha256(f"format {FORMAT}; torch {_version('torch')}".encode())
+    for f in sorted(_PACKAGE.rglob("*.py")):
+        h.update(f.relative_to(_PACKAGE).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def storable(model: Any) -> bool:
+    """Whether ``model`` is a spec whose trace may be stored (a name, not user code or a module object)."""
+    return isinstance(model, str) and not model.partition(":")[0].endswith(".py")
+
+
+def job_key(model: str, batch_size: int, zoo_kwargs: dict[str, Any] | None, **choices: Any) -> str:
+    """The store key of one job: a hash of the spec, the contents of the config file an ``hf:`` spec names, the batch,
+    the size keywords, ``choices`` (optimizer, precision, device type, ...) and :func:`code_fingerprint`."""
+    named = Path(model[3:]) if model.startswith("hf:") else None
+    content = hashlib.sha256(named.read_bytes()).hexdigest() if named is not None and named.is_file() else ""
+    spec = {"model": model, "file": content, "batch_size": batch_size, "zoo_kwargs": zoo_kwargs or {}, **choices}
+    return hashlib.sha256((json.dumps(spec, sort_keys=True, default=str) + code_fingerprint()).encode()).hexdigest()[:40]
+
+
+def load(key: str) -> dict[str, Any] | None:
+    """The stored entry ``key``, or None (absent, unreadable or from another layout)."""
+    d = cache_dir()
+    if d is None:
+        return None
+    try:
+        entry = json.loads((d / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return entry if entry.get("format") == FORMAT else None
+
+
+def store(key: str, entry: dict[str, Any]) -> None:
+    """Write ``entry`` under ``key`` atomically; a store that cannot be written is skipped (the answer is unchanged)."""
+    d = cache_dir()
+    if d is None:
+        return
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".{key}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"format": FORMAT, **entry}))
+        os.replace(tmp, d / f"{key}.json")
+    except OSError:
+        pass
+
+
+_RECORD_FIELDS = [f.name for f in fields(OpRecord)]
+
+
+def trace_to_dict(trace: StepTrace) -> dict[str, Any]:
+    """``trace`` as JSON-ready columns (one list per :class:`OpRecord` field) plus its other fields."""
+    head = {f.name: getattr(trace, f.name) for f in fields(StepTrace) if f.name != "records"}
+    return {**head, "records": {c: [getattr(r, c) for r in trace.records] for c in _RECORD_FIELDS}}
+
+
+def trace_from_dict(d: dict[str, Any]) -> StepTrace:
+    """The inverse of :func:`trace_to_dict`."""
+    cols = d["records"]
+    records = [OpRecord(**dict(zip(_RECORD_FIELDS, row))) for row in zip(*(cols[c] for c in _RECORD_FIELDS))]
+    return StepTrace(records=records, **{k: v for k, v in d.items() if k != "records"})
+
+
+def job_trace(
+    model: Any,
+    batch_size: int,
+    *,
+    device_types: list[str],
+    zoo_kwargs: dict[str, Any] | None = None,
+    optimizer: str = "sgd",
+    precision: str = "fp32",
+    fused: bool = False,
+    memory_format: str = "contiguous",
+    grad_accum: int = 1,
+    checkpointing: bool = False,
+    with_memory: bool = True,
+) -> JobTrace:
+    """The job's traced step on each of ``device_types`` and its memory estimate: read from the store when every part is
+    there, else traced now (torch imported here) and stored. ``model``: a spec (:func:`prenet.user_models.build_model`)
+    or an ``(nn.Module, example_batch)`` pair (never stored)."""
+    common = {"optimizer": optimizer, "grad_accum": grad_accum, "checkpointing": checkpointing}
+    keys: dict[str, str] = {}
+    if storable(model):
+        keys = {
+            dt: job_key(model, batch_size, zoo_kwargs, **common, precision=precision, device_type=dt, fused=fused, memory_format=memory_format)
+            for dt in device_types
+        }
+        keys["memory"] = job_key(model, batch_size, zoo_kwargs, **common)  # also holds the checkpointed block count
+        entries = {k: load(v) for k, v in keys.items()}
+        mem = entries.pop("memory")
+        if mem is not None and all(e is not None for e in entries.values()) and (mem.get("memory") or not with_memory):
+            return JobTrace(
+                traces={dt: trace_from_dict(e["trace"]) for dt, e in entries.items()},
+                memory=MemoryEstimate(**mem["memory"]) if with_memory else None,
+                blocks=int(mem["blocks"]),
+                stored=True,
+            )
+    from prenet.memory.training import predict_training_memory
+    from prenet.ops.trace import trace_step
+    from prenet.steptime.step import accumulate
+    from prenet.user_models import build_model
+
+    module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
+    blocks = 0
+    if checkpointing:
+        from prenet.checkpointing import checkpointed
+
+        module, blocks = checkpointed(module)
+    traces = {}
+    for dt in device_types:
+        t = trace_step(module, batch, optimizer=optimizer, precision=precision, device_type=dt, fused=fused, memory_format=memory_format)
+        traces[dt] = accumulate(t, module, grad_accum)
+    memory = predict_training_memory(module, batch, optimizer, grad_accum) if with_memory else None
+    if keys:
+        for dt, t in traces.items():
+            store(keys[dt], {"trace": trace_to_dict(t)})
+        if memory is not None or load(keys["memory"]) is None:  # never overwrite a stored estimate with none
+            store(keys["memory"], {"memory": asdict(memory) if memory is not None else None, "blocks": blocks})
+    return JobTrace(traces=traces, memory=memory, blocks=blocks)
+
+
+def job_notes(job: JobTrace) -> list[str]:
+    """What an answer from ``job`` says about how it was traced: checkpointed blocks, and a trace read from the store."""
+    notes = []
+    if job.blocks:
+        notes.append(f"activation checkpointing: {job.blocks} blocks recompute their forward in the backward pass and keep only their inputs")
+    if job.stored:
+        where = cache_dir()
+        notes.append(f"the traced step was read from the trace store ({where}; PRENET_TRACE_CACHE=off traces it again)")
+    return notes

@@ -1,0 +1,70 @@
+"""A named job's traced step and memory estimate are stored, read back unchanged and keyed by all that shapes them;
+a repeated question is answered without importing torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prenet.paths import data_dir
+from prenet.steptime import job_trace as jt
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("PRENET_TRACE_CACHE", "on")
+    monkeypatch.setenv("PRENET_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "traces"
+
+
+def test_a_stored_job_reads_back_as_the_trace_and_memory_made_now(store):
+    kw = {"device_types": ["cpu", "cuda"], "optimizer": "adam", "precision": "bf16", "grad_accum": 2}
+    made = jt.job_trace("mlp", 8, **kw)
+    read = jt.job_trace("mlp", 8, **kw)
+    assert not made.stored and read.stored and len(list(store.glob("*.json"))) == 3  # two traces and the memory
+    for dt in ("cpu", "cuda"):
+        assert read.traces[dt] == made.traces[dt] and read.traces[dt].frame().equals(made.traces[dt].frame())
+    assert read.memory == made.memory and read.memory.total_bytes > 0
+    assert any("read from the trace store" in n for n in jt.job_notes(read))
+    # another precision, batch or optimizer is another job; the CPU-only question reuses the stored CPU trace
+    assert not jt.job_trace("mlp", 8, **{**kw, "precision": "fp32"}).stored
+    assert not jt.job_trace("mlp", 16, **kw).stored
+    assert jt.job_trace("mlp", 8, **{**kw, "device_types": ["cpu"]}).stored
+
+
+def test_the_key_follows_a_config_files_contents_and_user_code_is_never_stored(store, tmp_path):
+    src = data_dir() / "external" / "neusight2025" / "model_configs" / "gpt2_large.json"
+    cfg = tmp_path / "gpt2.json"
+    cfg.write_text(src.read_text())
+    key = jt.job_key(f"hf:{cfg}", 2, None, precision="fp32")
+    cfg.write_text(json.dumps({**json.loads(src.read_text()), "n_layer": 2}))
+    assert jt.job_key(f"hf:{cfg}", 2, None, precision="fp32") != key
+    assert jt.job_key("mlp", 2, None, precision="fp32") != jt.job_key("mlp", 2, None, precision="bf16")
+    assert jt.storable("torchvision:resnet50") and jt.storable("gpt_sdpa") and not jt.storable("models/my.py:build")
+
+
+def test_the_store_can_be_turned_off(store, monkeypatch):
+    monkeypatch.setenv("PRENET_TRACE_CACHE", "off")
+    jt.job_trace("mlp", 4, device_types=["cpu"])
+    assert not jt.job_trace("mlp", 4, device_types=["cpu"]).stored and not store.exists()
+
+
+def test_a_repeated_question_imports_no_torch(store, tiny_pipeline):
+    """The second answer about a job (in a new process, as a CLI call is) reads its stored trace: the same answer, and
+    torch is never imported."""
+    models = tiny_pipeline("train_ops")[1].paths.models_ops
+    code = (
+        "import sys, json; from prenet.api import predict_step_time; "
+        f"p = predict_step_time('mlp', batch_size=8, hardware='H100 SXM5 80GB', models_dir={str(models)!r}, with_memory=True); "
+        "print(json.dumps([p.step_seconds, p.memory_bytes, 'torch' in sys.modules]))"
+    )
+    first, second = (
+        json.loads(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout) for _ in range(2)
+    )
+    assert first[:2] == second[:2] and first[2] is True and second[2] is False
