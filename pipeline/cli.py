@@ -35,19 +35,24 @@ def _cmd_retrain(args: argparse.Namespace) -> None:
     print(f"retrain finished; dvc status: {result['dvc_status']}")
 
 
-def _zoo_kwargs(items: list[str] | None) -> dict[str, int] | None:
-    """``--zoo-arg KEY=N`` (repeatable) → builder keywords."""
-    out = {}
-    for item in items or []:
+def _zoo_kwargs(args: argparse.Namespace) -> dict[str, int] | None:
+    """``--model-arg KEY=N`` (repeatable; also spelled ``--zoo-arg``) and ``--seq-len N`` → the model builder's keywords."""
+    out: dict[str, int] = {}
+    for item in args.zoo_arg or []:
         key, sep, val = item.partition("=")
-        if not sep or not key:
-            raise PrenetError(f"--zoo-arg {item!r}: expected KEY=INTEGER, e.g. --zoo-arg image_size=224")
+        if not sep or not key.strip():
+            raise PrenetError(f"--model-arg {item!r}: expected KEY=INTEGER, e.g. --model-arg image_size=224")
         try:
             out[key.strip()] = int(val)
         except ValueError:
-            raise PrenetError(f"--zoo-arg {item!r}: the value must be an integer") from None
+            raise PrenetError(f"--model-arg {item!r}: the value must be an integer") from None
         if out[key.strip()] < 1:
-            raise PrenetError(f"--zoo-arg {item!r}: sizes must be positive integers")
+            raise PrenetError(f"--model-arg {item!r}: sizes must be positive integers")
+    seq_len = getattr(args, "seq_len", None)
+    if seq_len is not None:
+        if out.get("seq_len", seq_len) != seq_len:
+            raise PrenetError(f"--seq-len {seq_len} and --model-arg seq_len={out['seq_len']} disagree: give one")
+        out["seq_len"] = seq_len
     return out or None
 
 
@@ -70,7 +75,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         dataset_size=args.dataset_size,
         threads=args.threads,
         models_dir=args.models,
-        zoo_kwargs=_zoo_kwargs(args.zoo_arg),
+        zoo_kwargs=_zoo_kwargs(args),
         fused=args.fused,
         memory_format=args.memory_format,
         grad_accum=args.grad_accum,
@@ -233,7 +238,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
             "subset": args.subset,
             "max_gib": args.max_gib,
         }
-    zoo_kwargs = _zoo_kwargs(args.zoo_arg)
+    zoo_kwargs = _zoo_kwargs(args)
     plan = make_plan(
         args.model,
         batch_size=args.batch_size,
@@ -366,21 +371,25 @@ _CHECKPOINTING_HELP = (
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
-    """``--model``, ``--batch-size`` and ``--zoo-arg``: how `predict step-time` and `plan` name the model."""
+    """``--model``, ``--batch-size``, ``--model-arg`` and ``--seq-len``: how `predict step-time` and `plan` name the model."""
     p.add_argument(
         "--model",
         required=True,
         help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, gpt2_small_like, ...), "
         "torchvision:NAME (resnet50, resnext50_32x4d, vgg16, ...; 224² images), hf:path/to/config.json (GPT-2, OPT, BERT; "
-        "sequence length 512 or --zoo-arg seq_len=N) or path/to/file.py:function returning (module, example_batch)",
+        "sequence length 512 or --seq-len N) or path/to/file.py:function returning (module, example_batch)",
     )
     p.add_argument("--batch-size", type=_positive, required=True, help="samples per step (a positive integer)")
     p.add_argument(
+        "--model-arg",
         "--zoo-arg",
+        dest="zoo_arg",
         action="append",
         metavar="KEY=N",
-        help="a model's size (repeatable), e.g. image_size=224, layers=12, seq_len=512; the zoo's defaults are CPU-sized (prenet/zoo.py)",
+        help="a model's size (repeatable), e.g. image_size=224, classes=1000, layers=12, seq_len=512; the zoo's defaults are "
+        "CPU-sized (prenet/zoo.py)",
     )
+    p.add_argument("--seq-len", type=_positive, metavar="N", help="tokens per sample of a text model (hf: configs default to 512)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -63,7 +63,7 @@ def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = 
             params = [p for p in inspect.signature(ZOO[spec]).parameters if p != "batch_size"]
             raise PrenetError(f"zoo model {spec!r} does not take {zoo_kwargs}: {e}; its sizes are {', '.join(params)}") from e
     if zoo_kwargs:
-        raise PrenetError(f"--zoo-arg applies to zoo models only; {spec} is a file model (set its sizes in the file)")
+        raise PrenetError(f"--model-arg applies to named models only; {spec} is a file model (set its sizes in the file)")
     fn = load_model_function(spec)
     accepts = "batch_size" in inspect.signature(fn).parameters
     try:
@@ -121,7 +121,7 @@ def _hf_config(path_s: str, batch_size: int, sizes: dict[str, Any], meta: bool =
         raise PrenetError(f"{path}: architecture {arch!r} is not rebuilt here; supported: {', '.join(ARCHITECTURES)}")
     unknown = set(sizes) - {"seq_len"}
     if unknown:
-        raise PrenetError(f"hf: models take seq_len (--zoo-arg seq_len=N), not {', '.join(sorted(unknown))}")
+        raise PrenetError(f"hf: models take seq_len (--seq-len N), not {', '.join(sorted(unknown))}")
     longest = int(config.get("n_positions") or config.get("max_position_embeddings") or 512)
     seq_len = int(sizes.get("seq_len", min(512, longest)))
     if not 1 <= seq_len <= longest:

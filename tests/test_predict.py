@@ -438,3 +438,18 @@ def test_hf_configs_outside_the_rebuilt_subset_are_refused_and_torchvision_build
             build_model(f"hf:{path}", 1)
     module, _ = build_model("torchvision:resnet18", 1, {"image_size": 32, "classes": 10}, meta=False)
     assert next(module.parameters()).device.type == "cpu"  # a convergence forecast needs real weights
+
+
+def test_cli_model_arg_and_seq_len_name_a_models_sizes(models_dir, capsys):
+    """``--model-arg`` (``--zoo-arg``'s name since issue 31) and ``--seq-len`` reach the model builder; a disagreement
+    between them is one line."""
+    from prenet.paths import data_dir
+
+    config = data_dir() / "external" / "neusight2025" / "model_configs" / "gpt2_large.json"
+    base = ["predict", "step-time", "--batch-size", "1", "--hardware", "L4", "--models", models_dir, "--json"]
+    assert main([*base, "--model", f"hf:{config}", "--seq-len", "64"]) == 0
+    assert json.loads(capsys.readouterr().out)["input_shape"] == [1, 64]
+    assert main([*base, "--model", "resnet18", "--model-arg", "image_size=96"]) == 0
+    assert json.loads(capsys.readouterr().out)["input_shape"] == [1, 3, 96, 96]
+    assert main([*base, "--model", f"hf:{config}", "--seq-len", "64", "--model-arg", "seq_len=32"]) == 2
+    assert "--seq-len 64 and --model-arg seq_len=32 disagree" in capsys.readouterr().err
