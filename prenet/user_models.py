@@ -63,7 +63,7 @@ def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = 
             params = [p for p in inspect.signature(ZOO[spec]).parameters if p != "batch_size"]
             raise PrenetError(f"zoo model {spec!r} does not take {zoo_kwargs}: {e}; its sizes are {', '.join(params)}") from e
     if zoo_kwargs:
-        raise PrenetError(f"--model-arg applies to named models only; {spec} is a file model (set its sizes in the file)")
+        raise PrenetError(f"--model-arg and --seq-len apply to named models only; {spec} is a file model (set its sizes in the file)")
     fn = load_model_function(spec)
     accepts = "batch_size" in inspect.signature(fn).parameters
     try:

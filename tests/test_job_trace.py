@@ -68,3 +68,20 @@ def test_a_repeated_question_imports_no_torch(store, tiny_pipeline):
         json.loads(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout) for _ in range(2)
     )
     assert first[:2] == second[:2] and first[2] is True and second[2] is False
+
+
+def test_nothing_stale_or_foreign_is_stored_or_trusted(store, monkeypatch):
+    """User code is never stored (a path with a colon included); a trace made after prenet's files changed under the
+    process is not stored; an entry of another shape is a miss, traced again."""
+    assert not jt.storable("C:/work/net.py:build") and not jt.storable("mlp", {"act": object()})
+    monkeypatch.setattr(jt, "_source_fingerprint", lambda: "edited since import")
+    jt.job_trace("mlp", 4, device_types=["cpu"])
+    assert not store.exists() or not list(store.glob("*.json"))
+    monkeypatch.undo()
+    monkeypatch.setenv("PRENET_TRACE_CACHE", "on")
+    monkeypatch.setenv("PRENET_CACHE_DIR", str(store.parent))
+    jt.job_trace("mlp", 4, device_types=["cpu"])
+    for f in store.glob("*.json"):
+        f.write_text(json.dumps({"format": jt.FORMAT, "trace": {"records": {}}, "memory": {"weights_bytes": 1}, "blocks": 0}))
+    again = jt.job_trace("mlp", 4, device_types=["cpu"])
+    assert not again.stored and again.traces["cpu"].records

@@ -157,7 +157,7 @@ def test_plan_from_a_convergence_target(tiny_run, tmp_path, capsys):
         ("never reached", GOOD, ("--target-loss", "1e-9", "--lr", "1e-5", "--max-steps", "20"), "does not reach loss ≤ 1e-09 within 20 steps"),
         ("no finetune data", GOOD, ("--target-loss", "0.1", "--lr", "0.1"), "give --finetune-data"),
         ("epochs without size", GOOD, ("--epochs", "3"), "--epochs needs --dataset-size"),
-        ("zoo arg on a file model", GOOD, ("--zoo-arg", "image_size=224"), "--model-arg applies to named models only"),
+        ("zoo arg on a file model", GOOD, ("--zoo-arg", "image_size=224"), "--model-arg and --seq-len apply to named models only"),
     ],
 )
 def test_plan_errors_are_one_line_and_exit_2(tiny_run, tmp_path, capsys, case, body, extra, message):

@@ -377,7 +377,7 @@ def make_plan(
         checkpointing=checkpointing,
     )
     memory = job.memory
-    label = model if isinstance(model, str) else type(model[0]).__name__
+    label = type(model[0]).__name__ if isinstance(model, tuple) else str(model)
     if zoo_kwargs:
         label += " (" + ", ".join(f"{k}={v}" for k, v in zoo_kwargs.items()) + ")"
     fc_info = None

@@ -19,8 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass, fields
-from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -49,13 +49,20 @@ def cache_dir() -> Path | None:
     """Where traces are stored; None when ``PRENET_TRACE_CACHE`` is ``off`` (or ``0``, ``false``, ``no``)."""
     if os.environ.get("PRENET_TRACE_CACHE", "on").strip().lower() in ("off", "0", "false", "no"):
         return None
-    root = os.environ.get("PRENET_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prenet"
+    try:
+        root = os.environ.get("PRENET_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prenet"
+    except RuntimeError:  # no home directory to be found: no store
+        return None
     return Path(root) / "traces"
 
 
-@lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """SHA-256 over the source of every ``prenet`` module and torch's installed version."""
+    """SHA-256 over the source of every ``prenet`` module and torch's installed version, as they were when this module
+    was imported (the code this process runs; :func:`job_trace` stores nothing once the files have changed since)."""
+    return _FINGERPRINT
+
+
+def _source_fingerprint() -> str:
     h = hashlib.sha256(f"format {FORMAT}; torch {_version('torch')}".encode())
     for f in sorted(_PACKAGE.rglob("*.py")):
         h.update(f.relative_to(_PACKAGE).as_posix().encode())
@@ -70,9 +77,11 @@ def _version(dist: str) -> str:
         return "absent"
 
 
-def storable(model: Any) -> bool:
-    """Whether ``model`` is a spec whose trace may be stored (a name, not user code or a module object)."""
-    return isinstance(model, str) and not model.partition(":")[0].endswith(".py")
+def storable(model: Any, zoo_kwargs: dict[str, Any] | None = None) -> bool:
+    """Whether ``model`` is a spec whose trace may be stored: a name (a zoo model, ``torchvision:`` or ``hf:``), not
+    user code (``file.py:function``) or a module object, with plain size keywords."""
+    named = isinstance(model, str) and (model.startswith(("hf:", "torchvision:")) or ":" not in model)
+    return named and all(isinstance(v, (bool, int, float, str)) for v in (zoo_kwargs or {}).values())
 
 
 def job_key(model: str, batch_size: int, zoo_kwargs: dict[str, Any] | None, **choices: Any) -> str:
@@ -93,7 +102,7 @@ def load(key: str) -> dict[str, Any] | None:
         entry = json.loads((d / f"{key}.json").read_text())
     except (OSError, ValueError):
         return None
-    return entry if entry.get("format") == FORMAT else None
+    return entry if isinstance(entry, dict) and entry.get("format") == FORMAT else None
 
 
 def store(key: str, entry: dict[str, Any]) -> None:
@@ -101,13 +110,19 @@ def store(key: str, entry: dict[str, Any]) -> None:
     d = cache_dir()
     if d is None:
         return
+    tmp = None
     try:
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"format": FORMAT, **entry}))
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{key}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps({"format": FORMAT, **entry}))
         os.replace(tmp, d / f"{key}.json")
-    except OSError:
+        tmp = None
+    except (OSError, TypeError, ValueError):
         pass
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 _RECORD_FIELDS = [f.name for f in fields(OpRecord)]
@@ -145,7 +160,7 @@ def job_trace(
     or an ``(nn.Module, example_batch)`` pair (never stored)."""
     common = {"optimizer": optimizer, "grad_accum": grad_accum, "checkpointing": checkpointing}
     keys: dict[str, str] = {}
-    if storable(model):
+    if storable(model, zoo_kwargs):
         keys = {
             dt: job_key(model, batch_size, zoo_kwargs, **common, precision=precision, device_type=dt, fused=fused, memory_format=memory_format)
             for dt in device_types
@@ -154,12 +169,15 @@ def job_trace(
         entries = {k: load(v) for k, v in keys.items()}
         mem = entries.pop("memory")
         if mem is not None and all(e is not None for e in entries.values()) and (mem.get("memory") or not with_memory):
-            return JobTrace(
-                traces={dt: trace_from_dict(e["trace"]) for dt, e in entries.items()},
-                memory=MemoryEstimate(**mem["memory"]) if with_memory else None,
-                blocks=int(mem["blocks"]),
-                stored=True,
-            )
+            try:
+                return JobTrace(
+                    traces={dt: trace_from_dict(e["trace"]) for dt, e in entries.items()},
+                    memory=MemoryEstimate(**mem["memory"]) if with_memory else None,
+                    blocks=int(mem["blocks"]),
+                    stored=True,
+                )
+            except (KeyError, TypeError, ValueError):  # an entry of another shape: traced again and overwritten
+                pass
     from prenet.memory.training import predict_training_memory
     from prenet.ops.trace import trace_step
     from prenet.steptime.step import accumulate
@@ -176,7 +194,7 @@ def job_trace(
         t = trace_step(module, batch, optimizer=optimizer, precision=precision, device_type=dt, fused=fused, memory_format=memory_format)
         traces[dt] = accumulate(t, module, grad_accum)
     memory = predict_training_memory(module, batch, optimizer, grad_accum) if with_memory else None
-    if keys:
+    if keys and _source_fingerprint() == _FINGERPRINT:  # prenet's files unchanged since this process imported them
         for dt, t in traces.items():
             store(keys[dt], {"trace": trace_to_dict(t)})
         if memory is not None or load(keys["memory"]) is None:  # never overwrite a stored estimate with none
@@ -193,3 +211,6 @@ def job_notes(job: JobTrace) -> list[str]:
         where = cache_dir()
         notes.append(f"the traced step was read from the trace store ({where}; PRENET_TRACE_CACHE=off traces it again)")
     return notes
+
+
+_FINGERPRINT = _source_fingerprint()
