@@ -12,10 +12,6 @@ __all__ = ["FAMILIES", "OPTIMIZERS", "PRECISIONS", "OpRecord", "StepTrace", "mea
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("OPTIMIZERS", "PRECISIONS"):
-        from prenet import names
-
-        return getattr(names, name)
     if name in ("OpRecord", "StepTrace"):
         from prenet.ops import records
 
