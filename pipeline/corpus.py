@@ -19,20 +19,16 @@ from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
 from pipeline.pool import run_items
 from pipeline.record import record_metrics
-from pipeline.split import split_rule
+from pipeline.split import outcome_split_rule
 from prenet.data.io import read_table, validate
 from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.shard_files import read_shards
-from prenet.data.split_rule import SplitRule, assign_frame
+from prenet.data.split_rule import assign_frame
 from prenet.datasets import require_datasets
 from prenet.outcome.generator import SOURCE_DATASET, RunSpec, domain_data, is_failure, plan_domain, train_run
 from prenet.telemetry.recorder import telemetry_schema
 
 _DATA: dict = {}
-
-
-def outcome_split_rule(cfg: DictConfig) -> SplitRule:
-    return split_rule(cfg, key_column="run_id")
 
 
 def _init(fashion_train: int, fashion_test: int) -> None:

@@ -14,9 +14,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.artifacts import read_artifact, write_artifact
 from pipeline.config import hydra_entry
-from pipeline.corpus import outcome_split_rule
 from pipeline.pool import run_items
 from pipeline.record import record_metrics
+from pipeline.split import outcome_split_rule
 from prenet.data.io import read_table
 from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.split_rule import assign

@@ -14,20 +14,14 @@ from pipeline.config import hydra_entry
 from pipeline.pool import run_items
 from pipeline.pretrain import convergence_tasks
 from pipeline.record import record_metrics
-from pipeline.split import split_rule
+from pipeline.split import convergence_split_rule
 from prenet.convergence.nets import n_params
 from prenet.convergence.sweep import RunConfig, enumerate_sweep, task_sweep
 from prenet.convergence.tasks import Task, finetune_model
 from prenet.convergence.training import finetune as run_finetune
 from prenet.data.io import validate
 from prenet.data.schemas import FinetuneRuns, LossCurves
-from prenet.data.split_rule import SplitRule, assign_frame
-
-
-def convergence_split_rule(cfg: DictConfig) -> SplitRule:
-    """The frozen rule keyed by ``group_id``: the seeds of one setting fall on the same side of the split."""
-    return split_rule(cfg, key_column="group_id")
-
+from prenet.data.split_rule import assign_frame
 
 _DATA: dict = {}
 

@@ -14,10 +14,11 @@ from omegaconf import DictConfig
 
 from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
-from pipeline.finetune import convergence_split_rule, task_data
+from pipeline.finetune import task_data
 from pipeline.pool import run_items
 from pipeline.pretrain import convergence_tasks
 from pipeline.record import record_metrics
+from pipeline.split import convergence_split_rule
 from prenet.convergence import dynamics, losses
 from prenet.convergence.dynamics import DivergenceError
 from prenet.convergence.forecaster import forecast as run_forecast

@@ -6,18 +6,23 @@ stage that uses this records ``workers`` next to ``threads``."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
-import torch
 from tqdm.auto import tqdm
 
 T = TypeVar("T")
 
 
 def _init(threads: int, initializer: Callable[..., None] | None, initargs: tuple) -> None:
-    torch.set_num_threads(threads)
+    # torch only where the work already loaded it (the outcome stages need none: 2 s saved per process); a torch
+    # imported later reads its thread count from these variables
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
     if initializer is not None:
         initializer(*initargs)
 

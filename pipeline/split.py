@@ -20,6 +20,16 @@ def split_rule(cfg: DictConfig, key_column: str | None = None) -> SplitRule:
     )
 
 
+def convergence_split_rule(cfg: DictConfig) -> SplitRule:
+    """The frozen rule keyed by ``group_id``: the seeds of one fine-tuning setting fall on the same side of the split."""
+    return split_rule(cfg, key_column="group_id")
+
+
+def outcome_split_rule(cfg: DictConfig) -> SplitRule:
+    """The frozen rule keyed by ``run_id``, for the early-success corpus."""
+    return split_rule(cfg, key_column="run_id")
+
+
 def split(cfg: DictConfig) -> dict:
     """Assign train / val / holdout; write the development table (train + val) and the holdout table
     separately, and ``metrics/split.json``."""

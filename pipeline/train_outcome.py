@@ -10,9 +10,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.artifacts import read_artifact
 from pipeline.config import hydra_entry
-from pipeline.corpus import outcome_split_rule
 from pipeline.pool import run_items
 from pipeline.record import record_metrics
+from pipeline.split import outcome_split_rule
 from prenet.data.split_rule import assert_no_holdout
 from prenet.outcome.models import save, train_all
 

@@ -22,8 +22,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import load_params  # noqa: E402
-from pipeline.finetune import convergence_split_rule, task_data  # noqa: E402
+from pipeline.finetune import task_data  # noqa: E402
 from pipeline.pretrain import convergence_tasks  # noqa: E402
+from pipeline.split import convergence_split_rule  # noqa: E402
 from prenet.convergence import losses  # noqa: E402
 from prenet.convergence.dynamics import batch_schedule, linear_sgd  # noqa: E402
 from prenet.convergence.evaluation import by_curve, dense, steps_for, target_list  # noqa: E402

@@ -353,7 +353,7 @@ def test_convergence_stages_write_validated_outputs(tiny_run):
 
 
 def test_convergence_split_is_keyed_by_setting_with_seeds_together(tiny_run):
-    from pipeline.finetune import convergence_split_rule
+    from pipeline.split import convergence_split_rule
     from prenet.convergence.sweep import RunConfig
     from prenet.data.split_rule import assign
 

@@ -37,3 +37,17 @@ def test_every_imported_name_exists(module):
         except ImportError:
             missing.append(f"{f}:{line} imports {name!r} from {module}")
     assert not missing, missing
+
+
+#: stages that read tables and fit or score trees: importing torch (2-3 s on 2 cores) would be their whole start-up
+TORCH_FREE_STAGES = ("validate", "split", "evaluate_convergence", "forecast_cost", "train_outcome", "evaluate_outcome", "report")
+
+
+def test_stages_that_need_no_torch_do_not_import_it():
+    import subprocess
+    import sys
+
+    code = "import importlib, json, sys\n" + "".join(f"importlib.import_module('pipeline.{s}')\n" for s in TORCH_FREE_STAGES)
+    code += "print(json.dumps('torch' in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "false", "a torch-free stage imports torch: python -X importtime -c 'import pipeline.<stage>'"
