@@ -27,6 +27,12 @@ def _tkey(kind: str, param: float) -> str:
     return {"relative_eps": f"relative_eps={param:g}", "loss": f"loss<={param:g}*L0", "accuracy": f"accuracy>={param:g}"}[kind]
 
 
+def _median(s: pl.Series) -> float | None:
+    """The median of ``s``, None when it has no value (an evaluative variant that was not run)."""
+    m = s.median()
+    return None if m is None else float(m)
+
+
 def evaluate_convergence(cfg: DictConfig) -> dict:
     """Write ``paths.convergence_targets``, ``metrics/convergence.json`` and the convergence figures."""
     ev = OmegaConf.to_container(cfg.convergence.evaluate, resolve=True)
@@ -143,7 +149,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
         {
             "median_ratio_forecast": float(hc["ratio_plain"].median()),
             "median_ratio_corrected": float(hc["ratio_corrected"].median()),
-            "median_ratio_forecast_ode": float(hc["ratio_ode"].median()),
+            "median_ratio_forecast_ode": _median(hc["ratio_ode"]),
             "max_ratio_forecast": float(hc["ratio_plain"].max()),
             "median_train_seconds": float(hc["train_seconds"].median()),
             "median_forecast_seconds": float(hc["plain_seconds"].median()),
@@ -167,7 +173,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
             "median_train_seconds": float(g["train_seconds"].median()),
             "median_forecast_seconds": float(g["plain_seconds"].median()),
             "median_ratio_forecast": float(g["ratio_plain"].median()),
-            "median_ratio_forecast_ode": float(g["ratio_ode"].median()),
+            "median_ratio_forecast_ode": _median(g["ratio_ode"]),
             "median_ratio_corrected": float(g["ratio_corrected"].median()),
         }
         for (t,), g in allc.group_by(["task"], maintain_order=True)

@@ -126,8 +126,9 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     mem = zoo_memory(fp32, cfg.models.get("sizes"))  # the planner's memory fit, measured (prenet/memory/evaluation.py)
     write_artifact(mem, cfg, "plots/memory_zoo.csv")
     metrics["memory"] = memory_summary(mem)
-    names = list(cfg.ops.evaluate.get("fallback_models") or zoo.ZOO)
-    metrics["fallback"] = fallback_table(model, cpu, get(cfg.ops.evaluate.fallback_gpu), names, cfg.models.get("sizes"))
+    if cfg.ops.evaluate.get("fallback_table", True):
+        names = list(cfg.ops.evaluate.get("fallback_models") or zoo.ZOO)
+        metrics["fallback"] = fallback_table(model, cpu, get(cfg.ops.evaluate.fallback_gpu), names, cfg.models.get("sizes"))
     if cfg.ops.evaluate.get("trace_1p3b", True):
         metrics["trace_seconds"] = trace_seconds()
     cov = float(cfg.evaluate.get("interval_coverage", 0.8))

@@ -95,7 +95,7 @@ def _forecast_one(item: tuple) -> tuple:
             probe_fraction=float(fs["probe_fraction"]),
             drift_threshold=float(fs["drift_threshold"]),
             max_bytes=int(fs["max_bytes"]),
-            also_ode=True,
+            also_ode=bool(fs["also_ode"]),
             progress=False,
             raise_on_probe_divergence=False,
         )
@@ -103,7 +103,7 @@ def _forecast_one(item: tuple) -> tuple:
         return c.config_id, [], f"{c.config_id}: {e}"
     plain = fc.plain
     probe_s = float(fc.details.get("probe_seconds", 0.0))
-    ode, ode_s = fc.ode, fc.ode.seconds
+    ode = fc.ode if fs["also_ode"] else None
     init_loss, gnorm = _one_batch_features(model, d.x, d.y, loss=c.loss, batch_size=c.batch_size, seed=c.seed)
     row = {
         "config_id": c.config_id,
@@ -111,7 +111,7 @@ def _forecast_one(item: tuple) -> tuple:
         "ntk_method": fc.ntk_method,
         "n_used": fc.n_used,
         "plain_seconds": fc.seconds - probe_s,
-        "ode_seconds": ode_s,
+        "ode_seconds": None if ode is None else ode.seconds,
         "probe_seconds": probe_s,
         "ntk_seconds": plain.ntk_seconds,
         "probe_steps": fc.probe_steps,
@@ -123,7 +123,8 @@ def _forecast_one(item: tuple) -> tuple:
     }
     curves = _curve_rows(c.config_id, "forecast", plain.loss, plain.accuracy)
     curves += _curve_rows(c.config_id, "default", fc.loss, fc.accuracy)  # what forecast() answers: the corrected one when flagged
-    curves += _curve_rows(c.config_id, "forecast_ode", ode.loss, ode.accuracy)
+    if ode is not None:
+        curves += _curve_rows(c.config_id, "forecast_ode", ode.loss, ode.accuracy)
     if fc.corrected is not None:
         curves += _curve_rows(c.config_id, "corrected", fc.corrected.loss, fc.corrected.accuracy)
     if gap:
@@ -178,7 +179,17 @@ def forecast(cfg: DictConfig) -> dict:
     rule = convergence_split_rule(cfg)
     settings = {
         k: fc_cfg[k]
-        for k in ("ntk", "proj_dim", "sde_paths", "probe_fraction", "drift_threshold", "max_bytes", "full_kernel", "full_kernel_sde_paths")
+        for k in (
+            "ntk",
+            "proj_dim",
+            "sde_paths",
+            "also_ode",
+            "probe_fraction",
+            "drift_threshold",
+            "max_bytes",
+            "full_kernel",
+            "full_kernel_sde_paths",
+        )
     }
     items = [
         (
@@ -203,7 +214,7 @@ def forecast(cfg: DictConfig) -> dict:
             continue
         runs.append(row)
         curves += rows
-    df = pl.DataFrame(runs)
+    df = pl.DataFrame(runs, schema_overrides={"ode_seconds": pl.Float64})
     write_artifact(df, cfg, "forecast_runs")
     write_artifact(pl.DataFrame(curves), cfg, "forecast_curves")
     metrics = {

@@ -192,10 +192,15 @@ def _convergence_sections(mdir: Path, plots: Path) -> list[tuple[str, str]]:
         )
 
     head = "".join(f"<h3>{t}</h3>" + floor(t) + table(v, CONV_COLS, "source") for t, v in cv["holdout"].items())
+    ran = any(v.get("n_curves") for v in cv["gaps"].values())
     gaps = "".join(
         f"<h3>{g} — median curve distance {v['median_curve_distance'] if v['median_curve_distance'] is None else round(v['median_curve_distance'], 4)}</h3>"
         + table(v["steps"], CONV_COLS, "target")
         for g, v in cv["gaps"].items()
+        if ran
+    ) or (
+        "<p class=note>Not run here: the full-kernel gap analysis is evaluative and off by default "
+        "(<code>convergence.forecast.full_kernel=none</code>); <code>experiment=full</code> runs it on the holdout.</p>"
     )
     checks = {
         f"{t} projection k={k}": {"relative Frobenius error": v["relative_frobenius_error"], "seconds": v["seconds"]}

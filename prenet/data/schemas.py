@@ -237,7 +237,7 @@ class ForecastRuns(pa.DataFrameModel):
     ntk_method: str = pa.Field(isin=["exact", "projection"])
     n_used: int = pa.Field(ge=1)
     plain_seconds: float = pa.Field(ge=0)
-    ode_seconds: float = pa.Field(ge=0)
+    ode_seconds: float = pa.Field(ge=0, nullable=True)  # null: the ODE variant was not run (convergence.forecast.also_ode)
     probe_seconds: float = pa.Field(ge=0)
     ntk_seconds: float = pa.Field(ge=0)
     probe_steps: int = pa.Field(ge=0)

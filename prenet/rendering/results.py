@@ -32,6 +32,7 @@ def _load(mdir: Path, name: str) -> dict[str, Any]:
 #: them from that experiment's committed reference run (``data/reference/<experiment>/plots``), marked in the row.
 FULL_ONLY: dict[str, tuple[tuple[str, ...], ...]] = {
     "evaluate.json": (("unseen_hardware",), ("recipes", "prenet_recipe"), ("whole_model", "prenet_recipe")),
+    "evaluate_ops.json": (("fallback",),),
     "outcome.json": (("leave_one_domain_out",), ("leave_one_optimizer_out",), ("group_ablation",)),
 }
 FULL = "experiment=full"
@@ -261,7 +262,7 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
         worst = max(fb, key=lambda r: 1 - r.get("model_share", 0.0))
         rows.append(
             (
-                "share of a zoo step's predicted time not from its own family's model (analogy or roofline), worst case",
+                "share of a zoo step's predicted time not from its own family's model (analogy or roofline), worst case" + _ref(eo, "fallback"),
                 f"{_pct(100 * (1 - worst.get('model_share', 0.0)))} ({worst['model']}, {worst['hardware']}, {worst['precision']})",
                 "–",
             )
