@@ -71,13 +71,9 @@ def write_params(cfg: DictConfig, path: str | Path = "params.yaml") -> Path:
 
 
 def run_guarded(fn: Callable[[], Any]) -> Any:
-    """Run a stage; print a prenet error's message (one line, no traceback) and exit 2 on failure. Stages never
-    compile: torch's compiler stack is not imported (:func:`~prenet.meta_device.without_compiler_imports`)."""
-    from prenet.meta_device import without_compiler_imports
-
+    """Run a stage; print a prenet error's message (one line, no traceback) and exit 2 on failure."""
     try:
-        with without_compiler_imports():
-            return fn()
+        return fn()
     except (PrenetError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -14,21 +14,7 @@ from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
 
-from prenet.meta_device import without_compiler_imports
-
 T = TypeVar("T")
-
-
-#: the worker's stand-in for torch's compiler stack, held for the process's life (see :func:`_init`)
-_HELD: list = []
-
-
-def _worker_init(threads: int, initializer: Callable[..., None] | None, initargs: tuple) -> None:
-    # stages never compile: a worker that trains does not import torch._dynamo for its optimizer (1.2-2 s each)
-    if not _HELD:
-        _HELD.append(without_compiler_imports())
-        _HELD[0].__enter__()
-    _init(threads, initializer, initargs)
 
 
 def _init(threads: int, initializer: Callable[..., None] | None, initargs: tuple) -> None:
@@ -59,14 +45,11 @@ def run_items(
     with tqdm(total=len(items), desc=desc, unit=unit, disable=not progress) as bar:
         if workers <= 1:
             _init(threads, initializer, initargs)
-            with without_compiler_imports():
-                for it in items:
-                    yield fn(it)
-                    bar.update()
+            for it in items:
+                yield fn(it)
+                bar.update()
             return
-        with ProcessPoolExecutor(
-            workers, mp_context=mp.get_context("spawn"), initializer=_worker_init, initargs=(threads, initializer, initargs)
-        ) as ex:
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init, initargs=(threads, initializer, initargs)) as ex:
             for r in ex.map(fn, items):
                 yield r
                 bar.update()

@@ -19,17 +19,17 @@ def _graph_break(msg: str = "") -> None:
     """Outside ``torch.compile``, ``torch._dynamo.graph_break`` does nothing."""
 
 
-#: torch modules that torch imports on first use only to ask a question whose answer outside ``torch.compile`` is
-#: known: ``torch._disable_dynamo`` (meta kernels, ``Optimizer.add_param_group``) imports ``torch._dynamo`` (1.2-2 s
-#: on 2 cores) for ``disable(fn)``, which is ``fn`` itself, and every ``Optimizer.step`` asks it for ``graph_break()``,
-#: which does nothing. (``symbolic_shapes``, ~0.45 s with sympy, is asked too many questions to stand in for.)
+#: torch modules that meta kernels import on first use only to ask a question whose answer outside ``torch.compile``
+#: is known: ``torch._disable_dynamo`` imports ``torch._dynamo`` (1.2-2 s on 2 cores) for ``disable(fn)``, which is
+#: ``fn`` itself; an ``Optimizer.step`` also asks it for ``graph_break()``, which does nothing. Not for whole stages:
+#: a submodule import (``torch._dynamo.x``, e.g. by the profiler via ``torch._inductor``) fails under the stand-in.
+#: (``symbolic_shapes``, ~0.45 s with sympy, is asked too many questions to stand in for.)
 _STAND_INS: dict[str, dict[str, Any]] = {"torch._dynamo": {"disable": _disable, "graph_break": _graph_break}}
 
 
 @contextmanager
 def without_compiler_imports() -> Iterator[None]:
-    """Build, trace on ``meta`` and train eagerly without importing torch's compiler stack (1.2-2 s of a CLI answer,
-    and of every process that runs an optimizer, on 2 cores).
+    """Build and trace on ``meta`` without importing torch's compiler stack (1.2-2 s of a CLI answer on 2 cores).
 
     While this context is open, each module of :data:`_STAND_INS` not yet imported is a stand-in that answers its one
     question; any other attribute asked of it imports the real module (and the stand-in leaves). Nothing changes for a
