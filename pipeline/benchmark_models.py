@@ -18,6 +18,7 @@ from prenet.data.io import write_json
 from prenet.hardware.local import local_id
 from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema, null_step_ms, to_device
+from prenet.measurement.probe import SpeedProbe
 from prenet.memory.training import measure_training_memory
 
 
@@ -32,7 +33,9 @@ def benchmark_models(cfg: DictConfig) -> dict:
     todo = [(name, b, o) for name in m.names for b in m.batch_sizes for o in m.optimizers]
     rows = []
     t0 = time.monotonic()
+    probe = SpeedProbe(int(cfg.threads))  # host speed beside every row: evaluate_ops puts these steps on the op benchmark's scale
     for name, b, o in tqdm(todo, desc="benchmark models", unit="step", disable=not cfg.progress):
+        p_ms = probe.sample()
         torch.manual_seed(int(cfg.seed))
         module, batch = to_device(*zoo.build(name, int(b), m.get("sizes")), str(cfg.hardware.device))
         # the first step is the warm-up and is measured for peak memory (profiler on the CPU, allocator stats on CUDA)
@@ -50,7 +53,9 @@ def benchmark_models(cfg: DictConfig) -> dict:
             warmup_ms=float(m.warmup_ms),
         )
         rows.append(
-            model_timing_row(name, int(b), o, hw_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t, peak_memory_bytes=peak)
+            model_timing_row(
+                name, int(b), o, hw_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t, peak_memory_bytes=peak, probe_ms=p_ms
+            )
         )
         del module, batch
     df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
@@ -64,6 +69,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
         "allocator": allocator,
         "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()),
         "null_step_ms": overhead,
+        "host_probe": probe.summary(),
     }
     record_metrics(cfg, "benchmark_models", metrics)
     print(f"benchmark_models: {df.height} model steps -> {cfg.paths.model_timings}")

@@ -19,6 +19,7 @@ from prenet.hardware.local import detect_local
 from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema
 from prenet.measurement.ops import forward_flops, measure_config, sample_configs, sample_wide
+from prenet.measurement.probe import SpeedProbe
 
 
 def benchmark_ops(cfg: DictConfig) -> dict:
@@ -47,10 +48,13 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     ]
     frames, skipped = [], []
     t0 = time.monotonic()
+    probe = SpeedProbe(int(cfg.threads))  # host speed beside every row (prenet/measurement/probe.py)
     for kind, c, opt, prec in tqdm(todo, desc="benchmark ops", unit="step", disable=not cfg.progress):
+        p_ms = probe.sample()
         torch.manual_seed(int(cfg.seed))
         try:
-            frames.append(measure_config(kind, c, optimizer=opt, precision=prec, min_block_ms=float(b.min_block_ms), repeats=int(b.repeats)))
+            f = measure_config(kind, c, optimizer=opt, precision=prec, min_block_ms=float(b.min_block_ms), repeats=int(b.repeats))
+            frames.append(f.with_columns(pl.lit(p_ms).alias("probe_ms")))
         except PrenetError as e:  # e.g. oneDNN has no BF16 kernel for an op on this CPU: recorded, not hidden
             skipped.append(f"{kind} {prec}: {e}"[:200])
     ops = pl.concat(frames, how="vertical_relaxed").with_columns(
@@ -64,6 +68,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     write_artifact(ops, cfg, "op_timings")
     zrows = []
     for name, bs in b.zoo_bf16:
+        p_ms = probe.sample()
         torch.manual_seed(int(cfg.seed))
         module, batch = zoo.build(str(name), int(bs), cfg.models.get("sizes"))
         t = measure_model(
@@ -76,7 +81,9 @@ def benchmark_ops(cfg: DictConfig) -> dict:
             warmup_ms=float(cfg.models.warmup_ms),
             precision="bf16",
         )
-        row = model_timing_row(str(name), int(bs), "sgd", hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t)
+        row = model_timing_row(
+            str(name), int(bs), "sgd", hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t, probe_ms=p_ms
+        )
         zrows.append({**row, "dtype": "bf16"})
     write_artifact(pl.DataFrame(zrows, schema=model_timing_schema(), orient="row"), cfg, "model_timings_bf16")
     metrics = {
@@ -93,6 +100,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         "peak_bf16_tflops": hw.peak_bf16_tflops,
         "noise_floor_median_spread_pct": float(100 * ops["spread_rel"].median()),
         "zoo_bf16_steps": len(zrows),
+        "host_probe": probe.summary(),
         "wall_s": round(time.monotonic() - t0, 1),
     }
     record_metrics(cfg, "benchmark_ops", metrics)

@@ -20,6 +20,7 @@ from pipeline.train_ops import all_ops, specs_for
 from prenet import zoo
 from prenet.hardware.catalog import get
 from prenet.hardware.local import recorded_spec
+from prenet.measurement.probe import at_reference_speed, reference_probe_ms
 from prenet.memory.evaluation import memory_summary, zoo_memory
 from prenet.planner.intervals import RatioSet, StepTimeErrors, interval_ratios, write_errors
 from prenet.steptime.efficiency import EfficiencyModel
@@ -102,6 +103,17 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         metrics["unseen_gpu"] = skipped_check(cfg, "plots/op_unseen_gpu.csv", "ops.evaluate.unseen_gpu")
     fp32 = read_artifact(cfg, "model_timings")
     bf16 = read_artifact(cfg, "model_timings_bf16") if artifact(cfg, "model_timings_bf16").is_file() else fp32.head(0)
+    # the zoo steps were timed at other moments than the ops: on the ops' host speed (the one the op model answers at)
+    ref = reference_probe_ms(ops)
+    metrics["host_speed"] = {
+        "op_benchmark_probe_ms": ref,
+        "zoo_fp32_probe_ms": reference_probe_ms(fp32),
+        "zoo_bf16_probe_ms": reference_probe_ms(bf16),
+        "note": "whole steps rescaled to the op benchmark's host speed by the probe timed before each (prenet/measurement/probe.py)"
+        if ref is not None
+        else "no host-speed probe in these tables: steps compared as timed",
+    }
+    fp32, bf16 = at_reference_speed(fp32, ref), at_reference_speed(bf16, ref)
     zoo_kw = {"sizes": cfg.models.get("sizes"), "overhead_path": cfg.paths.step_overhead}
     w = pl.concat(
         [whole_model_predictions(model, fp32, "fp32", cpu, **zoo_kw), whole_model_predictions(model, bf16, "bf16", cpu, **zoo_kw)],

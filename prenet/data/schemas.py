@@ -166,6 +166,8 @@ class ModelTimings(pa.DataFrameModel):
     measured_at: str
     #: measured peak memory of one training step (bytes): weights, gradients, optimizer state, batch, activations
     peak_memory_bytes: int = pa.Field(gt=0, nullable=True)
+    #: the host-speed probe timed just before this row (ms, :mod:`prenet.measurement.probe`); absent in older tables
+    probe_ms: Optional[float] = pa.Field(gt=0, nullable=True)
 
     @pa.check("measured_ms", "spread_rel", name="is_finite")
     def _finite(cls, data: PolarsData) -> pl.LazyFrame:
@@ -387,6 +389,8 @@ class OpTimings(pa.DataFrameModel):
     out_numel: int = pa.Field(ge=0)
     layout: int = pa.Field(isin=[0, 1, 2, 3])
     measured_ms: float = pa.Field(gt=0)
+    #: the host-speed probe timed just before this op's step (ms, :mod:`prenet.measurement.probe`); null: vendored GPU rows
+    probe_ms: Optional[float] = pa.Field(gt=0, nullable=True)
 
     @pa.check("measured_ms", "flops", name="is_finite")
     def _finite(cls, data: PolarsData) -> pl.LazyFrame:

@@ -87,12 +87,22 @@ def model_timing_schema() -> dict:
         "repeats": pl.Int64,
         "measured_at": pl.String,
         "peak_memory_bytes": pl.Int64,
+        "probe_ms": pl.Float64,
     }
 
 
 def model_timing_row(
-    name: str, batch_size: int, optimizer: str, hardware_id: str, threads: int, params: int, t: Timing, peak_memory_bytes: int | None = None
+    name: str,
+    batch_size: int,
+    optimizer: str,
+    hardware_id: str,
+    threads: int,
+    params: int,
+    t: Timing,
+    peak_memory_bytes: int | None = None,
+    probe_ms: float | None = None,
 ) -> dict[str, Any]:
+    """One row of :func:`model_timing_schema`; ``probe_ms``: the host-speed probe timed just before (ms)."""
     return {
         "model": name,
         "batch_size": batch_size,
@@ -107,6 +117,7 @@ def model_timing_row(
         "repeats": t.repeats,
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "peak_memory_bytes": peak_memory_bytes,
+        "probe_ms": probe_ms,
     }
 
 
