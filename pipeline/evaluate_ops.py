@@ -103,13 +103,13 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         metrics["unseen_gpu"] = skipped_check(cfg, "plots/op_unseen_gpu.csv", "ops.evaluate.unseen_gpu")
     fp32 = read_artifact(cfg, "model_timings")
     bf16 = read_artifact(cfg, "model_timings_bf16") if artifact(cfg, "model_timings_bf16").is_file() else fp32.head(0)
-    # the zoo steps were timed at other moments than the ops: on the ops' host speed (the one the op model answers at)
+    # the zoo steps were timed minutes away from the ops: each table on the ops' median host speed (the op model's)
     ref = reference_probe_ms(ops)
     metrics["host_speed"] = {
         "op_benchmark_probe_ms": ref,
         "zoo_fp32_probe_ms": reference_probe_ms(fp32),
         "zoo_bf16_probe_ms": reference_probe_ms(bf16),
-        "note": "whole steps rescaled to the op benchmark's host speed by the probe timed before each (prenet/measurement/probe.py)"
+        "note": "whole steps rescaled to the op benchmark's host speed by the ratio of median probes (prenet/measurement/probe.py)"
         if ref is not None
         else "no host-speed probe in these tables: steps compared as timed",
     }

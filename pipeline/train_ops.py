@@ -18,7 +18,6 @@ from prenet.data.split_rule import SplitRule, assert_no_holdout, assign_frame
 from prenet.hardware.catalog import get
 from prenet.hardware.local import recorded_spec
 from prenet.hardware.spec import HardwareSpec
-from prenet.measurement.probe import at_reference_speed, reference_probe_ms
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.op_evaluation import by_device
 
@@ -39,10 +38,8 @@ def specs_for(ops: pl.DataFrame, local: HardwareSpec | None) -> dict[str, Hardwa
 
 
 def all_ops(cfg: DictConfig) -> pl.DataFrame:
-    """CPU op benchmark + vendored GPU ops, with the frozen ``split`` column. The CPU ops are put on one host speed,
-    their median probe's (:func:`~prenet.measurement.probe.at_reference_speed`): the op model answers at that speed."""
+    """CPU op benchmark + vendored GPU ops, with the frozen ``split`` column."""
     cpu = read_artifact(cfg, "op_timings")
-    cpu = at_reference_speed(cpu, reference_probe_ms(cpu))
     gpu = read_artifact(cfg, "gpu_op_timings")
     cols = [c for c in OpTimings.to_schema().columns] + ["spread_rel", "kernel_only"]
     both = pl.concat([cpu.select([c for c in cols if c in cpu.columns]), gpu.select([c for c in cols if c in gpu.columns])], how="diagonal_relaxed")

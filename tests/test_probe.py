@@ -8,15 +8,15 @@ import pytest
 from prenet.measurement.probe import SpeedProbe, at_reference_speed, probe_ms, reference_probe_ms
 
 
-def test_rows_are_rescaled_to_the_reference_host_speed():
-    # the second op was timed while the host ran twice as slow (probe 2.0 ms vs 1.0 ms); the GPU row has no probe
-    f = pl.DataFrame({"measured_ms": [3.0, 8.0, 5.0], "probe_ms": [1.0, 2.0, None]})
-    assert reference_probe_ms(f) == pytest.approx(1.5)
-    out = at_reference_speed(f, 1.0)
-    assert out["measured_ms"].to_list() == pytest.approx([3.0, 4.0, 5.0])
+def test_a_table_is_rescaled_to_another_host_speed_by_its_median_probe():
+    # these steps were timed while the host ran twice as slow as the reference (median probe 2.0 ms vs 1.0 ms)
+    f = pl.DataFrame({"measured_ms": [4.0, 8.0, 6.0], "probe_ms": [1.9, 2.0, 2.1]})
+    assert reference_probe_ms(f) == pytest.approx(2.0)
+    assert at_reference_speed(f, 1.0)["measured_ms"].to_list() == pytest.approx([2.0, 4.0, 3.0])
     assert at_reference_speed(f, None).equals(f)
-    assert at_reference_speed(f.drop("probe_ms"), 1.0).equals(f.drop("probe_ms"))
-    assert reference_probe_ms(f.drop("probe_ms")) is None
+    no_probe = f.drop("probe_ms")
+    assert reference_probe_ms(no_probe) is None and at_reference_speed(no_probe, 1.0).equals(no_probe)
+    assert at_reference_speed(f.with_columns(pl.lit(None, dtype=pl.Float64).alias("probe_ms")), 1.0)["measured_ms"].to_list() == [4.0, 8.0, 6.0]
 
 
 def test_the_probe_is_retimed_only_when_its_sample_is_stale():

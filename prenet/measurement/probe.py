@@ -4,7 +4,9 @@ timings taken minutes apart on a shared host (steal time, noisy neighbours) are 
 On a 2-core shared VM the same op timing moves by up to 1.5× within minutes (measured 2026-12-03: every op of one
 ``benchmark_ops`` run 1.2-1.9× slower than the run an hour earlier, while the whole zoo steps of the same run,
 timed two minutes before, were not). Each timed row carries the probe time closest before it (``probe_ms``);
-:func:`at_reference_speed` rescales rows to one reference probe time (a ratio of medians, as every timing here).
+:func:`at_reference_speed` rescales a table to another's host speed by the ratio of their median probes. One factor
+per table: a single probe sample is too noisy to correct its own row (rescaling every CPU op by its own probe made
+the BF16 op holdout 42.7 → 59.0 % MAPE and FP32 51.5 → 49.6 %, on one fresh run's data, 2026-12-03).
 
     probe = SpeedProbe(threads=1)
     p = probe.sample()            # ms of the workload now (re-timed when the last sample is older than every_s)
@@ -81,11 +83,11 @@ def reference_probe_ms(frame: pl.DataFrame) -> float | None:
 
 
 def at_reference_speed(frame: pl.DataFrame, reference_ms: float | None, column: str = "measured_ms") -> pl.DataFrame:
-    """``frame`` with ``column`` (ms) rescaled from each row's host speed to the reference one: × reference / probe.
-    Rows without a probe (vendored GPU timings) and a None reference are left as they are."""
+    """``frame`` with ``column`` (ms) rescaled to the host speed of ``reference_ms``: × reference / the median probe of
+    ``frame`` (:func:`reference_probe_ms`). A None reference, or a frame without probes, is left as it is."""
     import polars as pl
 
-    if reference_ms is None or "probe_ms" not in frame.columns:
+    own = reference_probe_ms(frame)
+    if reference_ms is None or own is None or own <= 0:
         return frame
-    scale = pl.when(pl.col("probe_ms") > 0).then(reference_ms / pl.col("probe_ms")).otherwise(1.0)
-    return frame.with_columns((pl.col(column) * scale).alias(column))
+    return frame.with_columns((pl.col(column) * (reference_ms / own)).alias(column))
