@@ -376,8 +376,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "--model",
         required=True,
         help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, gpt2_small_like, ...), "
-        "torchvision:NAME (resnet50, resnext50_32x4d, vgg16, ...; 224² images), hf:path/to/config.json (GPT-2, OPT, BERT; "
-        "sequence length 512 or --seq-len N) or path/to/file.py:function returning (module, example_batch)",
+        "torchvision:NAME (resnet50, resnext50_32x4d, vgg16, ...; 224² images), hf:MODEL_TYPE (transformers' default "
+        "config: gpt2, llama, bert, mistral, ...) or hf:path/to/config.json (built by transformers on meta; sequence length "
+        "512 or --seq-len N) or path/to/file.py:function returning (module, example_batch)",
     )
     p.add_argument("--batch-size", type=_positive, required=True, help="samples per step (a positive integer)")
     p.add_argument(
@@ -386,8 +387,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         dest="zoo_arg",
         action="append",
         metavar="KEY=N",
-        help="a model's size (repeatable), e.g. image_size=224, classes=1000, layers=12, seq_len=512; the zoo's defaults are "
-        "CPU-sized (prenet/zoo.py)",
+        help="a model's size (repeatable), e.g. image_size=224, classes=1000, layers=12, seq_len=512; for hf: models any "
+        "config field, e.g. num_hidden_layers=16; the zoo's defaults are CPU-sized (prenet/zoo.py)",
     )
     p.add_argument("--seq-len", type=_positive, metavar="N", help="tokens per sample of a text model (hf: configs default to 512)")
 

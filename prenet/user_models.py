@@ -4,9 +4,10 @@ and the convergence forecast:
 * a zoo model (:data:`prenet.zoo.ZOO`);
 * ``torchvision:NAME``: torchvision's ResNet / ResNeXt / Wide ResNet / VGG architectures, rebuilt layer for layer
   (:mod:`prenet.reference_models`; torchvision itself is not needed), 224² images and 1000 classes by default;
-* ``hf:path/to/config.json``: a Hugging Face config of a GPT-2, OPT or BERT model, rebuilt op for op as transformers
-  runs it in eager mode (:mod:`prenet.transformer_references`; transformers is not needed), sequence length 512 (or
-  the model's maximum, when shorter) unless ``seq_len`` is given;
+* ``hf:MODEL_TYPE`` or ``hf:path/to/config.json``: a Hugging Face model built by transformers on ``meta``
+  (:mod:`prenet.hf_models`), sequence length 512 (or the model's maximum, when shorter) unless ``seq_len`` is given;
+  without transformers installed, a GPT-2, OPT or BERT config.json is rebuilt op for op instead
+  (:mod:`prenet.transformer_references`);
 * ``path/to/file.py:function``.
 """
 
@@ -53,6 +54,10 @@ def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = 
     if spec.startswith("torchvision:"):
         return _torchvision(spec.split(":", 1)[1], batch_size, zoo_kwargs or {}, meta)
     if spec.startswith("hf:"):
+        if importlib.util.find_spec("transformers") is not None:
+            from prenet.hf_models import hf_model
+
+            return hf_model(spec.split(":", 1)[1], batch_size, zoo_kwargs or {}, meta=meta)
         return _hf_config(spec.split(":", 1)[1], batch_size, zoo_kwargs or {}, meta)
     if spec in ZOO:
         try:
@@ -97,25 +102,17 @@ def _torchvision(name: str, batch_size: int, sizes: dict[str, Any], meta: bool =
 
 
 def _hf_config(path_s: str, batch_size: int, sizes: dict[str, Any], meta: bool = True) -> tuple[nn.Module, Any]:
-    import json
     from contextlib import nullcontext
 
     import torch
 
+    from prenet.hf_models import read_config_json
     from prenet.transformer_references import ARCHITECTURES, from_config
 
     path = Path(path_s)
     if not path_s.endswith(".json"):
-        raise PrenetError(
-            f"hf:{path_s}: give the path of a config.json (transformers' default configs by model type need transformers, "
-            "which prenet does not install)"
-        )
-    if not path.is_file():
-        raise PrenetError(f"config file {path} does not exist")
-    try:
-        config = json.loads(path.read_text())
-    except ValueError as e:
-        raise PrenetError(f"{path} is not valid JSON: {e}") from e
+        raise PrenetError(f"hf:{path_s}: a model type needs transformers (pinned in requirements.lock): run `make install`")
+    config = read_config_json(path)
     arch = (config.get("architectures") or ["(none)"])[0]
     if arch not in ARCHITECTURES:
         raise PrenetError(f"{path}: architecture {arch!r} is not rebuilt here; supported: {', '.join(ARCHITECTURES)}")

@@ -312,9 +312,10 @@ def test_models_by_the_names_users_know(tmp_path):
     bad.write_text('{"architectures": ["GPT2LMHeadModel"], "n_positions": 128}')
     for spec, sizes, message in [
         ("torchvision:resnet51", None, "closest: resnet50"),
-        (f"hf:{bad}", None, "config field 'n_embd' is missing"),
+        (f"hf:{bad}", None, "config field 'model_type' is missing"),
         (f"hf:{config}", {"seq_len": 4096}, "outside 1..1024"),
-        ("hf:gpt2", None, "give the path of a config.json"),
+        ("hf:gtp2", None, "closest: gpt2"),
+        ("hf:gpt2", {"n_layers": 2}, "no config field 'n_layers' \\(closest: n_layer\\)"),
     ]:
         with pytest.raises(PrenetError, match=message):
             build_model(spec, 1, sizes)
@@ -425,7 +426,9 @@ def test_memory_with_gradient_accumulation_keeps_every_gradient_live():
 
 
 def test_hf_configs_outside_the_rebuilt_subset_are_refused_and_torchvision_builds_real_weights(tmp_path):
-    from prenet.user_models import build_model
+    """Without transformers, an ``hf:`` config.json is rebuilt op for op (prenet.transformer_references): a config that
+    would build another model is refused."""
+    from prenet.user_models import _hf_config, build_model
 
     for config, field in [
         ({"architectures": ["OPTForCausalLM"], "hidden_size": 64, "do_layer_norm_before": False}, "do_layer_norm_before"),
@@ -435,7 +438,7 @@ def test_hf_configs_outside_the_rebuilt_subset_are_refused_and_torchvision_build
         path = tmp_path / "config.json"
         path.write_text(json.dumps(config))
         with pytest.raises(PrenetError, match=field):
-            build_model(f"hf:{path}", 1)
+            _hf_config(str(path), 1, {})
     module, _ = build_model("torchvision:resnet18", 1, {"image_size": 32, "classes": 10}, meta=False)
     assert next(module.parameters()).device.type == "cpu"  # a convergence forecast needs real weights
 

@@ -90,6 +90,8 @@ def job_key(model: str, batch_size: int, zoo_kwargs: dict[str, Any] | None, **ch
     named = Path(model[3:]) if model.startswith("hf:") else None
     content = hashlib.sha256(named.read_bytes()).hexdigest() if named is not None and named.is_file() else ""
     spec = {"model": model, "file": content, "batch_size": batch_size, "zoo_kwargs": zoo_kwargs or {}, **choices}
+    if model.startswith("hf:"):  # built by transformers: its version is part of the model
+        spec["transformers"] = _version("transformers")
     return hashlib.sha256((json.dumps(spec, sort_keys=True, default=str) + code_fingerprint()).encode()).hexdigest()[:40]
 
 

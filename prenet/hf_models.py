@@ -1,0 +1,116 @@
+"""Hugging Face models as users name them, built with ``transformers`` itself on the ``meta`` device (no weights, no
+network, any size: a 7 B-parameter Llama builds in well under a second):
+
+* ``hf:MODEL_TYPE`` — transformers' default configuration of that model type (``gpt2``, ``llama``, ``bert``, ...);
+* ``hf:path/to/config.json`` — a configuration as found next to a model's weights.
+
+The model is the architecture the config names (``architectures[0]``), else the type's causal-LM head, else its
+masked-LM head; it runs as transformers runs it by default (its default attention implementation, SDPA where the
+model supports it). The example batch is ``batch_size × seq_len`` token ids (512, or the model's maximum when shorter,
+unless ``seq_len`` is given); the loss is cross-entropy over the ``(batch · seq_len, vocab)`` logits, as for the
+rebuilt transformers of :mod:`prenet.transformer_references` (which check NeuSight's timings without transformers).
+Other ``--model-arg KEY=N`` values override config fields of the same name (e.g. ``num_hidden_layers=4``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from prenet.errors import PrenetError
+
+DEFAULT_SEQ_LEN = 512
+
+
+class LMLogits(nn.Module):
+    """A transformers language model whose forward takes token ids and returns its logits as ``(batch · seq, vocab)``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.lm = model
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out = self.lm(input_ids=ids)
+        logits = getattr(out, "logits", None)
+        if logits is None:
+            logits = getattr(out, "prediction_logits", None)
+        if logits is None:
+            logits = out.last_hidden_state
+        return logits.flatten(0, 1)
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError as e:
+        raise PrenetError("hf: models need transformers (pinned in requirements.lock): run `make install`") from e
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def read_config_json(path: Path) -> dict[str, Any]:
+    """The fields of a config.json (errors name the file and what was wrong)."""
+    if not path.is_file():
+        raise PrenetError(f"config file {path} does not exist")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as e:
+        raise PrenetError(f"{path} is not valid JSON: {e}") from e
+
+
+def hf_config(spec: str) -> Any:
+    """transformers' configuration for ``spec`` (a model type or a config.json path); errors name what was wrong."""
+    tf = _transformers()
+    if spec.endswith(".json") or "/" in spec:
+        path = Path(spec)
+        fields = read_config_json(path)
+        if "model_type" not in fields:
+            raise PrenetError(f"{path}: config field 'model_type' is missing (transformers needs it to pick the architecture)")
+        try:
+            return tf.AutoConfig.for_model(fields.pop("model_type"), **fields)
+        except (ValueError, KeyError, TypeError) as e:
+            raise PrenetError(f"{path}: transformers cannot read this config: {e}") from e
+    try:
+        return tf.AutoConfig.for_model(spec)
+    except ValueError as e:
+        known = list(tf.CONFIG_MAPPING.keys())
+        close = difflib.get_close_matches(spec, known, n=3)
+        hint = f"closest: {', '.join(close)}" if close else f"e.g. {', '.join(sorted(known)[:8])}, ..."
+        raise PrenetError(f"hf:{spec} is not a transformers model type ({hint}); or give hf:path/to/config.json") from e
+
+
+def _model_class(tf: Any, config: Any) -> Any:
+    arch = (getattr(config, "architectures", None) or [None])[0]
+    if arch and hasattr(tf, arch):
+        return getattr(tf, arch)
+    for auto in (tf.AutoModelForCausalLM, tf.AutoModelForMaskedLM, tf.AutoModel):
+        if type(config) in auto._model_mapping:
+            return auto
+    raise PrenetError(f"transformers has no model for a {config.model_type} config here")
+
+
+def hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:
+    """``(model, (ids, labels))`` for ``hf:<spec>``: ``sizes`` holds ``seq_len`` and config overrides."""
+    tf = _transformers()
+    config = hf_config(spec)
+    sizes = dict(sizes or {})
+    longest = int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or DEFAULT_SEQ_LEN)
+    seq_len = int(sizes.pop("seq_len", min(DEFAULT_SEQ_LEN, longest)))
+    if not 1 <= seq_len <= longest:
+        raise PrenetError(f"seq_len {seq_len} is outside 1..{longest}, the positions hf:{spec} allows")
+    for key, value in sizes.items():
+        if not hasattr(config, key):
+            close = difflib.get_close_matches(key, list(config.to_dict()), n=3)
+            raise PrenetError(f"hf:{spec} has no config field {key!r}{f' (closest: {close[0]})' if close else ''}; --model-arg sets config fields")
+        setattr(config, key, value)
+    cls = _model_class(tf, config)
+    with torch.device("meta") if meta else nullcontext():
+        model = cls.from_config(config) if hasattr(cls, "from_config") and cls.__name__.startswith("Auto") else cls(config)
+        ids = torch.ones(batch_size, seq_len, dtype=torch.long)
+    return LMLogits(model), (ids, ids.flatten())

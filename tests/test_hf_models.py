@@ -1,0 +1,68 @@
+"""``hf:MODEL_TYPE`` and ``hf:config.json`` are built by transformers itself on ``meta`` (prenet/hf_models.py): the
+published parameter counts, no weight memory, and the same step-time answer as prenet's op-for-op rebuilds of GPT-2,
+OPT and BERT (issue 31, item 6)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from prenet.hf_models import hf_model
+from prenet.user_models import build_model
+
+
+def _params(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def test_model_types_build_the_published_architectures_on_meta():
+    module, (ids, labels) = build_model("hf:gpt2", 2)
+    assert _params(module) == 124_439_808 and tuple(ids.shape) == (2, 512) and tuple(labels.shape) == (1024,)
+    assert next(module.parameters()).device.type == "meta"
+    llama, (ids, _) = build_model("hf:llama", 1, {"seq_len": 2048})  # transformers' default: Llama-2-7B's shape
+    assert _params(llama) == 6_738_415_616 and tuple(ids.shape) == (1, 2048)
+    small, _ = hf_model("gpt2", 1, {"n_layer": 2, "seq_len": 8})
+    assert _params(small) == 124_439_808 - 10 * 7_087_872  # ten fewer GPT-2 blocks of 7.09 M parameters
+    logits = small(torch.ones(1, 8, dtype=torch.long, device="meta"))
+    assert tuple(logits.shape) == (8, 50257)
+
+
+def test_a_config_json_is_read_by_transformers(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps({"model_type": "bert", "architectures": ["BertForPreTraining"], "num_hidden_layers": 2, "max_position_embeddings": 128})
+    )
+    module, (ids, _) = build_model(f"hf:{path}", 3)
+    assert type(module.lm).__name__ == "BertForPreTraining" and tuple(ids.shape) == (3, 128)
+
+
+@pytest.fixture(scope="module")
+def models_dir(tiny_pipeline):
+    return tiny_pipeline("train_ops")[1].paths.models_ops
+
+
+@pytest.mark.parametrize(
+    ("model_type", "arch", "auto"), [("gpt2", "GPT2LMHeadModel", "AutoModelForCausalLM"), ("bert", "BertForPreTraining", "AutoModelForPreTraining")]
+)
+def test_transformers_and_the_rebuilt_model_give_the_same_step(models_dir, model_type, arch, auto):
+    """Same ops, same answer: transformers' model in eager attention (as the rebuilds run) within 2 % of the rebuild."""
+    import transformers
+
+    from prenet.api import predict_step_time
+    from prenet.transformer_references import from_config
+
+    config = transformers.AutoConfig.for_model(model_type, num_hidden_layers=2)
+    config._attn_implementation = "eager"
+    with torch.device("meta"):
+        from prenet.hf_models import LMLogits
+
+        hf = LMLogits(getattr(transformers, auto).from_config(config))
+        ids = torch.ones(2, 128, dtype=torch.long)
+        rebuilt = from_config({**config.to_dict(), "architectures": [arch]}, batch_size=2, seq_len=128)
+    kw = {"batch_size": 2, "hardware": "A100 80GB PCIe", "optimizer": "adam", "precision": "fp32", "models_dir": models_dir}
+    a = predict_step_time((hf, (ids, ids.flatten())), **kw)
+    b = predict_step_time(rebuilt, **kw)
+    assert a.params == b.params
+    assert a.step_seconds == pytest.approx(b.step_seconds, rel=0.02)
