@@ -56,6 +56,7 @@ SCHEMAS: dict[str, type[pa.DataFrameModel] | None] = {
     "plots/op_dle.csv": None,
     "plots/op_torchvision.csv": None,
     "plots/op_neusight_e2e.csv": None,
+    "plots/op_hf_parity.csv": None,
     "plots/memory_zoo.csv": None,
 }
 

@@ -28,6 +28,8 @@ from prenet.steptime.op_evaluation import ape, errors_by, leave_one_gpu_out, pre
 from prenet.steptime.reference_evaluation import (
     dle_summary,
     dle_whole_model,
+    hf_parity,
+    hf_parity_summary,
     neusight_summary,
     neusight_whole_model,
     ryujaehun_summary,
@@ -127,6 +129,7 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         "dle_whole_model": ("plots/op_dle.csv", dle_whole_model, dle_summary),
         "neusight_whole_model": ("plots/op_neusight_e2e.csv", neusight_whole_model, neusight_summary),
         "torchvision_whole_model": ("plots/op_torchvision.csv", ryujaehun_whole_model, ryujaehun_summary),
+        "hf_parity": ("plots/op_hf_parity.csv", hf_parity, hf_parity_summary),
     }
     for key, (name, run_check, summary) in checks.items():
         if cfg.ops.evaluate.get(key, True):

@@ -210,6 +210,16 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
                 f"NeuSight {_pct(u.get('neusight_mape_pct'))} on the same rows",
             )
         )
+    hp = _ran(eo, "hf_parity")
+    if hp:
+        rows.append(
+            (
+                "transformers' own GPT-2 / OPT / BERT (`hf:` models) vs prenet's op-for-op rebuilds, same training step "
+                "(2 layers, 4 × 512 tokens, Adam; FP32 A100, BF16 H100): largest difference, jobs within 2 %",
+                f"{hp.get('max_abs_diff_pct', float('nan')):.1f} %, {hp.get('within_2pct')} of {hp.get('n')} (target ≤ 2 %)",
+                "–",
+            )
+        )
     tv = _ran(eo, "torchvision_whole_model")
     if tv:
         u, seen, a100 = tv.get("unseen_fp32", {}), tv.get("kernels_seen_fp32", {}), tv.get("a100_tf32", {})

@@ -254,3 +254,64 @@ def neusight_summary(df: pl.DataFrame) -> dict:
         "seen_fp32": stats(df.filter(pl.col("gpu_seen"))),
         "per_gpu": {h: round(float(g["ape_pct"].mean()), 1) for (h,), g in unseen.group_by(["hardware_id"], maintain_order=True)},
     }
+
+
+#: the transformers-vs-rebuild check (issue 31): NeuSight's configs, cut to this many layers (the op mix per layer is
+#: the whole question), ``batch × seq_len`` tokens, FP32 on an A100 and BF16 autocast on an H100
+PARITY_CONFIGS = {"gpt2_large": "GPT2LMHeadModel", "opt_13": "OPTForCausalLM", "bert_large": "BertForPreTraining"}
+PARITY_JOBS = (("fp32", "A100 80GB PCIe"), ("bf16", "H100 SXM5 80GB"))
+
+
+def hf_parity(model: EfficiencyModel, *, layers: int = 2, batch: int = 4, seq_len: int = 512, root: Path | None = None) -> pl.DataFrame:
+    """One row per (config, precision): the predicted training step (Adam) of transformers' own model (eager attention,
+    as the rebuilds run) and of prenet's op-for-op rebuild (:mod:`prenet.transformer_references`), their op counts and
+    the difference (%). Same ops, same answer: the difference should stay within 2 %."""
+    import json
+
+    import transformers
+
+    from prenet.hf_models import LMLogits
+    from prenet.steptime.step import predict_trace
+    from prenet.transformer_references import LAYERS, from_config
+
+    configs = (root or data_dir()) / "external" / "neusight2025" / "model_configs"
+    out = []
+    for name, arch in PARITY_CONFIGS.items():
+        fields = json.loads((configs / f"{name}.json").read_text())
+        fields = {**fields, LAYERS[arch][0]: layers, "architectures": [arch]}
+        config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items() if k != "model_type"})
+        config._attn_implementation = "eager"
+        with torch.device("meta"):
+            hf = LMLogits(getattr(transformers, arch)(config))
+            ids = torch.ones(batch, seq_len, dtype=torch.long)
+            rebuilt, example = from_config(fields, batch_size=batch, seq_len=seq_len)
+        for precision, hw_name in PARITY_JOBS:
+            hw = get(hw_name)
+            kw = {"optimizer": "adam", "precision": precision, "device_type": "cuda"}
+            a, _ = predict_trace(trace_step(hf, (ids, ids.flatten()), **kw), hw, model)
+            b, _ = predict_trace(trace_step(rebuilt, example, **kw), hw, model)
+            out.append(
+                {
+                    "model": name,
+                    "layers": layers,
+                    "precision": precision,
+                    "hardware_id": hw.hardware_id,
+                    "transformers_ms": a.step_seconds * 1e3,
+                    "rebuilt_ms": b.step_seconds * 1e3,
+                    "transformers_ops": a.ops,
+                    "rebuilt_ops": b.ops,
+                    "diff_pct": 100.0 * (a.step_seconds / b.step_seconds - 1.0),
+                }
+            )
+    return pl.DataFrame(out)
+
+
+def hf_parity_summary(df: pl.DataFrame) -> dict:
+    """The largest |difference| (%), how many jobs are within 2 %, and each job's difference."""
+    d = df.get_column("diff_pct").abs()
+    return {
+        "n": df.height,
+        "max_abs_diff_pct": float(d.max()),
+        "within_2pct": int((d <= 2.0).sum()),
+        "per_job": {f"{r['model']} {r['precision']}": round(r["diff_pct"], 2) for r in df.iter_rows(named=True)},
+    }
