@@ -64,18 +64,22 @@ def read_config_json(path: Path) -> dict[str, Any]:
         raise PrenetError(f"{path} is not valid JSON: {e}") from e
 
 
+def config_from_fields(fields: dict[str, Any], where: str) -> Any:
+    """transformers' configuration from a config.json's fields (``where``: what to name in an error)."""
+    tf = _transformers()
+    if "model_type" not in fields:
+        raise PrenetError(f"{where}: config field 'model_type' is missing (transformers needs it to pick the architecture)")
+    try:
+        return tf.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items() if k != "model_type"})
+    except (ValueError, KeyError, TypeError) as e:
+        raise PrenetError(f"{where}: transformers cannot read this config: {e}") from e
+
+
 def hf_config(spec: str) -> Any:
     """transformers' configuration for ``spec`` (a model type or a config.json path); errors name what was wrong."""
     tf = _transformers()
     if spec.endswith(".json") or "/" in spec:
-        path = Path(spec)
-        fields = read_config_json(path)
-        if "model_type" not in fields:
-            raise PrenetError(f"{path}: config field 'model_type' is missing (transformers needs it to pick the architecture)")
-        try:
-            return tf.AutoConfig.for_model(fields.pop("model_type"), **fields)
-        except (ValueError, KeyError, TypeError) as e:
-            raise PrenetError(f"{path}: transformers cannot read this config: {e}") from e
+        return config_from_fields(read_config_json(Path(spec)), str(spec))
     try:
         return tf.AutoConfig.for_model(spec)
     except ValueError as e:
@@ -85,19 +89,23 @@ def hf_config(spec: str) -> Any:
         raise PrenetError(f"hf:{spec} is not a transformers model type ({hint}); or give hf:path/to/config.json") from e
 
 
-def _model_class(tf: Any, config: Any) -> Any:
+def build_from_config(config: Any) -> nn.Module:
+    """The model ``config`` names (``architectures[0]``), else its type's causal-LM, masked-LM or bare model, built on
+    the current device (``meta`` under ``torch.device("meta")``)."""
+    tf = _transformers()
     arch = (getattr(config, "architectures", None) or [None])[0]
     if arch and hasattr(tf, arch):
-        return getattr(tf, arch)
+        return getattr(tf, arch)(config)
     for auto in (tf.AutoModelForCausalLM, tf.AutoModelForMaskedLM, tf.AutoModel):
-        if type(config) in auto._model_mapping:
-            return auto
-    raise PrenetError(f"transformers has no model for a {config.model_type} config here")
+        try:
+            return auto.from_config(config)
+        except ValueError:  # no model of that kind for this config type
+            continue
+    raise PrenetError(f"transformers has no model for a {config.model_type} config")
 
 
 def hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:
     """``(model, (ids, labels))`` for ``hf:<spec>``: ``sizes`` holds ``seq_len`` and config overrides."""
-    tf = _transformers()
     config = hf_config(spec)
     sizes = dict(sizes or {})
     longest = int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or DEFAULT_SEQ_LEN)
@@ -109,8 +117,7 @@ def hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None = None, *,
             close = difflib.get_close_matches(key, list(config.to_dict()), n=3)
             raise PrenetError(f"hf:{spec} has no config field {key!r}{f' (closest: {close[0]})' if close else ''}; --model-arg sets config fields")
         setattr(config, key, value)
-    cls = _model_class(tf, config)
     with torch.device("meta") if meta else nullcontext():
-        model = cls.from_config(config) if hasattr(cls, "from_config") and cls.__name__.startswith("Auto") else cls(config)
+        model = build_from_config(config)
         ids = torch.ones(batch_size, seq_len, dtype=torch.long)
     return LMLogits(model), (ids, ids.flatten())

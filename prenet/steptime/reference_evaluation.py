@@ -268,9 +268,7 @@ def hf_parity(model: EfficiencyModel, *, layers: int = 2, batch: int = 4, seq_le
     the difference (%). Same ops, same answer: the difference should stay within 2 %."""
     import json
 
-    import transformers
-
-    from prenet.hf_models import LMLogits
+    from prenet.hf_models import LMLogits, build_from_config, config_from_fields
     from prenet.steptime.step import predict_trace
     from prenet.transformer_references import LAYERS, from_config
 
@@ -279,10 +277,10 @@ def hf_parity(model: EfficiencyModel, *, layers: int = 2, batch: int = 4, seq_le
     for name, arch in PARITY_CONFIGS.items():
         fields = json.loads((configs / f"{name}.json").read_text())
         fields = {**fields, LAYERS[arch][0]: layers, "architectures": [arch]}
-        config = transformers.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items() if k != "model_type"})
+        config = config_from_fields(fields, name)
         config._attn_implementation = "eager"
         with torch.device("meta"):
-            hf = LMLogits(getattr(transformers, arch)(config))
+            hf = LMLogits(build_from_config(config))
             ids = torch.ones(batch, seq_len, dtype=torch.long)
             rebuilt, example = from_config(fields, batch_size=batch, seq_len=seq_len)
         for precision, hw_name in PARITY_JOBS:
