@@ -14,7 +14,7 @@ from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
 from pipeline.split import convergence_split_rule
 from prenet.convergence.baselines import ProbeRegressor, curve_fit_forecast
-from prenet.convergence.evaluation import auc, by_curve, curve_distance, dense, score, seed_noise_floor, steps_for, target_list
+from prenet.convergence.evaluation import auc, by_curve, curve_distance, dense, score, seed_noise_floor, steps_for, target_list, task_regime
 from prenet.data.split_rule import assert_no_holdout
 from prenet.planner.intervals import RatioSet, StepsErrors, write_errors
 from prenet.rendering import figures
@@ -39,8 +39,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
     runs = read_artifact(cfg, "finetune_runs")
     fruns = read_artifact(cfg, "forecast_runs")
     curves = by_curve(pl.concat([read_artifact(cfg, "finetune_curves"), read_artifact(cfg, "forecast_curves")]))
-    # read from the config, not built as Tasks: this stage needs no torch
-    regime = {name: str(t.get("regime", "unknown")) for name, t in cfg.convergence.tasks.items() if t is not None}
+    regime = {name: task_regime(t) for name, t in cfg.convergence.tasks.items() if t is not None}  # no Task built: no torch
     runs = runs.join(fruns, on="config_id", how="left")
     rows: list[dict] = []
     dense_cache: dict[tuple[str, str], tuple[np.ndarray, np.ndarray] | None] = {}

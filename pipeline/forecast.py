@@ -103,7 +103,7 @@ def _forecast_one(item: tuple) -> tuple:
         return c.config_id, [], f"{c.config_id}: {e}"
     plain = fc.plain
     probe_s = float(fc.details.get("probe_seconds", 0.0))
-    ode = fc.ode if fs["also_ode"] else None
+    ode = fc.ode  # None unless also_ode
     init_loss, gnorm = _one_batch_features(model, d.x, d.y, loss=c.loss, batch_size=c.batch_size, seed=c.seed)
     row = {
         "config_id": c.config_id,

@@ -11,10 +11,19 @@ For each configuration, target and curve source (``forecast``, ``corrected``, ``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import polars as pl
 
 from prenet.convergence import targets as tg
+
+
+def task_regime(task_cfg: Mapping[str, Any]) -> str:
+    """A convergence task's regime from its config (``in`` / ``out`` of the pre-trained features; ``unknown`` when
+    not given). Torch-free, so the evaluation stage reads it without building the task."""
+    return str(task_cfg.get("regime", "unknown"))
 
 
 def by_curve(curves: pl.DataFrame) -> dict[tuple[str, str], pl.DataFrame]:

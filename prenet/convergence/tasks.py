@@ -20,6 +20,7 @@ from torch import nn
 
 from prenet import datasets
 from prenet.convergence import nets
+from prenet.convergence.evaluation import task_regime
 from prenet.errors import PrenetError
 
 
@@ -81,7 +82,7 @@ class Task:
             pretrain_limit=p.get("limit"),
             n_train=int(f.get("n_train", 512)),
             lrs=tuple(float(x) for x in c["lrs"]),
-            regime=str(c.get("regime", "unknown")),
+            regime=task_regime(c),
             sweep=dict(c["sweep"]) if c.get("sweep") else None,
         )
 
