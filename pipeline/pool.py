@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from tqdm.auto import tqdm
@@ -17,14 +18,35 @@ from tqdm.auto import tqdm
 T = TypeVar("T")
 
 
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def _init(threads: int, initializer: Callable[..., None] | None, initargs: tuple) -> None:
+    """A spawned worker's start: its own environment, so the variables stay set for its lifetime."""
     # torch only where the work already loaded it (the outcome stages need none: 2 s saved per process); a torch
     # imported later reads its thread count from these variables
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    for var in _THREAD_VARS:
+        os.environ[var] = str(threads)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
     if initializer is not None:
         initializer(*initargs)
+
+
+@contextmanager
+def _in_process(threads: int, initializer: Callable[..., None] | None, initargs: tuple) -> Iterator[None]:
+    """``_init`` for the calling process, whose environment is put back afterwards (a torch the items imported
+    keeps ``threads``, as torch reads the variables only once)."""
+    saved = {var: os.environ.get(var) for var in _THREAD_VARS}
+    try:
+        _init(threads, initializer, initargs)
+        yield
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
 
 
 def run_items(
@@ -44,10 +66,10 @@ def run_items(
     items = list(items)
     with tqdm(total=len(items), desc=desc, unit=unit, disable=not progress) as bar:
         if workers <= 1:
-            _init(threads, initializer, initargs)
-            for it in items:
-                yield fn(it)
-                bar.update()
+            with _in_process(threads, initializer, initargs):
+                for it in items:
+                    yield fn(it)
+                    bar.update()
             return
         with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init, initargs=(threads, initializer, initargs)) as ex:
             for r in ex.map(fn, items):
