@@ -272,9 +272,10 @@ def test_nchw_fp16_convolutions_carry_cudnns_layout_transposes_and_channels_last
     def transposes(**kw):
         return [r for r in trace_step(module, batch, optimizer="sgd", **kw).records if r.op in ("nchwToNhwc", "nhwcToNchw")]
 
-    convs = [r for r in trace_step(module, batch, optimizer="sgd", precision="fp16", device_type="cuda").records if r.family == "conv"]
+    convs = [r for r in trace_step(module, batch, optimizer="sgd", precision="fp16", device_type="cuda").records if r.op == "convolution"]
     nchw = transposes(precision="fp16", device_type="cuda")
-    assert len(nchw) == 2 * len(convs) and {r.family for r in nchw} == {"copy"} and {r.phase for r in nchw} == {"forward", "backward"}
+    # one in and one out per call: each forward convolution and its backward call (two kernels, one set of transposes)
+    assert len(nchw) == 2 * 2 * len(convs) and {r.family for r in nchw} == {"copy"} and {r.phase for r in nchw} == {"forward", "backward"}
     assert all(r.bytes > 0 and r.dtype == "float16" for r in nchw)
     assert transposes(precision="fp16", device_type="cuda", memory_format="channels_last") == []
     assert transposes(precision="bf16", device_type="cuda") and not transposes(precision="fp32", device_type="cuda")
@@ -331,3 +332,28 @@ def test_a_fused_optimizer_writes_its_gradients_back_only_under_a_grad_scaler(op
     fp32 = fused_bytes("fp32")
     assert 0 <= fp32 - (2 * lists - 1) * size <= 16  # read every list, write all but the gradients (+ Adam's step counts)
     assert 0 <= fused_bytes("fp16") - fp32 - size <= 8  # the unscaled gradients written back (+ the scale and inf flag)
+
+
+def test_cuda_traces_run_a_convolutions_backward_as_cudnns_two_kernels_and_cpu_traces_as_one_op():
+    """cuDNN's backward-data and backward-filter are separate kernels (DeepBench times them apart): a CUDA trace records
+    each, with the forward's multiply-adds and only what it reads (the input gradient: output gradient and weight; the
+    weight gradient: output gradient and input); oneDNN's one CPU call stays one op of both."""
+    from prenet.ops import trace_step
+
+    with torch.device("meta"):
+        module = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.Flatten(), nn.Linear(16 * 64, 4))
+    batch = (torch.empty(4, 8, 8, 8, device="meta"), torch.zeros(4, dtype=torch.long, device="meta"))
+
+    def convs(device_type: str, phase: str) -> list:
+        return [r for r in trace_step(module, batch, optimizer="sgd", device_type=device_type).records if r.family == "conv" and r.phase == phase]
+
+    fwd, cpu, cuda = convs("cuda", "forward"), convs("cpu", "backward"), convs("cuda", "backward")
+    assert len(cpu) == 2 and len(cuda) == 3  # the first convolution forms no input gradient: one kernel
+    assert sum(r.flops for r in cuda) == sum(r.flops for r in cpu)
+    second = fwd[1]
+    data, weight = [r for r in cuda if r.module == second.module]
+    assert data.flops == weight.flops == second.flops
+    grad_out = x = 4 * 16 * 8 * 8 * 4  # bytes: FP32 [4, 16, 8, 8]
+    w, bias = 16 * 16 * 9 * 4, 16 * 4
+    assert data.bytes == grad_out + w + x  # reads dy and w, writes dx
+    assert weight.bytes == grad_out + x + w + bias  # reads dy and x, writes dw and the bias gradient

@@ -2,7 +2,9 @@
 and FP16-in/FP32-accumulate on tensor cores, GTX 1080 Ti in FP32; forward, backward-data and backward-weights) and
 XLA's H100 matmul table (BF16 and FP32 inputs on TF32 tensor cores). Each row's kernel is traced on the meta device
 into the op record a traced model gives (same FLOPs, bytes, GEMM view, dtype and unit), with the kernel's time as
-``measured_ms``; ``precision`` is what a training job would call it (``fp16``, ``bf16``, ``tf32``, ``fp32``).
+``measured_ms``; ``precision`` is what a training job would call it (``fp16``, ``bf16``, ``tf32``, ``fp32``). DeepBench's
+FP16 convolutions ran on NCHW tensors: their times less cuDNN's layout transposes (:func:`conv_kernel_ms`), which a
+model's CUDA trace holds as ops of their own.
 
 What is left out: P100's "pseudo FP16" (FP16 storage, FP32 math: no job runs it), the Titan and M40 rows (not in the
 hardware catalog), DeepBench's inference rows (int8) and XLA's FP8 rows (no FP8 path in prenet), and the B200 and AMD
@@ -17,9 +19,10 @@ import polars as pl
 import torch
 import torch.nn.functional as F
 
-from prenet.hardware.catalog import resolve_name
+from prenet.hardware.catalog import get, resolve_name
+from prenet.hardware.spec import HardwareSpec
 from prenet.ops.records import OP_SCHEMA
-from prenet.ops.trace import trace_call
+from prenet.ops.trace import LAYOUT_TRANSPOSES, trace_call
 from prenet.paths import data_dir
 
 #: DeepBench's GPU names → catalog names, and its precision labels → (torch dtype, job precision)
@@ -51,20 +54,34 @@ def gemm_op(m: int, n: int, k: int, *, a_t: bool, b_t: bool, batch: int, dtype: 
     return _record(trace_call(torch.bmm, a, b, precision=precision), "forward")
 
 
-def conv_ops(s: dict, *, dtype: torch.dtype, precision: str) -> list[tuple[str, dict]]:
-    """(pass, op) of one DeepBench convolution: ``fwd`` → ``convolution``; ``bwd_data`` and ``bwd_weights`` →
-    ``convolution_backward`` with one output of its mask each, as cuDNN times them."""
+def conv_ops(s: dict, *, dtype: torch.dtype, precision: str) -> list[tuple[str, dict, float]]:
+    """(pass, op, layout-transpose bytes) of one DeepBench convolution: ``fwd`` → ``convolution``; ``bwd_data`` and
+    ``bwd_weights`` → ``convolution_backward`` with one output of its mask each, as cuDNN times them. DeepBench's
+    tensors are NCHW (``conv_bench.cu``), so an FP16 call on tensor cores also runs cuDNN's layout transposes inside
+    the timed call: their bytes (read and write, as a CUDA trace records them around a model's NCHW convolution)."""
     x = _m((s["N"], s["C"], s["H"], s["W"]), dtype)
     w = _m((s["K"], s["C"], s["R_filter_height"], s["S_filter_width"]), dtype)
     stride, pad = [s["stride_h"], s["stride_w"]], [s["pad_h"], s["pad_w"]]
-    fwd = trace_call(lambda a, b: F.conv2d(a, b, None, stride, pad), x, w, precision=precision)
+    fwd = trace_call(lambda a, b: F.conv2d(a, b, None, stride, pad), x, w, precision=precision, cuda=True)
     y = F.conv2d(x, w, None, stride, pad)  # the output gradient's shape (meta: no compute)
-    out = []
-    out.append(("fwd", _record(fwd, "forward")))
+    out = [("fwd", _record(fwd, "forward"), _transpose_bytes(fwd))]
     for name, mask in (("bwd_data", [True, False, False]), ("bwd_weights", [False, True, False])):
         call = lambda g, a, b, mask=mask: torch.ops.aten.convolution_backward(g, a, b, None, stride, pad, [1, 1], False, [0, 0], 1, mask)  # noqa: E731
-        out.append((name, _record(trace_call(call, y, x, w, precision=precision), "backward")))
+        recs = trace_call(call, y, x, w, precision=precision, cuda=True)
+        out.append((name, _record(recs, "backward"), _transpose_bytes(recs)))
     return out
+
+
+def _transpose_bytes(records: list) -> float:
+    return float(sum(r.bytes for r in records if r.op in LAYOUT_TRANSPOSES))
+
+
+def conv_kernel_ms(measured_ms: float, transpose_bytes: float, hw: HardwareSpec) -> float:
+    """A DeepBench call's time less its layout transposes, each costed at the DRAM roofline (a lower bound, so never
+    more is taken off than they can cost), and at least half the call: the convolution kernel's own time, the op a
+    model's trace holds beside its own transposes (none for ``channels_last``)."""
+    transposes_ms = transpose_bytes / (hw.mem_bw_gbps * 1e9) * 1e3
+    return max(measured_ms - transposes_ms, 0.5 * measured_ms)
 
 
 def _number(v: str) -> float | None:
@@ -107,10 +124,12 @@ def load_deepbench_ops(root: Path | None = None) -> pl.DataFrame:
         dtype, prec = DEEPBENCH_PRECISIONS[r["precision"]]
         s = {c: int(r[c]) for c in shape_cols}
         cid = "deepbench_conv," + ",".join(str(s[c]) for c in shape_cols)
-        for name, op in conv_ops(s, dtype=dtype, precision=prec):
+        hw = get(DEEPBENCH_GPUS[r["gpu"]])
+        for name, op, transposes in conv_ops(s, dtype=dtype, precision=prec):
             ms = _number(r[f"{name}_ms"])
             if ms is None or ms <= 0:
                 continue
+            ms = conv_kernel_ms(ms, transposes, hw)
             rows.append(
                 {
                     "source": "deepbench2019",

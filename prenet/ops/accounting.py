@@ -37,6 +37,16 @@ def moved_bytes(args: tuple, kwargs: dict, out: Any, written: list[torch.Tensor]
     return total + sum(nbytes(t) for t in (outs if outs else written or []))
 
 
+def read_args(name: str, args: tuple) -> tuple:
+    """The arguments an op reads: all of them, but for ``convolution_backward``, whose input gradient needs the output
+    gradient and the weight, and whose weight gradient the output gradient and the input (``mask`` says which it forms;
+    the unread tensor is left out)."""
+    if name != "convolution_backward" or len(args) <= 10:
+        return args
+    mask = args[10]
+    return (args[0], args[1] if mask[1] else None, args[2] if mask[0] else None, *args[3:])
+
+
 #: Fused optimizer kernels whose schema marks ``grads`` mutable but which write them back only when they unscale them
 #: (a GradScaler's ``grad_scale`` given): CUDA's and the CPU's kernels store every other list and skip the gradients.
 UNSCALED_GRADS_READ_ONLY = frozenset({"aten::_fused_adam_", "aten::_fused_adamw_", "aten::_fused_sgd_"})

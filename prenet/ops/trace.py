@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from prenet.errors import PrenetError
 from prenet.meta_device import without_compiler_imports
 from prenet.names import DIRECTIONS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
-from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, tensors, written_args
+from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, read_args, tensors, written_args
 from prenet.ops.autocast import Autocast
 from prenet.ops.families import FREE, TENSOR_CORE_FAMILIES, TF32_FAMILIES, base_name, family_of
 from prenet.ops.records import OpRecord, StepTrace
@@ -168,6 +168,10 @@ class _FusedAttention(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+#: cuDNN's layout transposes around a tensor-core convolution of NCHW tensors, as a CUDA trace records them: each 4-D
+#: operand into NHWC, each 4-D result back (copy ops)
+LAYOUT_TRANSPOSES = ("nchwToNhwc", "nhwcToNchw")
+
 #: ATen ops (after decomposition) that autocast runs in FP16/BF16 on both device types: the dispatch-level safety net of
 #: the meta emulation, for products called inside Python composites the function-level lists cannot see
 #: (``F.multi_head_attention_forward``'s projections, for one).
@@ -206,6 +210,10 @@ class _Tracer(TorchDispatchMode):
         self.records: list[OpRecord] = []
         #: cuDNN's layout transposes around FP16/BF16 convolutions on NCHW tensors (set for CUDA traces)
         self.conv_transposes = False
+        #: a convolution's backward as cuDNN runs it (set for CUDA traces): backward-data and backward-filter (with the
+        #: bias gradient) are separate kernels, recorded as two ops the way DeepBench times them; oneDNN's CPU backward
+        #: stays the one op the CPU benchmark times
+        self.split_conv_backward = False
         #: a channels_last step: convolutions give NHWC results, as cuDNN and oneDNN do for NHWC inputs (the meta kernel
         #: gives NCHW for some, e.g. a 3-channel input)
         self.channels_last = False
@@ -275,6 +283,15 @@ class _Tracer(TorchDispatchMode):
         if not ins and not outs:
             return out
         module = self.where()
+        calls = _backward_passes(args, out) if self.split_conv_backward and name == "convolution_backward" else [(args, out)]
+        for call_args, call_out in calls:
+            self._record(func, name, module, ins, tensors(call_out), call_args, kwargs, call_out, ms, spread)
+        if self.conv_transposes and self.records[-1].family == "conv" and self.records[-1].dtype in ("float16", "bfloat16"):
+            self._nchw_transposes(module, self.records[-1].dtype, ins, outs)
+        return out
+
+    def _record(self, func, name: str, module: str, ins: list, outs: list, args: tuple, kwargs: dict, out: Any, ms, spread) -> None:
+        """Append the op record of one call (``ms``/``spread``: its timing, None on meta)."""
         groups, channels = conv_groups(name, args)
         family = family_of(name, phase=self.phase, groups=groups, channels=channels, pointwise=torch.Tag.pointwise in getattr(func, "tags", ()))
         floats = [t for t in ins + outs if t.is_floating_point()]
@@ -289,7 +306,7 @@ class _Tracer(TorchDispatchMode):
                 phase=self.phase,
                 module=module,
                 flops=op_flops(name, args, kwargs, out),
-                bytes=moved_bytes(args, kwargs, out, None if outs else written_args(func, args, kwargs)),
+                bytes=moved_bytes(read_args(name, args), kwargs, out, None if outs else written_args(func, args, kwargs)),
                 dtype=dtype,
                 unit=unit_of(family, dtype, self.precision),
                 batch=b,
@@ -306,9 +323,6 @@ class _Tracer(TorchDispatchMode):
                 spread_rel=spread,
             )
         )
-        if self.conv_transposes and family == "conv" and dtype in ("float16", "bfloat16"):
-            self._nchw_transposes(module, dtype, ins, outs)
-        return out
 
     def _nchw_transposes(self, module: str, dtype: str, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
         """The layout transposes cuDNN runs around a tensor-core convolution of NCHW tensors (its kernels are NHWC):
@@ -317,7 +331,7 @@ class _Tracer(TorchDispatchMode):
         nchw = [t for t in ins if t.dim() == 4 and t.is_floating_point() and not t.is_contiguous(memory_format=torch.channels_last)]
         if not nchw:
             return
-        for op, ts in (("nchwToNhwc", nchw), ("nhwcToNchw", [t for t in outs if t.dim() == 4])):
+        for op, ts in zip(LAYOUT_TRANSPOSES, (nchw, [t for t in outs if t.dim() == 4])):
             if ts:
                 size = sum(nbytes(t) for t in ts)
                 numel = int(sum(t.numel() for t in ts))
@@ -364,6 +378,17 @@ def _meta_shortcut(name: str, args: tuple) -> Any:
         x, w, mask = args[1], args[2], args[9]
         return torch.empty_like(x), *(torch.empty_like(w) if m else None for m in mask[1:])
     return None
+
+
+def _backward_passes(args: tuple, out: Any) -> list[tuple[tuple, Any]]:
+    """``convolution_backward``'s (args, outputs) per kernel cuDNN runs: the input gradient (mask ``[1, 0, 0]``) and the
+    weight gradient with the bias's (``[0, 1, b]``), each with only its own outputs; one call when the mask asks for one."""
+    mask = list(args[10]) if len(args) > 10 else [True, True, True]
+    if not (mask[0] and mask[1]) or not isinstance(out, (tuple, list)):
+        return [(args, out)]
+    data = (*args[:10], [True, False, False], *args[11:])
+    weight = (*args[:10], [False, True, bool(mask[2])], *args[11:])
+    return [(data, (out[0], None, None)), (weight, (None, out[1], out[2]))]
 
 
 def _layout(name: str, args: tuple) -> int:
@@ -673,7 +698,7 @@ def trace_step(
         if inputs.dim() == 4:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
     tracer = _Tracer(precision=precision, meta=True, names=_module_names(meta), timing=None)
-    tracer.conv_transposes = device_type == "cuda"
+    tracer.conv_transposes = tracer.split_conv_backward = device_type == "cuda"
     tracer.channels_last = memory_format == "channels_last"
     with without_compiler_imports():
         _run(
@@ -742,10 +767,12 @@ def _on_meta(module: nn.Module) -> bool:
     return bool(ps) and all(p.device.type == "meta" for p in ps)
 
 
-def trace_call(fn: Any, *meta_args: torch.Tensor, precision: str = "fp32") -> list[OpRecord]:
+def trace_call(fn: Any, *meta_args: torch.Tensor, precision: str = "fp32", cuda: bool = False) -> list[OpRecord]:
     """The forward ops of one call ``fn(*meta_args)`` on meta tensors (no autograd): how a single measured op of an
-    external dataset becomes the same record a traced model gives."""
+    external dataset becomes the same record a traced model gives. ``cuda``: as a CUDA trace records it (cuDNN's
+    layout transposes around an FP16/BF16 convolution of NCHW tensors, as copy ops after it)."""
     tracer = _Tracer(precision=precision, meta=True, names={}, timing=None)
+    tracer.conv_transposes = cuda
     with torch.no_grad(), tracer:
         fn(*meta_args)
     return tracer.records
