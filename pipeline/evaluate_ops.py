@@ -138,6 +138,7 @@ def evaluate_ops(cfg: DictConfig) -> dict:
             metrics[key] = summary(rows)
         else:
             metrics[key] = skipped_check(cfg, name, f"ops.evaluate.{key}")
+    metrics["host_us_per_op"] = round(1e3 * model.host_ms.get("gpu", 0.0), 1)  # fitted by train_ops (prenet.steptime.host)
     mem = zoo_memory(fp32, cfg.models.get("sizes"))  # the planner's memory fit, measured (prenet/memory/evaluation.py)
     write_artifact(mem, cfg, "plots/memory_zoo.csv")
     metrics["memory"] = memory_summary(mem)

@@ -20,6 +20,7 @@ from prenet.hardware.local import recorded_spec
 from prenet.hardware.spec import HardwareSpec
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.op_evaluation import by_device
+from prenet.steptime.reference_evaluation import fit_host
 
 
 def op_split_rule(cfg: DictConfig) -> SplitRule:
@@ -66,10 +67,16 @@ def train_ops(cfg: DictConfig) -> dict:
         min_rows_family={str(k): int(v) for k, v in (cfg.ops.efficiency.get("min_rows_family") or {}).items()},
         threads=int(cfg.threads),
     )
+    host = {}
+    if cfg.ops.efficiency.get("host", True):  # the host's cost per issued op on a GPU (prenet.steptime.host)
+        h, mape, n = fit_host(model)
+        model.host_ms["gpu"] = h
+        host = {"host_us_per_op": round(1e3 * h, 1), "host_fit_mape_pct": round(mape, 1), "host_fit_steps": n}
     model.save(cfg.paths.models_ops)
     metrics = {
         "rows": model.rows,
         "median_efficiency": model.median_efficiency,
+        **host,
         "dev_ops": dev.height,
         "holdout_ops": ops.height - dev.height,
         "gpu_ops": gpu.height,

@@ -146,6 +146,88 @@ def _vgg(config: list[int | str], batch_norm: bool, classes: int) -> nn.Module:
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(7), nn.Flatten(), *head)
 
 
+class Fire(nn.Module):
+    """SqueezeNet's fire module: a 1×1 squeeze, then 1×1 and 3×3 expands concatenated (ReLU after each)."""
+
+    def __init__(self, inplanes: int, squeeze: int, expand1: int, expand3: int):
+        super().__init__()
+        self.squeeze = nn.Sequential(nn.Conv2d(inplanes, squeeze, 1), nn.ReLU(inplace=True))
+        self.expand1 = nn.Sequential(nn.Conv2d(squeeze, expand1, 1), nn.ReLU(inplace=True))
+        self.expand3 = nn.Sequential(nn.Conv2d(squeeze, expand3, 3, padding=1), nn.ReLU(inplace=True))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.squeeze(x)
+        return torch.cat([self.expand1(x), self.expand3(x)], 1)
+
+
+def _squeezenet(version: str, classes: int) -> nn.Module:
+    pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)  # noqa: E731
+    if version == "1_0":
+        stem = [nn.Conv2d(3, 96, 7, stride=2), nn.ReLU(inplace=True), pool()]
+        fires = [Fire(96, 16, 64, 64), Fire(128, 16, 64, 64), Fire(128, 32, 128, 128), pool(), Fire(256, 32, 128, 128)]
+        fires += [Fire(256, 48, 192, 192), Fire(384, 48, 192, 192), Fire(384, 64, 256, 256), pool(), Fire(512, 64, 256, 256)]
+    else:
+        stem = [nn.Conv2d(3, 64, 3, stride=2), nn.ReLU(inplace=True), pool()]
+        fires = [Fire(64, 16, 64, 64), Fire(128, 16, 64, 64), pool(), Fire(128, 32, 128, 128), Fire(256, 32, 128, 128), pool()]
+        fires += [Fire(256, 48, 192, 192), Fire(384, 48, 192, 192), Fire(384, 64, 256, 256), Fire(512, 64, 256, 256)]
+    head = [nn.Dropout(0.5), nn.Conv2d(512, classes, 1), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+    return nn.Sequential(*stem, *fires, *head)
+
+
+class DenseLayer(nn.Module):
+    """DenseNet's layer: BN-ReLU-1×1 conv to ``bn_size·growth`` channels, BN-ReLU-3×3 conv to ``growth``, on the
+    concatenation of every earlier feature map of its block (torchvision's, without memory-efficient checkpointing)."""
+
+    def __init__(self, inplanes: int, growth: int, bn_size: int):
+        super().__init__()
+        mid = bn_size * growth
+        self.norm1, self.relu1, self.conv1 = nn.BatchNorm2d(inplanes), nn.ReLU(inplace=True), nn.Conv2d(inplanes, mid, 1, bias=False)
+        self.norm2, self.relu2, self.conv2 = nn.BatchNorm2d(mid), nn.ReLU(inplace=True), nn.Conv2d(mid, growth, 3, padding=1, bias=False)
+
+    def forward(self, features: list[torch.Tensor]) -> torch.Tensor:
+        x = self.conv1(self.relu1(self.norm1(torch.cat(features, 1))))
+        return self.conv2(self.relu2(self.norm2(x)))
+
+
+class DenseBlock(nn.Module):
+    def __init__(self, layers: int, inplanes: int, growth: int, bn_size: int):
+        super().__init__()
+        self.layers = nn.ModuleList(DenseLayer(inplanes + i * growth, growth, bn_size) for i in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(features))
+        return torch.cat(features, 1)
+
+
+class DenseNet(nn.Module):
+    def __init__(self, growth: int, blocks: tuple[int, ...], init: int, classes: int, bn_size: int = 4):
+        super().__init__()
+        stages: list[nn.Module] = [nn.Conv2d(3, init, 7, 2, 3, bias=False), nn.BatchNorm2d(init), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
+        c = init
+        for i, n in enumerate(blocks):
+            stages.append(DenseBlock(n, c, growth, bn_size))
+            c += n * growth
+            if i < len(blocks) - 1:
+                stages += [nn.BatchNorm2d(c), nn.ReLU(inplace=True), nn.Conv2d(c, c // 2, 1, bias=False), nn.AvgPool2d(2, 2)]
+                c //= 2
+        self.features = nn.Sequential(*stages, nn.BatchNorm2d(c))
+        self.head = nn.Sequential(nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+#: torchvision DenseNet names → (growth rate, layers per block, stem channels)
+_DENSENETS: dict[str, tuple[int, tuple[int, ...], int]] = {
+    "densenet121": (32, (6, 12, 24, 16), 64),
+    "densenet161": (48, (6, 12, 36, 24), 96),
+    "densenet169": (32, (6, 12, 32, 32), 64),
+    "densenet201": (32, (6, 12, 48, 32), 64),
+}
+
+
 def torchvision_model(name: str, batch_size: int = 32, image_size: int = 224, classes: int = 1000) -> Example:
     """torchvision's ``name`` (a key of :data:`TORCHVISION_PARAMS`) on ``image_size``² RGB images, untrained."""
     if name in _RESNETS:
@@ -153,6 +235,10 @@ def torchvision_model(name: str, batch_size: int = 32, image_size: int = 224, cl
         model: nn.Module = ResNeXt(layers, groups=groups, base_width=width, classes=classes, basic=basic)
     elif name.removesuffix("_bn") in _VGGS:
         model = _vgg(_VGGS[name.removesuffix("_bn")], name.endswith("_bn"), classes)
+    elif name in _DENSENETS:
+        model = DenseNet(*_DENSENETS[name], classes=classes)
+    elif name in ("squeezenet1_0", "squeezenet1_1"):
+        model = _squeezenet(name.removeprefix("squeezenet"), classes)
     else:
         raise KeyError(f"no torchvision architecture {name!r} here; choose one of {', '.join(TORCHVISION_PARAMS)}")
     return model, (torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,)))
@@ -177,4 +263,10 @@ TORCHVISION_PARAMS: dict[str, int] = {
     "vgg16_bn": 138_365_992,
     "vgg19": 143_667_240,
     "vgg19_bn": 143_678_248,
+    "densenet121": 7_978_856,
+    "densenet161": 28_681_000,
+    "densenet169": 14_149_480,
+    "densenet201": 20_013_928,
+    "squeezenet1_0": 1_248_424,
+    "squeezenet1_1": 1_235_496,
 }

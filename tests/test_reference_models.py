@@ -57,7 +57,7 @@ def test_torchvision_architectures_have_torchvisions_parameter_counts(name):
 
 def test_an_unknown_torchvision_name_lists_the_choices():
     with pytest.raises(KeyError, match="resnet50"):
-        torchvision_model("densenet121")
+        torchvision_model("mobilenet_v3_large")
 
 
 def test_pytorch_gpu_benchmark_rows_are_single_gpu_fp32_steps_of_the_built_architectures():

@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from prenet.hardware.catalog import get, resolve_name
 from prenet.hardware.spec import HardwareSpec
 from prenet.ops.records import OP_SCHEMA
-from prenet.ops.trace import LAYOUT_TRANSPOSES, trace_call
+from prenet.ops.families import LAYOUT_TRANSPOSES
+from prenet.ops.trace import trace_call
 from prenet.paths import data_dir
 
 #: DeepBench's GPU names → catalog names, and its precision labels → (torch dtype, job precision)

@@ -21,6 +21,9 @@ from typing import Any
 TENSOR_CORE_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "attention", "rnn"})
 #: ... and the ones TF32 applies to (cuBLAS GEMMs and cuDNN convolutions/RNNs; attention kernels stay FP32).
 TF32_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "rnn"})
+#: cuDNN's layout transposes around a tensor-core convolution of NCHW tensors, as a CUDA trace records them: each 4-D
+#: operand into NHWC, each 4-D result back (copy ops)
+LAYOUT_TRANSPOSES = ("nchwToNhwc", "nhwcToNchw")
 
 _GEMM = {"mm", "addmm", "bmm", "baddbmm", "linear", "matmul", "addbmm", "addmv", "mv", "dot", "_int_mm"}
 _CONV = {

@@ -29,7 +29,7 @@ from prenet.meta_device import without_compiler_imports
 from prenet.names import DIRECTIONS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
 from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, read_args, tensors, written_args
 from prenet.ops.autocast import Autocast
-from prenet.ops.families import FREE, TENSOR_CORE_FAMILIES, TF32_FAMILIES, base_name, family_of
+from prenet.ops.families import FREE, LAYOUT_TRANSPOSES, TENSOR_CORE_FAMILIES, TF32_FAMILIES, base_name, family_of
 from prenet.ops.records import OpRecord, StepTrace
 from prenet.optimizers import STEP_WEIGHT_DECAY, make_optimizer, prime_state
 
@@ -167,10 +167,6 @@ class _FusedAttention(TorchFunctionMode):
                 return out
         return func(*args, **(kwargs or {}))
 
-
-#: cuDNN's layout transposes around a tensor-core convolution of NCHW tensors, as a CUDA trace records them: each 4-D
-#: operand into NHWC, each 4-D result back (copy ops)
-LAYOUT_TRANSPOSES = ("nchwToNhwc", "nhwcToNchw")
 
 #: ATen ops (after decomposition) that autocast runs in FP16/BF16 on both device types: the dispatch-level safety net of
 #: the meta emulation, for products called inside Python composites the function-level lists cannot see

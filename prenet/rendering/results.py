@@ -223,13 +223,20 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
     tv = _ran(eo, "torchvision_whole_model")
     if tv:
         u, seen, a100 = tv.get("unseen_fp32", {}), tv.get("kernels_seen_fp32", {}), tv.get("a100_tf32", {})
+        cal = tv.get("host_calibration", {})
+        host = (
+            f"; host cost {eo.get('host_us_per_op', 0):.0f} µs per issued op, fitted on {cal.get('n')} DenseNet/SqueezeNet steps "
+            f"(MAPE {_pct(cal.get('mape_pct'))})"
+            if cal.get("n")
+            else ""
+        )
         rows.append(
             (
-                f"whole-model FP32 step on GPUs never fitted on: pytorch-gpu-benchmark's torchvision CNNs at batch 12 "
+                f"whole-model FP32 step on GPUs never fitted on: pytorch-gpu-benchmark's ResNet/VGG CNNs at batch 12 "
                 f"({u.get('n')} steps on {', '.join(tv.get('per_gpu', {}))}): MAPE (median signed); GTX 1080 Ti (its kernels seen); "
                 "A100 TF32",
                 f"{_pct(u.get('mape_pct'))} ({u.get('median_signed_pct', 0):+.0f} %; target ≤ 6 %); {_pct(seen.get('mape_pct'))}; "
-                f"{_pct(a100.get('mape_pct'))} ({a100.get('median_signed_pct', 0):+.0f} %)",
+                f"{_pct(a100.get('mape_pct'))} ({a100.get('median_signed_pct', 0):+.0f} %){host}",
                 "–",
             )
         )

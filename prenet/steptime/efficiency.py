@@ -203,6 +203,9 @@ class EfficiencyModel:
     median_efficiency: dict[str, float] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    #: per device kind, the host's cost of issuing one op (ms; :mod:`prenet.steptime.host`), fitted after the trees; a
+    #: kind without one (the CPU, whose measured op times already hold it) pipelines nothing
+    host_ms: dict[str, float] = field(default_factory=dict)
 
     @staticmethod
     def fit(
@@ -314,6 +317,7 @@ class EfficiencyModel:
                     "rows": self.rows,
                     "median_efficiency": self.median_efficiency,
                     "params": self.params,
+                    "host_ms": self.host_ms,
                 },
                 indent=2,
             )
@@ -331,7 +335,7 @@ class EfficiencyModel:
         if missing := [p.name for p in files.values() if not p.is_file()]:
             raise PrenetError(f"the op-level model in {d} lacks {', '.join(missing)}; rerun `dvc repro train_ops`")
         boosters = LazyForests(files)
-        return EfficiencyModel(boosters, man["median_efficiency"], man.get("rows", {}), man.get("params", {}))  # type: ignore[arg-type]
+        return EfficiencyModel(boosters, man["median_efficiency"], man.get("rows", {}), man.get("params", {}), man.get("host_ms", {}))  # type: ignore[arg-type]
 
 
 class LazyForests(Mapping[str, Forest]):

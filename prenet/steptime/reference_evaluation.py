@@ -4,10 +4,12 @@
   (``data/external/dle2024``). The published figure is images/s over the whole training loop (data loading included)
   on one GPU of a DGX; the measured step is ``batch / throughput`` (ms). Predicted as trained there (their
   ``configs.yml``): SGD with momentum, AMP in channels_last (``memory_format: nhwc``), TF32 and FP32 in NCHW.
-* pytorch-gpu-benchmark's torchvision CNNs (``data/external/pytorch_gpu_benchmark``): the median FP32 step of 17
+* pytorch-gpu-benchmark's torchvision CNNs (``data/external/pytorch_gpu_benchmark``): the median FP32 step of 23
   architectures at batch 12 on five desktop GPUs (four absent from every training set) and an A100 (TF32 by torch's
   defaults of the time). That step is forward, loss and backward without an optimizer, plus the batch's host-to-device
-  copy: predicted as the traced step less its optimizer phase, plus the copy at :data:`H2D_GBPS`.
+  copy: predicted as the traced step less its optimizer phase as the host issues it (:mod:`prenet.steptime.host`), plus
+  the copy at :data:`H2D_GBPS`. The DenseNet and SqueezeNet steps fit the host's cost per op (``train_ops``); the
+  ResNets and VGGs are the test rows.
 
 The models are built on ``meta`` at 224² (:mod:`prenet.reference_models`) and predicted through the one step-time path.
 """
@@ -27,6 +29,7 @@ from prenet.ops import trace_step
 from prenet.paths import data_dir
 from prenet.reference_models import REFERENCE_MODELS, TORCHVISION_PARAMS, torchvision_model
 from prenet.steptime.efficiency import EfficiencyModel
+from prenet.steptime.host import HOST_CALIBRATION, fit_host_ms, issue_bound_ms, issued
 from prenet.steptime.step import grad_accumulation_records, predict_trace_many
 
 #: DeepLearningExamples' GPU and precision names → catalog GPUs (DGX-1 V100s are SXM2) and prenet precisions
@@ -117,35 +120,69 @@ def load_ryujaehun_rows(root: Path | None = None) -> pl.DataFrame:
     )
 
 
-def ryujaehun_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> pl.DataFrame:
-    """``rows`` (default :func:`load_ryujaehun_rows`) plus ``predicted_ms`` (forward + loss + backward, and the input
-    copy ``h2d_ms``) and ``ape_pct``; one trace per (model, precision, batch), one batched prediction over its GPUs."""
-    rows = load_ryujaehun_rows() if rows is None else rows
+def ryujaehun_steps(model: EfficiencyModel, rows: pl.DataFrame) -> list[tuple[dict, np.ndarray, np.ndarray, float]]:
+    """Per row of ``rows`` (:func:`load_ryujaehun_rows`): (row, predicted GPU ms of each forward/loss/backward op in
+    issue order, which of them the host issues, the batch's host-to-device copy ms); one trace per (model, precision,
+    batch), one batched prediction over its GPUs."""
     out = []
     for (name, precision, batch), group in rows.group_by(["model", "precision", "batch"], maintain_order=True):
         module, example = build_on_meta(partial(torchvision_model, str(name)), batch_size=int(batch))
         trace = trace_step(module, example, optimizer="sgd", precision=str(precision), device_type="cuda")
         batch_bytes = example[0].numel() * example[0].element_size()
         hws = [get(h) for h in group.get_column("hardware_id").to_list()]
-        for row, (_, ops) in zip(group.iter_rows(named=True), predict_trace_many(trace, hws, model)):
+        for row, ops in zip(group.iter_rows(named=True), model.predict_many(trace.frame(), hws)):
+            ops = ops.filter(pl.col("phase") != "optimizer")  # the benchmark times no optimizer step
             h2d_ms = batch_bytes / (H2D_GBPS.get(row["hardware_id"], H2D_GBPS_DEFAULT) * 1e9) * 1e3
-            fwd_bwd = float(ops.filter(pl.col("phase") != "optimizer").get_column("predicted_ms").sum())
-            out.append({**row, "predicted_ms": fwd_bwd + h2d_ms, "h2d_ms": h2d_ms})
+            out.append((row, ops.get_column("predicted_ms").to_numpy(), issued(ops), h2d_ms))
+    return out
+
+
+def fit_host(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> tuple[float, float, int]:
+    """(host ms per issued op, its MAPE %, steps) fitted on the measured steps of the :data:`HOST_CALIBRATION`
+    architectures (every GPU of :func:`load_ryujaehun_rows`), with ``model``'s GPU op times."""
+    rows = load_ryujaehun_rows() if rows is None else rows
+    steps = [(r["measured_ms"], g, iss, h2d) for r, g, iss, h2d in ryujaehun_steps(model, rows.filter(pl.col("model").is_in(list(HOST_CALIBRATION))))]
+    h, mape = fit_host_ms(steps)
+    return h, mape, len(steps)
+
+
+def ryujaehun_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> pl.DataFrame:
+    """``rows`` (default :func:`load_ryujaehun_rows`) plus ``predicted_ms`` (forward + loss + backward as the host issues
+    them and the GPU runs them, and the input copy ``h2d_ms``), ``host_bound`` (the host's issue time exceeds the GPU's
+    work), ``calibration`` (an architecture the host cost was fitted on: not a test row) and ``ape_pct``."""
+    rows = load_ryujaehun_rows() if rows is None else rows
+    host_ms = model.host_ms.get("gpu", 0.0)
+    out = []
+    for row, g, iss, h2d_ms in ryujaehun_steps(model, rows):
+        step = issue_bound_ms(g, iss, host_ms)
+        out.append(
+            {
+                **row,
+                "predicted_ms": step + h2d_ms,
+                "h2d_ms": h2d_ms,
+                "host_bound": float(iss.sum()) * host_ms > float(g.sum()),
+                "calibration": row["model"] in HOST_CALIBRATION,
+            }
+        )
     df = pl.DataFrame(out)
     return df.with_columns(_ape("predicted_ms").alias("ape_pct"))
 
 
 def ryujaehun_summary(df: pl.DataFrame) -> dict:
-    """MAPE and signed median error (+: predicted too slow) for the FP32 rows on GPUs never fitted on (the target),
-    on the GTX 1080 Ti (kernels seen), and the A100 (TF32); per GPU for the unseen ones."""
+    """MAPE and signed median error (+: predicted too slow) for the FP32 test rows on GPUs never fitted on (the target),
+    on the GTX 1080 Ti (kernels seen), and the A100 (TF32); per GPU for the unseen ones; the host-cost calibration
+    rows (every GPU and precision) apart."""
 
     def stats(g: pl.DataFrame) -> dict:
         signed = 100.0 * (g["predicted_ms"].to_numpy() / g["measured_ms"].to_numpy() - 1.0)
         return {"n": g.height, "mape_pct": float(g["ape_pct"].mean()), "median_signed_pct": float(np.median(signed))} if g.height else {"n": 0}
 
+    calibration = df.filter(pl.col("calibration")) if "calibration" in df.columns else df.clear()
+    df = df.filter(~pl.col("calibration")) if "calibration" in df.columns else df
     fp32 = df.filter(pl.col("precision") == "fp32")
     unseen = fp32.filter(~pl.col("kernels_seen"))
     return {
+        "host_calibration": stats(calibration),
         "unseen_fp32": stats(unseen),
         "kernels_seen_fp32": stats(fp32.filter(pl.col("kernels_seen"))),
         "a100_tf32": stats(df.filter(pl.col("precision") == "tf32")),

@@ -3,6 +3,9 @@ Python API and the ``evaluate_ops`` stage all call :func:`predict_trace` (throug
 gets one number everywhere.
 
     step_ms = Σ over the step's ATen ops of roofline_ms / efficiency  +  the measured null-step overhead (local CPU)
+
+On a GPU the ops are issued by the host while the GPU runs earlier ones: the step is the later of the two at every
+op (:mod:`prenet.steptime.host`), Σ of the op times when the GPU is the bottleneck.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from prenet.hardware.spec import HardwareSpec
 from prenet.ops.records import StepTrace
 from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
+from prenet.steptime.host import issue_bound_ms, issued
 
 if TYPE_CHECKING:
     from torch import nn
@@ -52,6 +56,7 @@ class StepPrediction:
     memory_format: str = "contiguous"  # of the 4-D tensors: contiguous (NCHW) | channels_last (NHWC)
     grad_accum: int = 1  # micro-steps of ``batch_size`` per optimizer step: the step is one optimizer step
     memory_bytes: int | None = None  # predicted peak memory of the step (bytes), when asked for
+    host_issue_ms: float = 0.0  # the host's time to issue the step's ops (GPU: ops × the fitted host cost; ms)
 
     @property
     def family_share(self) -> dict[str, float]:
@@ -94,11 +99,18 @@ def predict_trace_many(
     """:func:`predict_trace` of one traced step on every hardware of ``hws`` (one device type, the trace's), in one
     batched model call; ``overhead_ms``: per hardware (default 0)."""
     frames = model.predict_many(trace.frame(), hws)
-    return [_summarize(trace, hw, ops, ovh, top) for hw, ops, ovh in zip(hws, frames, overhead_ms or [0.0] * len(hws))]
+    return [
+        _summarize(trace, hw, ops, ovh, top, model.host_ms.get(hw.kind, 0.0)) for hw, ops, ovh in zip(hws, frames, overhead_ms or [0.0] * len(hws))
+    ]
 
 
-def _summarize(trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_ms: float, top: int) -> tuple[StepPrediction, pl.DataFrame]:
+def _summarize(
+    trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_ms: float, top: int, host_ms: float = 0.0
+) -> tuple[StepPrediction, pl.DataFrame]:
     total_ms = float(ops.get_column("predicted_ms").sum())
+    issued_ops = issued(ops)
+    step_ms = issue_bound_ms(ops.get_column("predicted_ms").to_numpy(), issued_ops, host_ms)
+    host_issue_ms = float(issued_ops.sum()) * host_ms
     fam = ops.group_by("family").agg(pl.col("predicted_ms").sum()).sort("predicted_ms", descending=True)
     est = ops.with_columns(pl.col("estimate").str.replace(r":.*", "")).group_by("estimate").agg(pl.col("predicted_ms").sum())
     notes = []
@@ -111,9 +123,15 @@ def _summarize(trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_m
         )
     if hw.kind == "cpu" and trace.precision == "bf16" and (note := cpu_bf16_note(hw)):
         notes.append(note)
+    if host_issue_ms > total_ms:
+        notes.append(
+            f"host-bound: issuing its {int(issued_ops.sum()):,} ops takes {host_issue_ms:.1f} ms at {1e3 * host_ms:.0f} µs each "
+            f"(PyTorch eager, fitted on measured steps), more than the {total_ms:.1f} ms of GPU work; a larger batch, "
+            "CUDA graphs or torch.compile would hide it"
+        )
     top_rows = ops.sort("predicted_ms", descending=True).head(top).select("op", "family", "phase", "module", "shapes", "predicted_ms", "estimate")
     pred = StepPrediction(
-        step_seconds=(total_ms + overhead_ms) / 1e3,
+        step_seconds=(step_ms + overhead_ms) / 1e3,
         hardware=hw.to_dict(),
         optimizer=trace.optimizer,
         precision=trace.precision,
@@ -129,6 +147,7 @@ def _summarize(trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_m
         fused=trace.fused,
         memory_format=trace.memory_format,
         grad_accum=trace.grad_accum,
+        host_issue_ms=host_issue_ms,
     )
     return pred, ops
 

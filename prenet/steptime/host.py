@@ -1,0 +1,58 @@
+"""The host's side of a GPU training step. PyTorch's eager mode issues every op from one CPU thread (Python, the
+dispatcher, autograd, the kernel launch) while the GPU runs the ops issued before; the GPU never starts an op before
+it is issued, nor before the op ahead of it ends. With a host cost ``h`` per issued op and GPU times ``g_1..g_n`` in
+issue order, the step ends at
+
+    step_ms = max over i of ( i·h + g_i + g_{i+1} + … + g_n )        (issue time of op i + the GPU work left)
+
+= h + Σ g when the GPU is the bottleneck (large batches), ≈ n·h when the host is (small batches of a model of many
+small ops: pytorch-gpu-benchmark's ShuffleNet and MnasNet steps take 28–40 ms on every GPU from a GTX 1080 Ti to an
+A100). ``h`` is fitted by ``train_ops`` on measured whole-model GPU steps of architectures kept out of every test set
+(:data:`HOST_CALIBRATION`), and stored with the op models. cuDNN's layout transposes run inside the convolution call
+that issues them: GPU time, no host cost of their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from prenet.ops.families import LAYOUT_TRANSPOSES
+
+#: pytorch-gpu-benchmark architectures whose measured steps fit the host cost: DenseNets (hundreds of small
+#: convolutions, concatenations and norms) and SqueezeNets (small convolutions); the ResNets and VGGs stay a test set
+HOST_CALIBRATION = ("densenet121", "densenet161", "densenet169", "densenet201", "squeezenet1_0", "squeezenet1_1")
+#: the host costs tried by :func:`fit_host_ms` (ms per issued op): 0 to 150 µs
+HOST_GRID_MS = np.arange(0.0, 0.1505, 0.0005)
+
+
+def issued(ops: pl.DataFrame) -> np.ndarray:
+    """1 for each op (row, in issue order) the host issues, 0 for the transposes cuDNN runs inside a convolution call."""
+    return (~ops.get_column("op").is_in(list(LAYOUT_TRANSPOSES))).to_numpy().astype(float)
+
+
+def issue_bound_ms(gpu_ms: np.ndarray, issued_ops: np.ndarray, host_ms: float) -> float:
+    """The step (ms) of ops with GPU times ``gpu_ms`` in issue order, ``issued_ops`` (1/0) of them issued by the host at
+    ``host_ms`` each (see the module docstring); Σ ``gpu_ms`` when ``host_ms`` is 0."""
+    g = np.asarray(gpu_ms, dtype=float)
+    if host_ms <= 0 or g.size == 0:
+        return float(g.sum())
+    issue = np.cumsum(np.asarray(issued_ops, dtype=float) * host_ms)
+    remaining = np.cumsum(g[::-1])[::-1]
+    return float(np.max(issue + remaining))
+
+
+def fit_host_ms(steps: Sequence[tuple[float, np.ndarray, np.ndarray, float]]) -> tuple[float, float]:
+    """(host ms per issued op, MAPE %) over measured steps ``(measured_ms, gpu_ms, issued, extra_ms)`` (``extra_ms``: time
+    outside the ops, e.g. the batch's copy): the grid value (:data:`HOST_GRID_MS`) of least mean absolute % error."""
+    if not steps:
+        return 0.0, float("nan")
+    best = (0.0, float("inf"))
+    for h in HOST_GRID_MS:
+        ape = [abs(issue_bound_ms(g, iss, float(h)) + extra - meas) / meas for meas, g, iss, extra in steps]
+        mape = 100.0 * float(np.mean(ape))
+        if mape < best[1] - 1e-9:
+            best = (float(h), mape)
+    return best

@@ -1,0 +1,66 @@
+"""The host's side of a GPU step (prenet.steptime.host): ops issued one after another while the GPU runs earlier ones."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from prenet.steptime.host import fit_host_ms, issue_bound_ms, issued
+
+
+def test_a_step_is_the_gpus_work_when_it_is_the_bottleneck_and_the_hosts_issue_time_when_that_is():
+    g = np.array([1.0, 2.0, 3.0])
+    every = np.ones(3)
+    assert issue_bound_ms(g, every, 0.0) == 6.0
+    assert issue_bound_ms(g, every, 0.1) == pytest.approx(0.1 + 6.0)  # the GPU waits only for the first op
+    assert issue_bound_ms(np.full(100, 0.01), np.ones(100), 0.05) == pytest.approx(100 * 0.05 + 0.01)  # host-bound
+    # the step ends at the latest (issue time of op i + the GPU work from op i on)
+    assert issue_bound_ms(np.array([0.1, 1.0, 1.0, 0.1]), np.ones(4), 1.0) == pytest.approx(max(1 + 2.2, 2 + 2.1, 3 + 1.1, 4 + 0.1))
+
+
+def test_cudnns_layout_transposes_cost_gpu_time_but_no_host_time():
+    ops = pl.DataFrame({"op": ["convolution", "nchwToNhwc", "nhwcToNchw", "relu"]})
+    assert issued(ops).tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert issue_bound_ms(np.full(4, 0.001), issued(ops), 1.0) == pytest.approx(2.0 + 0.001)
+
+
+def test_the_fit_recovers_the_host_cost_that_made_the_steps():
+    rng = np.random.default_rng(0)
+    steps = []
+    for n in (50, 200, 400, 800):
+        g = rng.uniform(0.001, 0.2, n)
+        steps.append((issue_bound_ms(g, np.ones(n), 0.03) + 0.5, g, np.ones(n), 0.5))
+    h, mape = fit_host_ms(steps)
+    assert h == pytest.approx(0.03, abs=5e-4) and mape < 0.5
+
+
+def test_host_bound_steps_say_so_and_calibration_rows_stay_out_of_the_test_figures():
+    """A SqueezeNet at batch 12 issues hundreds of small ops: with a host cost its predicted A100 step is at least their
+    issue time and the answer says host-bound; the fit on its measured steps finds a cost > 0; the evaluation keeps
+    calibration rows out of the ResNet/VGG figures."""
+    from prenet.hardware.catalog import get
+    from prenet.meta_device import build_on_meta
+    from prenet.ops import trace_step
+    from prenet.reference_models import torchvision_model
+    from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.steptime.reference_evaluation import fit_host, load_ryujaehun_rows, ryujaehun_summary, ryujaehun_whole_model
+    from prenet.steptime.step import predict_trace
+
+    module, example = build_on_meta(lambda batch_size: torchvision_model("squeezenet1_1", batch_size=batch_size), batch_size=12)
+    trace = trace_step(module, example, optimizer="sgd", device_type="cuda")
+    model = EfficiencyModel(median_efficiency={"gpu": 0.5})
+    gpu_only, ops = predict_trace(trace, get("A100 40GB SXM4"), model)
+    assert gpu_only.step_seconds * 1e3 == pytest.approx(float(ops["predicted_ms"].sum()))
+    model.host_ms["gpu"] = 0.05
+    pred, _ = predict_trace(trace, get("A100 40GB SXM4"), model)
+    n = int(issued(ops).sum())
+    assert pred.host_issue_ms == pytest.approx(n * 0.05) and pred.step_seconds * 1e3 >= pred.host_issue_ms
+    assert any(note.startswith("host-bound") for note in pred.notes)
+
+    rows = load_ryujaehun_rows().filter(pl.col("model").is_in(["squeezenet1_1", "resnet18"]) & (pl.col("precision") == "fp32"))
+    h, mape, steps = fit_host(EfficiencyModel(median_efficiency={"gpu": 0.5}), rows)
+    assert steps == rows.filter(pl.col("model") == "squeezenet1_1").height > 0 and h > 0
+    summary = ryujaehun_summary(ryujaehun_whole_model(model, rows))
+    assert summary["host_calibration"]["n"] == steps
+    assert summary["unseen_fp32"]["n"] + summary["kernels_seen_fp32"]["n"] == rows.filter(pl.col("model") == "resnet18").height
