@@ -101,6 +101,9 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     fmt = " · channels_last" if args.memory_format == "channels_last" else ""
     print(f"{args.model} · input {shape} · {p.params / 1e6:.2f} M parameters · {args.precision} · {opt}{fmt} · {hw.hardware_id}")
     print(f"  step   {p.step_seconds * 1e3:10.2f} ms   ({p.ops} ops{f', + {p.overhead_ms:.2f} ms measured null step' if p.overhead_ms else ''})")
+    if p.host_issue_ms:
+        gpu_ms = sum(p.family_ms.values())
+        print(f"         {gpu_ms:10.2f} ms of device work; the host issues the ops in {p.host_issue_ms:.2f} ms, alongside")
     if p.epoch_seconds is not None:
         print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} optimizer steps of {args.batch_size * args.grad_accum})")
     print(f"  memory {mem_bytes / GIB:10.2f} GiB predicted peak" + ("" if fit is None else ("  (fits)" if fit else "  (DOES NOT FIT)")))

@@ -35,9 +35,10 @@ def _init(threads: int, initializer: Callable[..., None] | None, initargs: tuple
 
 @contextmanager
 def _in_process(threads: int, initializer: Callable[..., None] | None, initargs: tuple) -> Iterator[None]:
-    """``_init`` for the calling process, whose environment is put back afterwards (a torch the items imported
-    keeps ``threads``, as torch reads the variables only once)."""
+    """``_init`` for the calling process, whose environment and (when it had imported torch) torch's thread count are
+    put back afterwards (a torch the items imported keeps ``threads``, as torch reads the variables only once)."""
     saved = {var: os.environ.get(var) for var in _THREAD_VARS}
+    torch_threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
     try:
         _init(threads, initializer, initargs)
         yield
@@ -47,6 +48,8 @@ def _in_process(threads: int, initializer: Callable[..., None] | None, initargs:
                 os.environ.pop(var, None)
             else:
                 os.environ[var] = value
+        if torch_threads is not None:
+            sys.modules["torch"].set_num_threads(torch_threads)
 
 
 def run_items(

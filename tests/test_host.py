@@ -20,9 +20,25 @@ def test_a_step_is_the_gpus_work_when_it_is_the_bottleneck_and_the_hosts_issue_t
 
 
 def test_cudnns_layout_transposes_cost_gpu_time_but_no_host_time():
-    ops = pl.DataFrame({"op": ["convolution", "nchwToNhwc", "nhwcToNchw", "relu"]})
+    ops = pl.DataFrame({"op": ["convolution", "nchwToNhwc", "nhwcToNchw", "relu"], "module": ["c", "c", "c", "r"], "shapes": ["x", "x", "y", "y"]})
     assert issued(ops).tolist() == [1.0, 0.0, 0.0, 1.0]
     assert issue_bound_ms(np.full(4, 0.001), issued(ops), 1.0) == pytest.approx(2.0 + 0.001)
+
+
+def test_a_convolution_backward_is_one_issue_for_its_two_kernels():
+    """A CUDA trace records backward-data and backward-filter of one call as two rows; the host issued one call."""
+    import torch
+    from torch import nn
+
+    from prenet.ops import trace_step
+
+    with torch.device("meta"):
+        module = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.Flatten(), nn.Linear(16 * 64, 4))
+    batch = (torch.empty(4, 8, 8, 8, device="meta"), torch.zeros(4, dtype=torch.long, device="meta"))
+    cuda, cpu = (trace_step(module, batch, optimizer="sgd", device_type=d).frame() for d in ("cuda", "cpu"))
+    convs = lambda f: f.filter(pl.col("op") == "convolution_backward").height  # noqa: E731
+    assert (convs(cuda), convs(cpu)) == (3, 2)  # the second convolution's backward: two kernels on CUDA
+    assert issued(cuda).sum() == cuda.height - 1 and issued(cpu).sum() == cpu.height
 
 
 def test_the_fit_recovers_the_host_cost_that_made_the_steps():

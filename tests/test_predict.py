@@ -253,9 +253,13 @@ def test_cli_step_time_zoo_arg_and_memory_warning(models_dir, capsys):
 @pytest.mark.parametrize(
     "hardware, dtype, precision", [("H100 SXM5 80GB", "bfloat16", "bf16"), ("Tesla T4", "float16", "fp16"), ("local", "float32", "fp32")]
 )
-def test_one_op_one_answer_layer_table_and_step_time(models_dir, hardware, dtype, precision):
+def test_one_op_one_answer_layer_table_and_step_time(models_dir, tmp_path, hardware, dtype, precision):
     """The same layer on the same hardware: ``predict layers`` (a forward linear row) equals that linear's forward ops
-    inside a whole step (``predict step-time``'s path): its GEMM, plus under autocast the casts of its operands."""
+    inside a whole step (``predict step-time``'s path): its GEMM, plus under autocast the casts of its operands; also
+    with a host cost per issued op, which belongs to a whole step, not to a layer's kernels."""
+    import json
+    import shutil
+
     import torch
 
     from prenet.api import _hardware
@@ -263,6 +267,9 @@ def test_one_op_one_answer_layer_table_and_step_time(models_dir, hardware, dtype
     from prenet.steptime.efficiency import EfficiencyModel
     from prenet.steptime.step import device_type, predict_trace
 
+    models_dir = shutil.copytree(models_dir, tmp_path / "ops")
+    manifest = json.loads((models_dir / "manifest.json").read_text())
+    (models_dir / "manifest.json").write_text(json.dumps({**manifest, "host_ms": {"gpu": 0.05}}))
     row = pl.DataFrame(
         {"op": ["linear"], "batch": ["64"], "in_features": ["512"], "out_features": ["256"], "direction": ["forward"], "dtype": [dtype]}
     )

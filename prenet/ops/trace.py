@@ -283,7 +283,7 @@ class _Tracer(TorchDispatchMode):
         for call_args, call_out in calls:
             self._record(func, name, module, ins, tensors(call_out), call_args, kwargs, call_out, ms, spread)
         if self.conv_transposes and self.records[-1].family == "conv" and self.records[-1].dtype in ("float16", "bfloat16"):
-            self._nchw_transposes(module, self.records[-1].dtype, ins, outs)
+            self._nchw_transposes(module, self.records[-1].dtype, tensors(list(read_args(name, args))), outs)
         return out
 
     def _record(self, func, name: str, module: str, ins: list, outs: list, args: tuple, kwargs: dict, out: Any, ms, spread) -> None:
@@ -322,7 +322,7 @@ class _Tracer(TorchDispatchMode):
 
     def _nchw_transposes(self, module: str, dtype: str, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
         """The layout transposes cuDNN runs around a tensor-core convolution of NCHW tensors (its kernels are NHWC):
-        each 4-D operand in (``nchwToNhwc``), each 4-D result out (``nhwcToNchw``), a read and a write each. None for
+        each 4-D operand the call reads in (``nchwToNhwc``), each 4-D result out (``nhwcToNchw``), a read and a write each. None for
         ``channels_last`` tensors: what ``--memory-format channels_last`` saves."""
         nchw = [t for t in ins if t.dim() == 4 and t.is_floating_point() and not t.is_contiguous(memory_format=torch.channels_last)]
         if not nchw:

@@ -3,13 +3,13 @@ dispatcher, autograd, the kernel launch) while the GPU runs the ops issued befor
 it is issued, nor before the op ahead of it ends. With a host cost ``h`` per issued op and GPU times ``g_1..g_n`` in
 issue order, the step ends at
 
-    step_ms = max over i of ( i·h + g_i + g_{i+1} + … + g_n )        (issue time of op i + the GPU work left)
+    step_ms = max over i of ( k_i·h + g_i + g_{i+1} + … + g_n )      (issue time of op i + the GPU work left)
 
-= h + Σ g when the GPU is the bottleneck (large batches), ≈ n·h when the host is (small batches of a model of many
-small ops: pytorch-gpu-benchmark's ShuffleNet and MnasNet steps take 28–40 ms on every GPU from a GTX 1080 Ti to an
-A100). ``h`` is fitted by ``train_ops`` on measured whole-model GPU steps of architectures kept out of every test set
-(:data:`HOST_CALIBRATION`), and stored with the op models. cuDNN's layout transposes run inside the convolution call
-that issues them: GPU time, no host cost of their own.
+(k_i: the ops the host has issued up to op i): h + Σ g when the GPU is the bottleneck (large batches), ≈ n·h when
+the host is (small batches of a model of many small ops: pytorch-gpu-benchmark's ShuffleNet and MnasNet steps take
+28–40 ms on every GPU from a GTX 1080 Ti to an A100). ``h`` is fitted by ``train_ops`` on measured whole-model GPU steps of architectures kept out of every test set
+(:data:`HOST_CALIBRATION`), and stored with the op models. cuDNN's layout transposes and a convolution backward's
+second kernel run inside the call that issues them: GPU time, no host cost of their own (:func:`issued`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,18 @@ HOST_GRID_MS = np.arange(0.0, 0.1505, 0.0005)
 
 
 def issued(ops: pl.DataFrame) -> np.ndarray:
-    """1 for each op (row, in issue order) the host issues, 0 for the transposes cuDNN runs inside a convolution call."""
-    return (~ops.get_column("op").is_in(list(LAYOUT_TRANSPOSES))).to_numpy().astype(float)
+    """1 for each op (row, in issue order) the host issues, 0 for what cuDNN runs inside a call the host issued once:
+    the layout transposes around a convolution, and a backward's second kernel (a CUDA trace records backward-data and
+    backward-filter of one ``convolution_backward`` call as two rows, one after the other, same module and shapes)."""
+    op = pl.col("op")
+    second_pass = (
+        (op == "convolution_backward")
+        & (op.shift(1) == "convolution_backward")
+        & (pl.col("module") == pl.col("module").shift(1))
+        & (pl.col("shapes") == pl.col("shapes").shift(1))
+    ).fill_null(False)
+    inside = ops.select(op.is_in(list(LAYOUT_TRANSPOSES)) | second_pass).to_series()
+    return (~inside).to_numpy().astype(float)
 
 
 def issue_bound_ms(gpu_ms: np.ndarray, issued_ops: np.ndarray, host_ms: float) -> float:
@@ -50,7 +60,7 @@ def fit_host_ms(steps: Sequence[tuple[float, np.ndarray, np.ndarray, float]]) ->
     if not steps:
         return 0.0, float("nan")
     best = (0.0, float("inf"))
-    for h in HOST_GRID_MS:
+    for h in HOST_GRID_MS:  # the grid's top is far above any eager PyTorch host (tens of µs per op)
         ape = [abs(issue_bound_ms(g, iss, float(h)) + extra - meas) / meas for meas, g, iss, extra in steps]
         mape = 100.0 * float(np.mean(ape))
         if mape < best[1] - 1e-9:

@@ -35,7 +35,9 @@ DEFAULT_OVERHEAD = default_path("step_overhead")
 @dataclass
 class StepPrediction:
     """One training step on one device: ``step_seconds`` (s), the share of time per op family, and how each share was
-    estimated (``model`` | ``analogy:<family>`` | ``roofline``: ``estimate_share``)."""
+    estimated (``model`` | ``analogy:<family>`` | ``roofline``: ``estimate_share``). ``family_ms`` are the ops' own
+    device times; on a GPU ``step_seconds`` also holds the time the device waits for the host to issue them
+    (``host_issue_ms``: the host's issue time of the step), so the families sum to at most the step."""
 
     step_seconds: float
     hardware: dict[str, Any]
@@ -86,21 +88,29 @@ def default_overhead_ms(hw: HardwareSpec, optimizer: str, path: str | Path = DEF
 
 
 def predict_trace(
-    trace: StepTrace, hw: HardwareSpec, model: EfficiencyModel, *, overhead_ms: float = 0.0, top: int = 8
+    trace: StepTrace, hw: HardwareSpec, model: EfficiencyModel, *, overhead_ms: float = 0.0, top: int = 8, host: bool = True
 ) -> tuple[StepPrediction, pl.DataFrame]:
     """The prediction of a traced step on ``hw`` and the per-op table it sums (raises
-    :class:`~prenet.steptime.efficiency.UnsupportedPrecisionError` when ``hw`` lacks the trace's precision)."""
-    return predict_trace_many(trace, [hw], model, overhead_ms=[overhead_ms], top=top)[0]
+    :class:`~prenet.steptime.efficiency.UnsupportedPrecisionError` when ``hw`` lacks the trace's precision); ``host``:
+    a GPU step as the host issues it (:mod:`prenet.steptime.host`), else the sum of its ops' GPU times."""
+    return predict_trace_many(trace, [hw], model, overhead_ms=[overhead_ms], top=top, host=host)[0]
 
 
 def predict_trace_many(
-    trace: StepTrace, hws: list[HardwareSpec], model: EfficiencyModel, *, overhead_ms: list[float] | None = None, top: int = 8
+    trace: StepTrace,
+    hws: list[HardwareSpec],
+    model: EfficiencyModel,
+    *,
+    overhead_ms: list[float] | None = None,
+    top: int = 8,
+    host: bool = True,
 ) -> list[tuple[StepPrediction, pl.DataFrame]]:
     """:func:`predict_trace` of one traced step on every hardware of ``hws`` (one device type, the trace's), in one
     batched model call; ``overhead_ms``: per hardware (default 0)."""
     frames = model.predict_many(trace.frame(), hws)
     return [
-        _summarize(trace, hw, ops, ovh, top, model.host_ms.get(hw.kind, 0.0)) for hw, ops, ovh in zip(hws, frames, overhead_ms or [0.0] * len(hws))
+        _summarize(trace, hw, ops, ovh, top, model.host_ms.get(hw.kind, 0.0) if host else 0.0)
+        for hw, ops, ovh in zip(hws, frames, overhead_ms or [0.0] * len(hws))
     ]
 
 
