@@ -77,6 +77,9 @@ def test_host_bound_steps_say_so_and_calibration_rows_stay_out_of_the_test_figur
     rows = load_ryujaehun_rows().filter(pl.col("model").is_in(["squeezenet1_1", "resnet18"]) & (pl.col("precision") == "fp32"))
     h, mape, steps = fit_host(EfficiencyModel(median_efficiency={"gpu": 0.5}), rows)
     assert steps == rows.filter(pl.col("model") == "squeezenet1_1").height > 0 and h > 0
-    summary = ryujaehun_summary(ryujaehun_whole_model(model, rows))
+    df = ryujaehun_whole_model(model, rows)
+    tests = df.filter(~pl.col("calibration"))
+    assert (tests["host_ms"] > 0).all() and (df.filter(pl.col("calibration"))["host_ms"] == 0.05).all()  # refitted per held-out GPU
+    summary = ryujaehun_summary(df)
     assert summary["host_calibration"]["n"] == steps
     assert summary["unseen_fp32"]["n"] + summary["kernels_seen_fp32"]["n"] == rows.filter(pl.col("model") == "resnet18").height

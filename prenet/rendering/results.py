@@ -232,8 +232,8 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
         )
         rows.append(
             (
-                f"whole-model FP32 step on GPUs whose op times no model was fitted on (the host cost is, on other CNNs' steps "
-                f"there): pytorch-gpu-benchmark's ResNet/VGG CNNs at batch 12 "
+                f"whole-model FP32 step on GPUs never fitted on (the host cost refitted without each row's GPU): "
+                f"pytorch-gpu-benchmark's ResNet/VGG CNNs at batch 12 "
                 f"({u.get('n')} steps on {', '.join(tv.get('per_gpu', {}))}): MAPE (median signed); GTX 1080 Ti (its kernels seen); "
                 "A100 TF32",
                 f"{_pct(u.get('mape_pct'))} ({u.get('median_signed_pct', 0):+.0f} %; target ≤ 6 %); {_pct(seen.get('mape_pct'))}; "

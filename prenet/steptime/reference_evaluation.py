@@ -148,20 +148,33 @@ def fit_host(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> tuple[
 
 def ryujaehun_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> pl.DataFrame:
     """``rows`` (default :func:`load_ryujaehun_rows`) plus ``predicted_ms`` (forward + loss + backward as the host issues
-    them and the GPU runs them, and the input copy ``h2d_ms``), ``host_bound`` (the host's issue time exceeds the GPU's
-    work), ``calibration`` (an architecture the host cost was fitted on: not a test row) and ``ape_pct``."""
+    them and the GPU runs them, and the input copy ``h2d_ms``), ``host_ms`` (the host cost per op used), ``host_bound``
+    (the host's issue time exceeds the GPU's work), ``calibration`` (an architecture the host cost is fitted on: not a
+    test row) and ``ape_pct``. When ``model`` has a GPU host cost, each test row is answered with a host cost refitted
+    on the calibration steps of the other GPUs (each GPU was measured on its own machine), so no figure of a GPU saw
+    that GPU's host; calibration rows keep ``model``'s own."""
     rows = load_ryujaehun_rows() if rows is None else rows
-    host_ms = model.host_ms.get("gpu", 0.0)
+    steps = ryujaehun_steps(model, rows)
+    own = model.host_ms.get("gpu", 0.0)
+    cal = [(r["hardware_id"], (r["measured_ms"], g, iss, h2d)) for r, g, iss, h2d in steps if r["model"] in HOST_CALIBRATION]
+    held_out: dict[str, float] = {}
     out = []
-    for row, g, iss, h2d_ms in ryujaehun_steps(model, rows):
-        step = issue_bound_ms(g, iss, host_ms)
+    for row, g, iss, h2d_ms in steps:
+        calibration = row["model"] in HOST_CALIBRATION
+        host_ms = own
+        if own > 0 and not calibration:
+            hw = row["hardware_id"]
+            if hw not in held_out:
+                held_out[hw] = fit_host_ms([c for h, c in cal if h != hw])[0] if any(h != hw for h, _ in cal) else own
+            host_ms = held_out[hw]
         out.append(
             {
                 **row,
-                "predicted_ms": step + h2d_ms,
+                "predicted_ms": issue_bound_ms(g, iss, host_ms) + h2d_ms,
                 "h2d_ms": h2d_ms,
+                "host_ms": host_ms,
                 "host_bound": float(iss.sum()) * host_ms > float(g.sum()),
-                "calibration": row["model"] in HOST_CALIBRATION,
+                "calibration": calibration,
             }
         )
     df = pl.DataFrame(out)
