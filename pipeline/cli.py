@@ -59,7 +59,7 @@ def _zoo_kwargs(args: argparse.Namespace) -> dict[str, int] | None:
 def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     from prenet.api import predict_step_time
     from prenet.hardware import resolve
-    from prenet.memory.estimate import GIB, fits
+    from prenet.memory.estimate import GIB, fit_advice, fits
 
     if args.batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {args.batch_size}")
@@ -89,7 +89,8 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     fit = fits(mem_bytes, dev_gib, 1.0) if dev_gib else None
     if fit is False:
         p.notes.append(
-            f"a step needs about {mem_bytes / GIB:.1f} GiB and {hw.hardware_id} has {dev_gib:g} GiB: it does not fit; use a smaller --batch-size"
+            f"a step needs about {mem_bytes / GIB:.1f} GiB and {hw.hardware_id} has {dev_gib:g} GiB: it does not fit; "
+            + fit_advice(args.batch_size, checkpointing=args.checkpointing, precision=args.precision)
         )
     if args.json:
         d = p.to_dict()

@@ -59,3 +59,13 @@ def test_fits_leaves_room_for_the_runtime():
     assert fits(7 * GIB, 8, reserve_gib=1.0) is True
     assert fits(7.5 * GIB, 8, reserve_gib=1.0) is False
     assert fits(1, None) is None
+
+
+def test_the_advice_for_a_step_that_does_not_fit_offers_only_what_the_job_can_still_change():
+    from prenet.memory.estimate import fit_advice
+
+    first = fit_advice(32, checkpointing=False, precision="fp32")
+    assert "--batch-size" in first and "--checkpointing" in first and "--precision" in first and first.endswith("larger hardware")
+    last = fit_advice(1, checkpointing=True, precision="bf16")
+    assert last == "use larger hardware"  # batch 1, checkpointed, 16-bit: nothing left but the hardware
+    assert "--batch-size" not in fit_advice(1, checkpointing=False, precision="bf16")

@@ -42,3 +42,18 @@ def fits(estimate_bytes: float, device_gib: float | None, reserve_gib: float = 1
     if device_gib is None:
         return None
     return estimate_bytes + reserve_gib * GIB <= device_gib * GIB
+
+
+def fit_advice(batch_size: int, *, checkpointing: bool, precision: str) -> str:
+    """What a user can change when a training step does not fit, from what the job already uses: a smaller batch
+    (with ``--grad-accum`` to keep the samples per step) only above batch 1; activation checkpointing when off; 16-bit
+    activations when in FP32/TF32; else larger hardware (the weights, gradients and optimizer state alone do not fit)."""
+    ways = []
+    if batch_size > 1:
+        ways.append("a smaller --batch-size (activations scale with it; --grad-accum K keeps the samples per step)")
+    if not checkpointing:
+        ways.append("--checkpointing (recompute activations in the backward pass)")
+    if precision in ("fp32", "tf32"):
+        ways.append("--precision bf16 or fp16 (16-bit activations)")
+    ways.append("larger hardware")
+    return "use " + ", or ".join(ways)

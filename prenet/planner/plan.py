@@ -36,7 +36,7 @@ import numpy as np
 
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
-from prenet.memory.estimate import GIB, MemoryEstimate, fits
+from prenet.memory.estimate import GIB, MemoryEstimate, fit_advice, fits
 from prenet.names import OPTIMIZERS
 from prenet.planner.intervals import Intervals, load_intervals, steps_interval
 
@@ -458,8 +458,8 @@ def make_plan(
         raise PrenetError(
             f"batch size {batch_size} does not fit: a training step needs about {memory.total_bytes / GIB:.1f} GiB "
             f"(activations {memory.activations_bytes / GIB:.1f} GiB) and the largest device "
-            f"considered, {biggest.hardware}, has {biggest.device_memory_gib:g} GiB; use a smaller --batch-size "
-            f"(activations scale with it) or add larger hardware"
+            f"considered, {biggest.hardware}, has {biggest.device_memory_gib:g} GiB; "
+            + fit_advice(batch_size, checkpointing=checkpointing, precision=precision)
         )
     lo, hi = steps_interval(n_steps, iv)
     trace = next(iter(traces.values()))
