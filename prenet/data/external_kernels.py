@@ -25,6 +25,7 @@ from prenet.ops.records import OP_SCHEMA
 from prenet.ops.families import LAYOUT_TRANSPOSES
 from prenet.ops.trace import trace_call
 from prenet.paths import data_dir
+from prenet.steptime.efficiency import roofline_bandwidth_gbps
 
 #: DeepBench's GPU names → catalog names, and its precision labels → (torch dtype, job precision)
 DEEPBENCH_GPUS = {"NVIDIA V100": "V100 SXM2", "NVIDIA T4": "Tesla T4", "NVIDIA GTX 1080 Ti": "GTX 1080 Ti"}
@@ -81,7 +82,7 @@ def conv_kernel_ms(measured_ms: float, transpose_bytes: float, hw: HardwareSpec)
     """A DeepBench call's time less its layout transposes, each costed at the DRAM roofline (a lower bound, so never
     more is taken off than they can cost), and at least half the call: the convolution kernel's own time, the op a
     model's trace holds beside its own transposes (none for ``channels_last``)."""
-    transposes_ms = transpose_bytes / (hw.mem_bw_gbps * 1e9) * 1e3
+    transposes_ms = transpose_bytes / (roofline_bandwidth_gbps(hw) * 1e9) * 1e3
     return max(measured_ms - transposes_ms, 0.5 * measured_ms)
 
 

@@ -190,8 +190,8 @@ def ryujaehun_summary(df: pl.DataFrame) -> dict:
         signed = 100.0 * (g["predicted_ms"].to_numpy() / g["measured_ms"].to_numpy() - 1.0)
         return {"n": g.height, "mape_pct": float(g["ape_pct"].mean()), "median_signed_pct": float(np.median(signed))} if g.height else {"n": 0}
 
-    calibration = df.filter(pl.col("calibration")) if "calibration" in df.columns else df.clear()
-    df = df.filter(~pl.col("calibration")) if "calibration" in df.columns else df
+    calibration = df.filter(pl.col("calibration"))
+    df = df.filter(~pl.col("calibration"))
     fp32 = df.filter(pl.col("precision") == "fp32")
     unseen = fp32.filter(~pl.col("kernels_seen"))
     return {
