@@ -18,6 +18,8 @@ STAGES: tuple[str, ...] = (
     "benchmark_ops",
     "train_ops",
     "evaluate_ops",
+    "train_parallel",
+    "evaluate_parallel",
     "pretrain",
     "finetune",
     "forecast",

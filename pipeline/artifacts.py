@@ -22,6 +22,7 @@ from prenet.data.schemas import (
     OpTimings,
     OutcomeRuns,
     OutcomeTelemetry,
+    ParallelScaling,
     RawTimings,
     SplitLayerFeatures,
 )
@@ -58,6 +59,9 @@ SCHEMAS: dict[str, type[pa.DataFrameModel] | None] = {
     "plots/op_neusight_e2e.csv": None,
     "plots/op_hf_parity.csv": None,
     "plots/memory_zoo.csv": None,
+    "parallel_scaling": ParallelScaling,
+    "plots/parallel_collectives.csv": None,
+    "plots/parallel_scaling.csv": None,
 }
 
 

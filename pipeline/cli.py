@@ -81,6 +81,10 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         grad_accum=args.grad_accum,
         checkpointing=args.checkpointing,
         with_memory=True,
+        gpus=args.gpus,
+        nodes=args.nodes,
+        parallel=args.parallel,
+        network_gbits=args.network,
     )
     if (note := alias_note(args.hardware)) is not None:
         p.notes.insert(0, note)
@@ -100,14 +104,25 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     shape = "x".join(str(s) for s in p.input_shape)
     opt = f"{args.optimizer} (fused)" if args.fused else args.optimizer
     fmt = " · channels_last" if args.memory_format == "channels_last" else ""
-    print(f"{args.model} · input {shape} · {p.params / 1e6:.2f} M parameters · {args.precision} · {opt}{fmt} · {hw.hardware_id}")
+    where = hw.hardware_id if p.parallel is None else f"{p.parallel['gpus'] * p.parallel['nodes']} × {hw.hardware_id} ({p.parallel['strategy']})"
+    print(f"{args.model} · input {shape} · {p.params / 1e6:.2f} M parameters · {args.precision} · {opt}{fmt} · {where}")
     print(f"  step   {p.step_seconds * 1e3:10.2f} ms   ({p.ops} ops{f', + {p.overhead_ms:.2f} ms measured null step' if p.overhead_ms else ''})")
+    if p.parallel is not None:
+        par = p.parallel
+        print(
+            f"         {par['compute_ms']:10.2f} ms of one GPU's compute; {par['comm_ms']:.2f} ms of {par['collectives']} collectives, {100 * par['hidden_share']:.0f} % hidden behind it"
+        )
+        print(
+            f"         {par['exposed_ms']:10.2f} ms of communication exposed; {par['sync_ms']:.2f} ms of synchronisation (learned from measured multi-GPU steps)"
+        )
     if p.host_issue_ms:
         gpu_ms = sum(p.family_ms.values())
         print(f"         {gpu_ms:10.2f} ms of device work; the host issues the ops in {p.host_issue_ms:.2f} ms, alongside")
     if p.epoch_seconds is not None:
-        print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} optimizer steps of {args.batch_size * args.grad_accum})")
-    print(f"  memory {mem_bytes / GIB:10.2f} GiB predicted peak" + ("" if fit is None else ("  (fits)" if fit else "  (DOES NOT FIT)")))
+        per_step = args.batch_size * args.grad_accum * (args.gpus * args.nodes if p.parallel is not None else 1)
+        print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} optimizer steps of {per_step})")
+    per_gpu = " per GPU" if p.parallel is not None else ""
+    print(f"  memory {mem_bytes / GIB:10.2f} GiB predicted peak{per_gpu}" + ("" if fit is None else ("  (fits)" if fit else "  (DOES NOT FIT)")))
     print("  time by op family:  " + ", ".join(f"{f} {100 * v:.0f} %" for f, v in p.family_share.items() if v >= 0.005))
     how = ", ".join(f"{k} {100 * v:.0f} %" for k, v in sorted(p.estimate_share.items()))
     print(f"  estimated by:       {how}  (model: a measured family; analogy: a related family's model; roofline: none)")
@@ -267,6 +282,10 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         threads=args.threads,
         overhead_path=args.overhead,
         local_record=artifact_path("hardware_record"),
+        gpus=args.gpus,
+        nodes=args.nodes,
+        parallel=args.parallel,
+        network_gbits=args.network,
     )
     rows = plan.sorted(args.sort)
     if args.json:
@@ -397,6 +416,19 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=_positive, metavar="N", help="tokens per sample of a text model (hf: configs default to 512)")
 
 
+def _add_parallel_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpus", type=_positive, default=1, metavar="N", help="GPUs per node (default 1); --batch-size is per GPU")
+    p.add_argument("--nodes", type=_positive, default=1, metavar="M", help="nodes of --gpus GPUs each (default 1)")
+    p.add_argument(
+        "--parallel",
+        default="ddp",
+        metavar="ddp|fsdp",
+        help="how the GPUs share the job: ddp (DistributedDataParallel, default: bucketed gradient all-reduce overlapped "
+        "with the backward) | fsdp (ZeRO-3: parameters, gradients and optimizer state sharded)",
+    )
+    p.add_argument("--network", type=float, metavar="GBITS", help="network bandwidth per node between nodes, Gb/s (e.g. 100, 200, 400; default 200)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="prenet", description="Predict a training job's time, steps and success before paying for it.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -431,6 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="fp32 (strict, default) | tf32 (GEMM/conv on TF32 tensor cores) | fp16 / bf16 (autocast, FP32 master weights)",
     )
     st.add_argument("--dataset-size", type=_positive, help="samples per epoch (a positive integer; gives epoch_seconds)")
+    _add_parallel_args(st)
     st.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local)")
     st.add_argument("--models", default=str(artifact_path("models_ops")), help="op-level step-time models (default: %(default)s)")
     st.add_argument("--json", action="store_true", help="print the prediction as JSON")
@@ -501,6 +534,17 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--subset", type=int, default=128, help="samples the NTK is computed on (default 128)")
     pn.add_argument("--max-gib", type=float, default=4.0, help="memory allowed for the NTK (GiB, default 4)")
     pn.add_argument("--hardware", nargs="+", help="hardware to plan for (default: local and the whole catalog; see `prenet hardware list`)")
+    pn.add_argument(
+        "--gpus",
+        type=_positive,
+        nargs="+",
+        default=[1, 2, 4, 8],
+        metavar="N",
+        help="GPU counts per node planned for every GPU (default: 1 2 4 8); --batch-size is per GPU",
+    )
+    pn.add_argument("--nodes", type=_positive, default=1, metavar="M", help="nodes of each multi-GPU option (default 1)")
+    pn.add_argument("--parallel", choices=["ddp", "fsdp"], default="ddp", help="how the GPUs share the job (default: ddp)")
+    pn.add_argument("--network", type=float, metavar="GBITS", help="network bandwidth per node between nodes, Gb/s (default 200)")
     pn.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the job (default: sgd)")
     pn.add_argument("--fused", action="store_true", help=_FUSED_HELP)
     pn.add_argument("--memory-format", choices=list(MEMORY_FORMATS), default="contiguous", help=_MEMORY_FORMAT_HELP)

@@ -48,6 +48,12 @@ HEADLINE: dict[str, dict[str, tuple[str, ...]]] = {
         "mem_pct": ("memory", "mape_pct"),
         "trace_s": ("trace_seconds", "gpt_1p3b_s"),
     },
+    "train_parallel": {"n": ("collectives", "fitted_rows"), "eff_nvlink": ("collectives", "nvlink", "eff_reduce")},
+    "evaluate_parallel": {
+        "coll_pct": ("collectives", "holdout", "mape_pct"),
+        "coll_1mib_pct": ("collectives", "holdout", "mape_pct_1mib"),
+        "scaling_pct": ("scaling", "mape_pct"),
+    },
     "pretrain": {"n": ("tasks_pretrained",)},
     "finetune": {"n": ("runs",), "diverged": ("diverged",)},
     "forecast": {"n": ("configs",), "unreliable": ("unreliable",)},

@@ -49,6 +49,10 @@ def predict_step_time(
     grad_accum: int = 1,
     checkpointing: bool = False,
     with_memory: bool = False,
+    gpus: int = 1,
+    nodes: int = 1,
+    parallel: str = "ddp",
+    network_gbits: float | None = None,
 ) -> StepPrediction:
     """Predicted time of one training step (and of an epoch with ``dataset_size``) of ``model`` in ``precision``
     (fp32 | tf32 | fp16 | bf16), through the op-level path (:mod:`prenet.steptime.step`). ``overhead_ms`` None: the
@@ -58,7 +62,10 @@ def predict_step_time(
     transposes) or ``channels_last`` (NHWC, ``model.to(memory_format=torch.channels_last)``). ``grad_accum``: K
     micro-steps of ``batch_size`` per optimizer step; the answer is per optimizer step. ``checkpointing``: each block
     of the model's repeated stack under ``torch.utils.checkpoint`` (:mod:`prenet.checkpointing`). ``with_memory``: also
-    the step's predicted peak memory (``memory_bytes``). A named model's traced step is stored and read back
+    the step's predicted peak memory (``memory_bytes``). ``gpus`` per node × ``nodes``, ``parallel`` (``ddp`` |
+    ``fsdp``) and the node's ``network_gbits`` (Gb/s): the job on several GPUs (:mod:`prenet.parallel`);
+    ``batch_size`` is per GPU, the answer's ``parallel`` holds compute and communication apart, and under FSDP
+    ``memory_bytes`` is per GPU. A named model's traced step is stored and read back
     (:mod:`prenet.steptime.job_trace`): a repeated question about the same job imports no torch."""
     hw = _hardware(hardware, threads)
     job = job_trace(
@@ -74,9 +81,30 @@ def predict_step_time(
         checkpointing=checkpointing,
         with_memory=with_memory,
     )
-    pred = predict_traced(job.traces[device_type(hw)], hw, EfficiencyModel.load(models_dir), overhead_ms=overhead_ms, dataset_size=dataset_size)
+    layout = None
+    if gpus * nodes > 1 or parallel != "ddp":
+        from prenet.parallel.data_parallel import Layout, parse_parallel
+
+        strategy, tp = parse_parallel(parallel)
+        layout = Layout(gpus=gpus, nodes=nodes, strategy=strategy, tp=tp, network_gbits=network_gbits)
+    trace = job.traces[device_type(hw)]
+    if layout is None:
+        pred = predict_traced(trace, hw, EfficiencyModel.load(models_dir), overhead_ms=overhead_ms, dataset_size=dataset_size)
+    else:
+        from prenet.parallel.answer import predict_parallel
+
+        pred = predict_parallel(trace, hw, EfficiencyModel.load(models_dir), layout, overhead_ms=overhead_ms, dataset_size=dataset_size)
     pred.notes[:0] = job_notes(job)
     pred.memory_bytes = job.memory.total_bytes if job.memory is not None else None
+    if job.memory is not None and layout is not None and layout.strategy == "fsdp" and layout.world > 1:
+        from prenet.parallel.data_parallel import fsdp_memory_bytes, fsdp_units
+
+        m = job.memory
+        pred.memory_bytes = fsdp_memory_bytes(
+            m.total_bytes, m.weights_bytes, m.gradients_bytes, m.optimizer_bytes, layout.world, fsdp_units(trace.grad_params)
+        )
+        if pred.parallel is not None:
+            pred.parallel["memory_bytes_per_gpu"] = pred.memory_bytes
     return pred
 
 

@@ -95,6 +95,9 @@ DATA_READ: dict[str, tuple[str, ...]] = {
     "prenet/data/external_ops.py": ("data/external/neusight2025",),
     "prenet/data/external_kernels.py": ("data/external/deepbench", "data/external/xla_perf_tables"),
     "prenet/steptime/reference_evaluation.py": ("data/external/dle2024", "data/external/pytorch_gpu_benchmark", "data/external/neusight2025"),
+    "prenet/parallel/interconnect.py": ("data/hardware/interconnect.csv",),
+    "prenet/parallel/measured.py": ("data/external/collectives",),
+    "prenet/parallel/scaling.py": ("data/external/dle2024",),
 }
 
 

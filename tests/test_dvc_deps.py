@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import STAGES
+
 _spec = importlib.util.spec_from_file_location("stage_deps", Path(__file__).resolve().parents[1] / "scripts" / "stage_deps.py")
 stage_deps = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(stage_deps)
@@ -26,19 +28,20 @@ PREDICTOR_PACKAGES = {
         "prenet/graph/",
         "prenet/hardware/",
         "prenet/zoo.py",
+        "prenet/parallel/",
     ),
     "convergence": ("prenet/convergence/",),
     "early_success": ("prenet/outcome/", "prenet/telemetry/"),
 }
 #: The stages of dvc.yaml each predictor owns; ``report`` belongs to none (it reads records only).
+_CONVERGENCE = ["pretrain", "finetune", "forecast", "evaluate_convergence", "forecast_cost"]
+_EARLY_SUCCESS = ["corpus", "train_outcome", "evaluate_outcome"]
 STAGE_PREDICTOR = {
-    **dict.fromkeys(
-        ["benchmark", "benchmark_models", "featurize", "validate", "split", "train", "evaluate", "benchmark_ops", "train_ops", "evaluate_ops"],
-        "step_time",
-    ),
-    **dict.fromkeys(["pretrain", "finetune", "forecast", "evaluate_convergence", "forecast_cost"], "convergence"),
-    **dict.fromkeys(["corpus", "train_outcome", "evaluate_outcome"], "early_success"),
+    **dict.fromkeys(_CONVERGENCE, "convergence"),
+    **dict.fromkeys(_EARLY_SUCCESS, "early_success"),
     "report": None,
+    # every other stage is a step-time stage (multi-GPU steps included)
+    **{s: "step_time" for s in STAGES if s not in {*_CONVERGENCE, *_EARLY_SUCCESS, "report"}},
 }
 _MAIN = [(n, st) for where, n, st in stage_deps._stages() if where == "dvc.yaml"]
 

@@ -57,7 +57,9 @@ def test_plan_every_hardware_fits_80_columns_and_ranks_by_cost(tiny_run, capsys)
     assert len(priced) >= 5 and [r["cost_usd"] for r in priced] == sorted(r["cost_usd"] for r in priced)
     assert d["rows"][: len(priced)] == priced  # unpriced after priced
     for r in d["rows"]:
-        assert r["wall_seconds"] == pytest.approx(r["step_seconds"] * d["steps"])
+        # an epoch is split over an option's GPUs (batch 16 per GPU)
+        assert r["steps"] == 2 * math.ceil(1000 / (16 * r["gpus"] * r["nodes"]))
+        assert r["wall_seconds"] == pytest.approx(r["step_seconds"] * r["steps"])
         assert 0 < r["wall_low"] <= r["wall_high"] and r["step_low"] <= r["step_high"]
         if r["cost_usd"] is not None:
             assert r["cost_usd"] == pytest.approx(r["wall_seconds"] / 3600 * r["usd_per_hour"])
@@ -75,7 +77,7 @@ def test_plan_every_hardware_fits_80_columns_and_ranks_by_cost(tiny_run, capsys)
 
 def test_plan_sort_hardware_list_and_price_override(tiny_run, capsys):
     root, _, _ = tiny_run
-    common = ("--model", "resnet18", "--batch-size", "8", "--steps", "1000", "--hardware", "L4", "Tesla T4", "H100 SXM5 80GB")
+    common = ("--model", "resnet18", "--batch-size", "8", "--steps", "1000", "--gpus", "1", "--hardware", "L4", "Tesla T4", "H100 SXM5 80GB")
     by_time = _plan_json(capsys, root, *common, "--sort", "time")
     assert [r["hardware"] for r in by_time["rows"]] == [r["hardware"] for r in sorted(by_time["rows"], key=lambda r: r["wall_seconds"])]
     assert len(by_time["rows"]) == 3 and by_time["steps"] == by_time["steps_low"] == by_time["steps_high"] == 1000
@@ -86,7 +88,9 @@ def test_plan_sort_hardware_list_and_price_override(tiny_run, capsys):
 
 def test_memory_decides_fit_and_a_batch_that_fits_nowhere_is_an_error(tiny_run, capsys):
     root, _, _ = tiny_run
-    d = _plan_json(capsys, root, "--model", "gpt2_small_like", "--batch-size", "1024", "--steps", "10", "--hardware", "Tesla P4", "H200 SXM 141GB")
+    d = _plan_json(
+        capsys, root, "--model", "gpt2_small_like", "--batch-size", "1024", "--steps", "10", "--gpus", "1", "--hardware", "Tesla P4", "H200 SXM 141GB"
+    )
     fit = {r["hardware"]: r["fits"] for r in d["rows"]}
     assert fit == {"Tesla P4": False, "H200 SXM 141GB": True}
     assert d["rows"][-1]["hardware"] == "Tesla P4"  # what does not fit ranks last
@@ -218,6 +222,8 @@ def test_plan_states_precision_shape_params_and_family_shares(tiny_run, capsys):
         "10",
         "--precision",
         "bf16",
+        "--gpus",
+        "1",
         "--hardware",
         "H100 SXM5 80GB",
         "V100 PCIe 16/32GB",
@@ -229,3 +235,23 @@ def test_plan_states_precision_shape_params_and_family_shares(tiny_run, capsys):
     assert main(_args(root, "--model", "resnet18", "--batch-size", "8", "--steps", "10", "--hardware", "local")) == 0
     text = capsys.readouterr().out
     assert "input 8x3x64x64" in text and "fp32" in text and "time by op family on local" in text
+
+
+def test_plan_prices_node_options(tiny_run, capsys):
+    """1, 2 and 8 GPUs of each GPU: the price counts every GPU, an epoch is split over them, compute and communication
+    are apart, and a count larger than a node holds is left out with a note."""
+    root, _, _ = tiny_run
+    d = _plan_json(
+        capsys, root, "--model", "resnet18", "--batch-size", "8", "--dataset-size", "800", "--epochs", "1",
+        "--hardware", "A100 80GB SXM4", "RTX 4090", "--gpus", "1", "2", "8", "32", "--price", "RTX 4090=0.5",
+    )  # fmt: skip
+    rows = {r["hardware"]: r for r in d["rows"]}
+    assert set(rows) == {f"{n}{h}" for n in ("", "2× ", "8× ") for h in ("A100 80GB SXM4", "RTX 4090")}
+    eight = rows["8× RTX 4090"]
+    assert eight["usd_per_hour"] == pytest.approx(8 * 0.5) and eight["steps"] == math.ceil(800 / (8 * 8)) and eight["device"] == "RTX 4090"
+    p = eight["parallel"]
+    assert p["strategy"] == "ddp" and p["gpus"] == 8 and p["comm_ms"] > 0 and 0 <= p["exposed_ms"] <= p["comm_ms"]
+    assert eight["step_seconds"] == pytest.approx((p["compute_ms"] + p["exposed_ms"] + p["sync_ms"]) / 1e3)
+    # NVLink moves the same gradients faster than PCIe without peer-to-peer
+    assert rows["8× A100 80GB SXM4"]["parallel"]["comm_ms"] < p["comm_ms"]
+    assert any("32 GPUs" in n and "node" in n for n in d["notes"]) and any("RTX 4090 has no peer-to-peer" in n for n in d["notes"])

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def tiny_run(tiny_pipeline):
     """The tiny run up to report (conftest.tiny_pipeline: only these stages and their upstream)."""
-    return tiny_pipeline("report")
+    return tiny_pipeline("report", "evaluate_parallel")
 
 
 def _leaves(d: dict, prefix: str = "") -> dict:

@@ -395,3 +395,29 @@ class OpTimings(pa.DataFrameModel):
     @pa.check("measured_ms", "flops", name="is_finite")
     def _finite(cls, data: PolarsData) -> pl.LazyFrame:
         return _is_finite(data)
+
+
+class ParallelScaling(pa.DataFrameModel):
+    """Output of ``train_parallel``: DeepLearningExamples' 1 → N GPU scaling rows with the predicted one-GPU step and
+    its data-parallel collectives (:func:`prenet.parallel.scaling.predict_scaling`); ms, ratios T_N / T_1."""
+
+    model: str
+    gpu_name: str
+    precision: str = pa.Field(isin=list(PRECISIONS))
+    batch: int = pa.Field(ge=1)
+    hardware_id: str
+    gpus: int = pa.Field(ge=2)
+    measured_ratio: float = pa.Field(gt=0)
+    t1_ms: float = pa.Field(gt=0)
+    comm_ms: float = pa.Field(ge=0)
+    exposed_ms: float = pa.Field(ge=0)
+    physics_ratio: float = pa.Field(ge=1)
+
+    @pa.check("measured_ratio", "t1_ms", "physics_ratio", name="is_finite")
+    def _finite(cls, data: PolarsData) -> pl.LazyFrame:
+        return _is_finite(data)
+
+    class Config:
+        strict = True
+        name = "ParallelScaling"
+        unique = ["model", "gpu_name", "precision", "batch", "gpus"]

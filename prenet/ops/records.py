@@ -4,6 +4,7 @@ step (no torch here: a stored trace is predicted without importing it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -50,6 +51,9 @@ class StepTrace:
     fused: bool = False  # the optimizer step as one fused kernel (``torch.optim.*(fused=True)``), else foreach / per tensor
     memory_format: str = "contiguous"  # of the 4-D tensors (:data:`~prenet.names.MEMORY_FORMATS`)
     grad_accum: int = 1  # micro-steps (forward + backward) per optimizer step (:func:`prenet.steptime.step.accumulate`)
+    #: The trainable parameters in registration order, as [name of the module that owns it (as the records name
+    #: modules), elements]: when each gradient is ready in the backward pass (data-parallel buckets, :mod:`prenet.parallel`).
+    grad_params: list[list[Any]] = field(default_factory=list)
 
     def frame(self) -> pl.DataFrame:
         """One row per op (columns of :class:`OpRecord`)."""

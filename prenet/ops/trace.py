@@ -721,7 +721,15 @@ def trace_step(
         notes=notes,
         fused=fused,
         memory_format=memory_format,
+        grad_params=grad_params(meta),
     )
+
+
+def grad_params(module: nn.Module) -> list[list[Any]]:
+    """[owning module's name as the tracer names it, elements] of each trainable parameter, in registration order."""
+    names = {name: mod_name for mod_name, m in module.named_modules() for name, _ in m.named_parameters(prefix=mod_name, recurse=False)}
+    top = type(module).__name__
+    return [[names.get(n) or top, int(p.numel())] for n, p in module.named_parameters() if p.requires_grad]
 
 
 def measure_step(

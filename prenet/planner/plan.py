@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,11 @@ class PlanRow:
     fits_upper: bool | None  # also at the largest measured memory under-prediction
     price_source: str | None = None
     family_share: dict[str, float] = field(default_factory=dict)  # share of the predicted step per op family
+    steps: int = 0  # optimizer steps of this option (an epoch is split over a multi-GPU option's data-parallel GPUs)
+    gpus: int = 1  # GPUs per node of this option (its price counts them all)
+    nodes: int = 1
+    device: str = ""  # the catalog name of one device ('' : ``hardware``)
+    parallel: dict[str, Any] | None = None  # a multi-GPU option's step (:class:`prenet.parallel.data_parallel.ParallelStep`)
 
 
 @dataclass
@@ -126,17 +132,24 @@ def plan_rows(
     intervals: Intervals,
     prices: dict[str, dict[str, Any]],
     family_share: dict[str, dict[str, float]] | None = None,
+    options: dict[str, dict[str, Any]] | None = None,
 ) -> list[PlanRow]:
-    """One row per hardware from its predicted step time (s)."""
+    """One row per hardware option from its predicted step time (s). ``options``: per multi-GPU option, its
+    ``device`` (catalog name), ``gpus``, ``nodes``, ``steps`` (its own count: an epoch is shared by its GPUs) and
+    ``parallel`` step; its price is the device's times its GPUs. Memory is per device (DDP replicates the step)."""
     lower_prices = {k.lower(): v for k, v in prices.items()}
     rows = []
     for name, step_s in step_seconds.items():
         spec = specs[name]
+        opt = (options or {}).get(name, {})
+        n_dev = int(opt.get("gpus", 1)) * int(opt.get("nodes", 1))
+        device = opt.get("device", name)
         lo, hi = intervals.bounds(spec.kind)
         slo, shi = intervals.bounds(spec.kind, with_steps=False)
-        wall = step_s * steps
-        price = lower_prices.get(name.lower()) or lower_prices.get(spec.hardware_id.lower())
-        usd = price["usd_per_hour"] if price else None
+        n_steps = int(opt.get("steps", steps))
+        wall = step_s * n_steps
+        price = lower_prices.get(device.lower()) or lower_prices.get(spec.hardware_id.lower())
+        usd = price["usd_per_hour"] * n_dev if price else None
         mem_gib = spec.mem_gb if spec.kind == "gpu" else host_memory_gib()
         reserve = GPU_RESERVE_GIB if spec.kind == "gpu" else 0.0
         ratio = max(intervals.memory_ratio_max or 1.0, 1.0)
@@ -155,13 +168,72 @@ def plan_rows(
                 cost_low=wall * lo / 3600 * usd if usd is not None else None,
                 cost_high=wall * hi / 3600 * usd if usd is not None else None,
                 device_memory_gib=mem_gib,
-                fits=fits(memory.total_bytes, mem_gib, reserve),
-                fits_upper=fits(memory.total_bytes * ratio, mem_gib, reserve),
+                fits=fits(opt.get("memory_bytes", memory.total_bytes), mem_gib, reserve),
+                fits_upper=fits(opt.get("memory_bytes", memory.total_bytes) * ratio, mem_gib, reserve),
                 price_source=price.get("source") if price else None,
                 family_share=(family_share or {}).get(name, {}),
+                steps=n_steps,
+                gpus=int(opt.get("gpus", 1)),
+                nodes=int(opt.get("nodes", 1)),
+                device=device,
+                parallel=opt.get("parallel"),
             )
         )
     return rows
+
+
+def _multi_gpu_options(
+    name: str,
+    spec: HardwareSpec,
+    pred: Any,
+    ops: Any,
+    trace: Any,
+    op_model: Any,
+    memory: MemoryEstimate,
+    gpus: Sequence[int],
+    nodes: int,
+    parallel: str,
+    network_gbits: float | None,
+    notes: list[str],
+) -> dict[str, dict[str, Any]]:
+    """The multi-GPU options of GPU ``name`` (one per count of ``gpus`` its node holds, on ``nodes`` nodes): their
+    label → {step_s, device, gpus, nodes, replicas, parallel, memory_bytes}."""
+    from prenet.parallel.answer import DEFAULT_PARALLEL_MODEL, layout_step
+    from prenet.parallel.data_parallel import Layout, fsdp_memory_bytes, fsdp_units, parse_parallel
+    from prenet.parallel.interconnect import interconnect
+    from prenet.parallel.model import ParallelModel
+
+    strategy, tp = parse_parallel(parallel)
+    ic = interconnect(spec)
+    pm = ParallelModel.load(DEFAULT_PARALLEL_MODEL)
+    out: dict[str, dict[str, Any]] = {}
+    for g in sorted(set(gpus)):
+        if g * nodes == 1:
+            continue
+        if g > ic.gpus_per_node:
+            notes.append(f"{g} GPUs of {name}: not planned, a node holds at most {ic.gpus_per_node} (use --nodes)")
+            continue
+        layout = Layout(gpus=g, nodes=nodes, strategy=strategy, tp=tp, network_gbits=network_gbits)
+        step = layout_step(pred, ops, trace, spec, layout, op_model, pm)
+        for note in step.notes:
+            if note not in notes and not note.startswith("GPUs joined by"):
+                notes.append(note)
+        label = f"{g}× {name}" if nodes == 1 else f"{nodes}×{g}× {name}"
+        mem = memory.total_bytes
+        if strategy == "fsdp":
+            mem = fsdp_memory_bytes(
+                memory.total_bytes, memory.weights_bytes, memory.gradients_bytes, memory.optimizer_bytes, layout.world, fsdp_units(trace.grad_params)
+            )
+        out[label] = {
+            "step_s": step.step_ms / 1e3,
+            "device": name,
+            "gpus": g,
+            "nodes": nodes,
+            "replicas": layout.data_parallel,
+            "parallel": step.to_dict(),
+            "memory_bytes": mem,
+        }
+    return out
 
 
 TARGETS = ("converge_eps", "target_loss", "target_accuracy")
@@ -317,6 +389,10 @@ def make_plan(
     zoo_kwargs: dict[str, Any] | None = None,
     precision: str = "fp32",
     local_record: str | Path | None = None,
+    gpus: Sequence[int] = (1,),
+    nodes: int = 1,
+    parallel: str = "ddp",
+    network_gbits: float | None = None,
 ) -> Plan:
     """Plan a training job of ``model`` (zoo name, ``file.py:function`` or ``(module, example_batch)``) on every
     hardware in the catalog plus ``local`` (or the ``hardware`` list). Exactly one of ``steps``, ``epochs`` (with
@@ -329,7 +405,10 @@ def make_plan(
     micro-steps of ``batch_size`` per optimizer step (a step is an optimizer step: epochs count ``batch_size``·K samples
     per step, the forecast runs at that batch); ``checkpointing``: activation checkpointing of the model's repeated
     blocks (:mod:`prenet.checkpointing`), in the step time and the memory fit.
-    ``local_record``: the benchmark stage's record of this CPU (``local`` is measured now when it does not match)."""
+    ``local_record``: the benchmark stage's record of this CPU (``local`` is measured now when it does not match).
+    ``gpus``: the GPU counts per node planned for every GPU (e.g. 1, 2, 4, 8; a count above what its node holds is
+    left out), on ``nodes`` nodes of ``network_gbits`` Gb/s each, shared as ``parallel`` (ddp | fsdp; batch per GPU);
+    an epoch is split over the data-parallel GPUs; a forecast's steps hold for one GPU's batch only."""
 
     from prenet.hardware import catalog, resolve
     from prenet.hardware.catalog import alias_note
@@ -424,6 +503,11 @@ def make_plan(
                 raise PrenetError(f"--epochs must be positive, got {epochs}")
             n_steps, steps_from = int(math.ceil(float(epochs) * math.ceil(dataset_size / (batch_size * grad_accum)))), "epochs"
     step_s, shares = {}, {}
+    options: dict[str, dict[str, Any]] = {}
+    specs_multi: dict[str, HardwareSpec] = {}
+    if steps_from == "forecast" and (max(gpus) > 1 or nodes > 1):
+        notes.append("multi-GPU options are not planned with a convergence forecast: its steps hold for one GPU's batch")
+        gpus, nodes = (1,), 1
     traces: dict[str, Any] = {}
     frames: dict[str, Any] = {}
     for dt, group in by_device.items():  # one trace per device type, one batched prediction over its hardware
@@ -440,9 +524,20 @@ def make_plan(
             except UnsupportedPrecisionError:
                 notes.append(f"{n}: not planned, no {precision} unit in its spec sheet")
         overheads = [default_overhead_ms(specs[n], optimizer, overhead_path or DEFAULT_OVERHEAD) for n in runnable]
-        for n, (pred, _) in zip(runnable, predict_trace_many(traces[dt], [specs[n] for n in runnable], op_model, overhead_ms=overheads)):
-            step_s[n] = pred.step_seconds
-            shares[n] = {k: round(v, 4) for k, v in pred.family_share.items()}
+        for n, (pred, ops) in zip(runnable, predict_trace_many(traces[dt], [specs[n] for n in runnable], op_model, overhead_ms=overheads)):
+            if 1 in gpus and nodes == 1 or specs[n].kind != "gpu":
+                step_s[n] = pred.step_seconds
+                shares[n] = {k: round(v, 4) for k, v in pred.family_share.items()}
+            if specs[n].kind == "gpu" and (max(gpus) > 1 or nodes > 1):
+                for name, opt in _multi_gpu_options(
+                    n, specs[n], pred, ops, traces[dt], op_model, memory, gpus, nodes, parallel, network_gbits, notes
+                ).items():
+                    step_s[name], shares[name], options[name], specs_multi[name] = (
+                        opt.pop("step_s"),
+                        {k: round(v, 4) for k, v in pred.family_share.items()},
+                        opt,
+                        specs[n],
+                    )
     notes += job_notes(job)
     if grad_accum > 1:
         notes.append(
@@ -450,8 +545,11 @@ def make_plan(
         )
     if not step_s:
         raise PrenetError(f"no hardware considered runs {precision}: " + "; ".join(notes[:3]))
-    specs = {n: specs[n] for n in step_s}
-    rows = plan_rows(step_s, specs, steps=n_steps, memory=memory, intervals=iv, prices=prices or {}, family_share=shares)
+    specs = {n: specs.get(n) or specs_multi[n] for n in step_s}
+    for opt in options.values():
+        if steps_from == "epochs":
+            opt["steps"] = int(math.ceil(float(epochs) * math.ceil(dataset_size / (batch_size * grad_accum * opt["replicas"]))))
+    rows = plan_rows(step_s, specs, steps=n_steps, memory=memory, intervals=iv, prices=prices or {}, family_share=shares, options=options)
     known = [r for r in rows if r.fits is not None]
     if known and not any(r.fits for r in known):
         biggest = max(known, key=lambda r: r.device_memory_gib or 0)

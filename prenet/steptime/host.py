@@ -54,6 +54,19 @@ def issue_bound_ms(gpu_ms: np.ndarray, issued_ops: np.ndarray, host_ms: float) -
     return float(np.max(issue + remaining))
 
 
+def op_end_ms(gpu_ms: np.ndarray, issued_ops: np.ndarray, host_ms: float) -> np.ndarray:
+    """When each op ends on the GPU (ms from the step's start): it starts once issued and once the op ahead of it has
+    ended, ``end_i = max(end_(i-1), issue_i) + g_i``; the last is :func:`issue_bound_ms`."""
+    g = np.asarray(gpu_ms, dtype=float)
+    issue = np.cumsum(np.asarray(issued_ops, dtype=float) * max(host_ms, 0.0))
+    end = np.empty_like(g)
+    t = 0.0
+    for i in range(g.size):
+        t = max(t, issue[i]) + g[i]
+        end[i] = t
+    return end
+
+
 def fit_host_ms(steps: Sequence[tuple[float, np.ndarray, np.ndarray, float]]) -> tuple[float, float]:
     """(host ms per issued op, MAPE %) over measured steps ``(measured_ms, gpu_ms, issued, extra_ms)`` (``extra_ms``: time
     outside the ops, e.g. the batch's copy): the grid value (:data:`HOST_GRID_MS`) of least mean absolute % error."""

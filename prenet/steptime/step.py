@@ -59,6 +59,9 @@ class StepPrediction:
     grad_accum: int = 1  # micro-steps of ``batch_size`` per optimizer step: the step is one optimizer step
     memory_bytes: int | None = None  # predicted peak memory of the step (bytes), when asked for
     host_issue_ms: float = 0.0  # the host's time to issue the step's ops (GPU: ops × the fitted host cost; ms)
+    #: A multi-GPU job (:class:`prenet.parallel.data_parallel.ParallelStep` as a dict): ``step_seconds`` is then its
+    #: step, and ``family_ms`` the one-GPU compute it starts from. None: one device.
+    parallel: dict[str, Any] | None = None
 
     @property
     def family_share(self) -> dict[str, float]:
@@ -245,7 +248,13 @@ def predict_traced(
     (None: the measured null step of the local CPU), and the epoch of ``dataset_size`` samples when given."""
     ovh = default_overhead_ms(hardware, trace.optimizer) if overhead_ms is None else overhead_ms
     pred, _ = predict_trace(trace, hardware, model, overhead_ms=ovh)
-    if dataset_size is not None and pred.batch_size:
-        pred.steps_per_epoch = math.ceil(dataset_size / (pred.batch_size * trace.grad_accum))
-        pred.epoch_seconds = pred.steps_per_epoch * pred.step_seconds
+    set_epoch(pred, trace, dataset_size)
     return pred
+
+
+def set_epoch(pred: StepPrediction, trace: StepTrace, dataset_size: int | None, replicas: int = 1) -> None:
+    """``pred``'s steps and seconds per epoch of ``dataset_size`` samples (none when not given), an optimizer step
+    holding ``batch × grad_accum × replicas`` samples (``replicas``: data-parallel GPUs)."""
+    if dataset_size is not None and pred.batch_size:
+        pred.steps_per_epoch = math.ceil(dataset_size / (pred.batch_size * trace.grad_accum * replicas))
+        pred.epoch_seconds = pred.steps_per_epoch * pred.step_seconds
