@@ -119,7 +119,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         gpu_ms = sum(p.family_ms.values())
         print(f"         {gpu_ms:10.2f} ms of device work; the host issues the ops in {p.host_issue_ms:.2f} ms, alongside")
     if p.epoch_seconds is not None:
-        per_step = args.batch_size * args.grad_accum * (args.gpus * args.nodes if p.parallel is not None else 1)
+        per_step = args.batch_size * args.grad_accum * (p.parallel["gpus"] * p.parallel["nodes"] // p.parallel["tp"] if p.parallel is not None else 1)
         print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} optimizer steps of {per_step})")
     per_gpu = " per GPU" if p.parallel is not None else ""
     print(f"  memory {mem_bytes / GIB:10.2f} GiB predicted peak{per_gpu}" + ("" if fit is None else ("  (fits)" if fit else "  (DOES NOT FIT)")))
@@ -417,14 +417,15 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_parallel_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpus", type=_positive, default=1, metavar="N", help="GPUs per node (default 1); --batch-size is per GPU")
+    p.add_argument("--gpus", type=_positive, default=1, metavar="N", help="GPUs per node (default 1); --batch-size is per GPU (per tp:K group)")
     p.add_argument("--nodes", type=_positive, default=1, metavar="M", help="nodes of --gpus GPUs each (default 1)")
     p.add_argument(
         "--parallel",
         default="ddp",
-        metavar="ddp|fsdp",
+        metavar="ddp|fsdp|tp:K",
         help="how the GPUs share the job: ddp (DistributedDataParallel, default: bucketed gradient all-reduce overlapped "
-        "with the backward) | fsdp (ZeRO-3: parameters, gradients and optimizer state sharded)",
+        "with the backward) | fsdp (ZeRO-3: parameters, gradients and optimizer state sharded) | tp:K (Megatron tensor "
+        "parallelism of the transformer blocks over K GPUs of a node, data parallel over the rest)",
     )
     p.add_argument("--network", type=float, metavar="GBITS", help="network bandwidth per node between nodes, Gb/s (e.g. 100, 200, 400; default 200)")
 

@@ -103,8 +103,15 @@ def predict_step_time(
         pred.memory_bytes = fsdp_memory_bytes(
             m.total_bytes, m.weights_bytes, m.gradients_bytes, m.optimizer_bytes, layout.world, fsdp_units(trace.grad_params)
         )
-        if pred.parallel is not None:
-            pred.parallel["memory_bytes_per_gpu"] = pred.memory_bytes
+    if job.memory is not None and layout is not None and layout.strategy == "tp":
+        from prenet.parallel.tensor_parallel import tp_memory_bytes
+
+        m = job.memory
+        pred.memory_bytes = tp_memory_bytes(
+            m.total_bytes, m.weights_bytes + m.gradients_bytes + m.optimizer_bytes, trace.grad_params, trace.blocks, layout.tp
+        )
+    if pred.parallel is not None:
+        pred.parallel["memory_bytes_per_gpu"] = pred.memory_bytes
     return pred
 
 

@@ -88,6 +88,7 @@ def test_interconnects_from_the_catalog_and_assumed():
         check_layout(Layout(gpus=8, strategy="tp", tp=8), interconnect(A100), A100.hardware_id, heads=12)
     with pytest.raises(PrenetError, match="not one of ddp, fsdp"):
         parse_parallel("zero")
+    assert parse_parallel("tp:4") == ("tp", 4) and parse_parallel("fsdp") == ("fsdp", 1)
 
 
 def test_ddp_buckets_follow_ddps_caps_in_reverse_order():
@@ -167,9 +168,37 @@ def test_cli_answers_a_multi_gpu_step_and_refuses_bad_layouts(op_models, capsys)
     assert "8 × A100 80GB SXM4 (ddp)" in text and "collectives" in text and "Gb/s per node assumed (set --network)" in text
     for extra, message in (
         (["--gpus", "16"], "holds at most 8 GPUs"),
-        (["--gpus", "2", "--parallel", "tp:2"], "tensor parallelism is not answered yet"),
+        (["--gpus", "2", "--parallel", "tp:2"], "no repeated stack of attention blocks"),
+        (["--gpus", "4", "--parallel", "tp:3"], "does not divide --gpus 4"),
         (["--gpus", "2", "--parallel", "zero"], "not one of ddp, fsdp"),
     ):
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_tensor_parallel_splits_the_blocks_and_pays_four_all_reduces_each():
+    from prenet.ops.trace import attention_blocks, trace_step
+    from prenet.parallel.tensor_parallel import split_ops, tp_memory_bytes, tp_step
+    from prenet.zoo import ZOO
+
+    module, example = ZOO["gpt2_small_like"](batch_size=2)
+    blocks, heads = attention_blocks(module)
+    assert blocks == ["blocks.0", "blocks.1"] and heads == 12
+    tr = trace_step(module, example, device_type="cuda", precision="bf16")
+    assert tr.blocks == blocks and tr.heads == 12
+    ops = tr.frame().with_columns(pl.lit(0.1).alias("predicted_ms"))
+    split, block_out = split_ops(ops, blocks, 4, block_share=0.5)
+    assert set(block_out) == set(blocks) and all(n == 2 * example[0].shape[1] * 768 for n in block_out.values())
+    outside = ~pl.Series([any(str(m) == b or str(m).startswith(b + ".") for b in blocks) for m in ops["module"]])
+    assert (split.filter(outside & (pl.col("phase") != "optimizer"))["predicted_ms"] == 0.1).all()  # embedding and head whole
+    gemm_in_block = split.filter(~outside & (pl.col("family") == "gemm"))
+    assert gemm_in_block.height > 0 and gemm_in_block["predicted_ms"].to_list() == pytest.approx([0.025] * gemm_in_block.height)
+    model = ParallelModel(CollectiveModel(dict(PRIOR)), SyncResidual({}))
+    one = OneGpuStep(ops, tr.grad_params, tr.params, float(ops["predicted_ms"].sum()), "bf16")
+    step = tp_step(one, blocks, Layout(gpus=4, strategy="tp", tp=4), interconnect(A100), model, act_bytes=2)
+    assert step.collectives == 4 * len(blocks) and step.exposed_ms == pytest.approx(step.comm_ms)  # nothing hides them
+    assert step.compute_ms < one.step_ms and step.step_ms == pytest.approx(step.compute_ms + step.comm_ms)
+    with pytest.raises(PrenetError, match="no repeated stack of attention blocks"):
+        tp_step(one, [], Layout(gpus=4, strategy="tp", tp=4), interconnect(A100), model, act_bytes=2)
+    assert tp_memory_bytes(1000, 400, [["blocks.0", 30], ["head", 10]], blocks, 4) == int(1000 - 400 * 0.75 * 0.75)

@@ -54,6 +54,10 @@ class StepTrace:
     #: The trainable parameters in registration order, as [name of the module that owns it (as the records name
     #: modules), elements]: when each gradient is ready in the backward pass (data-parallel buckets, :mod:`prenet.parallel`).
     grad_params: list[list[Any]] = field(default_factory=list)
+    #: The repeated transformer blocks (module names, as the records name modules) and their attention heads: what
+    #: tensor parallelism splits (:func:`prenet.ops.trace.attention_blocks`); empty / None for other models.
+    blocks: list[str] = field(default_factory=list)
+    heads: int | None = None
 
     def frame(self) -> pl.DataFrame:
         """One row per op (columns of :class:`OpRecord`)."""

@@ -722,7 +722,39 @@ def trace_step(
         fused=fused,
         memory_format=memory_format,
         grad_params=grad_params(meta),
+        **dict(zip(("blocks", "heads"), attention_blocks(meta), strict=True)),
     )
+
+
+_HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_head", "n_heads", "heads")
+
+
+def _heads(module: nn.Module) -> int | None:
+    """The attention heads of a block: an ``nn.MultiheadAttention``'s ``num_heads``, or an integer attribute a
+    hand-written or Hugging Face attention module keeps (``num_heads``, ``heads``, ``n_head``...; or its ``config``'s)."""
+    for m in module.modules():
+        if isinstance(m, nn.MultiheadAttention):
+            return int(m.num_heads)
+        for obj in (m, getattr(m, "config", None)):
+            for a in _HEAD_ATTRS:
+                v = getattr(obj, a, None) if obj is not None else None
+                if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                    return v
+    return None
+
+
+def attention_blocks(module: nn.Module) -> tuple[list[str], int | None]:
+    """(names of the blocks of the model's outermost repeated stack of attention blocks, their heads): an
+    ``nn.ModuleList``/``nn.Sequential`` of two or more modules of one type, each with parameters and attention heads
+    (:func:`_heads`); ([], None) when the model has none."""
+    for name, sub in module.named_modules():
+        kids = list(sub.named_children())
+        if not isinstance(sub, (nn.ModuleList, nn.Sequential)) or len(kids) < 2 or len({type(k) for _, k in kids}) != 1:
+            continue
+        heads = _heads(kids[0][1])
+        if heads is not None and any(True for _ in kids[0][1].parameters()):
+            return [f"{name}.{k}" if name else k for k, _ in kids], heads
+    return [], None
 
 
 def grad_params(module: nn.Module) -> list[list[Any]]:

@@ -23,10 +23,15 @@ def layout_step(
     """The step of ``layout`` from the one-GPU prediction ``pred`` and its op table ``ops``; its notes say which links
     were assumed and which constants were not fitted."""
     ic = interconnect(hw)
-    notes = check_layout(layout, ic, hw.hardware_id)
+    notes = check_layout(layout, ic, hw.hardware_id, heads=trace.heads if layout.strategy == "tp" else None)
     one_gpu_ms = pred.step_seconds * 1e3 - pred.overhead_ms
     one = OneGpuStep(ops, trace.grad_params, trace.params, one_gpu_ms, trace.precision, op_model.host_ms.get(hw.kind, 0.0))
-    step = multi_gpu_step(one, layout, ic, model)
+    if layout.strategy == "tp":
+        from prenet.parallel.tensor_parallel import tp_step
+
+        step = tp_step(one, trace.blocks, layout, ic, model, act_bytes=2 if trace.precision in ("fp16", "bf16") else 4)
+    else:
+        step = multi_gpu_step(one, layout, ic, model)
     step.compute_ms += pred.overhead_ms
     step.notes[:0] = [*notes, f"GPUs joined by {ic.describe()}"]
     if not model.collectives.fitted(ic.link) or (layout.nodes > 1 and not model.collectives.fitted("network")):

@@ -11,7 +11,8 @@ order) and adds what the GPUs exchange (:mod:`prenet.parallel.collectives`), les
   all-gathers the parameters and the backward reduce-scatters the gradients. They are prefetched one unit ahead, so
   communication hides behind compute unless it is longer (exposed = max(0, comm − compute) per pass, plus the first
   all-gather).
-* **tp:K** (Megatron-LM tensor parallelism) is parsed and checked (:func:`check_layout`) but not answered yet.
+* **tp:K** (Megatron-LM): the repeated transformer blocks split K ways, four all-reduces of their activations per
+  block and step on the critical path (:mod:`prenet.parallel.tensor_parallel`).
 
 A learned residual (:class:`SyncResidual`) adds what measured data-parallel steps lose beyond the collectives
 (stragglers, input pipelines, clocks under load), as a share of the one-GPU step, fitted on DeepLearningExamples'
@@ -64,7 +65,7 @@ def parse_parallel(text: str) -> tuple[str, int]:
     if text in ("ddp", "fsdp"):
         return text, 1
     if text.startswith("tp:") and text[3:].isdigit() and int(text[3:]) >= 1:
-        raise PrenetError(f"--parallel {text}: tensor parallelism is not answered yet; use ddp or fsdp")
+        return "tp", int(text[3:])
     raise PrenetError(f"--parallel {text!r} is not one of ddp, fsdp, tp:K (K a positive integer, e.g. tp:2)")
 
 
@@ -271,7 +272,7 @@ def multi_gpu_step(one: OneGpuStep, layout: Layout, ic: Interconnect, model: Par
         return ddp_step(one, layout, ic, model)
     if layout.strategy == "fsdp":
         return fsdp_step(one, layout, ic, model, fsdp_units(one.grad_params))
-    raise PrenetError(f"--parallel {layout.strategy} is not answered yet; use ddp or fsdp")
+    raise PrenetError(f"--parallel {layout.strategy}: use prenet.parallel.answer.layout_step (tensor parallelism needs the trace's blocks)")
 
 
 def fsdp_memory_bytes(total_bytes: int, weights: int, gradients: int, optimizer: int, gpus: int, units: int) -> int:
