@@ -416,6 +416,35 @@ def _outcome(oc: dict, cp: dict) -> list[Row]:
     return rows
 
 
+def _multi_gpu(ep: dict, tp: dict) -> list[Row]:
+    """Multi-GPU steps: collectives on their frozen holdout and each NVLink system left out, DeepLearningExamples'
+    1 → N GPU scaling with the residual fitted on the other models."""
+    c, sc = ep.get("collectives", {}), ep.get("scaling", {})
+    ho = c.get("holdout", {})
+    links = "; ".join(
+        f"{k} {_pct(v['mape_pct'])} ({_pct(v['mape_pct_1mib'])} on ≥ 1 MiB, {v['n']} rows)" for k, v in sorted(ho.get("by_link", {}).items())
+    )
+    loso = "; ".join(f"{k} {_pct(v['mape_pct'])} ({_pct(v['mape_pct_1mib'])})" for k, v in c.get("leave_one_system_out", {}).items())
+    res = tp.get("residual", {}).get("share_at_8", {})
+    by_prec = "; ".join(f"{k} {_pct(v)}" for k, v in sc.get("by_precision", {}).items())
+    return [
+        ["multi-GPU steps (collectives, DDP / FSDP / tensor parallel)", "this project", "published"],
+        [
+            f"collectives (all-reduce, all-gather, reduce-scatter), frozen holdout ({ho.get('n', 0)} measured, DeepBench PCIe and XLA NVLink): MAPE all sizes; ≥ 1 MiB; by link",
+            f"{_pct(ho.get('mape_pct'))}; {_pct(ho.get('mape_pct_1mib'))}; {links} (target ≤ 15 %)",
+            "–",
+        ],
+        ["collectives, each NVLink system predicted from the others' fit: MAPE all (≥ 1 MiB)", loso or "–", "–"],
+        [
+            f"scaling T_N / T_1, DeepLearningExamples ResNeXt101 / SE-ResNeXt101, 1 → 8 GPUs of a DGX ({sc.get('n', 0)} rows), residual fitted on the other model: MAPE; by precision; collectives alone",
+            f"{_pct(sc.get('mape_pct'))}; {by_prec}; {_pct(sc.get('physics_mape_pct'))} (target ≤ 5 %; learned share at 8 GPUs: "
+            + ", ".join(f"{k} {100 * v:.1f} %" for k, v in sorted(res.items()))
+            + ")",
+            "–",
+        ],
+    ]
+
+
 def results_tables(metrics_dir: str | Path) -> list[list[Row]]:
     """The Results tables (step time at the op level, the PreNeT-recipe baseline, convergence, early success; each with its
     header row first) from ``metrics_dir``'s evaluate_ops, evaluate, convergence, forecast_cost, outcome and corpus metrics;
@@ -429,10 +458,12 @@ def results_tables(metrics_dir: str | Path) -> list[list[Row]]:
 
     ev, cv, fcc = load("evaluate.json"), _load(mdir, "convergence.json"), cost_check_record(mdir)[0]
     oc, cp, eo = load("outcome.json"), _load(mdir, "corpus.json"), load("evaluate_ops.json")
+    ep, tp = _load(mdir, "evaluate_parallel.json"), _load(mdir, "train_parallel.json")
     return [
         t
         for t in (
             _step_time_ops(eo, ev) if eo else [],
+            _multi_gpu(ep, tp) if ep else [],
             _step_time(ev) if ev else [],
             _convergence(cv, fcc) if cv else [],
             _outcome(oc, cp) if oc else [],
