@@ -14,7 +14,7 @@ from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
 from pipeline.split import split_rule
 from prenet.data.split_rule import assign_frame
-from prenet.parallel.evaluation import collectives_summary, leave_one_system_out, scaling_summary
+from prenet.parallel.evaluation import collectives_summary, leave_one_system_out, scaling_summary, zero3_memory_check
 from prenet.parallel.measured import measured_collectives
 from prenet.parallel.model import ParallelModel
 from prenet.parallel.residual import leave_one_model_out, with_residual
@@ -38,6 +38,7 @@ def evaluate_parallel(cfg: DictConfig) -> dict:
             "source": model.collectives.source,
         },
         "scaling": {**scaling_summary(lomo), "fitted_residual_in_sample": scaling_summary(with_residual(rows, model.residual))},
+        "fsdp_memory_vs_zero": zero3_memory_check(),
     }
     record_metrics(cfg, "evaluate_parallel", record)
     print(

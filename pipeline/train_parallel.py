@@ -34,6 +34,8 @@ def train_parallel(cfg: DictConfig) -> dict:
     assert_no_holdout(dev, rule, where="train_parallel")
     collectives = fit(dev, source=f"fitted on {dev.height} measured collectives (DeepBench, XLA) outside the frozen holdout")
     pairs = dle_scaling_pairs(base).filter(pl.col("gpus").is_in(list(cfg.parallel.scaling.gpus)))
+    if cfg.parallel.scaling.models is not None:
+        pairs = pairs.filter(pl.col("model").is_in(list(cfg.parallel.scaling.models)))
     # the physics alone (no residual yet): the residual is what it leaves of the measured scaling
     rows = predict_scaling(pairs, EfficiencyModel.load(cfg.paths.models_ops), ParallelModel(collectives, SyncResidual({})))
     write_artifact(rows, cfg, "parallel_scaling")

@@ -97,7 +97,8 @@ def predict_step_time(
     pred.notes[:0] = job_notes(job)
     pred.memory_bytes = job.memory.total_bytes if job.memory is not None else None
     if job.memory is not None and layout is not None and layout.strategy == "fsdp" and layout.world > 1:
-        from prenet.parallel.data_parallel import fsdp_memory_bytes, fsdp_units
+        from prenet.parallel.data_parallel import fsdp_units
+        from prenet.parallel.memory import fsdp_memory_bytes
 
         m = job.memory
         pred.memory_bytes = fsdp_memory_bytes(

@@ -5,6 +5,8 @@ size (224² RGB, 1000 classes):
   ConvNets README describes them: ResNet-101's bottleneck stages ([3, 4, 23, 3]) with grouped 3×3 convolutions (32
   groups of width 4 in the first stage, doubling per stage), and for SE-ResNeXt a squeeze-and-excitation block
   (reduction 16) on each bottleneck's output. Parameter counts: 44.2 M and 49.0 M (the published 44.18 M / 48.96 M).
+* DeepLearningExamples' Transformer (big, WMT14 en-de) (fairseq's ``transformer_wmt_en_de_big``): 6 + 6 layers of
+  width 1024, FFN 4096, 16 heads, shared 32,768-token embeddings (209.9 M parameters; the multi-GPU scaling check).
 * torchvision's ResNet, ResNeXt, Wide ResNet and VGG families (``data/external/pytorch_gpu_benchmark``), layer for
   layer as ``torchvision.models`` builds them (stride on the 3×3 of a bottleneck, max-pool padding 1, VGG's 7×7
   adaptive pool and dropout head); every parameter count equals torchvision's (:data:`TORCHVISION_PARAMS`). torchvision
@@ -107,8 +109,44 @@ def se_resnext101_32x4d(batch_size: int = 128, image_size: int = 224, classes: i
     return resnext101_32x4d(batch_size, image_size, classes, se=True)
 
 
+class TransformerBig(nn.Module):
+    """fairseq's ``transformer_wmt_en_de_big`` as DeepLearningExamples trains it on WMT14 en-de: 6 encoder and 6 decoder
+    layers, width 1024, FFN 4096, 16 heads, post-norm, dropout 0.3, sinusoidal positions, one embedding shared by
+    source, target and the output projection over a joint BPE vocabulary (``vocab``). The input packs a batch of
+    ``seq_len``-token source and target sentences side by side (``B × 2·seq_len``); the labels are the target tokens."""
+
+    def __init__(self, vocab: int = 32768, d: int = 1024, heads: int = 16, ffn: int = 4096, layers: int = 6, seq_len: int = 32):
+        super().__init__()
+        self.seq_len = seq_len
+        self.embed = nn.Embedding(vocab, d, padding_idx=1)
+        pos = torch.arange(seq_len).unsqueeze(1) * torch.exp(torch.arange(0, d, 2) * (-torch.log(torch.tensor(10000.0)) / d))
+        self.register_buffer("positions", torch.cat([torch.sin(pos), torch.cos(pos)], dim=1), persistent=False)
+        self.core = nn.Transformer(d, heads, layers, layers, ffn, dropout=0.3, batch_first=True)
+        self.register_buffer("causal", nn.Transformer.generate_square_subsequent_mask(seq_len), persistent=False)
+        self.scale = d**0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        src, tgt = x[:, : self.seq_len], x[:, self.seq_len :]
+        s = self.embed(src) * self.scale + self.positions
+        t = self.embed(tgt) * self.scale + self.positions
+        out = self.core(s, t, tgt_mask=self.causal, tgt_is_causal=True)
+        return nn.functional.linear(out, self.embed.weight).flatten(0, 1)  # tied output projection, one row per target token
+
+
+def transformer_big_wmt(batch_size: int = 10240, seq_len: int = 32, vocab: int = 32768) -> Example:
+    """DeepLearningExamples' Transformer (big) at ``batch_size`` = ``--max-tokens`` per GPU: ``batch_size // seq_len``
+    sentence pairs of ``seq_len`` tokens (WMT14 en-de sentences average ~30 BPE tokens; the batch is length-bucketed)."""
+    b = max(batch_size // seq_len, 1)
+    model = TransformerBig(vocab=vocab, seq_len=seq_len)
+    return model, (torch.randint(2, vocab, (b, 2 * seq_len)), torch.randint(2, vocab, (b * seq_len,)))
+
+
 #: DeepLearningExamples' model names → builders
-REFERENCE_MODELS = {"ResNeXt101-32x4d": resnext101_32x4d, "SE-ResNeXt101-32x4d": se_resnext101_32x4d}
+REFERENCE_MODELS = {
+    "ResNeXt101-32x4d": resnext101_32x4d,
+    "SE-ResNeXt101-32x4d": se_resnext101_32x4d,
+    "Transformer (big, WMT14 en-de)": transformer_big_wmt,
+}
 
 #: torchvision ResNet-family names → (blocks per stage, groups, width per group, basic blocks)
 _RESNETS: dict[str, tuple[list[int], int, int, bool]] = {

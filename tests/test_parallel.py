@@ -26,13 +26,12 @@ from prenet.parallel.data_parallel import (
     check_layout,
     ddp_buckets,
     ddp_step,
-    fsdp_memory_bytes,
     grad_ready_ms,
     parse_parallel,
-    zero3_model_state_bytes,
 )
 from prenet.parallel.interconnect import ASSUMED, interconnect
 from prenet.parallel.measured import measured_collectives
+from prenet.parallel.memory import fsdp_memory_bytes, zero3_model_state_bytes
 from prenet.parallel.model import ParallelModel, SyncResidual, sync_growth
 from prenet.parallel.residual import fit_residual, leave_one_model_out
 from prenet.paths import data_dir

@@ -29,6 +29,15 @@ def test_reference_models_have_the_published_parameter_counts(name, params_m):
     assert tuple(x.shape) == (2, 3, 224, 224) and tuple(y.shape) == (2,)
 
 
+def test_the_transformer_big_is_fairseqs_with_its_token_batch():
+    """6 + 6 layers of 1024, 16 heads, FFN 4096, one 32,768-token embedding shared by source, target and output:
+    209.9 M parameters (Vaswani et al.'s 213 M counts a 37,000-token vocabulary: + 4.3 M); --max-tokens 10240 is 320
+    pairs of 32 tokens."""
+    module, (x, y) = build_on_meta(REFERENCE_MODELS["Transformer (big, WMT14 en-de)"], batch_size=10240)
+    assert sum(p.numel() for p in module.parameters()) == 209_915_904
+    assert tuple(x.shape) == (320, 64) and tuple(y.shape) == (320 * 32,)
+
+
 def test_dle_rows_are_single_gpu_steps_in_three_precisions_on_catalog_gpus():
     rows = load_dle_rows()
     assert rows.height == 12 and set(rows["precision"]) == {"fp16", "tf32", "fp32"}

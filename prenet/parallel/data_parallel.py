@@ -254,12 +254,6 @@ def fsdp_step(one: OneGpuStep, layout: Layout, ic: Interconnect, model: Parallel
     )
 
 
-def zero3_model_state_bytes(params: int, gpus: int, param_bytes: int = 4, grad_bytes: int = 4, optimizer_bytes: int = 8) -> float:
-    """Model-state memory per GPU under ZeRO-3 / FSDP (bytes): (param + grad + optimizer bytes per parameter) · Ψ / N
-    (Rajbhandari et al. 2020, eq. for P_os+g+p: (2 + 2 + K) Ψ / N_d in their mixed-precision Adam setting)."""
-    return (param_bytes + grad_bytes + optimizer_bytes) * params / gpus
-
-
 def fsdp_units(grad_params: list[list]) -> int:
     """FSDP units of a model: one per module that owns parameters (auto-wrapping wraps each block; a unit per owning
     module bounds it from above), at most 100."""
@@ -273,10 +267,3 @@ def multi_gpu_step(one: OneGpuStep, layout: Layout, ic: Interconnect, model: Par
     if layout.strategy == "fsdp":
         return fsdp_step(one, layout, ic, model, fsdp_units(one.grad_params))
     raise PrenetError(f"--parallel {layout.strategy}: use prenet.parallel.answer.layout_step (tensor parallelism needs the trace's blocks)")
-
-
-def fsdp_memory_bytes(total_bytes: int, weights: int, gradients: int, optimizer: int, gpus: int, units: int) -> int:
-    """Peak memory per GPU under FSDP (bytes): the one-GPU peak with weights, gradients and optimizer state sharded N
-    ways (:func:`zero3_model_state_bytes`'s accounting) plus two gathered units (the one computing, the one prefetched)."""
-    states = weights + gradients + optimizer
-    return int(total_bytes - states + states / gpus + 2 * weights / max(units, 1))

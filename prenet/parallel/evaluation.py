@@ -73,3 +73,21 @@ def scaling_summary(rows: pl.DataFrame) -> dict[str, Any]:
         "max_ape_pct": float(p["ape_pct"].max()),
         "by_precision": {str(k): float(v) for k, v in p.group_by("precision").agg(pl.col("ape_pct").mean()).sort("precision").iter_rows()},
     }
+
+
+#: ZeRO (Rajbhandari et al., SC 2020), Table 1: model-state memory per device (GB) of a Ψ = 7.5 B model with Adam in
+#: mixed precision (K = 12) under P_os+g+p (ZeRO-3), by data-parallel degree N_d.
+ZERO_TABLE1 = {"params": 7.5e9, "gb_by_gpus": {1: 120.0, 4: 30.0, 16: 7.5, 64: 1.88, 256: 0.47, 1024: 0.12}}
+
+
+def zero3_memory_check() -> dict[str, Any]:
+    """prenet's FSDP model-state accounting (:func:`~prenet.parallel.memory.fsdp_memory_bytes` without
+    activations or gathered units: FP32 weights 4 + FP32 gradients 4 + Adam 8 bytes per parameter under autocast, ÷ N)
+    against ZeRO's Table 1 ((2 + 2 + 12) Ψ / N_d): the largest difference (%)."""
+    from prenet.parallel.memory import fsdp_memory_bytes
+
+    psi = ZERO_TABLE1["params"]
+    w, g, o = 4 * psi, 4 * psi, 8 * psi
+    rows = {n: fsdp_memory_bytes(int(w + g + o), int(w), int(g), int(o), n, units=10**9) / 1e9 for n in ZERO_TABLE1["gb_by_gpus"]}
+    diffs = {n: 100.0 * abs(rows[n] - gb) / gb for n, gb in ZERO_TABLE1["gb_by_gpus"].items()}
+    return {"gb_by_gpus": {str(n): round(v, 3) for n, v in rows.items()}, "max_diff_pct": max(diffs.values())}

@@ -16,13 +16,23 @@ from prenet.parallel.data_parallel import Layout, OneGpuStep, ddp_step
 from prenet.parallel.model import ParallelModel
 from prenet.steptime.efficiency import EfficiencyModel
 
+#: The vendored DeepLearningExamples tables with multi-GPU rows (``data/external/dle2024``)
+DLE_FILES = ("dle_convnets_throughput.csv", "dle_transformer_throughput.csv")
+#: How DeepLearningExamples trains each model: optimizer, and whether AMP runs NHWC (ConvNets' configs.yml)
+DLE_RECIPES = {
+    "ResNeXt101-32x4d": ("momentum", True),
+    "SE-ResNeXt101-32x4d": ("momentum", True),
+    "Transformer (big, WMT14 en-de)": ("adam", False),
+}
+
 
 def dle_scaling_pairs(base: Path) -> pl.DataFrame:
     """(``model``, ``gpu_name``, ``hardware_id``, ``precision``, ``batch``, ``gpus``, ``measured_ratio``) for every
     1-GPU row of ``data/external/dle2024`` with an N-GPU row of the same model, GPU, precision and per-GPU batch."""
     from prenet.steptime.reference_evaluation import DLE_GPUS, DLE_PRECISIONS
 
-    raw = pl.read_csv(base / "external" / "dle2024" / "dle_convnets_throughput.csv", infer_schema_length=0)
+    folder = base / "external" / "dle2024"
+    raw = pl.concat([pl.read_csv(folder / f, infer_schema_length=0) for f in DLE_FILES], how="diagonal")
     d = raw.filter(pl.col("gpu_name").is_in(list(DLE_GPUS)) & pl.col("precision").is_in(list(DLE_PRECISIONS))).select(
         "model",
         "gpu_name",
@@ -48,7 +58,7 @@ def dle_scaling_pairs(base: Path) -> pl.DataFrame:
 def predict_scaling(pairs: pl.DataFrame, op_model: EfficiencyModel, model: ParallelModel) -> pl.DataFrame:
     """``pairs`` with the predicted one-GPU step ``t1_ms``, the DDP step's ``comm_ms`` and ``exposed_ms`` on the
     GPU's own interconnect, and ``physics_ratio`` = (T_1 + exposed) / T_1 (no residual). Traced as
-    :mod:`prenet.steptime.reference_evaluation` traces the same rows (AMP in NHWC, as DeepLearningExamples runs it)."""
+    DeepLearningExamples runs them (:data:`DLE_RECIPES`)."""
     from prenet.hardware.catalog import get
     from prenet.meta_device import build_on_meta
     from prenet.ops.trace import trace_step
@@ -59,8 +69,9 @@ def predict_scaling(pairs: pl.DataFrame, op_model: EfficiencyModel, model: Paral
     out = []
     for (name, precision, batch), group in pairs.group_by(["model", "precision", "batch"], maintain_order=True):
         module, example = build_on_meta(REFERENCE_MODELS[str(name)], batch_size=int(batch))
-        fmt = "channels_last" if precision == "fp16" else "contiguous"
-        trace = trace_step(module, example, optimizer="momentum", precision=str(precision), device_type="cuda", memory_format=fmt)
+        optimizer, nhwc = DLE_RECIPES[str(name)]
+        fmt = "channels_last" if precision == "fp16" and nhwc else "contiguous"
+        trace = trace_step(module, example, optimizer=optimizer, precision=str(precision), device_type="cuda", memory_format=fmt)
         for row in group.iter_rows(named=True):
             hw = get(row["hardware_id"])
             pred, ops = predict_trace(trace, hw, op_model)

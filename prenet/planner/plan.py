@@ -199,8 +199,9 @@ def _multi_gpu_options(
     """The multi-GPU options of GPU ``name`` (one per count of ``gpus`` its node holds, on ``nodes`` nodes): their
     label → {step_s, device, gpus, nodes, replicas, parallel, memory_bytes}."""
     from prenet.parallel.answer import DEFAULT_PARALLEL_MODEL, layout_step
-    from prenet.parallel.data_parallel import Layout, fsdp_memory_bytes, fsdp_units, parse_parallel
+    from prenet.parallel.data_parallel import Layout, fsdp_units, parse_parallel
     from prenet.parallel.interconnect import interconnect
+    from prenet.parallel.memory import fsdp_memory_bytes
     from prenet.parallel.model import ParallelModel
 
     strategy, tp = parse_parallel(parallel)

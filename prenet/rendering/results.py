@@ -442,6 +442,11 @@ def _multi_gpu(ep: dict, tp: dict) -> list[Row]:
             + ")",
             "–",
         ],
+        [
+            "FSDP (ZeRO-3) model-state memory per GPU, prenet's accounting vs ZeRO's Table 1 (Ψ = 7.5 B, Adam, N_d = 1–1024): largest difference",
+            _pct(ep.get("fsdp_memory_vs_zero", {}).get("max_diff_pct")) + " (an accounting check: 16 bytes per parameter either way)",
+            "ZeRO (Rajbhandari et al., SC 2020): (2 + 2 + K) Ψ / N_d, 1.88 GB at N_d = 64",
+        ],
     ]
 
 
