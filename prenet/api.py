@@ -63,9 +63,9 @@ def predict_step_time(
     micro-steps of ``batch_size`` per optimizer step; the answer is per optimizer step. ``checkpointing``: each block
     of the model's repeated stack under ``torch.utils.checkpoint`` (:mod:`prenet.checkpointing`). ``with_memory``: also
     the step's predicted peak memory (``memory_bytes``). ``gpus`` per node × ``nodes``, ``parallel`` (``ddp`` |
-    ``fsdp``) and the node's ``network_gbits`` (Gb/s): the job on several GPUs (:mod:`prenet.parallel`);
+    ``fsdp`` | ``tp:K``) and the node's ``network_gbits`` (Gb/s): the job on several GPUs (:mod:`prenet.parallel`);
     ``batch_size`` is per GPU, the answer's ``parallel`` holds compute and communication apart, and under FSDP
-    ``memory_bytes`` is per GPU. A named model's traced step is stored and read back
+    ``memory_bytes`` is per GPU (DDP's gradient buckets, FSDP's shards, tensor parallelism's split blocks). A named model's traced step is stored and read back
     (:mod:`prenet.steptime.job_trace`): a repeated question about the same job imports no torch."""
     hw = _hardware(hardware, threads)
     job = job_trace(
@@ -104,6 +104,10 @@ def predict_step_time(
         pred.memory_bytes = fsdp_memory_bytes(
             m.total_bytes, m.weights_bytes, m.gradients_bytes, m.optimizer_bytes, layout.world, fsdp_units(trace.grad_params)
         )
+    if job.memory is not None and layout is not None and layout.strategy == "ddp" and layout.world > 1:
+        from prenet.parallel.memory import ddp_memory_bytes
+
+        pred.memory_bytes = ddp_memory_bytes(job.memory.total_bytes, job.memory.gradients_bytes)
     if job.memory is not None and layout is not None and layout.strategy == "tp":
         from prenet.parallel.tensor_parallel import tp_memory_bytes
 

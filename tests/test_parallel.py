@@ -31,7 +31,7 @@ from prenet.parallel.data_parallel import (
 )
 from prenet.parallel.interconnect import ASSUMED, interconnect
 from prenet.parallel.measured import measured_collectives
-from prenet.parallel.memory import fsdp_memory_bytes, zero3_model_state_bytes
+from prenet.parallel.memory import ddp_memory_bytes, fsdp_memory_bytes
 from prenet.parallel.model import ParallelModel, SyncResidual, sync_growth
 from prenet.parallel.residual import fit_residual, leave_one_model_out
 from prenet.paths import data_dir
@@ -90,13 +90,13 @@ def test_interconnects_from_the_catalog_and_assumed():
     assert parse_parallel("tp:4") == ("tp", 4) and parse_parallel("fsdp") == ("fsdp", 1)
 
 
-def test_ddp_buckets_follow_ddps_caps_in_reverse_order():
-    numels = [DDP_BUCKET // GRAD_BYTES // 3] * 7 + [10, 10]
-    buckets = ddp_buckets(numels)
-    assert buckets[0][0] == len(numels) - 1  # reverse registration order
-    sizes = [sum(numels[i] for i in b) * GRAD_BYTES for b in buckets]
-    assert sizes[0] <= DDP_FIRST_BUCKET and all(s <= DDP_BUCKET for s in sizes[1:])
-    assert sorted(i for b in buckets for i in b) == list(range(len(numels)))
+def test_ddp_buckets_close_once_they_reach_ddps_caps():
+    """As torch's _compute_bucket_assignment_by_size: append, close at ≥ the cap (1 MiB first, then 25 MiB)."""
+    mib = 2**20 // GRAD_BYTES  # elements per MiB of gradient
+    numels = [2 * mib, 10 * mib, 10 * mib, 10 * mib, mib // 2]
+    assert ddp_buckets(numels) == [[4, 3], [2, 1, 0]]  # reverse registration order
+    assert ddp_buckets(numels, order=[0, 4, 1, 2, 3]) == [[0], [4, 1, 2, 3]]  # the order gradients became ready
+    assert DDP_FIRST_BUCKET == 2**20 and DDP_BUCKET == 25 * 2**20
 
 
 def _mlp_ops():
@@ -125,8 +125,9 @@ def test_gradients_are_ready_in_backward_order_and_ddp_hides_what_overlaps():
 
 
 def test_fsdp_shards_model_state_as_zero3_counts_it():
-    params = 7_500_000_000  # ZeRO's 7.5 B example: (2 + 2 + 12) Ψ / 64 in mixed-precision Adam
-    assert zero3_model_state_bytes(params, 64, 2, 2, 12) == pytest.approx(16 * params / 64)
+    psi = 7_500_000_000  # ZeRO's 7.5 B example: (2 + 2 + 12) Ψ / 64 in mixed-precision Adam = FP32 4 + 4 + 8 under autocast
+    assert fsdp_memory_bytes(16 * psi, 4 * psi, 4 * psi, 8 * psi, 64, units=10**12) == pytest.approx(16 * psi / 64, rel=1e-6)
+    assert ddp_memory_bytes(10, 4) == 14  # DDP's buckets: a copy of the gradients
     w, g, o = 4 * 10**9, 4 * 10**9, 8 * 10**9
     total = w + g + o + 5 * 10**9
     assert fsdp_memory_bytes(total, w, g, o, 8, units=10) == pytest.approx(5e9 + (w + g + o) / 8 + 2 * w / 10)

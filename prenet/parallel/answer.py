@@ -25,7 +25,7 @@ def layout_step(
     ic = interconnect(hw)
     notes = check_layout(layout, ic, hw.hardware_id, heads=trace.heads if layout.strategy == "tp" else None)
     one_gpu_ms = pred.step_seconds * 1e3 - pred.overhead_ms
-    one = OneGpuStep(ops, trace.grad_params, trace.params, one_gpu_ms, trace.precision, op_model.host_ms.get(hw.kind, 0.0))
+    one = OneGpuStep(ops, trace.grad_params, trace.params, one_gpu_ms, trace.precision, op_model.host_ms.get(hw.kind, 0.0), trace.grad_accum)
     if layout.strategy == "tp":
         from prenet.parallel.tensor_parallel import tp_step
 

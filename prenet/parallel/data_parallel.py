@@ -85,6 +85,8 @@ def check_layout(layout: Layout, ic: Interconnect, hardware_id: str, heads: int 
         if heads is not None and heads % layout.tp:
             raise PrenetError(f"--parallel tp:{layout.tp} does not divide the model's {heads} attention heads; choose a divisor of {heads}")
     notes = []
+    if layout.strategy == "tp" and heads is None:
+        notes.append(f"tp:{layout.tp}: the model's attention heads were not found, so whether {layout.tp} divides them was not checked")
     if layout.world > 1 and ic.assumed:
         notes.append(f"{hardware_id} has no interconnect spec in the catalog: PCIe 3.0 x16 with peer-to-peer was assumed")
     if layout.world > 1 and not ic.p2p and not ic.nvlink_gbps:
@@ -98,8 +100,8 @@ def check_layout(layout: Layout, ic: Interconnect, hardware_id: str, heads: int 
 @dataclass(frozen=True)
 class OneGpuStep:
     """The one-GPU step a layout starts from: its op table in issue order (``predicted_ms``, ``phase``, ``module``),
-    the trace's trainable parameters (``StepTrace.grad_params``) and their count, the step (ms), its precision, and the
-    host's cost per issued op (ms)."""
+    the trace's trainable parameters (``StepTrace.grad_params``) and their count, the step (ms), its precision, the
+    host's cost per issued op (ms) and the micro-steps of gradient accumulation."""
 
     ops: pl.DataFrame
     grad_params: list[list]
@@ -107,6 +109,7 @@ class OneGpuStep:
     step_ms: float
     precision: str
     host_ms: float = 0.0
+    micro_steps: int = 1  # forward + backward passes per optimizer step (gradient accumulation)
 
 
 @dataclass
@@ -167,20 +170,20 @@ def grad_ready_ms(ops: pl.DataFrame, grad_params: list[list], host_ms: float = 0
     return np.array([last.get(mod, bwd_end) for mod, _ in grad_params], dtype=float)
 
 
-def ddp_buckets(numels: list[int], first_cap: int = DDP_FIRST_BUCKET, cap: int = DDP_BUCKET) -> list[list[int]]:
-    """Indices of the parameters in each DDP bucket: reverse registration order, the first bucket ≤ ``first_cap``
-    bytes, the others ≤ ``cap`` (a parameter larger than the cap is a bucket of its own)."""
+def ddp_buckets(numels: list[int], order: list[int] | None = None, first_cap: int = DDP_FIRST_BUCKET, cap: int = DDP_BUCKET) -> list[list[int]]:
+    """Indices of the parameters in each DDP bucket, as ``_compute_bucket_assignment_by_size`` fills them: parameters
+    in ``order`` (default: reverse registration order; DDP rebuilds its buckets after the first step in the order the
+    gradients became ready), each appended to the open bucket, which closes once it holds at least its cap (the first
+    ``first_cap`` bytes, the others ``cap``)."""
     buckets: list[list[int]] = []
     cur: list[int] = []
     size = 0
-    for i in reversed(range(len(numels))):
-        b = numels[i] * GRAD_BYTES
-        limit = first_cap if not buckets else cap
-        if cur and size + b > limit:
+    for i in order if order is not None else reversed(range(len(numels))):
+        cur.append(i)
+        size += numels[i] * GRAD_BYTES
+        if size >= (first_cap if not buckets else cap):
             buckets.append(cur)
             cur, size = [], 0
-        cur.append(i)
-        size += b
     if cur:
         buckets.append(cur)
     return buckets
@@ -202,7 +205,9 @@ def ddp_step(one: OneGpuStep, layout: Layout, ic: Interconnect, model: ParallelM
     ready = grad_ready_ms(ops, gp, host_ms) if grad_params else None
     _, _, fwd_end, bwd_end = _timeline(ops, host_ms)
     numels = [int(n) for _, n in gp]
-    buckets = ddp_buckets(numels)
+    # the order the gradients become ready (DDP's rebuilt buckets); ties in reverse registration order
+    order = sorted(reversed(range(len(numels))), key=lambda i: ready[i]) if ready is not None else None
+    buckets = ddp_buckets(numels, order)
     done = 0.0
     comm = 0.0
     for k, idx in enumerate(buckets):
@@ -229,28 +234,34 @@ def ddp_step(one: OneGpuStep, layout: Layout, ic: Interconnect, model: ParallelM
 
 
 def fsdp_step(one: OneGpuStep, layout: Layout, ic: Interconnect, model: ParallelModel, units: int) -> ParallelStep:
-    """ZeRO-3 step (module docstring) from the one-GPU step ``one``: ``units`` wrapped units (each a gather of 1/units
-    of the FP32 parameters)."""
+    """ZeRO-3 step (module docstring) from the one-GPU step ``one``: ``units`` wrapped units, each a gather of 1/units
+    of the FP32 parameters, in every forward and backward pass of each of the step's ``micro_steps`` (gradient
+    accumulation gathers again per micro-step); each pass hides its gathers behind its own compute."""
     step_ms = one.step_ms
     if layout.world == 1:
         return ParallelStep("fsdp", 1, 1, 1, step_ms, 0.0, 0.0, 0.0, 0, ic.link)
-    _, _, fwd_end, bwd_end = _timeline(one.ops, one.host_ms)
+    k = max(one.micro_steps, 1)
+    phase = one.ops["phase"].to_numpy()
+    ms = one.ops["predicted_ms"].to_numpy()
+    fwd_t, bwd_t = float(ms[phase == "forward"].sum()) / k, float(ms[phase == "backward"].sum()) / k  # per micro-step
     unit = one.params * GRAD_BYTES / max(units, 1)
     ag = model.collectives.time_ms("all_gather", unit, ic, layout.gpus, layout.nodes, layout.network_gbits)
     rs = model.collectives.time_ms("reduce_scatter", unit, ic, layout.gpus, layout.nodes, layout.network_gbits)
     fwd_comm, bwd_comm = units * ag, units * (ag + rs)
-    exposed = float(ag + max(0.0, fwd_comm - ag - fwd_end) + max(0.0, bwd_comm - (bwd_end - fwd_end)))
+    exposed = float(k * (ag + max(0.0, fwd_comm - ag - fwd_t) + max(0.0, bwd_comm - bwd_t)))
+    notes = [f"FSDP: {units} units (one per module that owns parameters), FP32 parameters gathered ({k} micro-step(s) per step)"]
     return ParallelStep(
         "fsdp",
         layout.gpus,
         layout.nodes,
         1,
         step_ms,
-        fwd_comm + bwd_comm,
+        k * (fwd_comm + bwd_comm),
         exposed,
         model.residual.ms(step_ms, one.precision, layout.world),
-        3 * units,
+        3 * units * k,
         ic.link,
+        notes,
     )
 
 

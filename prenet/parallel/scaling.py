@@ -56,7 +56,7 @@ def dle_scaling_pairs(base: Path) -> pl.DataFrame:
 
 
 def predict_scaling(pairs: pl.DataFrame, op_model: EfficiencyModel, model: ParallelModel) -> pl.DataFrame:
-    """``pairs`` with the predicted one-GPU step ``t1_ms``, the DDP step's ``comm_ms`` and ``exposed_ms`` on the
+    """``pairs`` (those whose GPUs one node of the catalog GPU holds) with the predicted one-GPU step ``t1_ms``, the DDP step's ``comm_ms`` and ``exposed_ms`` on the
     GPU's own interconnect, and ``physics_ratio`` = (T_1 + exposed) / T_1 (no residual). Traced as
     DeepLearningExamples runs them (:data:`DLE_RECIPES`)."""
     from prenet.hardware.catalog import get
@@ -74,6 +74,8 @@ def predict_scaling(pairs: pl.DataFrame, op_model: EfficiencyModel, model: Paral
         trace = trace_step(module, example, optimizer=optimizer, precision=str(precision), device_type="cuda", memory_format=fmt)
         for row in group.iter_rows(named=True):
             hw = get(row["hardware_id"])
+            if int(row["gpus"]) > interconnect(hw).gpus_per_node:  # e.g. DGX-2's 16 V100 SXM3: not a catalog node
+                continue
             pred, ops = predict_trace(trace, hw, op_model)
             t1 = pred.step_seconds * 1e3
             one = OneGpuStep(ops, trace.grad_params, trace.params, t1, str(precision), op_model.host_ms.get("gpu", 0.0))

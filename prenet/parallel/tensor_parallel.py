@@ -67,12 +67,15 @@ def tp_step(one: OneGpuStep, blocks: list[str], layout: Layout, ic: Interconnect
     compute = issue_bound_ms(ops["predicted_ms"].to_numpy(), issued(ops), one.host_ms) + max(
         one.step_ms - issue_bound_ms(one.ops["predicted_ms"].to_numpy(), issued(one.ops), one.host_ms), 0.0
     )
-    comm = 4.0 * sum(model.collectives.time_ms("all_reduce", n * act_bytes, ic, k) for n in block_out.values())
+    # four all-reduces of each block's stream per forward + backward pass, one pass per micro-step
+    comm = 4.0 * max(one.micro_steps, 1) * sum(model.collectives.time_ms("all_reduce", n * act_bytes, ic, k) for n in block_out.values())
     grads = [[m, int(n) // k if _in_block(str(m), blocks) is not None else int(n)] for m, n in one.grad_params]
     dp = layout.world // k
+    # the K replica groups of a node all-reduce at once: across nodes they share the node's network
+    net = layout.network_gbits / k if layout.network_gbits is not None else None
     replicas = ddp_step(
-        OneGpuStep(ops, grads, sum(n for _, n in grads), compute, one.precision, one.host_ms),
-        Layout(gpus=max(layout.gpus // k, 1), nodes=layout.nodes, network_gbits=layout.network_gbits),
+        OneGpuStep(ops, grads, sum(n for _, n in grads), compute, one.precision, one.host_ms, one.micro_steps),
+        Layout(gpus=max(layout.gpus // k, 1), nodes=layout.nodes, network_gbits=net),
         ic,
         model,
     )
@@ -80,7 +83,7 @@ def tp_step(one: OneGpuStep, blocks: list[str], layout: Layout, ic: Interconnect
         f"tensor parallel over {k} GPUs: {len(block_out)} blocks, 4 all-reduces each of {max(block_out.values(), default=0) * act_bytes / 2**20:.1f} MiB per step"
     ]
     if dp > 1:
-        notes.append(f"data parallel over {dp} replicas of {k} GPUs: their gradients all-reduced as DDP does")
+        notes += [f"data parallel over {dp} replicas of {k} GPUs: their gradients all-reduced as DDP does", *replicas.notes]
     return ParallelStep(
         "tp",
         layout.gpus,
@@ -90,7 +93,7 @@ def tp_step(one: OneGpuStep, blocks: list[str], layout: Layout, ic: Interconnect
         comm + (replicas.comm_ms if dp > 1 else 0.0),
         comm + (replicas.exposed_ms if dp > 1 else 0.0),
         model.residual.ms(compute, one.precision, layout.world),
-        4 * len(block_out) + (replicas.collectives if dp > 1 else 0),
+        4 * max(one.micro_steps, 1) * len(block_out) + (replicas.collectives if dp > 1 else 0),
         ic.link,
         notes,
     )

@@ -201,7 +201,7 @@ def _multi_gpu_options(
     from prenet.parallel.answer import DEFAULT_PARALLEL_MODEL, layout_step
     from prenet.parallel.data_parallel import Layout, fsdp_units, parse_parallel
     from prenet.parallel.interconnect import interconnect
-    from prenet.parallel.memory import fsdp_memory_bytes
+    from prenet.parallel.memory import ddp_memory_bytes, fsdp_memory_bytes
     from prenet.parallel.model import ParallelModel
 
     strategy, tp = parse_parallel(parallel)
@@ -220,7 +220,12 @@ def _multi_gpu_options(
             if note not in notes and not note.startswith("GPUs joined by"):
                 notes.append(note)
         label = f"{g}× {name}" if nodes == 1 else f"{nodes}×{g}× {name}"
-        mem = memory.total_bytes
+        if not any(n.startswith("multi-GPU options:") for n in notes):
+            notes.append(
+                "multi-GPU options: their intervals are the one-GPU step's measured errors (the scaling check's are in "
+                "evaluate_parallel), their family shares one GPU's compute"
+            )
+        mem = ddp_memory_bytes(memory.total_bytes, memory.gradients_bytes)
         if strategy == "fsdp":
             mem = fsdp_memory_bytes(
                 memory.total_bytes, memory.weights_bytes, memory.gradients_bytes, memory.optimizer_bytes, layout.world, fsdp_units(trace.grad_params)
