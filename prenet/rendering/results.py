@@ -436,7 +436,7 @@ def _multi_gpu(ep: dict, tp: dict) -> list[Row]:
         ],
         ["collectives, each NVLink system predicted from the others' fit: MAPE all (≥ 1 MiB)", loso or "–", "–"],
         [
-            f"scaling T_N / T_1, DeepLearningExamples ResNeXt101 / SE-ResNeXt101, 1 → 8 GPUs of a DGX ({sc.get('n', 0)} rows), residual fitted on the other model: MAPE; by precision; collectives alone",
+            f"scaling T_N / T_1, DeepLearningExamples ResNeXt101 / SE-ResNeXt101 (1 → 8 GPUs) and Transformer big (1 → 4, 8) on DGX-1 V100 / DGX A100 ({sc.get('n', 0)} rows), each model with the residual fitted on the others: MAPE; by precision; collectives alone",
             f"{_pct(sc.get('mape_pct'))}; {by_prec}; {_pct(sc.get('physics_mape_pct'))} (target ≤ 5 %; learned share at 8 GPUs: "
             + ", ".join(f"{k} {100 * v:.1f} %" for k, v in sorted(res.items()))
             + ")",
