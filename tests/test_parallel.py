@@ -70,7 +70,9 @@ def test_fit_link_recovers_the_constants_it_was_generated_with():
 def test_measured_collectives_hold_both_sources_on_their_links():
     d = measured_collectives(Path(data_dir()))
     by = {r["source"]: r for r in d.group_by("source").agg(pl.col("link").unique(), pl.len()).iter_rows(named=True)}
-    assert by["deepbench"]["link"] == ["pcie"] and by["xla"]["link"] == ["nvlink"] and by["xla"]["len"] > 1000
+    assert sorted(by["deepbench"]["link"]) == ["pcie", "pcie_host"] and by["xla"]["link"] == ["nvlink"] and by["xla"]["len"] > 1000
+    staged = d.filter(pl.col("link") == "pcie_host")
+    assert staged["link_gbps"].max() == pytest.approx(d.filter(pl.col("link") == "pcie")["link_gbps"].max() / 2)
     assert d["measured_us"].min() > 0 and d["key"].n_unique() == d.height
 
 

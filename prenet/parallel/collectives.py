@@ -156,9 +156,12 @@ def fit_link(frame: pl.DataFrame) -> LinkFit:
 
 
 def fit(frame: pl.DataFrame, source: str) -> CollectiveModel:
-    """:func:`fit_link` for every link of ``frame`` (column ``link``); links without rows keep :data:`PRIOR`."""
+    """:func:`fit_link` for every link of ``frame`` (column ``link``; ``pcie_host`` rows fit PCIe's constants); links
+    without rows keep :data:`PRIOR`."""
     links = dict(PRIOR)
-    for (name,), part in frame.group_by(["link"]):
+    # PCIe with and without peer-to-peer is one link at its own spec bandwidth (``link_gbps`` halves the latter)
+    by_link = frame.with_columns(pl.col("link").replace("pcie_host", "pcie"))
+    for (name,), part in by_link.group_by(["link"]):
         links[str(name)] = fit_link(part)
     return CollectiveModel(links, source=source)
 

@@ -24,12 +24,18 @@ XLA_SYSTEMS: dict[str, tuple[str, float]] = {
 _XLA_OPS = {"all-reduce": "all_reduce", "all-gather": "all_gather", "reduce-scatter": "reduce_scatter"}
 #: DeepBench's all-reduce GPUs: PCIe 3.0 x16 boards (its README: PCIe-era systems).
 _DEEPBENCH_GBPS = PCIE_GBPS_PER_LANE[3] * 16
+#: DeepBench systems whose all-reduce reaches half the others' bandwidth at every size and GPU count (6 vs 12 GB/s of
+#: bus bandwidth between 2 GPUs): their GPUs had no peer-to-peer path, so every transfer was staged through host memory
+#: and crossed PCIe twice. DeepBench's sheets do not say which servers these were; prenet reads it from the measurements
+#: and labels their link ``pcie_host``, at half the PCIe bandwidth, as it answers a GPU without peer-to-peer.
+DEEPBENCH_STAGED = ("NVIDIA Tesla P100", "Nvidia Tesla M40", "Nvidia TitanX")
 #: DeepBench's NCCL runs inside one node (2-8 GPUs); its 16/32-GPU rows span nodes over an unnamed network.
 _DEEPBENCH_ALGORITHMS = ("NCCL 2.0 Single", "NCCL 2.0 MPI")
 
 
 def deepbench_allreduce(base: Path) -> pl.DataFrame:
-    """DeepBench's NCCL all-reduces inside one node (fp32; ``size_floats`` × 4 bytes) on PCIe 3.0 x16 GPUs."""
+    """DeepBench's NCCL all-reduces inside one node (fp32; ``size_floats`` × 4 bytes) on PCIe 3.0 x16 GPUs, with or
+    without peer-to-peer (:data:`DEEPBENCH_STAGED`)."""
     raw = pl.read_csv(base / "external" / "collectives" / "deepbench_allreduce.csv.gz", infer_schema_length=0)
     d = raw.filter(pl.col("algorithm").is_in(list(_DEEPBENCH_ALGORITHMS)) & (pl.col("nodes_unlabeled_col").is_null()))
     return d.select(
@@ -40,8 +46,8 @@ def deepbench_allreduce(base: Path) -> pl.DataFrame:
         pl.lit(1, dtype=pl.Int64).alias("groups"),
         (pl.col("size_floats").cast(pl.Float64) * 4.0).alias("size_bytes"),
         (pl.col("mean_time_ms").cast(pl.Float64) * 1e3).alias("measured_us"),
-        pl.lit("pcie").alias("link"),
-        pl.lit(_DEEPBENCH_GBPS).alias("link_gbps"),
+        pl.when(pl.col("gpu").is_in(list(DEEPBENCH_STAGED))).then(pl.lit("pcie_host")).otherwise(pl.lit("pcie")).alias("link"),
+        pl.when(pl.col("gpu").is_in(list(DEEPBENCH_STAGED))).then(pl.lit(_DEEPBENCH_GBPS / 2)).otherwise(pl.lit(_DEEPBENCH_GBPS)).alias("link_gbps"),
         pl.concat_str(
             [
                 pl.lit("deepbench|"),
