@@ -28,5 +28,6 @@ STAGES: tuple[str, ...] = (
     "corpus",
     "train_outcome",
     "evaluate_outcome",
+    "evaluate_outcome_ooc",
     "report",
 )

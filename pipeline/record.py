@@ -66,6 +66,7 @@ HEADLINE: dict[str, dict[str, tuple[str, ...]]] = {
     "forecast_cost": {"enabled": ("enabled",)},
     "corpus": {"n": ("runs",)},
     "train_outcome": {"n": ("models",)},
+    "outcome_ooc": {"r2_e2": ("summary", "r2_epoch2"), "auc_e2": ("summary", "auc_epoch2")},
     "outcome": {
         "r2_e2": ("summary", "holdout_r2_epoch2"),
         "auc_e3": ("summary", "holdout_auc_epoch3"),

@@ -35,7 +35,7 @@ PREDICTOR_PACKAGES = {
 }
 #: The stages of dvc.yaml each predictor owns; ``report`` belongs to none (it reads records only).
 _CONVERGENCE = ["pretrain", "finetune", "forecast", "evaluate_convergence", "forecast_cost"]
-_EARLY_SUCCESS = ["corpus", "train_outcome", "evaluate_outcome"]
+_EARLY_SUCCESS = ["corpus", "train_outcome", "evaluate_outcome", "evaluate_outcome_ooc"]
 STAGE_PREDICTOR = {
     **dict.fromkeys(_CONVERGENCE, "convergence"),
     **dict.fromkeys(_EARLY_SUCCESS, "early_success"),

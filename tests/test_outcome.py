@@ -256,3 +256,30 @@ def test_absent_optional_telemetry_columns_warn_and_are_empty():
     with pytest.warns(UserWarning, match="has no grad_norm"):
         out = check_telemetry(_good_table().drop("grad_norm"))
     assert out["grad_norm"].null_count() == 3
+
+
+def test_out_of_corpus_runs_are_a_users_loop_outside_the_prior():
+    from prenet.outcome.out_of_corpus import digits_splits, late_bloomer_share, sample_specs, train_run
+
+    specs = sample_specs(40, seed=3, epochs=3)
+    assert {s.activation for s in specs} == {"relu", "tanh"} and max(s.init_scale for s in specs) > 2 and min(s.lr for s in specs) < 1e-2
+    assert sample_specs(40, seed=3, epochs=3) == specs  # reproducible
+    data = digits_splits(0)
+    assert sum(len(y) for _, y in data.values()) == 1797
+    table, final, diverged = train_run(specs[0], data)
+    assert table.height == 3 and set(table["epoch"].to_list()) == {1, 2, 3} and 0.0 <= final <= 1.0 and not diverged
+    runs = pl.DataFrame({"run_id": ["a", "b", "c"], "final_test_accuracy": [0.9, 0.9, 0.3]})
+    tel = pl.DataFrame({"run_id": ["a", "b", "c"], "epoch": [2, 2, 2], "train_accuracy": [0.3, 0.7, 0.2], "val_accuracy": [0.4, 0.8, None]})
+    assert late_bloomer_share(runs, tel) == pytest.approx(1 / 3)  # a: below 0.5 at epoch 2, at least 0.8 at the end
+
+
+def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run):
+    from pipeline.evaluate_outcome_ooc import evaluate_outcome_ooc
+
+    _, cfg, _ = tiny_run
+    res = evaluate_outcome_ooc(cfg)
+    assert res["runs"] == 48 and set(res["by_epoch"]) == {"1", "2", "3", "5"}
+    for m in res["by_epoch"].values():
+        point, low, high = m["r2"]
+        assert low <= point <= high and m["answered"] <= 48 and 0 <= m["failure_auc"][0] <= 1
+    assert 0 <= res["late_bloomer_share"] <= 1 and 0 <= res["corpus_late_bloomer_share"] <= 1

@@ -48,19 +48,27 @@ class Outcome:
         return {**asdict(self), "relative_class_name": self.relative_class_name}
 
 
-def predict(table: pl.DataFrame, *, domain: str | None = None, schedule: str | None = None, models_dir: str | Path = DEFAULT_MODELS) -> Outcome:
+def predict(
+    table: pl.DataFrame,
+    *,
+    domain: str | None = None,
+    schedule: str | None = None,
+    models_dir: str | Path = DEFAULT_MODELS,
+    loaded: tuple[dict, dict] | None = None,
+) -> Outcome:
     """Predict from a recorder table (``Recorder.table()``: one row per epoch seen so far). Uses the model of the
     largest trained epoch ≤ the epochs seen. One pooled model answers, with the domain as a feature; a domain
     the corpus never had (or ``None``) is answered as unknown, with a warning when a name was given. ``schedule``
     (one of :data:`prenet.outcome.space.SCHEDULES`) is the run's learning-rate schedule for the epochs to come, when
     the user states it. The table is checked first (:func:`check_telemetry`): a broken rule is one
-    :class:`~prenet.outcome.telemetry_input.TelemetryError` naming the column, the row and the rule."""
+    :class:`~prenet.outcome.telemetry_input.TelemetryError` naming the column, the row and the rule. ``loaded``: the
+    ``(models, manifest)`` of :func:`prenet.outcome.models.load` when the caller answers many runs (read once)."""
     if not isinstance(table, pl.DataFrame):
         raise PrenetError(f"predict() needs a polars DataFrame (Recorder.table()), got {type(table).__name__}")
     table = check_telemetry(table, source="predict(table)")
     if schedule is not None and schedule not in SCHEDULES:
         raise PrenetError(f"predict(schedule={schedule!r}): not a schedule; choose one of {', '.join(SCHEDULES)} or None")
-    models, manifest = load(models_dir)
+    models, manifest = loaded if loaded is not None else load(models_dir)
     seen = int(table["epoch"].max())
     usable = [e for e in manifest["epochs"] if e <= seen]
     if not usable:

@@ -372,7 +372,29 @@ def _cost_check(fc_cost: dict) -> list[Row]:
     return rows
 
 
-def _outcome(oc: dict, cp: dict) -> list[Row]:
+def _ooc_rows(oo: dict) -> list[Row]:
+    """The predictor on out-of-corpus runs (``outcome_ooc.json``): R² and failure AUC per epoch beside the naive guess."""
+    if not oo:
+        return []
+
+    def ci(v: list) -> str:
+        return f"{v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]"
+
+    cells = "; ".join(
+        f"epoch {e}: R² {ci(m['r2'])} (naive {m['naive_r2'][0]:.2f}), AUC {ci(m['failure_auc'])} (naive {m['naive_failure_auc'][0]:.2f})"
+        for e, m in oo.get("by_epoch", {}).items()
+    )
+    return [
+        (
+            f"out of corpus, nothing stated: {oo.get('runs')} runs of a user's own loop over digits, settings outside the corpus prior "
+            f"(late bloomers {100 * oo.get('late_bloomer_share', float('nan')):.0f} %, corpus {100 * oo.get('corpus_late_bloomer_share', float('nan')):.0f} %)",
+            cells + " (targets: R² ≥ 0.85 at epoch 2, ≥ 0.95 at epoch 5; AUC ≥ 0.97 at epoch 2)",
+            "not published",
+        )
+    ]
+
+
+def _outcome(oc: dict, cp: dict, oo: dict | None = None) -> list[Row]:
     pooled = oc.get("results", {}).get("pooled", {})
     abl = oc.get("ablation", {}).get("pooled", {})
     src = f"{cp.get('runs')} runs, {'vendored' if cp.get('source') == 'vendored' else 'generated'} corpus"
@@ -413,7 +435,7 @@ def _outcome(oc: dict, cp: dict) -> list[Row]:
                 "not published",
             )
         )
-    return rows
+    return rows + _ooc_rows(oo or {})
 
 
 def _multi_gpu(ep: dict, tp: dict) -> list[Row]:
@@ -471,7 +493,7 @@ def results_tables(metrics_dir: str | Path) -> list[list[Row]]:
             _multi_gpu(ep, tp) if ep else [],
             _step_time(ev) if ev else [],
             _convergence(cv, fcc) if cv else [],
-            _outcome(oc, cp) if oc else [],
+            _outcome(oc, cp, _load(mdir, "outcome_ooc.json")) if oc else [],
         )
         if t
     ]

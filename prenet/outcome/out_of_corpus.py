@@ -1,0 +1,199 @@
+"""Runs no part of the early-success pipeline was fitted on (issue 29): a plain torch loop over scikit-learn's digits,
+written as a user writes it, recorded with :class:`~prenet.telemetry.Recorder`, with settings outside the corpus
+prior (MLPs of 1-3 hidden layers, ReLU or tanh, init scales 0.1-5, learning rates 10^-3.5 to 10^0.7, momentum up to
+0.99, batches 16-128), and the predictor's answers on them at epochs 1, 2, 3 and 5 with nothing stated.
+
+A run is a **late bloomer** when its accuracy is below 0.5 after 2 epochs and at or above 0.8 at the end.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+#: the epochs the answers are scored at (the outcome models' own epochs at or below these answer)
+EPOCHS_SCORED = (1, 2, 3, 5)
+LATE_BLOOMER = {"epoch": 2, "below": 0.5, "final_at_least": 0.8}
+
+
+@dataclass(frozen=True)
+class OocSpec:
+    """One out-of-corpus run: hidden ``width`` × ``depth``, ``activation`` (relu | tanh), ``init_scale`` (× torch's
+    default init), SGD ``lr`` and ``momentum``, ``batch``, ``epochs``, ``seed``."""
+
+    run_id: str
+    width: int
+    depth: int
+    activation: str
+    init_scale: float
+    lr: float
+    momentum: float
+    batch: int
+    epochs: int
+    seed: int
+
+
+def sample_specs(n: int, seed: int, epochs: int = 10) -> list[OocSpec]:
+    """``n`` run settings drawn from the out-of-corpus prior (module docstring), reproducibly from ``seed``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        out.append(
+            OocSpec(
+                run_id=f"ooc-{seed}-{i:03d}",
+                width=int(2 ** rng.integers(4, 9)),
+                depth=int(rng.integers(1, 4)),
+                activation=str(rng.choice(["relu", "tanh"])),
+                init_scale=float(10 ** rng.uniform(-1, math.log10(5))),
+                lr=float(10 ** rng.uniform(-3.5, 0.7)),
+                momentum=float(rng.choice([0.0, 0.5, 0.9, 0.99])),
+                batch=int(2 ** rng.integers(4, 8)),
+                epochs=epochs,
+                seed=seed * 1000 + i,
+            )
+        )
+    return out
+
+
+def digits_splits(seed: int = 0) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """scikit-learn's digits (8 × 8 → 64 features in [0, 1], 10 classes) split 60 / 20 / 20 into train / val / test."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    idx = np.random.default_rng(seed).permutation(len(y))
+    x, y = (x[idx] / 16.0).astype(np.float32), y[idx].astype(np.int64)
+    a, b = int(0.6 * len(y)), int(0.8 * len(y))
+    return {"train": (x[:a], y[:a]), "val": (x[a:b], y[a:b]), "test": (x[b:], y[b:])}
+
+
+def train_run(spec: OocSpec, data: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[pl.DataFrame, float, bool]:
+    """Train one run as a user's loop does; (its Recorder table, final test accuracy, whether it diverged: a
+    non-finite loss, after which training stops and the run counts as failed at chance accuracy)."""
+    import torch
+    from torch import nn
+
+    from prenet.telemetry import Recorder
+
+    torch.manual_seed(spec.seed)
+    act = {"relu": nn.ReLU, "tanh": nn.Tanh}[spec.activation]
+    layers: list[nn.Module] = []
+    d = 64
+    for _ in range(spec.depth):
+        layers += [nn.Linear(d, spec.width), act()]
+        d = spec.width
+    model = nn.Sequential(*layers, nn.Linear(d, 10))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(spec.init_scale)
+    opt = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
+    loss_fn = nn.CrossEntropyLoss()
+    xt, yt = (torch.from_numpy(a) for a in data["train"])
+    xv, yv = (torch.from_numpy(a) for a in data["val"])
+    xs, ys = (torch.from_numpy(a) for a in data["test"])
+    rec = Recorder(model, probe_inputs=xv[:64])
+    gen = torch.Generator().manual_seed(spec.seed)
+    diverged = False
+    for _epoch in range(spec.epochs):
+        order = torch.randperm(len(yt), generator=gen)
+        total, correct, seen = 0.0, 0, 0
+        for k in range(0, len(yt), spec.batch):
+            i = order[k : k + spec.batch]
+            opt.zero_grad()
+            out = model(xt[i])
+            loss = loss_fn(out, yt[i])
+            if not torch.isfinite(loss):
+                diverged = True
+                break
+            loss.backward()
+            rec.after_backward()
+            opt.step()
+            total += loss.item() * len(i)
+            correct += int((out.argmax(1) == yt[i]).sum())
+            seen += len(i)
+        if diverged or seen == 0:
+            break
+        with torch.no_grad():
+            vo = model(xv)
+            vl = float(loss_fn(vo, yv))
+            va = float((vo.argmax(1) == yv).float().mean())
+        if not math.isfinite(vl):
+            diverged = True
+            break
+        rec.end_epoch(train_loss=total / seen, train_accuracy=correct / seen, val_loss=vl, val_accuracy=va)
+    with torch.no_grad():
+        final = 0.1 if diverged else float((model(xs).argmax(1) == ys).float().mean())
+    return rec.table(), final, diverged
+
+
+def collect(n: int, seed: int, epochs: int = 10) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(runs: one row per run with its settings, ``final_test_accuracy`` and ``diverged``; telemetry: the Recorder rows
+    of every run, with ``run_id``)."""
+    data = digits_splits(seed)
+    runs, tels = [], []
+    for spec in sample_specs(n, seed, epochs):
+        table, final, diverged = train_run(spec, data)
+        runs.append({**asdict(spec), "final_test_accuracy": final, "diverged": diverged, "epochs_recorded": table.height})
+        if table.height:
+            tels.append(table.with_columns(pl.lit(spec.run_id).alias("run_id")))
+    return pl.DataFrame(runs), pl.concat(tels, how="diagonal") if tels else pl.DataFrame()
+
+
+def late_bloomer_share(runs: pl.DataFrame, telemetry: pl.DataFrame, accuracy_column: str = "val_accuracy") -> float:
+    """Share of runs below 0.5 accuracy after 2 epochs (``accuracy_column``, else train accuracy) and ≥ 0.8 at the end."""
+    at2 = telemetry.filter(pl.col("epoch") == LATE_BLOOMER["epoch"]).select(
+        "run_id", pl.coalesce(pl.col(accuracy_column) if accuracy_column in telemetry.columns else None, pl.col("train_accuracy")).alias("acc2")
+    )
+    j = runs.select("run_id", "final_test_accuracy").join(at2, on="run_id", how="left")
+    late = (j["acc2"].fill_null(0.0) < LATE_BLOOMER["below"]) & (j["final_test_accuracy"] >= LATE_BLOOMER["final_at_least"])
+    return float(late.mean()) if j.height else float("nan")
+
+
+def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *, n_boot: int, seed: int) -> dict[str, Any]:
+    """The predictor (nothing stated: unknown domain, no schedule) on the runs at each of :data:`EPOCHS_SCORED`:
+    R², MAE and failure AUC with 95 % bootstrap intervals, beside the naive guess (the epoch's validation accuracy),
+    and the late bloomers' share and how they were called. Failure = diverged or final accuracy below the models'
+    pooled failure threshold."""
+    from prenet.outcome.evaluation import auc, bootstrap, mae, r2
+    from prenet.outcome.models import load
+    from prenet.outcome.predict import predict
+
+    loaded = load(models_dir)
+    manifest = loaded[1]
+    threshold = float(manifest["pooled_thresholds"]["failure_threshold"])
+    y = runs["final_test_accuracy"].to_numpy()
+    fail = (runs["diverged"].to_numpy() | (y < threshold)).astype(float)
+    out: dict[str, Any] = {"runs": runs.height, "failure_threshold": threshold, "failures": int(fail.sum()), "by_epoch": {}}
+    for e in EPOCHS_SCORED:
+        pa, pf, guess, ok = [], [], [], []
+        for rid in runs["run_id"].to_list():
+            t = telemetry.filter((pl.col("run_id") == rid) & (pl.col("epoch") <= e)).drop("run_id")
+            if t.height < e:  # diverged before epoch e: its failure is already visible
+                pa.append(0.1)
+                pf.append(1.0)
+                guess.append(0.1)
+                ok.append(False)
+                continue
+            o = predict(t, loaded=loaded)
+            pa.append(o.final_test_accuracy)
+            pf.append(o.failure_probability)
+            last = t.filter(pl.col("epoch") == e)
+            guess.append(float(last["val_accuracy"][0]) if last["val_accuracy"][0] is not None else float(last["train_accuracy"][0]))
+            ok.append(True)
+        pa_, pf_, g_ = np.array(pa), np.array(pf), np.array(guess)
+        m: dict[str, Any] = {"answered": int(sum(ok))}
+        for name, (fn, arrays) in {
+            "r2": (r2, [y, pa_]),
+            "mae": (mae, [y, pa_]),
+            "failure_auc": (auc, [fail, pf_]),
+            "naive_r2": (r2, [y, g_]),
+            "naive_failure_auc": (auc, [fail, 1.0 - g_]),
+        }.items():
+            m[name] = list(bootstrap(fn, arrays, n_boot, seed))
+        out["by_epoch"][str(e)] = m
+    out["late_bloomer_share"] = late_bloomer_share(runs, telemetry)
+    return out
