@@ -18,8 +18,8 @@ from pathlib import Path
 
 from prefect import flow, task
 
-from pipeline import STAGES
 from pipeline.config import REPO_ROOT, compose, write_params
+from pipeline.stages import STAGES
 from prenet.errors import PrenetError
 
 #: Output lines of a failed stage shown in the task's error.

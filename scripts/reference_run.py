@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> int:
-    from pipeline import STAGES
     from pipeline.config import compose, run_guarded
+    from pipeline.stages import STAGES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("overrides", nargs="+", help="Hydra overrides, e.g. experiment=full")

@@ -62,7 +62,7 @@ def tiny_pipeline(tmp_path_factory):
     what it reads, so running it alone builds only that."""
     import importlib
 
-    from pipeline import STAGES
+    from pipeline.stages import STAGES
 
     root = tmp_path_factory.mktemp("tiny_run")
     cfg = compose(tiny_overrides(root))

@@ -6,8 +6,8 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from pipeline import STAGES
 from pipeline.config import CONF_DIR, compose
+from pipeline.stages import STAGES
 
 REPO = Path(__file__).resolve().parents[1]
 

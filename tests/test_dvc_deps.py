@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import STAGES
+from pipeline.stages import STAGES
 
 _spec = importlib.util.spec_from_file_location("stage_deps", Path(__file__).resolve().parents[1] / "scripts" / "stage_deps.py")
 stage_deps = importlib.util.module_from_spec(_spec)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import PROJECT_FILES
 
-from pipeline import STAGES
+from pipeline.stages import STAGES
 
 REPO = Path(__file__).resolve().parents[1]
 COPY = [*PROJECT_FILES, "params.yaml"]
