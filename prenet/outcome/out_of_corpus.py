@@ -145,9 +145,8 @@ def collect(n: int, seed: int, epochs: int = 10) -> tuple[pl.DataFrame, pl.DataF
 
 def late_bloomer_share(runs: pl.DataFrame, telemetry: pl.DataFrame, accuracy_column: str = "val_accuracy") -> float:
     """Share of runs below 0.5 accuracy after 2 epochs (``accuracy_column``, else train accuracy) and ≥ 0.8 at the end."""
-    at2 = telemetry.filter(pl.col("epoch") == LATE_BLOOMER["epoch"]).select(
-        "run_id", pl.coalesce(pl.col(accuracy_column) if accuracy_column in telemetry.columns else None, pl.col("train_accuracy")).alias("acc2")
-    )
+    acc = [pl.col(accuracy_column)] if accuracy_column in telemetry.columns else []
+    at2 = telemetry.filter(pl.col("epoch") == LATE_BLOOMER["epoch"]).select("run_id", pl.coalesce([*acc, pl.col("train_accuracy")]).alias("acc2"))
     j = runs.select("run_id", "final_test_accuracy").join(at2, on="run_id", how="left")
     late = (j["acc2"].fill_null(0.0) < LATE_BLOOMER["below"]) & (j["final_test_accuracy"] >= LATE_BLOOMER["final_at_least"])
     return float(late.mean()) if j.height else float("nan")
