@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
+
 import polars as pl
 
 from prenet.hardware.spec import HardwareSpec
@@ -15,6 +18,17 @@ from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.step import StepPrediction, default_overhead_ms, predict_trace, set_epoch
 
 DEFAULT_PARALLEL_MODEL = default_path("models_parallel")
+
+
+@lru_cache(maxsize=4)
+def _load(path: str, mtime: float) -> ParallelModel:
+    return ParallelModel.load(path)
+
+
+def load_model(path: str | Path = DEFAULT_PARALLEL_MODEL) -> ParallelModel:
+    """The trained multi-GPU model at ``path``, read once per file version (a plan asks for it per GPU)."""
+    p = Path(path)
+    return _load(str(p), p.stat().st_mtime if p.is_file() else 0.0)
 
 
 def layout_step(
@@ -55,7 +69,7 @@ def predict_parallel(
     ``parallel`` holds its parts, and an epoch is split over the data-parallel GPUs."""
     ovh = default_overhead_ms(hw, trace.optimizer) if overhead_ms is None else overhead_ms
     pred, ops = predict_trace(trace, hw, op_model, overhead_ms=ovh)
-    step = layout_step(pred, ops, trace, hw, layout, op_model, model or ParallelModel.load(DEFAULT_PARALLEL_MODEL))
+    step = layout_step(pred, ops, trace, hw, layout, op_model, model or load_model())
     pred.step_seconds = step.step_ms / 1e3
     pred.parallel = step.to_dict()
     pred.notes.extend(step.notes)

@@ -198,15 +198,14 @@ def _multi_gpu_options(
 ) -> dict[str, dict[str, Any]]:
     """The multi-GPU options of GPU ``name`` (one per count of ``gpus`` its node holds, on ``nodes`` nodes): their
     label → {step_s, device, gpus, nodes, replicas, parallel, memory_bytes}."""
-    from prenet.parallel.answer import DEFAULT_PARALLEL_MODEL, layout_step
+    from prenet.parallel.answer import layout_step, load_model
     from prenet.parallel.data_parallel import Layout, fsdp_units, parse_parallel
     from prenet.parallel.interconnect import interconnect
     from prenet.parallel.memory import ddp_memory_bytes, fsdp_memory_bytes
-    from prenet.parallel.model import ParallelModel
 
     strategy, tp = parse_parallel(parallel)
     ic = interconnect(spec)
-    pm = ParallelModel.load(DEFAULT_PARALLEL_MODEL)
+    pm = load_model()
     out: dict[str, dict[str, Any]] = {}
     for g in sorted(set(gpus)):
         if g * nodes == 1:
