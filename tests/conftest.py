@@ -92,6 +92,7 @@ PROJECT_FILES = [
     "data/hardware",
     "data/reference",
     "data/outcome/vendored",
+    "data/outcome/out_of_corpus",
     ".dvc/config",
     ".dvc/.gitignore",
 ]
