@@ -62,7 +62,7 @@ class Layout:
 
 def parse_parallel(text: str) -> tuple[str, int]:
     """``ddp`` | ``fsdp`` | ``tp:K`` → (strategy, tensor-parallel degree)."""
-    if text in ("ddp", "fsdp"):
+    if text in STRATEGIES and text != "tp":
         return text, 1
     if text.startswith("tp:") and text[3:].isdigit() and int(text[3:]) >= 1:
         return "tp", int(text[3:])
