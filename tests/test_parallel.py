@@ -51,20 +51,37 @@ def test_ring_terms_and_hierarchy():
         m.time_ms("all_reduce", 1e6, ic, 8, nodes=2)
 
 
-def test_fit_link_recovers_the_constants_it_was_generated_with():
-    truth = LinkFit(latency_us=15.0, step_us=1.5, eff_reduce=0.8, eff_gather=0.65, ramp=3.0)
+def _generated(truth: LinkFit, ns: tuple[int, ...], nvls: bool) -> pl.DataFrame:
     rows = []
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
-        for n in (2, 4, 8):
+        for n in ns:
             for size in np.geomspace(1e3, 1e9, 13):
-                steps, per_byte = ring_terms(op, n)
+                spec_us = ring_terms(op, n)[1] * size / 300e3
                 rows.append(
-                    {"op": op, "n": n, "size_bytes": size, "link_gbps": 300.0, "measured_us": truth.time_us(op, steps, per_byte * size / 300e3)}
+                    {"op": op, "n": n, "size_bytes": size, "link_gbps": 300.0, "nvls": nvls, "measured_us": truth.time_us(op, n, spec_us, nvls)}
                 )
-    got = fit_link(pl.DataFrame(rows))
-    assert got.rows == len(rows)
-    for f in ("latency_us", "step_us", "eff_reduce", "eff_gather", "ramp"):
+    return pl.DataFrame(rows)
+
+
+def test_fit_link_recovers_the_constants_it_was_generated_with():
+    truth = LinkFit(latency_us=15.0, step_us=1.5, eff_reduce=0.8, eff_gather=0.65, ramp=3.0, fill=0.7)
+    rows = _generated(truth, (2, 4, 8), nvls=False)
+    got = fit_link(rows)
+    assert got.rows == rows.height and got.eff_nvls == 0.0  # no switch that reduces: NVLS is not fitted
+    for f in ("latency_us", "step_us", "eff_reduce", "eff_gather", "ramp", "fill"):
         assert getattr(got, f) == pytest.approx(getattr(truth, f), rel=0.02), f
+
+
+def test_nvls_all_reduce_keeps_a_flat_latency_where_the_ring_grows_and_is_fitted_from_switch_rows():
+    truth = LinkFit(latency_us=15.0, step_us=1.2, eff_reduce=0.75, eff_gather=0.8, ramp=3.0, fill=0.6, nvls_step_us=7.0, eff_nvls=0.48)
+    small = 4096 * ring_terms("all_reduce", 64)[1] / 300e3
+    ring_only = truth.time_us("all_reduce", 64, small, nvls=False)
+    assert ring_only == pytest.approx(15.0 + 1.2 * 126, rel=0.05)  # 126 ring steps
+    assert truth.time_us("all_reduce", 64, small, nvls=True) == pytest.approx(15.0 + 7.0 * 6, rel=0.05)  # log₂ 64
+    assert truth.time_us("all_gather", 64, small, nvls=True) == truth.time_us("all_gather", 64, small, nvls=False)
+    got = fit_link(_generated(truth, (2, 4, 8, 16, 32, 64), nvls=True))
+    for f in ("latency_us", "step_us", "eff_reduce", "eff_gather", "nvls_step_us", "eff_nvls"):
+        assert getattr(got, f) == pytest.approx(getattr(truth, f), rel=0.05), f
 
 
 def test_measured_collectives_hold_both_sources_on_their_links():
@@ -74,10 +91,12 @@ def test_measured_collectives_hold_both_sources_on_their_links():
     staged = d.filter(pl.col("link") == "pcie_host")
     assert staged["link_gbps"].max() == pytest.approx(d.filter(pl.col("link") == "pcie")["link_gbps"].max() / 2)
     assert d["measured_us"].min() > 0 and d["key"].n_unique() == d.height
+    assert d.filter(pl.col("source") == "xla")["nvls"].all() and not d.filter(pl.col("source") == "deepbench")["nvls"].any()
 
 
 def test_interconnects_from_the_catalog_and_assumed():
-    assert interconnect(A100).link == "nvlink" and interconnect(A100).intra_gbps == 300
+    assert interconnect(A100).link == "nvlink" and interconnect(A100).intra_gbps == 300 and not interconnect(A100).nvls
+    assert interconnect(get("H100 SXM5 80GB")).nvls  # HGX H100's third-generation NVSwitch reduces in the switch
     ic = interconnect(RTX4090)
     assert ic.link == "pcie_host" and ic.intra_gbps == pytest.approx(ic.pcie_gbps / 2)
     assert interconnect(get("GTX 1080 Ti")) is ASSUMED

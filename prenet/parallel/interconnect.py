@@ -2,7 +2,7 @@
 
 Bandwidths are GB/s (1e9 bytes/s) per GPU and per direction. The facts live in ``data/hardware/interconnect.csv``
 (one row per catalog GPU, with its source); a device described by a spec YAML may carry the same keys
-(``nvlink_gbps``, ``pcie_gen``, ``pcie_lanes``, ``p2p``, ``gpus_per_node``). A GPU with neither is answered as a PCIe
+(``nvlink_gbps``, ``pcie_gen``, ``pcie_lanes``, ``p2p``, ``gpus_per_node``, ``nvls``). A GPU with neither is answered as a PCIe
 3.0 x16 board with peer-to-peer, and says so (:attr:`Interconnect.assumed`).
 """
 
@@ -28,9 +28,10 @@ DEFAULT_NETWORK_GBITS = 200.0
 @dataclass(frozen=True)
 class Interconnect:
     """The links of one GPU model. ``nvlink_gbps``: NVLink bandwidth per GPU and direction (None: no NVLink);
-    ``pcie_gen``/``pcie_lanes``: the host link; ``p2p``: whether GPUs of a node reach each other's memory directly
-    (without it every transfer is staged through host memory, crossing PCIe twice); ``gpus_per_node``: the most GPUs
-    of this model one server holds; ``assumed``: no spec was found and PCIe 3.0 x16 with peer-to-peer was assumed."""
+        ``pcie_gen``/``pcie_lanes``: the host link; ``p2p``: whether GPUs of a node reach each other's memory directly
+        (without it every transfer is staged through host memory, crossing PCIe twice); ``gpus_per_node``: the most GPUs
+        of this model one server holds; ``nvls``: its NVSwitch can reduce in the switch (NVLink SHARP, third-generation
+    NVSwitch on: HGX H100 and later); ``assumed``: no spec was found and PCIe 3.0 x16 with peer-to-peer was assumed."""
 
     nvlink_gbps: float | None
     pcie_gen: int
@@ -39,6 +40,7 @@ class Interconnect:
     gpus_per_node: int
     source: str
     assumed: bool = False
+    nvls: bool = False
 
     @property
     def pcie_gbps(self) -> float:
@@ -63,7 +65,7 @@ class Interconnect:
     def describe(self) -> str:
         """One line for answers: the link and its bandwidth."""
         if self.nvlink_gbps:
-            return f"NVLink {self.nvlink_gbps:g} GB/s per GPU and direction"
+            return f"NVLink {self.nvlink_gbps:g} GB/s per GPU and direction" + (", NVSwitch with SHARP (NVLS)" if self.nvls else "")
         how = "peer-to-peer" if self.p2p else "no peer-to-peer: staged through host memory"
         return f"PCIe {self.pcie_gen}.0 x{self.pcie_lanes} ({self.pcie_gbps:.0f} GB/s per direction, {how})"
 
@@ -82,6 +84,7 @@ def _table(root: str) -> dict[str, Interconnect]:
             p2p=r["p2p"] == "yes",
             gpus_per_node=int(r["gpus_per_node"]),
             source=f"interconnect.csv: {r['source']}",
+            nvls=r["nvls"] == "yes",
         )
     return out
 
@@ -95,7 +98,7 @@ def interconnect(hw: HardwareSpec) -> Interconnect:
     if row is not None:
         return row
     x = hw.extra or {}
-    if any(k in x for k in ("nvlink_gbps", "pcie_gen", "p2p", "gpus_per_node")):
+    if any(k in x for k in ("nvlink_gbps", "pcie_gen", "p2p", "gpus_per_node", "nvls")):
         return Interconnect(
             nvlink_gbps=float(x["nvlink_gbps"]) if x.get("nvlink_gbps") else None,
             pcie_gen=int(x.get("pcie_gen", 3)),
@@ -103,5 +106,6 @@ def interconnect(hw: HardwareSpec) -> Interconnect:
             p2p=bool(x.get("p2p", True)),
             gpus_per_node=int(x.get("gpus_per_node", 8)),
             source=f"spec file of {hw.hardware_id}",
+            nvls=bool(x.get("nvls", False)),
         )
     return ASSUMED

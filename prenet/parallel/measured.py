@@ -2,7 +2,8 @@
 
 Columns: ``source``, ``system`` (the GPUs measured), ``op`` (:data:`~prenet.parallel.collectives.OPS`), ``n`` (GPUs
 in the ring), ``groups`` (concurrent rings), ``size_bytes`` (the full tensor, bytes), ``measured_us`` (µs), ``link``
-and ``link_gbps`` (spec bandwidth per GPU and direction, GB/s), ``key`` (the row's identity for the frozen split).
+and ``link_gbps`` (spec bandwidth per GPU and direction, GB/s), ``nvls`` (the NVSwitch can reduce in the switch:
+NVLink SHARP, third-generation NVSwitch on), ``key`` (the row's identity for the frozen split).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import polars as pl
 from prenet.parallel.interconnect import PCIE_GBPS_PER_LANE
 
 #: XLA's device keys → (system, NVLink bandwidth per GPU and direction in GB/s, from NVIDIA's datasheets: H100 SXM
-#: NVLink 4 900 GB/s total, B200 / GB200 NVL72 / GB300 NVL72 NVLink 5 1.8 TB/s total).
+#: NVLink 4 900 GB/s total, B200 / GB200 NVL72 / GB300 NVL72 NVLink 5 1.8 TB/s total). All four are NVSwitch systems
+#: with NVLink SHARP (NVSwitch 3 and 4), so their all-reduces may run NVLS.
 XLA_SYSTEMS: dict[str, tuple[str, float]] = {
     "sm_90": ("H100 SXM (8, NVSwitch)", 450.0),
     "sm_100_B200": ("B200 (8, NVSwitch)", 900.0),
@@ -48,6 +50,7 @@ def deepbench_allreduce(base: Path) -> pl.DataFrame:
         (pl.col("mean_time_ms").cast(pl.Float64) * 1e3).alias("measured_us"),
         pl.when(pl.col("gpu").is_in(list(DEEPBENCH_STAGED))).then(pl.lit("pcie_host")).otherwise(pl.lit("pcie")).alias("link"),
         pl.when(pl.col("gpu").is_in(list(DEEPBENCH_STAGED))).then(pl.lit(_DEEPBENCH_GBPS / 2)).otherwise(pl.lit(_DEEPBENCH_GBPS)).alias("link_gbps"),
+        pl.lit(False).alias("nvls"),
         pl.concat_str(
             [
                 pl.lit("deepbench|"),
@@ -81,6 +84,7 @@ def xla_collectives(base: Path) -> pl.DataFrame:
         pl.col("derived_time_us").cast(pl.Float64).alias("measured_us"),
         pl.lit("nvlink").alias("link"),
         pl.col("gpu_key").replace_strict(bw_map, return_dtype=pl.Float64).alias("link_gbps"),
+        pl.lit(True).alias("nvls"),
         pl.concat_str(
             [
                 pl.lit("xla|"),
