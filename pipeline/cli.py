@@ -544,7 +544,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="GPU counts per node planned for every GPU (default: 1 2 4 8); --batch-size is per GPU",
     )
     pn.add_argument("--nodes", type=_positive, default=1, metavar="M", help="nodes of each multi-GPU option (default 1)")
-    pn.add_argument("--parallel", choices=["ddp", "fsdp"], default="ddp", help="how the GPUs share the job (default: ddp)")
+    pn.add_argument(
+        "--parallel",
+        default="ddp",
+        metavar="ddp|fsdp|tp:K",
+        help="how the GPUs share the job (default: ddp); tp:K plans only the GPU counts K divides",
+    )
     pn.add_argument("--network", type=float, metavar="GBITS", help="network bandwidth per node between nodes, Gb/s (default 200)")
     pn.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the job (default: sgd)")
     pn.add_argument("--fused", action="store_true", help=_FUSED_HELP)

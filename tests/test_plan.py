@@ -255,3 +255,20 @@ def test_plan_prices_node_options(tiny_run, capsys):
     # NVLink moves the same gradients faster than PCIe without peer-to-peer
     assert rows["8× A100 80GB SXM4"]["parallel"]["comm_ms"] < p["comm_ms"]
     assert any("32 GPUs" in n and "node" in n for n in d["notes"]) and any("RTX 4090 has no peer-to-peer" in n for n in d["notes"])
+
+
+def test_plan_tensor_parallel_options_split_the_blocks_and_their_memory(tiny_run, capsys):
+    """tp:2 plans the GPU counts 2 divides: each option's step splits the blocks over 2 GPUs, all-reduces their stream,
+    holds less model state per GPU, and shares an epoch over the data-parallel replicas only."""
+    root, _, _ = tiny_run
+    base = ("--model", "bert_base_like", "--batch-size", "4", "--dataset-size", "400", "--epochs", "1", "--hardware", "A100 80GB SXM4")
+    one = {r["hardware"]: r for r in _plan_json(capsys, root, *base)["rows"]}["A100 80GB SXM4"]
+    d = _plan_json(capsys, root, *base, "--gpus", "1", "3", "4", "--parallel", "tp:2")
+    rows = {r["hardware"]: r for r in d["rows"]}
+    assert set(rows) == {"A100 80GB SXM4", "4× A100 80GB SXM4"}  # 3 GPUs: 2 does not divide it
+    four = rows["4× A100 80GB SXM4"]
+    p = four["parallel"]
+    assert p["strategy"] == "tp" and p["tp"] == 2 and p["comm_ms"] > 0 and p["exposed_ms"] >= p["comm_ms"] * 0.5
+    assert four["steps"] == math.ceil(400 / (4 * 2))  # two replicas of two GPUs
+    assert four["memory_bytes"] < one["memory_bytes"]
+    assert any("tp:2 needs a multiple of 2" in n for n in d["notes"])

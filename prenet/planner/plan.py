@@ -71,6 +71,7 @@ class PlanRow:
     nodes: int = 1
     device: str = ""  # the catalog name of one device ('' : ``hardware``)
     parallel: dict[str, Any] | None = None  # a multi-GPU option's step (:class:`prenet.parallel.data_parallel.ParallelStep`)
+    memory_bytes: int = 0  # predicted peak training memory of one device of this option (bytes)
 
 
 @dataclass
@@ -153,6 +154,7 @@ def plan_rows(
         mem_gib = spec.mem_gb if spec.kind == "gpu" else host_memory_gib()
         reserve = GPU_RESERVE_GIB if spec.kind == "gpu" else 0.0
         ratio = max(intervals.memory_ratio_max or 1.0, 1.0)
+        mem = opt.get("memory_bytes", memory.total_bytes)
         rows.append(
             PlanRow(
                 hardware=name,
@@ -168,8 +170,8 @@ def plan_rows(
                 cost_low=wall * lo / 3600 * usd if usd is not None else None,
                 cost_high=wall * hi / 3600 * usd if usd is not None else None,
                 device_memory_gib=mem_gib,
-                fits=fits(opt.get("memory_bytes", memory.total_bytes), mem_gib, reserve),
-                fits_upper=fits(opt.get("memory_bytes", memory.total_bytes) * ratio, mem_gib, reserve),
+                fits=fits(mem, mem_gib, reserve),
+                fits_upper=fits(mem * ratio, mem_gib, reserve),
                 price_source=price.get("source") if price else None,
                 family_share=(family_share or {}).get(name, {}),
                 steps=n_steps,
@@ -177,6 +179,7 @@ def plan_rows(
                 nodes=int(opt.get("nodes", 1)),
                 device=device,
                 parallel=opt.get("parallel"),
+                memory_bytes=int(mem),
             )
         )
     return rows
@@ -202,6 +205,7 @@ def _multi_gpu_options(
     from prenet.parallel.data_parallel import Layout, fsdp_units, parse_parallel
     from prenet.parallel.interconnect import interconnect
     from prenet.parallel.memory import ddp_memory_bytes, fsdp_memory_bytes
+    from prenet.parallel.tensor_parallel import tp_memory_bytes
 
     strategy, tp = parse_parallel(parallel)
     ic = interconnect(spec)
@@ -212,6 +216,11 @@ def _multi_gpu_options(
             continue
         if g > ic.gpus_per_node:
             notes.append(f"{g} GPUs of {name}: not planned, a node holds at most {ic.gpus_per_node} (use --nodes)")
+            continue
+        if strategy == "tp" and g % tp:
+            note = f"{g} GPUs per node: not planned, tp:{tp} needs a multiple of {tp} GPUs in a node"
+            if note not in notes:
+                notes.append(note)
             continue
         layout = Layout(gpus=g, nodes=nodes, strategy=strategy, tp=tp, network_gbits=network_gbits)
         step = layout_step(pred, ops, trace, spec, layout, op_model, pm)
@@ -229,6 +238,9 @@ def _multi_gpu_options(
             mem = fsdp_memory_bytes(
                 memory.total_bytes, memory.weights_bytes, memory.gradients_bytes, memory.optimizer_bytes, layout.world, fsdp_units(trace.grad_params)
             )
+        if strategy == "tp":
+            states = memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes
+            mem = tp_memory_bytes(memory.total_bytes, states, trace.grad_params, trace.blocks, tp)
         out[label] = {
             "step_s": step.step_ms / 1e3,
             "device": name,
@@ -412,7 +424,8 @@ def make_plan(
     blocks (:mod:`prenet.checkpointing`), in the step time and the memory fit.
     ``local_record``: the benchmark stage's record of this CPU (``local`` is measured now when it does not match).
     ``gpus``: the GPU counts per node planned for every GPU (e.g. 1, 2, 4, 8; a count above what its node holds is
-    left out), on ``nodes`` nodes of ``network_gbits`` Gb/s each, shared as ``parallel`` (ddp | fsdp; batch per GPU);
+    left out), on ``nodes`` nodes of ``network_gbits`` Gb/s each, shared as ``parallel`` (ddp | fsdp | tp:K; batch per
+    GPU, per tp:K group under tensor parallelism; tp:K plans the counts K divides);
     an epoch is split over the data-parallel GPUs; a forecast's steps hold for one GPU's batch only."""
 
     from prenet.hardware import catalog, resolve
