@@ -93,7 +93,8 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
         pa, pf = out["telemetry"]["final_test_accuracy"], out["telemetry"]["failure"]
         cal = {"interval_nominal": nominal, "failure_reliability": reliability(yf, pf)}
         for kind, pred in (("stated", pa), ("unstated", unstated["final_test_accuracy"])):
-            lo, hi = interval_bounds(pred, manifest["residual_quantiles"][residual_key(e, kind == "stated")])
+            key = residual_key(e, kind == "stated")
+            lo, hi = interval_bounds(pred, manifest["residual_quantiles"][key], manifest.get("residual_bands", {}).get(key))
             cal["interval_coverage" + ("" if kind == "stated" else "_unstated")] = interval_coverage(y, lo, hi)
         calibration[f"epoch_{e}"] = cal
         for (d,), g in hold.with_row_index("i").group_by(["domain"], maintain_order=True):

@@ -35,6 +35,7 @@ def train_outcome(cfg: DictConfig) -> dict:
         interval=list(o.evaluate.interval),
         seed=int(cfg.seed),
         folds=int(o.evaluate.cv_folds),
+        bands=int(o.evaluate.interval_bands),
         mapper=lambda fn, items: run_items(
             fn, items, workers=int(o.workers), threads=int(cfg.threads), desc="train_outcome", progress=bool(cfg.progress), unit="epoch"
         ),

@@ -164,6 +164,26 @@ def test_scores():
     assert d["difference"] > 0 and d["p_value"] < 0.05
 
 
+def test_interval_bands_widen_an_undecided_run_and_never_narrow_below_all_runs():
+    from prenet.outcome.models import interval_bounds, residual_bands
+
+    rng = np.random.default_rng(0)
+    pred = rng.uniform(0, 1, 600)
+    # residuals as in the corpus: tight where a run is already called (near 0 or 1), wide in between
+    res = rng.normal(0, 0.02 + 0.3 * pred * (1 - pred), 600)
+    b = residual_bands(pred, res, [0.1, 0.9], 5)
+    overall = np.quantile(res, [0.1, 0.9])
+    assert len(b["edges"]) == 4 and len(b["quantiles"]) == 5
+    assert all(q[0] <= overall[0] + 1e-12 and q[1] >= overall[1] - 1e-12 for q in b["quantiles"])
+    widths = [q[1] - q[0] for q in b["quantiles"]]
+    assert widths[2] > widths[0] and widths[2] > widths[4]  # the middle band is the undecided one
+    lo, hi = interval_bounds(np.array([0.05, 0.5]), list(overall), b)
+    assert hi[1] - lo[1] > hi[0] - lo[0] and lo[0] >= 0
+    flat_lo, flat_hi = interval_bounds(np.array([0.5]), list(overall))
+    assert flat_hi[0] - flat_lo[0] == pytest.approx(overall[1] - overall[0])
+    assert residual_bands(pred[:50], res[:50], [0.1, 0.9], 5)["edges"] == []  # too few runs for five bands
+
+
 # --- stages, API and CLI on the tiny run ---------------------------------------------------------------------
 
 
@@ -196,6 +216,11 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
     tel.filter(pl.col("run_id") == tel["run_id"][0]).drop("run_id").write_csv(f)
     assert main(["predict", "outcome", "--telemetry", str(f), "--models", cfg.paths.outcome_models]) == 0
     assert "not an automatic stop" in capsys.readouterr().out
+    from prenet.outcome.predict import Outcome, render_outcome
+
+    stuck = Outcome(0.3, (0.1, 0.85), 0.6, 0, [1.0, 0.0, 0.0], 2, "unknown", 2, None, accuracy_now=0.12, may_take_off=True)
+    assert "may still take off    accuracy 0.12 now, but runs like it ended as high as 0.85" in render_outcome(stuck)
+    assert "take off" not in render_outcome(Outcome(0.9, (0.8, 1.0), 0.0, 2, [0, 0, 1.0], 2, "unknown", 2))
     assert main(["predict", "outcome", "--telemetry", str(tmp_path / "missing.csv"), "--models", cfg.paths.outcome_models]) == 2
     assert capsys.readouterr().err.startswith("error: telemetry file")
     bad = tmp_path / "bad.csv"
@@ -283,3 +308,8 @@ def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run):
         point, low, high = m["r2"]
         assert low <= point <= high and m["answered"] <= 48 and 0 <= m["failure_auc"][0] <= 1
     assert 0 <= res["late_bloomer_share"] <= 1 and 0 <= res["corpus_late_bloomer_share"] <= 1
+    e2 = res["by_epoch"]["2"]
+    assert 0 <= e2["interval"]["coverage"] <= 1 and e2["interval"]["nominal"] == pytest.approx(0.8)
+    assert 0 <= e2["failure_reliability"]["ece"] <= 1 and sum(b["n"] for b in e2["failure_reliability"]["bins"]) == 48
+    flag = e2["take_off_flag"]
+    assert flag["late_bloomers"] == round(48 * res["late_bloomer_share"]) and flag["late_bloomers_flagged"] <= flag["flagged"]

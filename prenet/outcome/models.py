@@ -185,10 +185,34 @@ def cv_residuals(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, par
     return {k: [round(float(v), 5) for v in r] for k, r in res.items()}
 
 
-def interval_bounds(accuracy: np.ndarray, quantiles: list[float]) -> tuple[np.ndarray, np.ndarray]:
+def residual_bands(predicted: np.ndarray, residuals: np.ndarray, interval: list[float], bands: int) -> dict[str, list]:
+    """Residual quantiles by band of predicted accuracy: ``bands`` equal-count bands of the out-of-fold predictions
+    (``edges``: their inner boundaries) and each band's ``interval`` quantiles of the residuals (actual − predicted),
+    never narrower than all runs' quantiles. A run still undecided (predicted between failing and succeeding) falls
+    in a band whose residuals are wide, so its interval widens. A band the corpus calls narrowly (runs predicted at
+    chance stay there in the corpus) keeps the overall width: runs unlike the corpus do take off from there
+    (``evaluate_outcome_ooc`` measures it). One band (no edges) with fewer than 20 runs a band."""
+    pred, res = np.asarray(predicted, dtype=float), np.asarray(residuals, dtype=float)
+    overall = [float(np.quantile(res, q)) for q in interval] if len(res) else []
+    if bands < 2 or len(res) < 20 * bands:
+        return {"edges": [], "quantiles": [overall] if overall else []}
+    edges = np.quantile(pred, np.linspace(0, 1, bands + 1)[1:-1])
+    idx = np.digitize(pred, edges)
+    per = []
+    for b in range(bands):
+        q = [float(np.quantile(res[idx == b], v)) for v in interval]
+        per.append([min(q[0], overall[0]), *q[1:-1], max(q[-1], overall[-1])])
+    return {"edges": [float(v) for v in edges], "quantiles": per}
+
+
+def interval_bounds(accuracy: np.ndarray, quantiles: list[float], bands: dict[str, list] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The interval of predicted final accuracies: the prediction (clipped to [0, 1]) plus the lowest and highest
-    residual quantiles, clipped to [0, 1]; NaN where a quantile is unknown."""
+    residual quantiles — of the prediction's band (:func:`residual_bands`) when ``bands`` are given, else
+    ``quantiles`` — clipped to [0, 1]; NaN where a quantile is unknown."""
     acc = np.clip(np.asarray(accuracy, dtype=float), 0, 1)
+    if bands and bands.get("quantiles"):
+        q = np.asarray(bands["quantiles"], dtype=float)[np.digitize(acc, bands["edges"])]
+        return np.clip(acc + q[:, 0], 0, 1), np.clip(acc + q[:, -1], 0, 1)
     if not np.isfinite(quantiles).all():
         return np.full_like(acc, np.nan), np.full_like(acc, np.nan)
     return np.clip(acc + quantiles[0], 0, 1), np.clip(acc + quantiles[-1], 0, 1)
@@ -228,9 +252,11 @@ def train_all(
     seed: int,
     folds: int = 10,
     mapper: Callable = map,
+    bands: int = 1,
 ) -> tuple[dict, dict]:
     """Fit the pooled models (domain as a feature) for every (epoch, feature set, target) on the development
-    ``runs``, and the ``folds``-fold out-of-fold residuals behind the intervals. ``mapper(fn, items)`` runs the
+    ``runs``, and the ``folds``-fold out-of-fold residuals behind the intervals (their quantiles overall and in
+    ``bands`` bands of predicted accuracy, :func:`residual_bands`). ``mapper(fn, items)`` runs the
     per-epoch work (the builtin ``map``, or a process pool's). Returns (models keyed ("pooled", epoch, feature set,
     target), manifest)."""
     thr = domain_thresholds(runs, failure_fraction, classes)
@@ -239,6 +265,8 @@ def train_all(
     models: dict[tuple[str, int, str, str], Fitted] = {}
     quantiles: dict[str, list[float]] = {}
     residuals: dict[str, list[float]] = {}
+    banded: dict[str, dict[str, list]] = {}
+    y = runs["final_test_accuracy"].to_numpy()
     for e, fitted, res_by_kind in mapper(fit_epoch, [(runs, telemetry, e, params, seed, folds) for e in epochs]):
         for (fs, target), m in fitted.items():
             models[("pooled", e, fs, target)] = m
@@ -246,6 +274,8 @@ def train_all(
             key = residual_key(e, kind == "stated")
             residuals[key] = res
             quantiles[key] = [float(np.quantile(res, q)) for q in interval] if res else [float("nan")] * len(interval)
+            if res:  # the out-of-fold prediction is the actual accuracy less its residual
+                banded[key] = residual_bands(y - np.asarray(res), np.asarray(res), interval, bands)
     manifest = {
         "epochs": epochs,
         "scopes": ["pooled"],
@@ -257,6 +287,7 @@ def train_all(
         "failure_fraction": failure_fraction,
         "interval_quantiles": interval,
         "residual_quantiles": quantiles,
+        "residual_bands": banded,
         "residuals": residuals,
         "features": {f"{e}|{fs}": feature_names(e, fs) for e in epochs for fs in FEATURE_SETS},
         "domains": sorted(thr),

@@ -143,21 +143,29 @@ def collect(n: int, seed: int, epochs: int = 10) -> tuple[pl.DataFrame, pl.DataF
     return pl.DataFrame(runs), pl.concat(tels, how="diagonal") if tels else pl.DataFrame()
 
 
-def late_bloomer_share(runs: pl.DataFrame, telemetry: pl.DataFrame, accuracy_column: str = "val_accuracy") -> float:
-    """Share of runs below 0.5 accuracy after 2 epochs (``accuracy_column``, else train accuracy) and ≥ 0.8 at the end."""
+def late_bloomers(runs: pl.DataFrame, telemetry: pl.DataFrame, accuracy_column: str = "val_accuracy") -> np.ndarray:
+    """Per run (in ``runs`` order): below 0.5 accuracy after 2 epochs (``accuracy_column``, else train accuracy) and
+    ≥ 0.8 at the end."""
     acc = [pl.col(accuracy_column)] if accuracy_column in telemetry.columns else []
     at2 = telemetry.filter(pl.col("epoch") == LATE_BLOOMER["epoch"]).select("run_id", pl.coalesce([*acc, pl.col("train_accuracy")]).alias("acc2"))
-    j = runs.select("run_id", "final_test_accuracy").join(at2, on="run_id", how="left")
-    late = (j["acc2"].fill_null(0.0) < LATE_BLOOMER["below"]) & (j["final_test_accuracy"] >= LATE_BLOOMER["final_at_least"])
-    return float(late.mean()) if j.height else float("nan")
+    j = runs.select("run_id", "final_test_accuracy").join(at2, on="run_id", how="left", maintain_order="left")
+    return ((j["acc2"].fill_null(0.0) < LATE_BLOOMER["below"]) & (j["final_test_accuracy"] >= LATE_BLOOMER["final_at_least"])).to_numpy()
+
+
+def late_bloomer_share(runs: pl.DataFrame, telemetry: pl.DataFrame, accuracy_column: str = "val_accuracy") -> float:
+    """Share of :func:`late_bloomers` among ``runs``."""
+    late = late_bloomers(runs, telemetry, accuracy_column)
+    return float(late.mean()) if len(late) else float("nan")
 
 
 def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *, n_boot: int, seed: int) -> dict[str, Any]:
     """The predictor (nothing stated: unknown domain, no schedule) on the runs at each of :data:`EPOCHS_SCORED`:
-    R², MAE and failure AUC with 95 % bootstrap intervals, beside the naive guess (the epoch's validation accuracy),
-    and the late bloomers' share and how they were called. Failure = diverged or final accuracy below the models'
-    pooled failure threshold."""
-    from prenet.outcome.evaluation import auc, bootstrap, mae, r2
+    R², MAE and failure AUC with 95 % bootstrap intervals, beside the naive guess (the epoch's validation accuracy);
+    how honest its uncertainty is (interval coverage, overall and on the late bloomers, the intervals' widths on runs
+    it flags as possibly taking off and on the others, the failure probability's reliability curve and ECE); and how
+    its take-off flag calls the late bloomers. Failure = diverged or final accuracy below the models' pooled failure
+    threshold."""
+    from prenet.outcome.evaluation import auc, bootstrap, interval_coverage, mae, r2, reliability
     from prenet.outcome.models import load
     from prenet.outcome.predict import predict
 
@@ -166,9 +174,11 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
     threshold = float(manifest["pooled_thresholds"]["failure_threshold"])
     y = runs["final_test_accuracy"].to_numpy()
     fail = (runs["diverged"].to_numpy() | (y < threshold)).astype(float)
+    late = late_bloomers(runs, telemetry)
+    q = manifest.get("interval_quantiles", [0.1, 0.9])
     out: dict[str, Any] = {"runs": runs.height, "failure_threshold": threshold, "failures": int(fail.sum()), "by_epoch": {}}
     for e in EPOCHS_SCORED:
-        pa, pf, guess, ok = [], [], [], []
+        pa, pf, guess, ok, lo, hi, flag = [], [], [], [], [], [], []
         for rid in runs["run_id"].to_list():
             t = telemetry.filter((pl.col("run_id") == rid) & (pl.col("epoch") <= e)).drop("run_id")
             if t.height < e:  # diverged before epoch e: its failure is already visible
@@ -176,14 +186,20 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
                 pf.append(1.0)
                 guess.append(0.1)
                 ok.append(False)
+                lo.append(0.1)
+                hi.append(0.1)
+                flag.append(False)
                 continue
             o = predict(t, loaded=loaded)
             pa.append(o.final_test_accuracy)
             pf.append(o.failure_probability)
+            lo.append(o.interval[0])
+            hi.append(o.interval[1])
+            flag.append(o.may_take_off)
             last = t.filter(pl.col("epoch") == e)
             guess.append(float(last["val_accuracy"][0]) if last["val_accuracy"][0] is not None else float(last["train_accuracy"][0]))
             ok.append(True)
-        pa_, pf_, g_ = np.array(pa), np.array(pf), np.array(guess)
+        pa_, pf_, g_, lo_, hi_, fl = np.array(pa), np.array(pf), np.array(guess), np.array(lo), np.array(hi), np.array(flag)
         m: dict[str, Any] = {"answered": int(sum(ok))}
         for name, (fn, arrays) in {
             "r2": (r2, [y, pa_]),
@@ -193,6 +209,21 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
             "naive_failure_auc": (auc, [fail, 1.0 - g_]),
         }.items():
             m[name] = list(bootstrap(fn, arrays, n_boot, seed))
+        width = hi_ - lo_
+        m["interval"] = {
+            "nominal": float(q[-1] - q[0]),
+            "coverage": interval_coverage(y, lo_, hi_),
+            "coverage_late_bloomers": interval_coverage(y[late], lo_[late], hi_[late]),
+            "median_width_flagged": float(np.median(width[fl])) if fl.any() else None,
+            "median_width_others": float(np.median(width[~fl])) if (~fl).any() else None,
+        }
+        m["failure_reliability"] = reliability(fail, pf_)
+        m["take_off_flag"] = {
+            "flagged": int(fl.sum()),
+            "late_bloomers": int(late.sum()),
+            "late_bloomers_flagged": int((fl & late).sum()),
+            "flagged_that_reached_0.8": int((fl & (y >= LATE_BLOOMER["final_at_least"])).sum()),
+        }
         out["by_epoch"][str(e)] = m
     out["late_bloomer_share"] = late_bloomer_share(runs, telemetry)
     return out

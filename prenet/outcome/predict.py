@@ -21,6 +21,9 @@ from prenet.paths import default_path
 
 DEFAULT_MODELS = default_path("outcome_models")
 CLASS_NAMES = ("bottom third", "middle third", "top third")
+#: A run "may still take off" (a late bloomer: issue 29's definition) when its accuracy so far is below ``below`` while
+#: its interval reaches ``reach``: runs that looked like it went on to succeed, so the answer is not yet a verdict.
+TAKE_OFF = {"below": 0.5, "reach": 0.8}
 
 
 @dataclass
@@ -28,7 +31,8 @@ class Outcome:
     """``final_test_accuracy`` (fraction), ``interval`` (low, high: the prediction plus the validation residual
     quantiles of that model), ``failure_probability``, ``relative_class`` (0 = bottom third of its domain …),
     ``epoch`` (the epoch whose model answered), ``scope`` (the domain the answer used, or ``unknown``), ``schedule``
-    (the learning-rate schedule stated, or ``None``)."""
+    (the learning-rate schedule stated, or ``None``), ``accuracy_now`` (the last epoch's validation accuracy, else
+    its train accuracy), ``may_take_off`` (:data:`TAKE_OFF`: low now, but the interval reaches success)."""
 
     final_test_accuracy: float
     interval: tuple[float, float]
@@ -39,6 +43,8 @@ class Outcome:
     scope: str
     epochs_seen: int
     schedule: str | None = None
+    accuracy_now: float = float("nan")
+    may_take_off: bool = False
 
     @property
     def relative_class_name(self) -> str:
@@ -84,11 +90,17 @@ def predict(
     acc = float(np.clip(models[(scope, e, "telemetry", "final_test_accuracy")].predict(X)[0], 0.0, 1.0))
     rkey = residual_key(e, stated=domain in known and schedule is not None)
     q = manifest["residual_quantiles"].get(rkey, [float("nan"), float("nan")])
-    lo, hi = (float(b[0]) for b in interval_bounds(np.array([acc]), q))
+    lo, hi = (float(b[0]) for b in interval_bounds(np.array([acc]), q, manifest.get("residual_bands", {}).get(rkey)))
+    last = table.filter(pl.col("epoch") == seen).row(0, named=True)
+    now = last.get("val_accuracy")
+    now = float(now) if now is not None and np.isfinite(now) else float(last["train_accuracy"])
+    take_off = bool(now < TAKE_OFF["below"] and hi >= TAKE_OFF["reach"])
     pf = float(models[(scope, e, "telemetry", "failure")].predict(X)[0])
     cuts = manifest["thresholds"][domain]["class_cuts"] if domain in known else manifest["pooled_thresholds"]["class_cuts"]
     cls, pc = relative_class(np.array([acc]), cuts, manifest.get("residuals", {}).get(rkey))
-    return Outcome(acc, (lo, hi), pf, int(cls[0]), [float(v) for v in pc[0]], e, domain if domain in known else "unknown", seen, schedule)
+    return Outcome(
+        acc, (lo, hi), pf, int(cls[0]), [float(v) for v in pc[0]], e, domain if domain in known else "unknown", seen, schedule, now, take_off
+    )
 
 
 def read_telemetry(path: str | Path) -> pl.DataFrame:
@@ -124,6 +136,14 @@ def render_outcome(out: Outcome) -> str:
             f"  final test accuracy   {out.final_test_accuracy:.3f}   (interval {lo:.3f} – {hi:.3f})",
             f"  failure probability   {out.failure_probability:.3f}",
             f"  relative class        {out.relative_class_name} of its domain",
+            *(
+                [
+                    f"  may still take off    accuracy {out.accuracy_now:.2f} now, but runs like it ended as high as {hi:.2f}: "
+                    f"not a verdict yet, look again after epoch {out.epochs_seen + 2}"
+                ]
+                if out.may_take_off
+                else []
+            ),
             "This is advice to look at the run, not an automatic stop: prenet never stops a run by itself.",
         ]
     )
