@@ -41,17 +41,19 @@ def make_optimizer(
     weight_decay: float = 0.0,
     foreach: bool | None = None,
     fused: bool | None = None,
+    momentum: float = 0.9,
 ) -> torch.optim.Optimizer:
-    """``sgd``: plain SGD; ``momentum``: SGD with heavy-ball momentum 0.9; ``adam``: Adam (default betas, L2 weight
-    decay); ``adamw``: AdamW (decoupled weight decay). ``lr`` is per step (default :data:`TIMING_LR`); ``foreach`` and
-    ``fused`` as torch takes them (``None``: torch's own choice per device: foreach on CUDA, never fused)."""
+    """``sgd``: plain SGD; ``momentum``: SGD with heavy-ball ``momentum`` (0.9 unless given); ``nesterov``: the same
+    with Nesterov's update; ``adam``: Adam (default betas, L2 weight decay); ``adamw``: AdamW (decoupled weight decay).
+    ``lr`` is per step (default :data:`TIMING_LR`); ``foreach`` and ``fused`` as torch takes them (``None``: torch's
+    own choice per device: foreach on CUDA, never fused)."""
     kw = {"lr": lr, "weight_decay": weight_decay, "foreach": foreach, "fused": fused}
     if name == "sgd":
         return torch.optim.SGD(params, **kw)
     if name == "momentum":
-        return torch.optim.SGD(params, momentum=0.9, **kw)
+        return torch.optim.SGD(params, momentum=momentum, **kw)
     if name == "nesterov":
-        return torch.optim.SGD(params, momentum=0.9, nesterov=True, **kw)
+        return torch.optim.SGD(params, momentum=momentum, nesterov=True, **kw)
     if name == "adam":
         return torch.optim.Adam(params, **kw)
     if name == "adamw":

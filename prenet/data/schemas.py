@@ -321,6 +321,7 @@ class OutcomeRuns(pa.DataFrameModel):
     schedule: str = pa.Field(isin=list(SCHEDULES))
     label_noise: float = pa.Field(ge=0, le=1)
     train_fraction: float = pa.Field(gt=0, le=1)
+    momentum: float = pa.Field(ge=0, lt=1)
     phase: str = pa.Field(isin=["prior", "boundary"])
     final_test_accuracy: float = pa.Field(ge=0, le=1)
     diverged: bool

@@ -7,13 +7,17 @@ depth = conv blocks), ``resnet`` (small ResNet; depth = residual blocks) on ``di
 
 Sampling (documented method, ``sample_configs``):
 
-* the prior: optimizer uniform over ``optimizers`` (:data:`OPTIMIZERS`: SGD, SGD + momentum 0.9, Adam, AdamW),
+* the prior: optimizer uniform over ``optimizers`` (:data:`OPTIMIZERS`: SGD, SGD + momentum, Adam, AdamW; the
+  momentum uniform over ``momentum_values``),
   learning rate log-uniform in that optimizer's ``lr_range``, weight decay 0 with probability ½ else log-uniform in
   the optimizer's ``weight_decay_range``, learning-rate schedule uniform over ``schedules`` (:data:`SCHEDULES`),
   batch size, width, depth, activation uniform from their lists, init scale log-uniform in ``init_scale_range``
   (every ≥2-D weight multiplied after the default init), training-set size the whole training data with probability
   ``full_data_probability`` else log-uniform in ``train_fraction_range`` (a share of it), label noise 0 with probability 1 − ``label_noise_probability`` else
   uniform in ``label_noise_range`` (that share of training labels replaced by random classes);
+* the prior reaches late take-off (issue 29): collapsed and large init scales (plateaus at a saddle), heavy momentum
+  (0.99) with small learning rates, and warm-up, so the corpus holds runs that sit near chance for epochs and then
+  learn;
 * the prior's ranges reach every failure mode users meet: divergence (large learning rates and init scales), dead
   units (ReLU with large steps), no learning (tiny learning rates, collapsed init scales), over-fitting (small
   training sets with label noise and no weight decay). The failure rate it yields is measured per domain in
@@ -65,6 +69,7 @@ class RunSpec:
     schedule: str = "constant"
     label_noise: float = 0.0
     train_fraction: float = 1.0
+    momentum: float = 0.9  # heavy-ball momentum of the ``momentum`` optimizer (unused by the others)
 
     @property
     def arch(self) -> str:
@@ -148,7 +153,7 @@ def lr_factor(schedule: str, t: int, total: int) -> float:
 
 def run_optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
     """The run's optimizer (:data:`OPTIMIZERS`, built by :func:`prenet.optimizers.make_optimizer`)."""
-    return make_optimizer(spec.optimizer, params, lr=spec.lr, weight_decay=spec.weight_decay)
+    return make_optimizer(spec.optimizer, params, lr=spec.lr, weight_decay=spec.weight_decay, momentum=spec.momentum)
 
 
 def domain_data(
@@ -272,7 +277,8 @@ def _log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
 def sample_prior(domain: str, space: Mapping[str, Any], rng: np.random.Generator, *, seed: int, epochs: int) -> RunSpec:
     """One run from the prior (module docstring). ``space`` keys: optimizers, lr_range (per optimizer),
     weight_decay_range (per optimizer), schedules, batch_sizes, widths, depths, activations, init_scale_range,
-    label_noise_probability, label_noise_range, full_data_probability, train_fraction_range."""
+    label_noise_probability, label_noise_range, full_data_probability, train_fraction_range, momentum_values (the
+    momentum optimizer's; 0.9 when absent)."""
     opt = str(rng.choice(space["optimizers"]))
     lo, hi = space["lr_range"][opt]
     wd = 0.0 if rng.random() < 0.5 else _log_uniform(rng, *space["weight_decay_range"][opt])
@@ -293,6 +299,7 @@ def sample_prior(domain: str, space: Mapping[str, Any], rng: np.random.Generator
         str(rng.choice(space["schedules"])),
         noise,
         frac,
+        float(rng.choice(space.get("momentum_values", [0.9]))) if opt == "momentum" else 0.9,
     )
 
 
@@ -306,7 +313,7 @@ def sample_between(a: RunSpec, b: RunSpec, rng: np.random.Generator, *, seed: in
         return float(math.exp(rng.uniform(lo, hi))) if hi > lo else float(math.exp(lx))
 
     pick = lambda f: getattr(a if rng.random() < 0.5 else b, f)  # noqa: E731
-    src = a if rng.random() < 0.5 else b  # the optimizer and its learning rate come as a pair
+    src = a if rng.random() < 0.5 else b  # the optimizer, its momentum and its learning rate come as a pair
     opt = src.optimizer
     lr = between(a.lr, b.lr) if a.optimizer == b.optimizer else src.lr
     wd = 0.0 if (a.weight_decay == 0 and b.weight_decay == 0) else between(a.weight_decay or 1e-6, b.weight_decay or 1e-6)
@@ -326,6 +333,7 @@ def sample_between(a: RunSpec, b: RunSpec, rng: np.random.Generator, *, seed: in
         pick("schedule"),
         noise,
         min(1.0, between(a.train_fraction, b.train_fraction)),
+        src.momentum,
     )
 
 
