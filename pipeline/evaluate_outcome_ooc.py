@@ -5,11 +5,11 @@ torch loop over digits with settings outside the corpus prior (``data/outcome/ou
 from __future__ import annotations
 
 import polars as pl
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
-from prenet.outcome.out_of_corpus import late_bloomer_share, score
+from prenet.outcome.out_of_corpus import ablate_on, late_bloomer_share, score
 
 
 def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
@@ -17,10 +17,24 @@ def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
     folder = cfg.paths.outcome_ooc
     runs = pl.read_parquet(f"{folder}/runs.parquet")
     tel = pl.read_parquet(f"{folder}/telemetry.parquet")
-    corpus_runs = pl.read_parquet(f"{cfg.paths.outcome_vendored}/runs.parquet")
-    corpus_tel = pl.read_parquet(f"{cfg.paths.outcome_vendored}/telemetry.parquet")
-    res = score(runs, tel, cfg.paths.outcome_models, n_boot=int(cfg.outcome.out_of_corpus.n_boot), seed=int(cfg.seed))
+    corpus_runs = pl.read_parquet(cfg.paths.outcome_runs)
+    corpus_tel = pl.read_parquet(cfg.paths.outcome_telemetry)
+    oc = cfg.outcome.out_of_corpus
+    res = score(runs, tel, cfg.paths.outcome_models, n_boot=int(oc.n_boot), seed=int(cfg.seed))
     res["corpus_late_bloomer_share"] = late_bloomer_share(corpus_runs, corpus_tel)
+    if oc.ablate_groups:
+        res["group_ablation"] = ablate_on(
+            runs,
+            tel,
+            corpus_runs.filter(pl.col("split") != "holdout"),
+            corpus_tel,
+            cfg.paths.outcome_models,
+            epoch=int(oc.ablate_epoch),
+            groups=list(oc.ablate_groups),
+            params=OmegaConf.to_container(cfg.outcome.predictor, resolve=True),
+            n_boot=int(oc.n_boot),
+            seed=int(cfg.seed),
+        )
     res["summary"] = {f"r2_epoch{e}": m["r2"][0] for e, m in res["by_epoch"].items()} | {
         f"auc_epoch{e}": m["failure_auc"][0] for e, m in res["by_epoch"].items()
     }

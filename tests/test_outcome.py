@@ -153,6 +153,11 @@ def test_features_are_normalised_and_name_their_groups():
     assert math.isnan(masked[0, col["val_accuracy_e1"]]) and masked[1, col["val_accuracy_e1"]] == 0.4 and X[0, col["val_accuracy_e1"]] == 0.4
     assert len(feature_names(3, "telemetry", drop=("curve",))) == len(names) - 4 and set(GROUPS) >= {"domain", "generalization"}
     assert feature_names(3, "loss_acc") == [n for n in names if n.startswith(("train_", "d_train", "loss_ratio"))]
+    # the take-off trend: log loss 2/1 → 2/2 → 2/3 falls ever more slowly (positive curvature); accuracy is flat
+    assert X[0, col["loss_curvature"]] == pytest.approx(math.log10(1 / 3) - 2 * math.log10(1 / 2)) and X[0, col["accuracy_curvature"]] == 0.0
+    assert math.isnan(X[0, col["d_log10_grad_snr"]])  # no SNR recorded
+    assert "weight_growth" in feature_names(2, "telemetry") and "loss_curvature" not in feature_names(2, "telemetry")
+    assert not [n for n in feature_names(1, "telemetry") if n in ("weight_growth", "d_log10_grad_snr")]
 
 
 def test_scores():
@@ -311,5 +316,8 @@ def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run):
     e2 = res["by_epoch"]["2"]
     assert 0 <= e2["interval"]["coverage"] <= 1 and e2["interval"]["nominal"] == pytest.approx(0.8)
     assert 0 <= e2["failure_reliability"]["ece"] <= 1 and sum(b["n"] for b in e2["failure_reliability"]["bins"]) == 48
+    ab = res["group_ablation"]
+    assert ab["epoch"] == 2 and set(ab["groups"]) == {"curve", "trend", "gradient", "weights"} and ab["runs"] <= 48
+    assert all(np.isfinite(v["r2"]["difference"]) for v in ab["groups"].values())
     flag = e2["take_off_flag"]
     assert flag["late_bloomers"] == round(48 * res["late_bloomer_share"]) and flag["late_bloomers_flagged"] <= flag["flagged"]

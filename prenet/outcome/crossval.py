@@ -7,13 +7,13 @@ plain dicts of scores (:func:`prenet.outcome.evaluation.scores`) ready for ``met
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import polars as pl
 
 from prenet.outcome.evaluation import auc, paired_difference, r2, scores
-from prenet.outcome.features import GROUPS
+from prenet.outcome.features import GROUPS, feature_names
 from prenet.outcome.models import fit_targets, predict_targets, relative_class
 
 
@@ -86,18 +86,35 @@ def mean_over_groups(result: dict, epoch: int, model: str, metric: str) -> float
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def ablate_groups(dev: pl.DataFrame, hold: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, params: dict, n_boot: int, seed: int) -> dict:
-    """Each feature group dropped in turn from the telemetry set at ``epoch`` (``loss_acc`` is never dropped: it is
-    the baseline): R² and failure AUC on the holdout of the full model minus the model without the group, with a
-    paired bootstrap (positive = the group helps)."""
+def ablate_groups(
+    dev: pl.DataFrame,
+    hold: pl.DataFrame,
+    telemetry: pl.DataFrame,
+    epoch: int,
+    *,
+    params: dict,
+    n_boot: int,
+    seed: int,
+    groups: Sequence[str] = GROUPS,
+    hold_telemetry: pl.DataFrame | None = None,
+    stated: bool = True,
+) -> dict:
+    """Each feature group of ``groups`` dropped in turn from the telemetry set at ``epoch`` (``loss_acc`` is never
+    dropped: it is the baseline; a group without columns at ``epoch`` is skipped): R² and failure AUC on ``hold``
+    (labelled; its telemetry in ``hold_telemetry`` when it is not in ``telemetry``, answered with its domain and
+    schedule when ``stated``) of the full model minus the model without the group, with a paired bootstrap
+    (positive = the group helps)."""
     y, yf = hold["final_test_accuracy"].to_numpy(), hold["failure"].to_numpy()
-    full = predict_targets(fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed), hold, telemetry, epoch, "telemetry")
+    tel_h = telemetry if hold_telemetry is None else hold_telemetry
+    kw = {"known_domain": stated, "known_schedule": stated}
+    full = predict_targets(fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed), hold, tel_h, epoch, "telemetry", **kw)
+    cols = feature_names(epoch, "telemetry")
     out = {}
-    for g in GROUPS:
-        if g == "loss_acc" or (g == "curve" and epoch < 2):
+    for g in groups:
+        if g == "loss_acc" or len(feature_names(epoch, "telemetry", drop=(g,))) == len(cols):
             continue
         m = fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed, drop=(g,))
-        p = predict_targets(m, hold, telemetry, epoch, "telemetry", drop=(g,))
+        p = predict_targets(m, hold, tel_h, epoch, "telemetry", drop=(g,), **kw)
         out[g] = {
             "r2": paired_difference(r2, y, full["final_test_accuracy"], p["final_test_accuracy"], n_boot, seed),
             "failure_auc": paired_difference(auc, yf, full["failure"], p["failure"], n_boot, seed),

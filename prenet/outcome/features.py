@@ -17,6 +17,10 @@ as log10. Feature groups (``GROUPS``; ``loss_acc`` alone is the ablation baselin
 * ``activations``: dead-ReLU and saturated tanh/sigmoid fractions at each epoch;
 * ``generalization``: validation accuracy and loss at each epoch, the train − validation accuracy gap and the
   validation − train loss gap;
+* ``trend``: what a take-off looks like before it shows in accuracy (epoch 2 on): the last epoch's change of log10
+  gradient SNR and of log10 update/weight ratio, the weight-norm growth over the last epoch (the weights leave a
+  collapsed init before the loss falls), and from epoch 3 the curvature of log loss and of accuracy (second
+  differences: an accelerating fall or rise);
 * ``domain``: architecture and dataset codes (``ARCH_CODES``, ``DATASET_CODES``; NaN when unknown);
 * ``schedule``: the run's learning-rate schedule for the epochs to come (``SCHEDULE_CODES``; NaN when not given) —
   the one piece of the plan telemetry cannot show: a slow start recovers under a constant rate, not under a decay.
@@ -39,7 +43,7 @@ import numpy as np
 import polars as pl
 
 FEATURE_SETS = ("telemetry", "loss_acc")
-GROUPS = ("loss_acc", "progress", "curve", "gradient", "weights", "activations", "generalization", "domain", "schedule")
+GROUPS = ("loss_acc", "progress", "curve", "trend", "gradient", "weights", "activations", "generalization", "domain", "schedule")
 ARCH_CODES = {"mlp": 0.0, "cnn": 1.0, "resnet": 2.0}
 DATASET_CODES = {"digits": 0.0, "fashion": 1.0}
 #: learning-rate schedule codes (the user's plan for the rest of the run; NaN when not given)
@@ -65,6 +69,8 @@ def _groups(epoch: int) -> dict[str, list[str]]:
         + [f"loss_ratio_e{k}" for k in ks if k >= 2],
         "progress": ["log10_steps_per_epoch"],
         "curve": ["loss_exponent", "loss_projected", "error_exponent", "error_projected"] if epoch >= 2 else [],
+        "trend": (["d_log10_grad_snr", "d_log10_update_ratio", "weight_growth"] if epoch >= 2 else [])
+        + (["loss_curvature", "accuracy_curvature"] if epoch >= 3 else []),
         "gradient": [f"{c}_e{k}" for k in ks for c in ("log10_grad_snr", "log10_grad_snr_median")]
         + [f"log10_grad_norm_ratio_e{k}" for k in ks if k >= 2],
         "weights": [f"{c}_e{k}" for k in ks for c in (*_WEIGHTS, "log10_update_ratio")],
@@ -122,6 +128,15 @@ def _row(tel: dict[int, dict], epoch: int, domain: str | None, schedule: str | N
     prev = epoch - 1 if epoch > 1 else None
     out["d_train_loss"] = get(epoch, "train_loss") - get(prev, "train_loss") if prev else float("nan")
     out["d_train_accuracy"] = get(epoch, "train_accuracy") - get(prev, "train_accuracy") if prev else float("nan")
+    if prev:
+        out["d_log10_grad_snr"] = get(epoch, "log10_grad_snr") - get(prev, "log10_grad_snr")
+        out["d_log10_update_ratio"] = log10(get(epoch, "update_ratio")) - log10(get(prev, "update_ratio"))
+        out["weight_growth"] = get(epoch, "weight_norm_ratio") - get(prev, "weight_norm_ratio")
+    if epoch >= 3:
+        ll = [log10(get(k, "train_loss")) for k in (epoch - 2, epoch - 1, epoch)]
+        out["loss_curvature"] = ll[2] - 2 * ll[1] + ll[0]
+        aa = [get(k, "train_accuracy") for k in (epoch - 2, epoch - 1, epoch)]
+        out["accuracy_curvature"] = aa[2] - 2 * aa[1] + aa[0]
     if epoch >= 2:
         out["loss_exponent"], out["loss_projected"] = _power_law([get(k, "train_loss") for k in ks])
         out["error_exponent"], out["error_projected"] = _power_law([1 - get(k, "train_accuracy") for k in ks])

@@ -227,3 +227,46 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
         out["by_epoch"][str(e)] = m
     out["late_bloomer_share"] = late_bloomer_share(runs, telemetry)
     return out
+
+
+def ablate_on(
+    runs: pl.DataFrame,
+    telemetry: pl.DataFrame,
+    dev: pl.DataFrame,
+    dev_telemetry: pl.DataFrame,
+    models_dir: str | Path,
+    *,
+    epoch: int,
+    groups: list[str],
+    params: dict,
+    n_boot: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Each of ``groups`` dropped in turn from a model refitted on the corpus development runs ``dev``, scored on the
+    out-of-corpus ``runs`` answered with nothing stated at ``epoch`` (those with ``epoch`` epochs recorded): R² and
+    failure AUC of the full model minus the model without the group, paired bootstrap (positive = the group helps).
+    Labels use the trained models' thresholds."""
+    from prenet.outcome.crossval import ablate_groups
+    from prenet.outcome.models import labels, load
+
+    manifest = load(models_dir)[1]
+    thr, pooled = manifest["thresholds"], manifest["pooled_thresholds"]
+    answered = telemetry.filter(pl.col("epoch") == epoch)["run_id"].unique()
+    hold = runs.filter(pl.col("run_id").is_in(answered.implode())).with_columns(
+        pl.lit(None, dtype=pl.String).alias("domain"),
+        pl.lit(None, dtype=pl.String).alias("schedule"),
+        (pl.col("diverged") | (pl.col("final_test_accuracy") < pooled["failure_threshold"])).cast(pl.Int64).alias("failure"),
+    )
+    out = ablate_groups(
+        labels(dev, thr, pooled),
+        hold,
+        dev_telemetry,
+        epoch,
+        params=params,
+        n_boot=n_boot,
+        seed=seed,
+        groups=groups,
+        hold_telemetry=telemetry,
+        stated=False,
+    )
+    return {"epoch": epoch, "runs": hold.height, "groups": out}
