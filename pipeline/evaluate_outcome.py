@@ -44,11 +44,11 @@ def _load_shared(runs_path: str, telemetry_path: str, thr: dict, fallback: dict,
 
 def _refit(item: tuple[str, object]) -> dict:
     """One refit unit: leave one domain / optimizer out, or the group ablation at one epoch."""
-    kind, v = item
+    kind, v, epochs = item
     s, kw = _SHARED, _SHARED["kw"]
     if kind == "ablation":
         return ablate_groups(s["dev"], s["hold"], s["tel"], int(v), params=kw["params"], n_boot=kw["n_boot"], seed=kw["seed"])
-    return leave_group_out(s["dev"], s["runs"], s["tel"], kind, str(v), thresholds=s["thr"], fallback=s["fallback"], **kw)
+    return leave_group_out(s["dev"], s["runs"], s["tel"], kind, str(v), thresholds=s["thr"], fallback=s["fallback"], epochs=list(epochs), **kw)
 
 
 def evaluate_outcome(cfg: DictConfig) -> dict:
@@ -120,11 +120,13 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
     # never seen: a whole domain (its development and holdout runs), or a whole optimizer; and the group ablation —
     # independent refits, run in `outcome.evaluate.workers` processes
     items = []
+    lodo_epochs = tuple(epochs) if o.evaluate.leave_one_out else tuple(e for e in o.evaluate.leave_one_domain_out_epochs if e in epochs)
+    if lodo_epochs:
+        items += [("domain", v, lodo_epochs) for v in runs["domain"].unique(maintain_order=True).to_list()]
     if o.evaluate.leave_one_out:
-        items += [("domain", v) for v in runs["domain"].unique(maintain_order=True).to_list()]
-        items += [("optimizer", v) for v in runs["optimizer"].unique(maintain_order=True).to_list()]
+        items += [("optimizer", v, tuple(epochs)) for v in runs["optimizer"].unique(maintain_order=True).to_list()]
     if o.evaluate.ablate_groups:
-        items += [("ablation", e) for e in epochs]
+        items += [("ablation", e, ()) for e in epochs]
     _SHARED.clear()
     done = dict(
         zip(
@@ -143,14 +145,14 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
                     str(cfg.paths.outcome_telemetry),
                     thr,
                     fallback,
-                    dict(epochs=epochs, params=params, n_boot=n_boot, seed=seed),
+                    dict(params=params, n_boot=n_boot, seed=seed),
                 ),
             ),
         )
     )
-    lodo = {str(v): r for (k, v), r in done.items() if k == "domain"}
-    looo = {str(v): r for (k, v), r in done.items() if k == "optimizer"}
-    groups = {f"epoch_{e}": r for (k, e), r in done.items() if k == "ablation"}
+    lodo = {str(v): r for (k, v, _), r in done.items() if k == "domain"}
+    looo = {str(v): r for (k, v, _), r in done.items() if k == "optimizer"}
+    groups = {f"epoch_{e}": r for (k, e, _), r in done.items() if k == "ablation"}
     importances = {}
     for e in epochs:
         m = models[("pooled", e, "telemetry", "final_test_accuracy")]

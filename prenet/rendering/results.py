@@ -384,7 +384,7 @@ def _ooc_rows(oo: dict) -> list[Row]:
         f"epoch {e}: R² {ci(m['r2'])} (naive {m['naive_r2'][0]:.2f}), AUC {ci(m['failure_auc'])} (naive {m['naive_failure_auc'][0]:.2f})"
         for e, m in oo.get("by_epoch", {}).items()
     )
-    return [
+    rows: list[Row] = [
         (
             f"out of corpus, nothing stated: {oo.get('runs')} runs of a user's own loop over digits, settings outside the corpus prior "
             f"(late bloomers {100 * oo.get('late_bloomer_share', float('nan')):.0f} %, corpus {100 * oo.get('corpus_late_bloomer_share', float('nan')):.0f} %)",
@@ -392,6 +392,33 @@ def _ooc_rows(oo: dict) -> list[Row]:
             "not published",
         )
     ]
+    honest = [
+        f"epoch {e}: {100 * m['interval']['coverage']:.0f} % ({100 * m['interval']['coverage_late_bloomers']:.0f} % of late bloomers), "
+        f"ECE {m['failure_reliability']['ece']:.3f}, take-off flag {m['take_off_flag']['late_bloomers_flagged']} of "
+        f"{m['take_off_flag']['late_bloomers']} late bloomers ({m['take_off_flag']['flagged']} flagged)"
+        for e, m in oo.get("by_epoch", {}).items()
+        if "interval" in m
+    ]
+    if honest:
+        nominal = next(iter(oo["by_epoch"].values()))["interval"]["nominal"]
+        rows.append(
+            (
+                "out of corpus: interval coverage (late bloomers), failure-probability ECE, runs flagged as possibly taking off",
+                "; ".join(honest) + f" (nominal {100 * nominal:.0f} %, target within ±5 points)",
+                "not published",
+            )
+        )
+    if ab := oo.get("group_ablation", {}).get("groups"):
+        rows.append(
+            (
+                f"out of corpus, each take-off group dropped from a refit: ΔR² / ΔAUC at epoch {oo['group_ablation']['epoch']} (paired bootstrap; + = it helps)",
+                "; ".join(
+                    f"{g} {v['r2']['difference']:+.3f} (p {_p(v['r2']['p_value'])}) / {v['failure_auc']['difference']:+.3f}" for g, v in ab.items()
+                ),
+                "not published",
+            )
+        )
+    return rows
 
 
 def _outcome(oc: dict, cp: dict, oo: dict | None = None) -> list[Row]:
@@ -415,6 +442,8 @@ def _outcome(oc: dict, cp: dict, oo: dict | None = None) -> list[Row]:
     for name, key in (("leave-one-domain-out", "leave_one_domain_out"), ("leave-one-optimizer-out", "leave_one_optimizer_out")):
         if res := oc.get(key, {}):
             cells = "; ".join(f"{g}: {_ci(v.get('epoch_2', {}).get('telemetry', {}), 'r2')}" for g, v in res.items())
+            if key == "leave_one_domain_out" and oc.get("summary", {}).get("lodo_mean_r2_epoch2") is not None:
+                cells += f"; mean {oc['summary']['lodo_mean_r2_epoch2']:.3f} (target ≥ 0.8)"
             rows.append((f"{name}: R² at epoch 2 (never saw the group; naive guess in outcome.json)" + _ref(oc, key), cells, "not published"))
     e2 = abl.get("epoch_2", {}).get("r2", {})
     if e2:
