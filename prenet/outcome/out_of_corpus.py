@@ -143,6 +143,12 @@ def collect(n: int, seed: int, epochs: int = 10) -> tuple[pl.DataFrame, pl.DataF
     return pl.DataFrame(runs), pl.concat(tels, how="diagonal") if tels else pl.DataFrame()
 
 
+def failed(threshold: float) -> pl.Expr:
+    """Whether an out-of-corpus run failed (column ``failure``, 0/1): it diverged, or its final accuracy is below the
+    models' pooled failure ``threshold``."""
+    return (pl.col("diverged") | (pl.col("final_test_accuracy") < threshold)).cast(pl.Int64).alias("failure")
+
+
 def late_bloomers(runs: pl.DataFrame, telemetry: pl.DataFrame, accuracy_column: str = "val_accuracy") -> np.ndarray:
     """Per run (in ``runs`` order): below 0.5 accuracy after 2 epochs (``accuracy_column``, else train accuracy) and
     ≥ 0.8 at the end."""
@@ -173,7 +179,7 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
     manifest = loaded[1]
     threshold = float(manifest["pooled_thresholds"]["failure_threshold"])
     y = runs["final_test_accuracy"].to_numpy()
-    fail = (runs["diverged"].to_numpy() | (y < threshold)).astype(float)
+    fail = runs.select(failed(threshold))["failure"].to_numpy().astype(float)
     late = late_bloomers(runs, telemetry)
     q = manifest.get("interval_quantiles", [0.1, 0.9])
     out: dict[str, Any] = {"runs": runs.height, "failure_threshold": threshold, "failures": int(fail.sum()), "by_epoch": {}}
@@ -255,7 +261,7 @@ def ablate_on(
     hold = runs.filter(pl.col("run_id").is_in(answered.implode())).with_columns(
         pl.lit(None, dtype=pl.String).alias("domain"),
         pl.lit(None, dtype=pl.String).alias("schedule"),
-        (pl.col("diverged") | (pl.col("final_test_accuracy") < pooled["failure_threshold"])).cast(pl.Int64).alias("failure"),
+        failed(float(pooled["failure_threshold"])),
     )
     out = ablate_groups(
         labels(dev, thr, pooled),
