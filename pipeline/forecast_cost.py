@@ -52,7 +52,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
     from prenet.convergence.forecaster import forecast as run_forecast
     from prenet.convergence.nets import n_params, with_new_head
     from prenet.convergence.tasks import Task, pretrain
-    from prenet.convergence.training import dense_curve, finetune
+    from prenet.convergence.training import dense_curve, finetune, log_grid
     from prenet.datasets import require_datasets
 
     torch.set_num_threads(int(cfg.threads))
@@ -82,7 +82,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
                 batch_size=B,
                 steps=steps,
                 seed=int(cfg.seed),
-                log_every=max(1, steps // int(cc.log_points)),
+                log_steps=log_grid(steps, int(cc.log_points)),
                 log_x=data.x[log_idx],
                 log_y=data.y[log_idx],
             )

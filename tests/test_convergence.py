@@ -18,7 +18,7 @@ from prenet import datasets
 from prenet.convergence import dynamics, forecast, targets
 from prenet.convergence.baselines import curve_fit_forecast
 from prenet.convergence.ntk import ProblemTooLargeError, empirical_ntk, jacobian, relative_error
-from prenet.convergence.training import dense_curve, finetune
+from prenet.convergence.training import dense_curve, finetune, log_grid
 from prenet.errors import PrenetError
 
 
@@ -269,6 +269,19 @@ def test_batch_schedule_is_epochs_of_permutations():
     b = dynamics.batch_schedule(10, 4, 5, seed=0)
     assert [len(i) for i in b] == [4] * 5
     assert sorted(np.concatenate(b[:2]).tolist()) == sorted(set(np.concatenate(b[:2]).tolist()))
+
+
+def test_loss_is_logged_where_asked_finely_at_the_start(digits_small):
+    """A geometric grid resolves the first steps (where a q·L0 target is often crossed) and ends at the last step; the
+    real fine-tune logs exactly there, with the same curve as logging every step."""
+    g = log_grid(1000, 30)
+    assert g[0] == 1 and g[-1] == 1000 and list(g[:5]) == [1, 2, 3, 4, 5] and np.all(np.diff(g) > 0) and len(g) <= 31
+    x, y = digits_small
+    kw = dict(loss="cross_entropy", lr=0.05, momentum=0.9, batch_size=16, steps=40, seed=0)
+    sparse = finetune(_mlp(), x, y, log_steps=log_grid(40, 8), **kw)
+    every = finetune(_mlp(), x, y, **kw)
+    assert sparse.logged_steps.tolist() == [0, *log_grid(40, 8).tolist()]
+    np.testing.assert_allclose(sparse.loss, every.loss[sparse.logged_steps], rtol=1e-6)
 
 
 # --- targets and baselines ---------------------------------------------------------------------------------

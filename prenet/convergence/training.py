@@ -9,6 +9,7 @@ full training set are instrumentation and are excluded.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,9 +46,11 @@ def finetune(
     log_every: int = 1,
     log_x: torch.Tensor | None = None,
     log_y: torch.Tensor | None = None,
+    log_steps: Sequence[int] | None = None,
 ) -> FinetuneResult:
     """Fine-tune ``model`` in place for ``steps`` steps. The loss is logged on (``log_x``, ``log_y``) — the
-    training set by default — every ``log_every`` steps and at the last step. Stops early (``diverged``) when
+    training set by default — every ``log_every`` steps, or at ``log_steps`` when given (e.g. :func:`log_grid`), and at
+    the last step. Stops early (``diverged``) when
     the loss becomes non-finite; the remaining logged values are ``inf``."""
     losses.check_loss(loss)
     model.eval()
@@ -65,6 +68,7 @@ def finetune(
         A.append(losses.accuracy(F, yn) if np.isfinite(F).all() else 0.0)
         return bool(np.isfinite(val))
 
+    wanted = set(int(s) for s in log_steps) if log_steps is not None else None
     log(0)
     seconds = 0.0
     diverged = False
@@ -79,7 +83,8 @@ def finetune(
         if x.is_cuda:
             torch.cuda.synchronize()
         seconds += time.perf_counter() - t0
-        if (t % log_every == 0 or t == steps) and not log(t):
+        due = t in wanted if wanted is not None else t % log_every == 0
+        if (due or t == steps) and not log(t):
             diverged = True
             break
         if not torch.isfinite(lv):
@@ -92,6 +97,14 @@ def finetune(
         if logged[-1] != steps:
             logged.append(steps), L.append(float("inf")), A.append(0.0)
     return FinetuneResult(np.array(logged), np.array(L), np.array(A), seconds, diverged)
+
+
+def log_grid(steps: int, points: int) -> np.ndarray:
+    """About ``points`` logging steps in 1..``steps``: geometrically spaced, so the first steps, where the loss falls
+    fastest, are resolved as finely as the last (a linear grid puts a target crossed within the first logging interval
+    anywhere in it), plus ``steps``."""
+    g = np.unique(np.round(np.geomspace(1, max(steps, 1), max(points, 2))).astype(int))
+    return np.union1d(g, [steps])
 
 
 def dense_curve(res: FinetuneResult, steps: int) -> tuple[np.ndarray, np.ndarray]:
