@@ -185,6 +185,7 @@ def _cmd_predict_convergence(args: argparse.Namespace) -> None:
         pretrained=args.pretrained,
         seed=args.seed,
         subset=args.subset,
+        correction=args.correction,
         probe=args.probe,
         ntk=args.ntk,
         max_gib=args.max_gib,
@@ -440,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--threads", type=_threads, default=1, help="threads, for 'local' (default 1)")
     hw.set_defaults(func=_cmd_hardware)
 
-    from prenet.names import LOSSES, MEMORY_FORMATS, NTK_METHODS, OPTIMIZERS, PRECISIONS, SCHEDULES
+    from prenet.names import CORRECTIONS, LOSSES, MEMORY_FORMATS, NTK_METHODS, OPTIMIZERS, PRECISIONS, SCHEDULES
 
     pr = sub.add_parser("predict", help="predict step times or steps to converge")
     psub = pr.add_subparsers(dest="what", required=True)
@@ -492,7 +493,14 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--batch-size", type=_positive, help="samples per step (default: the task's; the full set when larger)")
     cv.add_argument("--steps", type=_positive, help="horizon in optimizer steps (default: the task's)")
     cv.add_argument("--subset", type=int, default=128, help="samples the NTK is computed on (default 128)")
-    cv.add_argument("--probe", type=float, default=0.05, help="fraction of steps of the real drift probe (0 = none)")
+    cv.add_argument(
+        "--correction",
+        choices=list(CORRECTIONS),
+        default="trajectory",
+        help="how the forecast follows a moving kernel: re-linearize along its own trajectory (default, no training), "
+        "a real fine-tuning probe, or none",
+    )
+    cv.add_argument("--probe", type=float, default=0.05, help="fraction of steps of the real drift probe (--correction probe)")
     cv.add_argument("--eps", type=float, default=0.1, help="relative convergence threshold (default 0.1)")
     cv.add_argument("--target-loss", type=float, help="also answer the steps until the training loss <= this (> 0)")
     cv.add_argument("--target-accuracy", type=float, help="also answer the steps until the training accuracy >= this, in (0, 1]")

@@ -77,56 +77,63 @@ def _forecast_one(item: tuple) -> tuple:
     task, c, pretrained, head_init_scale, subset, fs, gap = item
     d = task_data(task)
     model = finetune_model(task, pretrained, seed=c.seed, head_init_scale=head_init_scale)
+    kw = dict(
+        loss=c.loss,
+        lr=c.lr,
+        momentum=c.momentum,
+        batch_size=c.batch_size,
+        steps=c.steps,
+        seed=c.seed,
+        subset=subset,
+        ntk=str(fs["ntk"]),
+        proj_dim=int(fs["proj_dim"]),
+        sde_paths=int(fs["sde_paths"]),
+        drift_threshold=float(fs["drift_threshold"]),
+        max_bytes=int(fs["max_bytes"]),
+        progress=False,
+    )
     try:
-        fc = run_forecast(
+        # what forecast() answers with the configured correction; and, for the plain/corrected comparison and its
+        # columns, the static kernel with the real-step drift probe
+        fc = run_forecast(model, d.x, d.y, correction=str(fs["correction"]), probe_fraction=float(fs["probe_fraction"]), **kw)
+        pr = run_forecast(
             model,
             d.x,
             d.y,
-            loss=c.loss,
-            lr=c.lr,
-            momentum=c.momentum,
-            batch_size=c.batch_size,
-            steps=c.steps,
-            seed=c.seed,
-            subset=subset,
-            ntk=str(fs["ntk"]),
-            proj_dim=int(fs["proj_dim"]),
-            sde_paths=int(fs["sde_paths"]),
+            correction="probe",
             probe_fraction=float(fs["probe_fraction"]),
-            drift_threshold=float(fs["drift_threshold"]),
-            max_bytes=int(fs["max_bytes"]),
             also_ode=bool(fs["also_ode"]),
-            progress=False,
             raise_on_probe_divergence=False,
+            **kw,
         )
     except DivergenceError as e:
         return c.config_id, [], f"{c.config_id}: {e}"
-    plain = fc.plain
-    probe_s = float(fc.details.get("probe_seconds", 0.0))
-    ode = fc.ode  # None unless also_ode
+    plain = pr.plain
+    probe_s = float(pr.details.get("probe_seconds", 0.0))
+    ode = pr.ode  # None unless also_ode
     init_loss, gnorm = _one_batch_features(model, d.x, d.y, loss=c.loss, batch_size=c.batch_size, seed=c.seed)
     row = {
         "config_id": c.config_id,
         "dynamics": fc.dynamics,
         "ntk_method": fc.ntk_method,
         "n_used": fc.n_used,
-        "plain_seconds": fc.seconds - probe_s,
+        "plain_seconds": pr.seconds - probe_s,
         "ode_seconds": None if ode is None else ode.seconds,
         "probe_seconds": probe_s,
         "ntk_seconds": plain.ntk_seconds,
-        "probe_steps": fc.probe_steps,
-        "drift": None if fc.drift is None else float(fc.drift),
-        "reliable": bool(fc.reliable) if fc.reliable is not None else True,
+        "probe_steps": pr.probe_steps,
+        "drift": None if pr.drift is None else float(pr.drift),
+        "reliable": bool(pr.reliable) if pr.reliable is not None else True,
         "init_loss": init_loss,
         "grad_norm": gnorm if np.isfinite(gnorm) else None,
         "lam_max_over_n": fc.details["theta_max_eig_over_n"],
     }
     curves = _curve_rows(c.config_id, "forecast", plain.loss, plain.accuracy)
-    curves += _curve_rows(c.config_id, "default", fc.loss, fc.accuracy)  # what forecast() answers: the corrected one when flagged
+    curves += _curve_rows(c.config_id, "default", fc.loss, fc.accuracy)  # what forecast() answers
     if ode is not None:
         curves += _curve_rows(c.config_id, "forecast_ode", ode.loss, ode.accuracy)
-    if fc.corrected is not None:
-        curves += _curve_rows(c.config_id, "corrected", fc.corrected.loss, fc.corrected.accuracy)
+    if pr.corrected is not None:
+        curves += _curve_rows(c.config_id, "corrected", pr.corrected.loss, pr.corrected.accuracy)
     if gap:
         key = (repr(task), pretrained, c.seed, head_init_scale)  # the kernel at the pre-trained weights with this seed's head
         if key not in _FULL:
@@ -184,6 +191,7 @@ def forecast(cfg: DictConfig) -> dict:
             "proj_dim",
             "sde_paths",
             "also_ode",
+            "correction",
             "probe_fraction",
             "drift_threshold",
             "max_bytes",

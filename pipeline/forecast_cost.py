@@ -117,7 +117,8 @@ def forecast_cost(cfg: DictConfig) -> dict:
                     steps=steps,
                     seed=int(cfg.seed),
                     subset=int(v["subset"]),
-                    probe_fraction=float(v["probe_fraction"]),
+                    correction=str(v["correction"]),
+                    probe_fraction=float(v.get("probe_fraction", 0.0)),
                     progress=False,
                     raise_on_probe_divergence=False,
                 )
@@ -126,7 +127,9 @@ def forecast_cost(cfg: DictConfig) -> dict:
                 ok = [e for e in errs.values() if e is not None]
                 entry["variants"][v["name"]] = {
                     "subset": int(v["subset"]),
-                    "probe_fraction": float(v["probe_fraction"]),
+                    "correction": str(v["correction"]),
+                    "probe_fraction": float(v.get("probe_fraction", 0.0)),
+                    "relinearized": fc.details.get("relinearized"),
                     "answered_by": fc.variant,
                     "dynamics": fc.dynamics,
                     "drift": fc.drift,

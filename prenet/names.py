@@ -68,3 +68,7 @@ SCHEDULES: tuple[str, ...] = ("constant", "step", "cosine", "warmup_cosine")
 LOSSES: tuple[str, ...] = ("mse", "cross_entropy")
 #: Empirical-NTK estimators of the convergence forecast (:func:`prenet.convergence.ntk.resolve_method`).
 NTK_METHODS: tuple[str, ...] = ("exact", "projection", "auto")
+#: How a convergence forecast follows a kernel that moves during fine-tuning: ``trajectory`` re-linearizes at the weights
+#: the linearized dynamics themselves reach (no training), ``probe`` fine-tunes a copy for a few real steps and
+#: re-linearizes there, ``none`` keeps the kernel at the pre-trained weights.
+CORRECTIONS: tuple[str, ...] = ("trajectory", "probe", "none")

@@ -255,7 +255,7 @@ def test_targets_are_checked_before_any_work(digits_small):
 
 def test_the_default_answer_is_the_most_reliable_variant(digits_small):
     x, y = digits_small
-    kw = dict(loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=48, steps=60, seed=0)
+    kw = dict(loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=48, steps=60, seed=0, correction="probe")
     flagged = forecast(_mlp(), x, y, drift_threshold=0.0, **kw)  # every drift is above 0: the probe flags it
     assert flagged.variant == "corrected" and flagged.reliable is False and flagged.plain.variant == "plain"
     assert np.array_equal(flagged.loss, flagged.corrected.loss) and not np.array_equal(flagged.loss, flagged.plain.loss)
@@ -263,6 +263,38 @@ def test_the_default_answer_is_the_most_reliable_variant(digits_small):
     assert flagged.best() is flagged and flagged.corrected.variant == "corrected" and flagged.plain.corrected is flagged
     trusted = forecast(_mlp(), x, y, drift_threshold=1e9, **kw)
     assert trusted.variant == "plain" and trusted.plain is trusted and trusted.corrected is not None
+
+
+def test_moving_the_weights_by_a_displacement_moves_a_linear_model_by_theta_times_it(digits_small):
+    """w ← w − Jᵀ D changes the outputs by exactly −Θ D when the model is linear in its weights."""
+    from prenet.convergence.forecaster import _move
+    from prenet.convergence.ntk import outputs
+
+    x, _ = digits_small
+    model = _linear()
+    theta = empirical_ntk(model, x, method="exact").theta
+    F0 = outputs(model, x).double().numpy()
+    D = np.random.default_rng(0).normal(size=F0.size) * 1e-3
+    _move(model, x, D)
+    np.testing.assert_allclose(outputs(model, x).double().numpy().reshape(-1), F0.reshape(-1) - theta @ D, atol=1e-5)
+
+
+def test_trajectory_correction_relinearizes_only_where_the_kernel_moves(digits_small):
+    x, y = digits_small
+    kw = dict(loss="cross_entropy", momentum=0.9, batch_size=8, steps=80, seed=0, dynamics_kind="sde", also_plain=True)
+    # linear in its weights: the kernel never moves, so the answer is the static kernel's, path for path
+    still = forecast(_linear(), x, y, lr=0.5, **kw)
+    assert still.variant == "plain" and still.drift == 0.0 and still.reliable
+    assert [r["drift"] for r in still.details["relinearized"]] == [None] * 3
+    np.testing.assert_allclose(still.loss, still.plain.loss, rtol=1e-9)
+    # a tanh MLP at a large learning rate: its kernel moves, the forecast follows it and says how far
+    moved = forecast(_mlp(), x, y, lr=0.5, **kw)
+    assert moved.variant == "relinearized" and moved.drift > 0.1 and not moved.reliable
+    assert [r["step"] for r in moved.details["relinearized"]] == [2, 6, 20]
+    assert any(r["drift"] is not None and r["drift"] > 0.1 for r in moved.details["relinearized"])
+    assert not np.allclose(moved.loss, moved.plain.loss) and moved.plain.variant == "plain"
+    with pytest.raises(PrenetError, match="unknown correction"):
+        forecast(_mlp(), x, y, lr=0.1, batch_size=8, steps=5, correction="sometimes")
 
 
 def test_batch_schedule_is_epochs_of_permutations():
@@ -317,7 +349,8 @@ def test_forecast_api_contract(digits_small):
     assert len(fc.loss) == 81 and len(fc.accuracy) == 81 and fc.seconds > 0
     assert fc.steps_to_loss(1e-12) is None  # 0 itself is refused: test_targets_are_checked_before_any_work
     assert fc.steps_to_loss(float(fc.loss[0])) == 0
-    assert fc.drift is not None and fc.corrected is not None and len(fc.corrected.loss) == 81
+    # the default follows the kernel along the forecast's own trajectory (no training): drift and re-linearizations stated
+    assert fc.drift is not None and fc.corrected is None and fc.probe_steps == 0 and len(fc.details["relinearized"]) == 3
     assert fc.dynamics == "exact" and fc.n_used == 48  # all samples, N·C = 144: the exact linearized SGD
     from prenet.convergence.forecaster import auto_dynamics
 

@@ -45,10 +45,12 @@ def test_answer_gives_the_default_and_both_variants(tmp_path):
     task = pick_task(TASKS, "tiny_digits", "x.yaml")
     opt = fine_tune_settings(task, {"batch_size": 16, "steps": 30}, {})
     res = answer(task, opt, eps=0.1, target_loss=1e-9, pretrained=tmp_path / "pt")
-    assert res["n_train"] == 48 and res["variant"] in ("plain", "corrected")
+    assert res["n_train"] == 48 and res["variant"] in ("plain", "relinearized") and res["correction"] == "trajectory"
     assert res["steps_to_loss"]["answer"] is None  # unreachable within 30 steps
     text = render(res)
-    assert "answered by the" in text and "not reached within 30 steps" in text
+    assert "answered by the" in text and "not reached within 30 steps" in text and "along the forecast's trajectory" in text
+    probed = answer(task, opt, eps=0.1, pretrained=tmp_path / "pt", correction="probe")
+    assert probed["variant"] in ("plain", "corrected") and "kernel drift after a" in render(probed)
     with pytest.raises(PrenetError, match="target accuracy = 95"):
         answer(task, opt, eps=0.1, target_accuracy=95, pretrained=tmp_path / "pt")
 

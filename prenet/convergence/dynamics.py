@@ -36,6 +36,8 @@ Every function returns ``(loss, accuracy)``: arrays of length steps + 1 (step 0 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from prenet.convergence import losses
@@ -196,6 +198,98 @@ def ode(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
     return _curves(Fs, Y, y, kind)
 
 
+@dataclass
+class SDEState:
+    """The SDE's state between segments: ``F`` the outputs of each sample path (paths, n, C) and ``u`` the velocity
+    (momentum buffer) of each path in coefficient space (paths, n·C): the function-space velocity is Θ u, so a new
+    kernel (re-linearization) carries the same weight-space velocity Jᵀ u."""
+
+    F: np.ndarray
+    u: np.ndarray
+    uf: np.ndarray | None = None  # the function-space velocity Θ u, where a segment keeps it (exact_segment)
+
+    @staticmethod
+    def start(F0: np.ndarray, paths: int) -> "SDEState":
+        n, c = F0.shape
+        return SDEState(np.repeat(F0.reshape(1, n, c), paths, axis=0), np.zeros((paths, n * c)))
+
+    def rekernel(self, theta: np.ndarray) -> None:
+        """Carry the weight-space velocity onto a new kernel ``theta`` (re-linearization)."""
+        if self.uf is not None:
+            self.uf = self.u @ theta  # Θ symmetric: (Θ uᵀ)ᵀ
+
+
+def sde_segment(
+    theta: np.ndarray,
+    state: SDEState,
+    y: np.ndarray,
+    *,
+    kind: str,
+    lr: float,
+    momentum: float,
+    batch_size: int,
+    steps: int,
+    n_full: int,
+    rng: np.random.Generator,
+    lam_max: float | None = None,
+    bar=None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Advance ``state`` (in place) by ``steps`` SGD steps of the SDE on kernel ``theta``. Returns the loss and accuracy
+    of each path at the segment's steps 0..steps−1 ((steps, paths) each) and the path-mean displacement in coefficient
+    space D (n·C): the outputs moved by −Θ D and the weights of the linearized network by −Jᵀ D.
+
+    Every update is formed as coefficients, then multiplied by Θ once: the mean force is Θ vec(G)/n and the noise
+    Σᵢ (gᵢ − ḡ) zᵢ / √n = Θ (vec(z ⊙ G) − vec(G) Σᵢ zᵢ / n) / √n."""
+    paths, n, c = state.F.shape
+    N = n_full
+    B = min(batch_size, N)
+    Y = losses.onehot(y, c)
+    m = float(momentum)
+    fpc = (N - B) / (B * max(N - 1, 1))  # variance of a without-replacement batch mean, per sample variance
+    # without momentum, Euler–Maruyama sub-steps keep dt · η λ_max(Θ)/n ≤ 1.5 (explicit Euler is unstable above 2);
+    # with momentum the discrete heavy-ball itself is simulated, one step per SGD step
+    stiffness = lr * (lam_max if lam_max is not None else top_eigenvalue(lambda v: theta @ v, n * c)) / n
+    substeps = 1 if m > 0 else min(MAX_SUBSTEPS, max(1, int(np.ceil(stiffness / 1.5))))
+    dt = 1.0 / substeps
+    theta32 = theta.astype(np.float32)  # the product with Θ in float32: ~2.5x faster on CPU; F accumulates in float64
+    F, u = state.F, state.u
+    loss = np.full((steps, paths), np.inf)
+    acc = np.zeros((steps, paths))
+    D = np.zeros(n * c)
+    for t in range(steps):
+        if bar is not None:
+            bar.update(1)
+        loss[t], acc[t] = _values(F, Y, y, kind)
+        if not np.isfinite(loss[t]).all():
+            break
+        for _ in range(substeps):
+            G = losses.grad(F, Y[None], kind).reshape(paths, -1)  # (paths, n·C)
+            z = rng.standard_normal((paths, n, 1)) if fpc > 0 else np.zeros((paths, n, 1))
+            mean = G / n
+            noise = ((z * G.reshape(paths, n, c)).reshape(paths, -1) - G * z.sum(axis=(1, 2))[:, None] / n) / np.sqrt(n)
+            if m > 0:
+                u = m * u + mean + np.sqrt(fpc) * noise
+                step = lr * u
+            else:
+                step = lr * dt * mean + lr * np.sqrt(fpc * dt) * noise
+            F = F - (theta32 @ step.T.astype(np.float32)).T.astype(np.float64).reshape(paths, n, c)
+            D += step.mean(axis=0)
+    state.F, state.u = F, u
+    return loss, acc, D
+
+
+def path_values(state: SDEState, y: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Loss and accuracy of each path at ``state`` ((paths,) each; inf where a path is not finite)."""
+    return _values(state.F, losses.onehot(y, state.F.shape[2]), y, kind)
+
+
+def _values(F: np.ndarray, Y: np.ndarray, y: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Loss (inf where a path is not finite) and accuracy of each path of ``F`` (paths, n, C)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        finite = np.isfinite(F).all(axis=(1, 2))
+        return np.where(finite, losses.values(F, Y[None], kind), np.inf), losses.accuracies(F, y)
+
+
 def sde(
     theta: np.ndarray,
     F0: np.ndarray,
@@ -213,49 +307,70 @@ def sde(
     lam_max: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Euler–Maruyama on the SDE; the loss and accuracy averaged over ``paths`` sample paths."""
-    n, c = F0.shape
-    N = n_full or n
-    B = min(batch_size, N)
+    state = SDEState.start(F0, paths)
+    with progress_bar(steps, "forecast (SDE)", progress) as bar:
+        L, A, _ = sde_segment(
+            theta,
+            state,
+            y,
+            kind=kind,
+            lr=lr,
+            momentum=momentum,
+            batch_size=batch_size,
+            steps=steps,
+            n_full=n_full or F0.shape[0],
+            rng=np.random.default_rng(seed),
+            lam_max=lam_max,
+            bar=bar,
+        )
+    Lf, Af = path_values(state, y, kind)
+    return np.vstack([L, Lf[None]]).mean(1), np.vstack([A, Af[None]]).mean(1)
+
+
+def exact_segment(
+    theta: np.ndarray,
+    state: SDEState,
+    y: np.ndarray,
+    *,
+    kind: str,
+    lr: float,
+    momentum: float,
+    batches: list[list[np.ndarray]],
+    bar=None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Advance ``state`` (in place) by the exact linearized SGD of each path on its own batch sequence
+    (``batches[p]``, one array of sample indices per step; :func:`linear_sgd` run in lockstep). Returns the loss and
+    accuracy of each path at the segment's steps 0..steps−1 ((steps, paths)) and the path-mean displacement in
+    coefficient space D (n·C) as :func:`sde_segment` does. The outputs move through the batch's rows of Θ only; the
+    coefficient velocity is kept beside them for the weights."""
+    paths, n, c = state.F.shape
     Y = losses.onehot(y, c)
-    m = float(momentum)
-    fpc = (N - B) / (B * max(N - 1, 1))  # variance of a without-replacement batch mean, per sample variance
-    rng = np.random.default_rng(seed)
-    # without momentum, Euler–Maruyama sub-steps keep dt · η λ_max(Θ)/n ≤ 1.5 (explicit Euler is unstable above 2);
-    # with momentum the discrete heavy-ball itself is simulated, one step per SGD step
-    stiffness = lr * (lam_max if lam_max is not None else top_eigenvalue(lambda v: theta @ v, n * c)) / n
-    substeps = 1 if m > 0 else min(MAX_SUBSTEPS, max(1, int(np.ceil(stiffness / 1.5))))
-    dt = 1.0 / substeps
-    theta32 = theta.astype(np.float32)  # the product with Θ in float32: ~2.5x faster on CPU; F accumulates in float64
-    F = np.repeat(F0.reshape(1, n, c), paths, axis=0)  # (paths, n, C)
-    u = np.zeros((paths, n * c))  # the velocity (momentum buffer in function space)
-    loss = np.zeros((steps + 1, paths))
-    acc = np.zeros((steps + 1, paths))
-    bar = progress_bar(steps, "forecast (SDE)", progress)
-    for t in range(steps + 1):
-        bar.update(1 if t else 0)
-        with np.errstate(over="ignore", invalid="ignore"):
-            finite = np.isfinite(F).all(axis=(1, 2))
-            loss[t] = np.where(finite, losses.values(F, Y[None], kind), np.inf)
-            acc[t] = losses.accuracies(F, y)
-        if t == steps or not np.isfinite(loss[t]).all():
-            loss[t + 1 :] = np.inf
+    steps = len(batches[0])
+    F = state.F.reshape(paths, n * c)
+    u = state.u
+    uf = np.zeros_like(u) if state.uf is None else state.uf
+    cls = np.arange(c)
+    loss = np.full((steps, paths), np.inf)
+    acc = np.zeros((steps, paths))
+    D = np.zeros(n * c)
+    for t in range(steps):
+        if bar is not None:
+            bar.update(1)
+        loss[t], acc[t] = _values(F.reshape(paths, n, c), Y, y, kind)
+        if not np.isfinite(loss[t]).all():
             break
-        for _ in range(substeps):
-            G = losses.grad(F, Y[None], kind)  # (paths, n, C)
-            # per-sample updates gᵢ = Θ[:, i] Gᵢ; their mean ḡ = Θ vec(G)/n and the noise
-            # Σᵢ (gᵢ − ḡ) zᵢ / √n = (Θ vec(z ⊙ G) − ḡ Σᵢ zᵢ) / √n, both from one product with Θ
-            z = rng.standard_normal((paths, n, 1)) if fpc > 0 else np.zeros((paths, n, 1))
-            rhs = np.concatenate([G.reshape(paths, -1), (z * G).reshape(paths, -1)]).T  # (NC, 2·paths)
-            prod = (theta32 @ rhs.astype(np.float32)).T.astype(np.float64)
-            mean = prod[:paths] / n
-            noise = (prod[paths:] - mean * z.sum(axis=(1, 2))[:, None]) / np.sqrt(n)
-            if m > 0:
-                u = m * u + mean + np.sqrt(fpc) * noise
-                F = F - lr * u.reshape(paths, n, c)
-            else:
-                F = F - (lr * dt * mean + lr * np.sqrt(fpc * dt) * noise).reshape(paths, n, c)
-    bar.close()
-    return loss.mean(1), acc.mean(1)
+        u = momentum * u
+        uf = momentum * uf
+        for p in range(paths):
+            b = batches[p][t]
+            Gb = losses.grad(F[p].reshape(n, c)[b], Y[b], kind).reshape(-1) / len(b)  # (B·C,)
+            rows = (b[:, None] * c + cls).reshape(-1)  # the batch's rows of Θ (symmetric: contiguous reads)
+            u[p, rows] += Gb
+            uf[p] += Gb @ theta[rows]
+        F = F - lr * uf
+        D += lr * u.mean(axis=0)
+    state.F, state.u, state.uf = F.reshape(paths, n, c), u, uf
+    return loss, acc, D
 
 
 def linear_sgd(
@@ -294,11 +409,16 @@ def exact_sgd(
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`linear_sgd` averaged over ``paths`` seeded batch orders (:func:`batch_schedule`): the expected curve of the
     exact linearized SGD, for a kernel on all N samples."""
-    n = F0.shape[0]
-    runs = []
-    with progress_bar(steps * paths, "forecast (exact linearized SGD)", progress) as bar:
-        for p in range(paths):
-            runs.append(linear_sgd(theta, F0, y, kind=kind, lr=lr, momentum=momentum, batches=batch_schedule(n, batch_size, steps, seed + 7919 * p)))
-            bar.update(steps)
+    state = SDEState.start(F0, paths)
+    with progress_bar(steps, "forecast (exact linearized SGD)", progress) as bar:
+        L, A, _ = exact_segment(
+            theta, state, y, kind=kind, lr=lr, momentum=momentum, batches=path_batches(F0.shape[0], batch_size, steps, seed, paths), bar=bar
+        )
+    Lf, Af = path_values(state, y, kind)
     with np.errstate(over="ignore", invalid="ignore"):
-        return np.mean([r[0] for r in runs], axis=0), np.mean([r[1] for r in runs], axis=0)
+        return np.vstack([L, Lf[None]]).mean(1), np.vstack([A, Af[None]]).mean(1)
+
+
+def path_batches(n: int, batch_size: int, steps: int, seed: int, paths: int) -> list[list[np.ndarray]]:
+    """The batch sequence of each of ``paths`` seeded batch orders (:func:`batch_schedule`)."""
+    return [batch_schedule(n, batch_size, steps, seed + 7919 * p) for p in range(paths)]

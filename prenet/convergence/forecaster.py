@@ -8,17 +8,28 @@ Steps (all timed into ``Forecast.seconds``):
    linearized SGD averaged over batch orders when the kernel covers all N samples and N·C ≤
    ``dynamics.EXACT_MAX_NC``; else the SDE. With momentum, the ODE is the heavy-ball second-order system and the SDE
    carries the velocity (:mod:`prenet.convergence.dynamics`);
-3. the reliability probe (``probe_fraction`` > 0): a short real fine-tuning of a copy of the network for
-   k = ⌈probe_fraction · steps⌉ steps, Θ recomputed at the probed weights, and the kernel drift
-   ‖Θ_k − Θ_0‖_F / ‖Θ_0‖_F reported. A drift above ``drift_threshold`` marks the plain forecast unreliable:
-   fine-tuning is moving the features, so the static kernel misjudges the time scale. ``corrected`` is the
-   forecast re-linearized at the probed weights: the probe's real losses for steps 0..k, then the dynamics from
-   (F_k, Θ_k) for the remaining steps.
+3. the kernel's drift (``correction``):
 
-**The best answer is the default.** ``forecast()`` returns the corrected forecast when the probe flags the plain one
-(``variant == "corrected"``), else the plain one (``variant == "plain"``); both curves stay available as ``.plain`` and
-``.corrected``, with ``.drift``. Before any dynamics run, the learning rate is checked against the linearized stability
-bound (:func:`prenet.convergence.dynamics.check_stable`): a diverging lr is one error naming the largest stable lr.
+   * ``trajectory`` (the default, no training): at fixed fractions of the steps (``RELINEARIZE_AT``) the weights the
+     linearized network has reached, w₀ − Jᵀ D (D the paths' mean displacement in coefficient space, one backward
+     pass), are set on a copy of the network. The kernel is measured there on ``DRIFT_SAMPLES`` samples; where it moved
+     by more than ``drift_threshold`` (‖ΔΘ‖_F/‖Θ‖_F) the whole kernel is recomputed and the dynamics go on with it,
+     carrying the paths' outputs and weight-space velocity. Fine-tuning that moves the features (out of regime, the
+     kernel grows) is followed at the cost of a few more kernels; where the kernel stays, the static forecast answers
+     unchanged. ``drift`` is ‖Θ_last − Θ₀‖_F/‖Θ₀‖_F, ``details["relinearized"]`` has one record per point. The
+     exact and SDE dynamics are followed; the full-batch ODE keeps its kernel.
+   * ``probe``: a short real fine-tuning of a copy of the network for k = ⌈probe_fraction · steps⌉ steps, Θ recomputed
+     at the probed weights, and the kernel drift ‖Θ_k − Θ_0‖_F / ‖Θ_0‖_F reported. A drift above ``drift_threshold``
+     marks the plain forecast unreliable; ``corrected`` is the forecast re-linearized at the probed weights: the
+     probe's real losses for steps 0..k, then the dynamics from (F_k, Θ_k) for the remaining steps. It costs k real
+     steps, which caps the forecast at 1/probe_fraction times cheaper than training.
+   * ``none``: the kernel at the pre-trained weights throughout.
+
+**The best answer is the default.** ``forecast()`` returns the trajectory-followed forecast (``variant ==
+"relinearized"`` where the kernel was recomputed, else ``"plain"``); with ``correction="probe"`` the corrected forecast
+when the probe flags the plain one. ``also_plain`` keeps the static-kernel curve beside it (``.plain``). Before any
+dynamics run, the learning rate is checked against the linearized stability bound
+(:func:`prenet.convergence.dynamics.check_stable`): a diverging lr is one error naming the largest stable lr.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,8 +47,14 @@ from torch import nn
 from prenet.convergence import dynamics, losses, targets
 from prenet.convergence.ntk import DEFAULT_MAX_BYTES, ProblemTooLargeError, empirical_ntk, largest_fitting_subset, outputs, required_bytes
 from prenet.errors import PrenetError
+from prenet.names import CORRECTIONS
 
 DYNAMICS = ("auto", "ode", "sde", "exact")
+#: Where ``correction="trajectory"`` may re-linearize, as fractions of the step budget (geometric: the kernel moves
+#: most while the loss falls fastest).
+RELINEARIZE_AT = (0.025, 0.08, 0.25)
+#: Samples on which a candidate kernel's drift is measured before the whole kernel is recomputed.
+DRIFT_SAMPLES = 32
 #: A cross-entropy forecast whose loss rises above this multiple of its starting loss has diverged (above its curvature
 #: bound a CE fine-tune may still train, since the curvature shrinks as predictions sharpen; one that multiplies its loss
 #: does not)
@@ -143,6 +161,104 @@ def run_dynamics(
     )
 
 
+def _move(model: nn.Module, x: torch.Tensor, D: np.ndarray) -> None:
+    """Move ``model``'s weights (in place) as the linearized network moves under the coefficient displacement ``D``
+    (n·C, :func:`dynamics.sde_segment`): w ← w − Jᵀ D, one backward pass of Σᵢ ⟨f(xᵢ), Dᵢ⟩ over the n samples."""
+    model.eval()
+    model.zero_grad(set_to_none=True)
+    out = model(x)
+    (out * torch.as_tensor(D.reshape(out.shape), dtype=out.dtype, device=out.device)).sum().backward()
+    with torch.no_grad():
+        for q in model.parameters():
+            if q.grad is not None:
+                q -= q.grad
+    model.zero_grad(set_to_none=True)
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
+
+
+def trajectory(
+    kind: str,
+    model: nn.Module,
+    x: torch.Tensor,
+    y: np.ndarray,
+    theta0: np.ndarray,
+    F0: np.ndarray,
+    *,
+    loss: str,
+    lr: float,
+    momentum: float,
+    batch_size: int,
+    steps: int,
+    n_full: int,
+    seed: int,
+    sde_paths: int,
+    lam_max: float,
+    at: Sequence[float],
+    drift_threshold: float,
+    method: str,
+    proj_dim: int,
+    max_bytes: int,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+    """The dynamics ``kind`` (``sde`` or ``exact``) re-linearized along their own trajectory, without training: at each fraction ``at`` of the steps, the
+    weights of the linearized network (w₀ − Jᵀ D, D the mean displacement of the paths so far) are set on a copy of
+    ``model``; the kernel is measured there on the first ``DRIFT_SAMPLES`` samples, and where it moved by more than
+    ``drift_threshold`` (‖ΔΘ‖_F/‖Θ‖_F) the whole kernel is recomputed and the paths go on with it (their outputs and
+    weight-space velocity carried over). Returns (loss, accuracy, the last kernel, one record per re-linearization
+    point: step, drift on the sample, drift of the whole kernel when recomputed)."""
+    n, c = F0.shape
+    stops = sorted({int(round(f * steps)) for f in at if 0 < int(round(f * steps)) < steps})
+    state = dynamics.SDEState.start(F0, sde_paths)
+    rng = np.random.default_rng(seed)
+    work = copy.deepcopy(model)
+    theta, lam, D_acc = theta0, lam_max, np.zeros(n * c)
+    Ls, As, records = [], [], []
+    bounds = [0, *stops, steps]
+    s = min(n, DRIFT_SAMPLES)
+    batches = dynamics.path_batches(n, batch_size, steps, seed, sde_paths) if kind == "exact" else None
+    with dynamics.progress_bar(steps, f"forecast ({kind}, re-linearized)", progress) as bar:
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if batches is not None:
+                seg = [bp[a:b] for bp in batches]
+                L, A, D = dynamics.exact_segment(theta, state, y, kind=loss, lr=lr, momentum=momentum, batches=seg, bar=bar)
+            else:
+                L, A, D = dynamics.sde_segment(
+                    theta,
+                    state,
+                    y,
+                    kind=loss,
+                    lr=lr,
+                    momentum=momentum,
+                    batch_size=batch_size,
+                    steps=b - a,
+                    n_full=n_full,
+                    rng=rng,
+                    lam_max=lam,
+                    bar=bar,
+                )
+            Ls.append(L)
+            As.append(A)
+            D_acc += D
+            if b == steps or not np.isfinite(L).all():
+                continue
+            cand = copy.deepcopy(work)
+            _move(cand, x, D_acc)
+            sample = empirical_ntk(cand, x[:s], method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
+            rec = {"step": b, "drift_sample": _relative(sample, theta[: s * c, : s * c]), "drift": None}
+            if rec["drift_sample"] > drift_threshold:
+                new = empirical_ntk(cand, x, method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
+                rec["drift"] = _relative(new, theta)
+                theta, lam, work, D_acc = new, None, cand, np.zeros(n * c)
+                state.rekernel(theta)
+            records.append(rec)
+    Lf, Af = dynamics.path_values(state, y, loss)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.vstack([*Ls, Lf[None]]).mean(1), np.vstack([*As, Af[None]]).mean(1), theta, records
+
+
 def auto_dynamics(n_full: int, n_used: int, classes: int, batch_size: int) -> str:
     """The default dynamics: ``ode`` for full-batch training; ``exact`` (linearized SGD over batch orders) when the
     kernel covers all samples and N·C ≤ ``dynamics.EXACT_MAX_NC``; else ``sde``."""
@@ -169,10 +285,13 @@ def forecast(
     proj_dim: int = 2000,
     dynamics_kind: str = "auto",
     sde_paths: int = 8,
+    correction: str = "trajectory",
+    relinearize_at: Sequence[float] = RELINEARIZE_AT,
     probe_fraction: float = 0.05,
     drift_threshold: float = 0.1,
     max_bytes: int = DEFAULT_MAX_BYTES,
     also_ode: bool = False,
+    also_plain: bool = False,
     progress: bool = True,
     raise_on_probe_divergence: bool = True,
 ) -> Forecast:
@@ -187,6 +306,8 @@ def forecast(
     dynamics) or, with ``raise_on_probe_divergence``, when the probe's real fine-tuning diverges. ``progress``: a
     progress bar on stderr for dynamics running longer than 3 s. Returns the most reliable variant (module docstring)."""
     losses.check_loss(loss)
+    if correction not in CORRECTIONS:
+        raise PrenetError(f"unknown correction {correction!r}; choose one of {', '.join(CORRECTIONS)}")
     if dynamics_kind not in DYNAMICS:
         raise PrenetError(f"unknown dynamics {dynamics_kind!r}; choose one of {', '.join(DYNAMICS)}")
     if lr <= 0 or not 0 <= momentum < 1 or batch_size < 1 or steps < 0:
@@ -225,22 +346,28 @@ def forecast(
         raise PrenetError(
             f"dynamics 'exact' simulates SGD on the samples themselves and needs all {N} of them; drop subset={len(idx)} or choose dynamics 'sde'"
         )
-    L, A = run_dynamics(
-        kind,
-        kernel.theta,
-        F0,
-        y,
-        loss=loss,
-        lr=lr,
-        momentum=momentum,
-        batch_size=batch_size,
-        steps=steps,
-        n_full=N,
-        seed=seed,
-        sde_paths=sde_paths,
-        progress=progress,
-        lam_max=lam_theta * len(idx),
-    )
+    dyn = dict(loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps, n_full=N, seed=seed, sde_paths=sde_paths)
+    relin: list[dict] | None = None
+    theta_last = kernel.theta
+    if correction == "trajectory" and kind in ("sde", "exact") and steps > 1:
+        L, A, theta_last, relin = trajectory(
+            kind,
+            model,
+            x,
+            y,
+            kernel.theta,
+            F0,
+            **dyn,
+            lam_max=lam_theta * len(idx),
+            at=relinearize_at,
+            drift_threshold=drift_threshold,
+            method=kernel.method,
+            proj_dim=proj_dim,
+            max_bytes=max_bytes,
+            progress=progress,
+        )
+    else:
+        L, A = run_dynamics(kind, kernel.theta, F0, y, **dyn, progress=progress, lam_max=lam_theta * len(idx))
     # the CE bound is not a hard one; a near-converged start (tiny L0) may rise to the noise floor: never below ln C
     if loss == "cross_entropy" and not (np.nanmax(L) <= max(DIVERGED_GROWTH * L[0], math.log(max(C, 2)))):
         raise dynamics.DivergenceError(
@@ -265,28 +392,22 @@ def forecast(
             **({"subset_chosen": chosen} if chosen else {}),
         },
     )
+    if relin is not None:
+        fc.drift = _relative(theta_last, kernel.theta)  # how far the kernel moved over the horizon (0: never re-linearized)
+        fc.reliable = fc.drift <= drift_threshold  # whether the static kernel alone would have served
+        fc.details["relinearized"] = relin
+        if any(r["drift"] is not None for r in relin):
+            fc.variant = "relinearized"
+        if also_plain:  # evaluative: its time is not the forecast's
+            t_plain = time.perf_counter()
+            Lp, Ap = run_dynamics(kind, kernel.theta, F0, y, **dyn, lam_max=lam_theta * len(idx))
+            plain_s = time.perf_counter() - t_plain
+            fc.plain_forecast = Forecast(Lp, Ap, plain_s, kind, kernel.method, N, len(idx), kernel.n_params, kernel.seconds, variant="plain")
     if also_ode:
         t_ode = time.perf_counter()
-        Lo, Ao = (
-            (L, A)
-            if kind == "ode"
-            else run_dynamics(
-                "ode",
-                kernel.theta,
-                F0,
-                y,
-                loss=loss,
-                lr=lr,
-                momentum=momentum,
-                batch_size=batch_size,
-                steps=steps,
-                n_full=N,
-                seed=seed,
-                sde_paths=sde_paths,
-            )
-        )
+        Lo, Ao = (L, A) if kind == "ode" else run_dynamics("ode", kernel.theta, F0, y, **dyn)
         ode_dyn_s = time.perf_counter() - t_ode
-    if probe_fraction > 0 and steps > 1:
+    if correction == "probe" and probe_fraction > 0 and steps > 1:
         k = min(steps - 1, max(1, math.ceil(probe_fraction * steps)))
         fc.probe_steps = k
         t_probe = time.perf_counter()
@@ -318,20 +439,7 @@ def forecast(
             fc.drift = float(np.linalg.norm(kernel_k.theta - kernel.theta) / np.linalg.norm(kernel.theta))
             fc.reliable = fc.drift <= drift_threshold
             Fk = outputs(probed, x).double().cpu().numpy()
-            Lk, Ak = run_dynamics(
-                kind,
-                kernel_k.theta,
-                Fk,
-                y,
-                loss=loss,
-                lr=lr,
-                momentum=momentum,
-                batch_size=batch_size,
-                steps=steps - k,
-                n_full=N,
-                seed=seed + 1,
-                sde_paths=sde_paths,
-            )
+            Lk, Ak = run_dynamics(kind, kernel_k.theta, Fk, y, **{**dyn, "steps": steps - k, "seed": seed + 1})
             fc.corrected = Forecast(
                 np.concatenate([res.loss[:-1], Lk]),
                 np.concatenate([res.accuracy[:-1], Ak]),
@@ -347,7 +455,7 @@ def forecast(
                 plain_forecast=fc,
             )
         fc.details["probe_seconds"] = time.perf_counter() - t_probe
-    fc.seconds = time.perf_counter() - t0
+    fc.seconds = time.perf_counter() - t0 - (fc.plain_forecast.seconds if fc.plain_forecast is not None else 0.0)
     if also_ode:
         ode_s = (fc.seconds - fc.details.get("probe_seconds", 0.0)) if kind == "ode" else kernel.seconds + ode_dyn_s
         fc.ode = Forecast(Lo, Ao, ode_s, "ode", kernel.method, N, len(idx), kernel.n_params, kernel.seconds)

@@ -53,14 +53,16 @@ def answer(
     pretrained: str | Path,
     seed: int = 0,
     subset: int | None = None,
+    correction: str = "trajectory",
     probe: float = 0.05,
     ntk: str = "auto",
     max_gib: float = 4.0,
     threads: int = 1,
 ) -> dict[str, Any]:
     """Forecast fine-tuning ``task`` with ``settings`` (:func:`fine_tune_settings`) and answer each target: the
-    default answer (plain forecast when the kernel-drift probe finds it reliable, else corrected) beside the plain
-    and corrected ones. Pre-trains and saves the task's weights in ``pretrained`` when they are missing (said on
+    default answer (``correction``: the kernel followed along the forecast's own trajectory; ``probe``: a real-step probe
+    whose corrected forecast answers when it flags the plain one) beside the plain (static-kernel) one. ``probe``: the
+    probe's fraction of the steps. Pre-trains and saves the task's weights in ``pretrained`` when they are missing (said on
     stderr). ``max_gib``: memory bound of the NTK (GiB)."""
     for kind, value in (("eps", eps), ("target_loss", target_loss), ("target_accuracy", target_accuracy)):
         if value is not None:
@@ -86,9 +88,11 @@ def answer(
         steps=int(settings["steps"]),
         seed=seed,
         subset=subset,
+        correction=correction,
         probe_fraction=probe,
         ntk=ntk,
         max_bytes=int(max_gib * 2**30),
+        also_plain=True,
     )
     plain = fc.plain
     res: dict[str, Any] = {
@@ -104,6 +108,8 @@ def answer(
         "probe_steps": fc.probe_steps,
         "reliable": fc.reliable,
         "variant": fc.variant,
+        "correction": correction,
+        "relinearized": fc.details.get("relinearized"),
         "steps_to_converge": {
             "eps": eps,
             "answer": fc.steps_to_converge(eps),
@@ -137,7 +143,14 @@ def render(res: Mapping[str, Any]) -> str:
     lines.append(
         f"  steps to converge (|L_t - L_T| <= {sc['eps']} (L_0 - L_T)): {sc['answer'] if sc['answer'] is not None else 'not within the horizon'}"
     )
-    if res["drift"] is not None:
+    if res.get("relinearized") is not None:
+        done = [r for r in res["relinearized"] if r["drift"] is not None]
+        where = ", ".join(f"step {r['step']} (drift {r['drift']:.3f})" for r in done) or "nowhere (the kernel stayed within the drift threshold)"
+        lines.append(
+            f"  kernel followed along the forecast's trajectory, no training: re-linearized at {where}; "
+            f"drift over the horizon {res['drift']:.3f}; plain (static kernel): {sc['plain']}"
+        )
+    elif res["drift"] is not None:
         verdict = (
             "reliable: the plain forecast answers"
             if res["reliable"]
