@@ -103,6 +103,7 @@ def _forecast_one(item: tuple) -> tuple:
             correction="probe",
             probe_fraction=float(fs["probe_fraction"]),
             also_ode=bool(fs["also_ode"]),
+            cost_target=None,  # its seconds are the plain forecast's and the probe's alone
             raise_on_probe_divergence=False,
             **kw,
         )

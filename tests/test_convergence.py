@@ -297,6 +297,35 @@ def test_trajectory_correction_relinearizes_only_where_the_kernel_moves(digits_s
         forecast(_mlp(), x, y, lr=0.1, batch_size=8, steps=5, correction="sometimes")
 
 
+def test_relinearizing_keeps_to_the_cost_budget_only_where_the_budget_can_hold(digits_small):
+    """A kernel is skipped where the budget holds without it and not with it; where the target is out of reach anyway
+    the more accurate forecast is made. The answer states the cost it measured."""
+    import time
+
+    from prenet.convergence.forecaster import Budget, trajectory
+    from prenet.convergence.ntk import outputs
+
+    x, y = digits_small
+    model = _mlp()
+    theta = empirical_ntk(model, x, method="exact").theta
+    F0 = outputs(model, x).double().numpy()
+    kw = dict(loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=8, steps=80, n_full=48, seed=0, sde_paths=4, lam_max=None)
+    kw |= dict(at=(0.025, 0.08, 0.25), drift_threshold=0.0, method="exact", proj_dim=10, max_bytes=2**30)
+    roomy = trajectory("exact", model, x, y.numpy(), theta, F0, **kw, budget=Budget(1e6, time.perf_counter()), kernel_seconds=0.01)[3]
+    assert all("skipped" not in r and r["drift"] is not None for r in roomy)
+    tight = trajectory("exact", model, x, y.numpy(), theta, F0, **kw, budget=Budget(1e3, time.perf_counter()), kernel_seconds=1e6)[3]
+    assert [r.get("skipped") for r in tight] == ["cost budget"] * 3
+    lost = trajectory("exact", model, x, y.numpy(), theta, F0, **kw, budget=Budget(0.0, time.perf_counter()), kernel_seconds=1e6)[3]
+    assert all("skipped" not in r for r in lost)
+    fc = forecast(model, x, y, loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=8, steps=80)
+    cost = fc.details["cost"]
+    assert (
+        cost["target"] == 30 and cost["train_step_seconds"] > 0 and cost["train_seconds_estimate"] == pytest.approx(80 * cost["train_step_seconds"])
+    )
+    assert cost["ratio_estimate"] == pytest.approx(cost["train_seconds_estimate"] / fc.seconds) and cost["met"] == (cost["ratio_estimate"] >= 30)
+    assert "cost" not in forecast(model, x, y, loss="cross_entropy", lr=0.5, batch_size=8, steps=20, cost_target=None).details
+
+
 def test_batch_schedule_is_epochs_of_permutations():
     b = dynamics.batch_schedule(10, 4, 5, seed=0)
     assert [len(i) for i in b] == [4] * 5

@@ -55,6 +55,8 @@ DYNAMICS = ("auto", "ode", "sde", "exact")
 RELINEARIZE_AT = (0.025, 0.08, 0.25)
 #: Samples on which a candidate kernel's drift is measured before the whole kernel is recomputed.
 DRIFT_SAMPLES = 32
+#: The default forecast's cost target: this many times cheaper than the fine-tune it predicts, where the problem allows.
+COST_TARGET = 30.0
 #: A cross-entropy forecast whose loss rises above this multiple of its starting loss has diverged (above its curvature
 #: bound a CE fine-tune may still train, since the curvature shrinks as predictions sharpen; one that multiplies its loss
 #: does not)
@@ -161,6 +163,41 @@ def run_dynamics(
     )
 
 
+@dataclass
+class Budget:
+    """The default forecast's cost budget: ``seconds`` of wall time from ``start`` (``time.perf_counter()``), set from
+    the fine-tune's estimated cost ÷ the cost target (:func:`training_seconds`)."""
+
+    seconds: float
+    start: float
+
+    def allows(self, more: float) -> bool:
+        """Whether ``more`` seconds of work still fit."""
+        return time.perf_counter() - self.start + more <= self.seconds
+
+
+def training_seconds(
+    model: nn.Module, inputs: torch.Tensor, targets: np.ndarray, *, loss: str, lr: float, momentum: float, batch_size: int, steps: int, seed: int
+) -> tuple[float, float]:
+    """(seconds of one real SGD step, the fine-tune's ``steps`` steps): the median of 3 timed steps of a copy of
+    ``model`` at ``batch_size`` on this machine and thread count, after one untimed warm-up step."""
+    from prenet.convergence.training import sgd_step
+
+    net = copy.deepcopy(model)
+    net.eval()
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+    y = torch.as_tensor(targets, device=inputs.device)
+    times = []
+    for b in dynamics.batch_schedule(len(inputs), batch_size, 4, seed):
+        idx = torch.as_tensor(b, device=inputs.device)
+        t0 = time.perf_counter()
+        sgd_step(net, opt, inputs[idx], y[idx], loss)
+        times.append(time.perf_counter() - t0)
+    times = times[1:]  # the first step warms up
+    step = float(np.median(times))
+    return step, step * steps
+
+
 def _move(model: nn.Module, x: torch.Tensor, D: np.ndarray) -> None:
     """Move ``model``'s weights (in place) as the linearized network moves under the coefficient displacement ``D``
     (n·C, :func:`dynamics.sde_segment`): w ← w − Jᵀ D, one backward pass of Σᵢ ⟨f(xᵢ), Dᵢ⟩ over the n samples."""
@@ -202,13 +239,16 @@ def trajectory(
     proj_dim: int,
     max_bytes: int,
     progress: bool = False,
+    budget: "Budget | None" = None,
+    kernel_seconds: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
     """The dynamics ``kind`` (``sde`` or ``exact``) re-linearized along their own trajectory, without training: at each fraction ``at`` of the steps, the
     weights of the linearized network (w₀ − Jᵀ D, D the mean displacement of the paths so far) are set on a copy of
     ``model``; the kernel is measured there on the first ``DRIFT_SAMPLES`` samples, and where it moved by more than
     ``drift_threshold`` (‖ΔΘ‖_F/‖Θ‖_F) the whole kernel is recomputed and the paths go on with it (their outputs and
     weight-space velocity carried over). Returns (loss, accuracy, the last kernel, one record per re-linearization
-    point: step, drift on the sample, drift of the whole kernel when recomputed)."""
+    point: step, drift on the sample, drift of the whole kernel when recomputed, or ``skipped`` when the cost ``budget``
+    would hold without another kernel (at the first kernel's ``kernel_seconds``) and not with it)."""
     n, c = F0.shape
     stops = sorted({int(round(f * steps)) for f in at if 0 < int(round(f * steps)) < steps})
     state = dynamics.SDEState.start(F0, sde_paths)
@@ -219,8 +259,10 @@ def trajectory(
     bounds = [0, *stops, steps]
     s = min(n, DRIFT_SAMPLES)
     batches = dynamics.path_batches(n, batch_size, steps, seed, sde_paths) if kind == "exact" else None
+    t_dyn, t_sample = 0.0, kernel_seconds * s / n
     with dynamics.progress_bar(steps, f"forecast ({kind}, re-linearized)", progress) as bar:
         for a, b in zip(bounds[:-1], bounds[1:]):
+            t_seg = time.perf_counter()
             if batches is not None:
                 seg = [bp[a:b] for bp in batches]
                 L, A, D = dynamics.exact_segment(theta, state, y, kind=loss, lr=lr, momentum=momentum, batches=seg, bar=bar)
@@ -239,14 +281,23 @@ def trajectory(
                     lam_max=lam,
                     bar=bar,
                 )
+            t_dyn += time.perf_counter() - t_seg
             Ls.append(L)
             As.append(A)
             D_acc += D
             if b == steps or not np.isfinite(L).all():
                 continue
+            rest = t_dyn / b * (steps - b)  # the remaining dynamics, at the pace so far
+            # a kernel is skipped only where the budget holds without it: where the target is already out of reach,
+            # the more accurate forecast is the better use of the time
+            if budget is not None and not budget.allows(t_sample + kernel_seconds + rest) and budget.allows(rest):
+                records.append({"step": b, "drift_sample": None, "drift": None, "skipped": "cost budget"})
+                continue
             cand = copy.deepcopy(work)
             _move(cand, x, D_acc)
+            t_k = time.perf_counter()
             sample = empirical_ntk(cand, x[:s], method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
+            t_sample = time.perf_counter() - t_k
             rec = {"step": b, "drift_sample": _relative(sample, theta[: s * c, : s * c]), "drift": None}
             if rec["drift_sample"] > drift_threshold:
                 new = empirical_ntk(cand, x, method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
@@ -292,6 +343,7 @@ def forecast(
     max_bytes: int = DEFAULT_MAX_BYTES,
     also_ode: bool = False,
     also_plain: bool = False,
+    cost_target: float | None = COST_TARGET,
     progress: bool = True,
     raise_on_probe_divergence: bool = True,
 ) -> Forecast:
@@ -339,6 +391,12 @@ def forecast(
     C = kernel.n_outputs
     if y_all.max() >= C:
         raise PrenetError(f"targets hold class {int(y_all.max())} but the model has {C} outputs; give it a head with ≥ {y_all.max() + 1} outputs")
+    cost: dict = {}
+    budget = None
+    if cost_target is not None:  # the fine-tune's cost on this machine, from 3 timed real steps: the forecast's budget
+        step_s, train_s = training_seconds(model, inputs, y_all, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps, seed=seed)
+        budget = Budget(train_s / cost_target, t0)
+        cost = {"target": cost_target, "train_step_seconds": step_s, "train_seconds_estimate": train_s, "budget_seconds": budget.seconds}
     F0 = outputs(model, x).double().cpu().numpy()
     lam_theta, lam_dyn = dynamics.check_stable(kernel.theta, F0, kind=loss, lr=lr, momentum=momentum)
     kind = dynamics_kind if dynamics_kind != "auto" else auto_dynamics(N, len(idx), C, batch_size)
@@ -365,6 +423,8 @@ def forecast(
             proj_dim=proj_dim,
             max_bytes=max_bytes,
             progress=progress,
+            budget=budget,
+            kernel_seconds=kernel.seconds,
         )
     else:
         L, A = run_dynamics(kind, kernel.theta, F0, y, **dyn, progress=progress, lam_max=lam_theta * len(idx))
@@ -461,6 +521,10 @@ def forecast(
         fc.ode = Forecast(Lo, Ao, ode_s, "ode", kernel.method, N, len(idx), kernel.n_params, kernel.seconds)
         if kind != "ode":
             fc.seconds -= ode_dyn_s  # the plain forecast's own cost excludes the optional ODE variant
+    if cost:
+        cost["ratio_estimate"] = cost["train_seconds_estimate"] / fc.seconds
+        cost["met"] = cost["ratio_estimate"] >= cost_target
+        fc.details["cost"] = cost
     c = fc.corrected
     if c is None:
         return fc

@@ -110,6 +110,7 @@ def answer(
         "variant": fc.variant,
         "correction": correction,
         "relinearized": fc.details.get("relinearized"),
+        "cost": fc.details.get("cost"),
         "steps_to_converge": {
             "eps": eps,
             "answer": fc.steps_to_converge(eps),
@@ -139,6 +140,15 @@ def render(res: Mapping[str, Any]) -> str:
         f"answered by the {res['variant']} forecast",
         "  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss_curve"].items()),
     ]
+    cost = res.get("cost")
+    if cost:
+        verdict = "met" if cost["met"] else "out of reach at this size: the kernel and the dynamics alone cost more"
+        r = cost["ratio_estimate"]
+        than = f"{r:.1f}× cheaper than it" if r >= 1 else f"{1 / r:.1f}× its cost"
+        lines.append(
+            f"  cost: the fine-tune ≈ {cost['train_seconds_estimate']:.1f} s here ({res['steps']} steps × {cost['train_step_seconds'] * 1e3:.1f} ms, "
+            f"3 timed steps); the forecast, {than} (target {cost['target']:g}× cheaper: {verdict})"
+        )
     sc = res["steps_to_converge"]
     lines.append(
         f"  steps to converge (|L_t - L_T| <= {sc['eps']} (L_0 - L_T)): {sc['answer'] if sc['answer'] is not None else 'not within the horizon'}"

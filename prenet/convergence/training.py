@@ -75,13 +75,7 @@ def finetune(
     for t, b in enumerate(batch_schedule(len(x), batch_size, steps, seed), start=1):
         idx = torch.as_tensor(b, device=x.device)
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        out = model(x[idx])
-        lv = losses.torch_loss(out, y[idx], loss)
-        lv.backward()
-        opt.step()
-        if x.is_cuda:
-            torch.cuda.synchronize()
+        lv = sgd_step(model, opt, x[idx], y[idx], loss)
         seconds += time.perf_counter() - t0
         due = t in wanted if wanted is not None else t % log_every == 0
         if (due or t == steps) and not log(t):
@@ -97,6 +91,18 @@ def finetune(
         if logged[-1] != steps:
             logged.append(steps), L.append(float("inf")), A.append(0.0)
     return FinetuneResult(np.array(logged), np.array(L), np.array(A), seconds, diverged)
+
+
+def sgd_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, loss: str) -> torch.Tensor:
+    """One fine-tuning step on the batch (``x``, ``y``): forward, ``loss``, backward, ``opt.step()`` (synchronised on a
+    GPU, so a timer around it measures the step). Returns the batch loss."""
+    opt.zero_grad(set_to_none=True)
+    lv = losses.torch_loss(model(x), y, loss)
+    lv.backward()
+    opt.step()
+    if x.is_cuda:
+        torch.cuda.synchronize()
+    return lv
 
 
 def log_grid(steps: int, points: int) -> np.ndarray:

@@ -305,7 +305,7 @@ def forecast_steps(
 ) -> dict[str, Any]:
     """Steps of SGD fine-tuning of ``module`` on (``inputs``, ``labels``) to reach ``target`` (``converge_eps``:
     |L_t − L_T| ≤ ε (L_0 − L_T); ``target_loss``: L_t ≤ τ; ``target_accuracy``: training accuracy ≥ a), forecast
-    from the NTK (the drift probe's corrected forecast when the plain one is flagged unreliable). Raises
+    from the NTK (the default forecast: the kernel followed along the forecast's own trajectory). Raises
     :class:`PrenetError` when the forecast does not reach the target within ``max_steps``."""
     from prenet.convergence import forecast
     from prenet.convergence.ntk import ProblemTooLargeError
