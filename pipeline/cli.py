@@ -492,7 +492,12 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--momentum", type=float, help="SGD momentum in [0, 1) (default: the task's)")
     cv.add_argument("--batch-size", type=_positive, help="samples per step (default: the task's; the full set when larger)")
     cv.add_argument("--steps", type=_positive, help="horizon in optimizer steps (default: the task's)")
-    cv.add_argument("--subset", type=int, default=128, help="samples the NTK is computed on (default 128)")
+    cv.add_argument(
+        "--subset",
+        type=int,
+        default=None,
+        help="samples the NTK is computed on (default: chosen from the samples, classes, steps and the 30x cost target)",
+    )
     cv.add_argument(
         "--correction",
         choices=list(CORRECTIONS),
@@ -540,7 +545,12 @@ def build_parser() -> argparse.ArgumentParser:
     pn.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (forecast, the step's momentum update and its buffer; default 0)")
     pn.add_argument("--loss", choices=list(LOSSES), default="cross_entropy", help="fine-tuning loss of the forecast (default: %(default)s)")
     pn.add_argument("--max-steps", type=int, default=2000, help="forecast horizon (default 2000)")
-    pn.add_argument("--subset", type=int, default=128, help="samples the NTK is computed on (default 128)")
+    pn.add_argument(
+        "--subset",
+        type=int,
+        default=None,
+        help="samples the NTK is computed on (default: chosen from the samples, classes, steps and the 30x cost target)",
+    )
     pn.add_argument("--max-gib", type=float, default=4.0, help="memory allowed for the NTK (GiB, default 4)")
     pn.add_argument("--hardware", nargs="+", help="hardware to plan for (default: local and the whole catalog; see `prenet hardware list`)")
     pn.add_argument(

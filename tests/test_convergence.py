@@ -466,9 +466,27 @@ def test_the_default_forecast_answers_a_problem_too_large_for_all_samples_on_a_s
     assert 20 <= fc.n_used < 600 and fc.n_samples == 600 and "subset of" in fc.details["subset_chosen"]
     assert np.isfinite(fc.loss).all() and len(fc.loss) == 21
     small = forecast(model, x[:40], y[:40], lr=0.05, batch_size=32, steps=5, probe_fraction=0.0, progress=False, max_bytes=2 * 2**20)
-    assert small.n_used == 40 and "subset_chosen" not in small.details
+    assert small.n_used == 40 and small.details["subset_chosen"].startswith("all 40 samples")
     with pytest.raises(ProblemTooLargeError, match="raise max_bytes"):
         forecast(model, x, y, lr=0.05, batch_size=32, steps=5, probe_fraction=0.0, progress=False, max_bytes=20_000)
+
+
+def test_the_default_subset_grows_with_the_cost_budget_and_never_below_its_floor():
+    """issue 30 item 2: a fine-tune long enough to pay for it gets the largest subset whose predicted cost fits 1/30
+    of it; a short one keeps the floor (128) and says no size fits."""
+    import time
+
+    from prenet.convergence.forecaster import SUBSET_SIZES, Budget, choose_subset
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 10))
+    x = torch.randn(3000, 8)
+    kw = dict(steps=100, paths=8, proj_dim=100, max_bytes=2**30, seed=0)
+    n, why = choose_subset(model, x, 3000, 10, budget=Budget(1e6, time.perf_counter()), **kw)
+    assert n == SUBSET_SIZES[0] and "fits the budget" in why
+    n, why = choose_subset(model, x, 3000, 10, budget=Budget(0.0, time.perf_counter()), **kw)
+    assert n == SUBSET_SIZES[-1] == 128 and "the floor" in why
+    assert choose_subset(model, x, 150, 10, budget=None, **kw) == (None, "all 150 samples (N·C = 1500 ≤ 2048: the exact linearized SGD)")
 
 
 def test_a_cross_entropy_lr_whose_forecast_loss_explodes_is_called_divergent_with_the_bound():

@@ -310,6 +310,58 @@ def trajectory(
         return np.vstack([*Ls, Lf[None]]).mean(1), np.vstack([*As, Af[None]]).mean(1), theta, records
 
 
+#: Subset sizes the default forecast chooses from, largest first; the smallest is its accuracy floor (64 samples fit
+#: their own kernel too soon: the step error doubled on the full-data checks).
+SUBSET_SIZES = (512, 256, 128)
+
+
+def choose_subset(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    N: int,
+    C: int,
+    *,
+    budget: Budget | None,
+    steps: int,
+    paths: int,
+    proj_dim: int,
+    max_bytes: int,
+    seed: int,
+) -> tuple[int | None, str]:
+    """The default forecast's samples: (subset size or None for all N, what was chosen and why). All N for a small
+    problem (N·C ≤ ``dynamics.EXACT_MAX_NC``, its kernel in memory: the exact linearized SGD, no subset noise). Else the
+    largest of ``SUBSET_SIZES`` whose predicted cost fits the ``budget``: four kernels (the first and three
+    re-linearizations) at the time of a 32-sample kernel measured here × (n/32)², plus the dynamics, ``paths`` products
+    of (n·C)² per step at 10 GFLOP/s; never fewer than the smallest size, and never more samples than fit
+    ``max_bytes``. Raises :class:`ProblemTooLargeError` when not even 2·C samples fit."""
+    p = sum(int(t.numel()) for t in model.parameters())
+    fits = min(required_bytes(N, C, p, m, proj_dim) for m in ("exact", "projection")) <= max_bytes
+    if fits and N * C <= dynamics.EXACT_MAX_NC:
+        return None, f"all {N} samples (N·C = {N * C} ≤ {dynamics.EXACT_MAX_NC}: the exact linearized SGD)"
+    cap, _ = largest_fitting_subset(C, p, proj_dim, max_bytes)
+    if cap < max(2 * C, 16):
+        raise ProblemTooLargeError(
+            f"NTK too large for memory at any useful subset: C={C} outputs × P={p:,} parameters fit {cap} samples in "
+            f"{max_bytes / 2**20:,.1f} MiB, fewer than the {max(2 * C, 16)} a forecast needs. To fix: raise max_bytes (--max-gib)"
+        )
+    sizes = [n for n in SUBSET_SIZES if n <= min(N, cap)] or [min(N, cap)]
+    if budget is None or len(sizes) == 1:
+        n = sizes[-1] if budget is None else sizes[0]
+        return n, f"a seeded subset of {n} of the {N} samples"
+    probe = np.sort(np.random.default_rng(seed).choice(N, size=min(32, N), replace=False))
+    t32 = empirical_ntk(model, inputs[torch.as_tensor(probe, device=inputs.device)], method="auto", proj_dim=proj_dim, max_bytes=max_bytes).seconds
+    for n in sizes:
+        predicted = 4 * t32 * (n / 32) ** 2 + steps * paths * 2 * (n * C) ** 2 / 1e10
+        if budget.allows(predicted) or n == sizes[-1]:
+            return n, (
+                f"a seeded subset of {n} of the {N} samples: the largest of {', '.join(map(str, sizes))} whose predicted cost "
+                f"({predicted:.1f} s) fits the budget ({budget.seconds:.1f} s)"
+                if budget.allows(predicted)
+                else f"a seeded subset of {n} of the {N} samples (the floor: no size fits the budget of {budget.seconds:.1f} s)"
+            )
+    raise AssertionError("unreachable")
+
+
 def auto_dynamics(n_full: int, n_used: int, classes: int, batch_size: int) -> str:
     """The default dynamics: ``ode`` for full-batch training; ``exact`` (linearized SGD over batch orders) when the
     kernel covers all samples and N·C ≤ ``dynamics.EXACT_MAX_NC``; else ``sde``."""
@@ -350,8 +402,10 @@ def forecast(
     """Predict the full-training-set loss (and accuracy) of fine-tuning *all* parameters of ``model`` on
     (``inputs``, integer ``targets``) with SGD (``lr``, heavy-ball ``momentum``, ``batch_size``) for ``steps``
     steps. ``model`` is not modified. ``also_ode``: when the SDE answers, also run the noise-free ODE on the same
-    kernel (``.ode``; its ``seconds`` = the kernel's plus its own dynamics). ``subset`` None: all N samples when Θ (and the
-    Jacobian behind it) fit in ``max_bytes`` bytes, else the most samples that do (``details["subset_chosen"]`` says so).
+    kernel (``.ode``; its ``seconds`` = the kernel's plus its own dynamics). ``subset`` None: chosen by :func:`choose_subset` from N,
+    the classes, the parameters, the steps and the cost budget (``details["subset_chosen"]`` says what and why).
+    ``cost_target``: the forecast aims at this many times cheaper than the fine-tune (``details["cost"]``; None: no
+    budget, no timing).
     Raises :class:`~prenet.convergence.ntk.ProblemTooLargeError` before any work when a given ``subset`` does not fit,
     or not even 2·C samples do, and
     :class:`~prenet.convergence.dynamics.DivergenceError` when ``lr`` breaks the linearized stability bound (before the
@@ -369,26 +423,7 @@ def forecast(
     t0 = time.perf_counter()
     N = len(inputs)
     y_all = _labels(targets, N)
-    chosen = None
-    if subset is None:  # the default answers: all N when Θ fits, else the most samples that fit (stated in details)
-        c = int(outputs(model, inputs[:1]).shape[1])
-        p = sum(int(t.numel()) for t in model.parameters())
-        if min(required_bytes(N, c, p, m, proj_dim) for m in ("exact", "projection")) > max_bytes:
-            subset, _ = largest_fitting_subset(c, p, proj_dim, max_bytes)
-            if subset < max(2 * c, 16):
-                raise ProblemTooLargeError(
-                    f"NTK too large for memory at any useful subset: {subset} samples of {c} outputs fit in "
-                    f"{max_bytes / 2**20:,.1f} MiB; raise max_bytes"
-                )
-            chosen = f"a seeded subset of {subset} of the {N} samples: all {N} would need more than {max_bytes / 2**20:,.0f} MiB"
-    if subset is not None and subset < N:
-        idx = np.sort(np.random.default_rng(seed).choice(N, size=subset, replace=False))
-    else:
-        idx = np.arange(N)
-    x = inputs[torch.as_tensor(idx, device=inputs.device)]
-    y = y_all[idx]
-    kernel = empirical_ntk(model, x, method=ntk, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes)
-    C = kernel.n_outputs
+    C = int(outputs(model, inputs[:1]).shape[1])
     if y_all.max() >= C:
         raise PrenetError(f"targets hold class {int(y_all.max())} but the model has {C} outputs; give it a head with ≥ {y_all.max() + 1} outputs")
     cost: dict = {}
@@ -397,6 +432,18 @@ def forecast(
         step_s, train_s = training_seconds(model, inputs, y_all, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps, seed=seed)
         budget = Budget(train_s / cost_target, t0)
         cost = {"target": cost_target, "train_step_seconds": step_s, "train_seconds_estimate": train_s, "budget_seconds": budget.seconds}
+    chosen = None
+    if subset is None:
+        subset, chosen = choose_subset(
+            model, inputs, N, C, budget=budget, steps=steps, paths=sde_paths, proj_dim=proj_dim, max_bytes=max_bytes, seed=seed
+        )
+    if subset is not None and subset < N:
+        idx = np.sort(np.random.default_rng(seed).choice(N, size=subset, replace=False))
+    else:
+        idx = np.arange(N)
+    x = inputs[torch.as_tensor(idx, device=inputs.device)]
+    y = y_all[idx]
+    kernel = empirical_ntk(model, x, method=ntk, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes)
     F0 = outputs(model, x).double().cpu().numpy()
     lam_theta, lam_dyn = dynamics.check_stable(kernel.theta, F0, kind=loss, lr=lr, momentum=momentum)
     kind = dynamics_kind if dynamics_kind != "auto" else auto_dynamics(N, len(idx), C, batch_size)

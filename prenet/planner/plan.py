@@ -299,7 +299,7 @@ def forecast_steps(
     momentum: float,
     batch_size: int,
     max_steps: int,
-    subset: int,
+    subset: int | None,
     seed: int = 0,
     max_gib: float = 4.0,
 ) -> dict[str, Any]:
@@ -326,7 +326,7 @@ def forecast_steps(
             batch_size=batch_size,
             steps=max_steps,
             seed=seed,
-            subset=min(subset, len(inputs)),
+            subset=None if subset is None else min(subset, len(inputs)),
             max_bytes=int(max_gib * GIB),
         )
     except ProblemTooLargeError as e:
@@ -502,7 +502,7 @@ def make_plan(
             momentum=momentum,
             batch_size=batch_size * grad_accum,
             max_steps=int(finetune.get("max_steps", 2000)),
-            subset=int(finetune.get("subset", 128)),
+            subset=None if finetune.get("subset") is None else int(finetune["subset"]),
             max_gib=float(finetune.get("max_gib", 4.0)),
         )
         n_steps, steps_from = fc_info["steps"], "forecast"
