@@ -116,7 +116,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
                     batch_size=B,
                     steps=steps,
                     seed=int(cfg.seed),
-                    subset=int(v["subset"]),
+                    subset=None if v.get("subset") is None else int(v["subset"]),
                     correction=str(v["correction"]),
                     probe_fraction=float(v.get("probe_fraction", 0.0)),
                     progress=False,
@@ -125,8 +125,11 @@ def forecast_cost(cfg: DictConfig) -> dict:
                 pred = {f"{k}={p:g}": steps_for(k, val, fc.loss, fc.accuracy) for k, p, val in tlist}
                 errs = {t: _ape(pred[t], entry["real_steps"][t]) for t in pred}
                 ok = [e for e in errs.values() if e is not None]
+                q_ok = [e for t, e in errs.items() if t.startswith("loss=") and e is not None]
                 entry["variants"][v["name"]] = {
-                    "subset": int(v["subset"]),
+                    "subset": fc.n_used,
+                    "subset_chosen": fc.details.get("subset_chosen"),
+                    "cost": fc.details.get("cost"),
                     "correction": str(v["correction"]),
                     "probe_fraction": float(v.get("probe_fraction", 0.0)),
                     "relinearized": fc.details.get("relinearized"),
@@ -140,6 +143,8 @@ def forecast_cost(cfg: DictConfig) -> dict:
                     "pred_steps": pred,
                     "abs_pct_error": errs,
                     "median_abs_pct_error": float(np.median(ok)) if ok else None,
+                    # the issue-30 measure: the absolute targets q·L0 alone (q = loss_fraction)
+                    "median_abs_pct_error_q": float(np.median(q_ok)) if q_ok else None,
                 }
                 curves[key][v["name"]] = (fc.loss, None)
                 print(

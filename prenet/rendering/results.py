@@ -358,6 +358,7 @@ def _cost_check(fc_cost: dict) -> list[Row]:
     for key, r in fc_cost["tasks"].items():
         cells = "; ".join(
             f"{name}: {v['cost_ratio']:.0f}×, {_pct(v.get('median_abs_pct_error'))}"
+            + (f" (q·L₀ targets {_pct(v['median_abs_pct_error_q'])})" if v.get("median_abs_pct_error_q") is not None else "")
             + (f" (drift {v['drift']:.2g})" if v.get("drift") is not None else "")
             for name, v in r["variants"].items()
         )
