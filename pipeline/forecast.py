@@ -95,7 +95,10 @@ def _forecast_one(item: tuple) -> tuple:
     try:
         # what forecast() answers with the configured correction; and, for the plain/corrected comparison and its
         # columns, the static kernel with the real-step drift probe
-        fc = run_forecast(model, d.x, d.y, correction=str(fs["correction"]), probe_fraction=float(fs["probe_fraction"]), **kw)
+        fc = run_forecast(
+            model, d.x, d.y, correction=str(fs["correction"]), probe_fraction=float(fs["probe_fraction"]), raise_on_probe_divergence=False, **kw
+        )
+        kw["subset"] = fc.n_used if fc.n_used < len(d.x) else None  # the same samples as the answer's
         pr = run_forecast(
             model,
             d.x,

@@ -201,8 +201,10 @@ def ode(theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: floa
 @dataclass
 class SDEState:
     """The SDE's state between segments: ``F`` the outputs of each sample path (paths, n, C) and ``u`` the velocity
-    (momentum buffer) of each path in coefficient space (paths, n·C): the function-space velocity is Θ u, so a new
-    kernel (re-linearization) carries the same weight-space velocity Jᵀ u."""
+    (momentum buffer) of each path in coefficient space (paths, n·C): the function-space velocity is Θ u. At a
+    re-linearization the coefficients are kept and the new kernel maps them (Θ_new u); the weight-space velocity
+    J_oldᵀ u is so approximated by J_newᵀ u, and each path keeps its linearized outputs rather than the network's outputs
+    at the moved weights (both approximations, exact while the kernel stays)."""
 
     F: np.ndarray
     u: np.ndarray

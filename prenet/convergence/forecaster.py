@@ -67,7 +67,7 @@ DIVERGED_GROWTH = 10.0
 class Forecast:
     """A predicted fine-tuning curve. ``loss``/``accuracy``: per step 0..steps (length steps + 1), on the
     forecast's samples (all N, or the subset). ``seconds``: wall time of the whole forecast (NTK, dynamics and
-    probe). ``drift``/``reliable``/``corrected`` are set when a probe ran."""
+    probe). ``drift``/``reliable`` are set by the trajectory correction and by the probe, ``corrected`` by the probe."""
 
     loss: np.ndarray
     accuracy: np.ndarray | None
@@ -93,7 +93,8 @@ class Forecast:
 
     @property
     def plain(self) -> "Forecast":
-        """The plain (static-kernel) forecast, whichever variant answers."""
+        """The plain (static-kernel) forecast, whichever variant answers: kept with ``also_plain`` (trajectory) or by the
+        probe; otherwise this forecast itself."""
         return self.plain_forecast if self.plain_forecast is not None else self
 
     def steps_to_loss(self, tau: float) -> int | None:
@@ -302,7 +303,8 @@ def trajectory(
             if rec["drift_sample"] > drift_threshold:
                 new = empirical_ntk(cand, x, method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
                 rec["drift"] = _relative(new, theta)
-                theta, lam, work, D_acc = new, None, cand, np.zeros(n * c)
+                theta, work, D_acc = new, cand, np.zeros(n * c)
+                lam = dynamics.top_eigenvalue(lambda v: theta @ v, n * c)  # once per kernel: the SDE's sub-steps follow it
                 state.rekernel(theta)
             records.append(rec)
     Lf, Af = dynamics.path_values(state, y, loss)
@@ -330,7 +332,8 @@ def choose_subset(
 ) -> tuple[int | None, str]:
     """The default forecast's samples: (subset size or None for all N, what was chosen and why). All N for a small
     problem (N·C ≤ ``dynamics.EXACT_MAX_NC``, its kernel in memory: the exact linearized SGD, no subset noise). Else the
-    largest of ``SUBSET_SIZES`` whose predicted cost fits the ``budget``: four kernels (the first and three
+    largest of ``SUBSET_SIZES`` whose predicted cost fits the ``budget`` (the largest that fits memory when there is no
+    budget): four kernels (the first and three
     re-linearizations) at the time of a 32-sample kernel measured here × (n/32)², plus the dynamics, ``paths`` products
     of (n·C)² per step at 10 GFLOP/s; never fewer than the smallest size, and never more samples than fit
     ``max_bytes``. Raises :class:`ProblemTooLargeError` when not even 2·C samples fit."""
@@ -345,9 +348,8 @@ def choose_subset(
             f"{max_bytes / 2**20:,.1f} MiB, fewer than the {max(2 * C, 16)} a forecast needs. To fix: raise max_bytes (--max-gib)"
         )
     sizes = [n for n in SUBSET_SIZES if n <= min(N, cap)] or [min(N, cap)]
-    if budget is None or len(sizes) == 1:
-        n = sizes[-1] if budget is None else sizes[0]
-        return n, f"a seeded subset of {n} of the {N} samples"
+    if budget is None or len(sizes) == 1:  # no budget to keep: the most samples (of the sizes) that fit
+        return sizes[0], f"a seeded subset of {sizes[0]} of the {N} samples"
     probe = np.sort(np.random.default_rng(seed).choice(N, size=min(32, N), replace=False))
     t32 = empirical_ntk(model, inputs[torch.as_tensor(probe, device=inputs.device)], method="auto", proj_dim=proj_dim, max_bytes=max_bytes).seconds
     for n in sizes:
@@ -408,12 +410,15 @@ def forecast(
     ``cost_target``: the forecast aims at this many times cheaper than the fine-tune (``details["cost"]``; None: no
     budget, no timing); it sizes the subset, and with ``keep_to_budget`` also skips re-linearizations that would break it
     (off by default: on the full-data checks the skipped kernels were where the accuracy came from).
-    Raises :class:`~prenet.convergence.ntk.ProblemTooLargeError` before any work when a given ``subset`` does not fit,
+    Raises :class:`~prenet.convergence.ntk.ProblemTooLargeError` before any kernel work (after the 4 timed training steps
+    of ``cost_target``) when a given ``subset`` does not fit,
     or not even 2·C samples do, and
     :class:`~prenet.convergence.dynamics.DivergenceError` when ``lr`` breaks the linearized stability bound (before the
     dynamics) or, with ``raise_on_probe_divergence``, when the probe's real fine-tuning diverges. ``progress``: a
     progress bar on stderr for dynamics running longer than 3 s. Returns the most reliable variant (module docstring)."""
     losses.check_loss(loss)
+    if cost_target is not None and not cost_target > 0:
+        raise PrenetError(f"cost_target must be > 0 (times cheaper than the fine-tune) or None, got {cost_target}")
     if correction not in CORRECTIONS:
         raise PrenetError(f"unknown correction {correction!r}; choose one of {', '.join(CORRECTIONS)}")
     if dynamics_kind not in DYNAMICS:
@@ -503,6 +508,8 @@ def forecast(
     )
     if relin is not None:
         fc.drift = _relative(theta_last, kernel.theta)  # how far the kernel moved over the horizon (0: never re-linearized)
+        measured = [r["drift_sample"] for r in relin if r.get("drift_sample") is not None]
+        fc.details["max_drift_sample"] = max(measured) if measured else None  # the largest drift seen, adopted or not
         fc.reliable = fc.drift <= drift_threshold  # whether the static kernel alone would have served
         fc.details["relinearized"] = relin
         if any(r["drift"] is not None for r in relin):

@@ -155,7 +155,10 @@ def render(res: Mapping[str, Any]) -> str:
     )
     if res.get("relinearized") is not None:
         done = [r for r in res["relinearized"] if r["drift"] is not None]
-        where = ", ".join(f"step {r['step']} (drift {r['drift']:.3f})" for r in done) or "nowhere (the kernel stayed within the drift threshold)"
+        seen = max((r["drift_sample"] for r in res["relinearized"] if r.get("drift_sample") is not None), default=0.0)
+        where = ", ".join(f"step {r['step']} (drift {r['drift']:.3f})" for r in done) or (
+            f"nowhere (the kernel stayed within the drift threshold; largest drift measured {seen:.3f})"
+        )
         lines.append(
             f"  kernel followed along the forecast's trajectory, no training: re-linearized at {where}; "
             f"drift over the horizon {res['drift']:.3f}; plain (static kernel): {sc['plain']}"
