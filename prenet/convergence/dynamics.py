@@ -285,6 +285,13 @@ def path_values(state: SDEState, y: np.ndarray, kind: str) -> tuple[np.ndarray, 
     return _values(state.F, losses.onehot(y, state.F.shape[2]), y, kind)
 
 
+def path_means(L: np.ndarray, A: np.ndarray, state: SDEState, y: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """The path-mean curves (steps + 1): the segment's rows ``L``, ``A`` (steps, paths) and the final state's values."""
+    Lf, Af = path_values(state, y, kind)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.vstack([L, Lf[None]]).mean(1), np.vstack([A, Af[None]]).mean(1)
+
+
 def _values(F: np.ndarray, Y: np.ndarray, y: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """Loss (inf where a path is not finite) and accuracy of each path of ``F`` (paths, n, C)."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -325,8 +332,7 @@ def sde(
             lam_max=lam_max,
             bar=bar,
         )
-    Lf, Af = path_values(state, y, kind)
-    return np.vstack([L, Lf[None]]).mean(1), np.vstack([A, Af[None]]).mean(1)
+    return path_means(L, A, state, y, kind)
 
 
 def exact_segment(
@@ -378,21 +384,11 @@ def exact_segment(
 def linear_sgd(
     theta: np.ndarray, F0: np.ndarray, y: np.ndarray, *, kind: str, lr: float, momentum: float, batches: list[np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The linearized network trained by SGD (heavy-ball momentum) on the batch sequence ``batches``."""
-    n, c = F0.shape
-    Y = losses.onehot(y, c)
-    F = F0.reshape(-1).copy()
-    u = np.zeros_like(F)
-    Gb = np.zeros((n, c))
-    Fs = [F0]
-    cls = np.arange(c)
-    for b in batches:
-        Gb = losses.grad(F.reshape(n, c)[b], Y[b], kind)  # (B, C): only the batch's columns of Θ are used,
-        rows = (b[:, None] * c + cls).reshape(-1)  # read as rows (Θ is symmetric: contiguous)
-        u = momentum * u + Gb.reshape(-1) @ theta[rows] / len(b)
-        F = F - lr * u
-        Fs.append(F.reshape(n, c).copy())
-    return _curves(Fs, Y, y, kind)
+    """The linearized network trained by SGD (heavy-ball momentum) on the batch sequence ``batches`` (one path of
+    :func:`exact_segment`)."""
+    state = SDEState.start(F0, 1)
+    L, A, _ = exact_segment(theta, state, y, kind=kind, lr=lr, momentum=momentum, batches=[list(batches)])
+    return path_means(L, A, state, y, kind)
 
 
 def exact_sgd(
@@ -416,9 +412,7 @@ def exact_sgd(
         L, A, _ = exact_segment(
             theta, state, y, kind=kind, lr=lr, momentum=momentum, batches=path_batches(F0.shape[0], batch_size, steps, seed, paths), bar=bar
         )
-    Lf, Af = path_values(state, y, kind)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.vstack([L, Lf[None]]).mean(1), np.vstack([A, Af[None]]).mean(1)
+    return path_means(L, A, state, y, kind)
 
 
 def path_batches(n: int, batch_size: int, steps: int, seed: int, paths: int) -> list[list[np.ndarray]]:

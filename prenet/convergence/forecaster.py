@@ -307,9 +307,7 @@ def trajectory(
                 lam = dynamics.top_eigenvalue(lambda v: theta @ v, n * c)  # once per kernel: the SDE's sub-steps follow it
                 state.rekernel(theta)
             records.append(rec)
-    Lf, Af = dynamics.path_values(state, y, loss)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.vstack([*Ls, Lf[None]]).mean(1), np.vstack([*As, Af[None]]).mean(1), theta, records
+    return (*dynamics.path_means(np.vstack(Ls), np.vstack(As), state, y, loss), theta, records)
 
 
 #: Subset sizes the default forecast chooses from, largest first; the smallest is its accuracy floor (64 samples fit
