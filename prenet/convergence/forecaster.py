@@ -327,6 +327,7 @@ def choose_subset(
     proj_dim: int,
     max_bytes: int,
     seed: int,
+    ntk: str = "auto",
 ) -> tuple[int | None, str]:
     """The default forecast's samples: (subset size or None for all N, what was chosen and why). All N for a small
     problem (N·C ≤ ``dynamics.EXACT_MAX_NC``, its kernel in memory: the exact linearized SGD, no subset noise). Else the
@@ -349,7 +350,7 @@ def choose_subset(
     if budget is None or len(sizes) == 1:  # no budget to keep: the most samples (of the sizes) that fit
         return sizes[0], f"a seeded subset of {sizes[0]} of the {N} samples"
     probe = np.sort(np.random.default_rng(seed).choice(N, size=min(32, N), replace=False))
-    t32 = empirical_ntk(model, inputs[torch.as_tensor(probe, device=inputs.device)], method="auto", proj_dim=proj_dim, max_bytes=max_bytes).seconds
+    t32 = empirical_ntk(model, inputs[torch.as_tensor(probe, device=inputs.device)], method=ntk, proj_dim=proj_dim, max_bytes=max_bytes).seconds
     for n in sizes:
         predicted = 4 * t32 * (n / 32) ** 2 + steps * paths * 2 * (n * C) ** 2 / 1e10
         if budget.allows(predicted) or n == sizes[-1]:
@@ -440,7 +441,7 @@ def forecast(
     chosen = None
     if subset is None:
         subset, chosen = choose_subset(
-            model, inputs, N, C, budget=budget, steps=steps, paths=sde_paths, proj_dim=proj_dim, max_bytes=max_bytes, seed=seed
+            model, inputs, N, C, budget=budget, steps=steps, paths=sde_paths, proj_dim=proj_dim, max_bytes=max_bytes, seed=seed, ntk=ntk
         )
     if subset is not None and subset < N:
         idx = np.sort(np.random.default_rng(seed).choice(N, size=subset, replace=False))
@@ -485,7 +486,13 @@ def forecast(
         raise dynamics.DivergenceError(
             f"lr {lr:g} diverges: the linearized fine-tuning's loss grows from {L[0]:.4g} to {np.nanmax(L):.4g} "
             f"(> {DIVERGED_GROWTH:g}× its start and > ln C); the cross-entropy stability bound at the starting outputs is "
-            f"lr < {dynamics.max_stable_lr(lam_dyn, momentum):.4g} (momentum {momentum:g}) — lower --lr"
+            f"lr < {dynamics.max_stable_lr(lam_dyn, momentum):.4g} (momentum {momentum:g})"
+            + (
+                f", and the re-linearized kernel moved by {_relative(theta_last, kernel.theta):.3g} of its norm (a grown kernel lowers that bound)"
+                if theta_last is not kernel.theta
+                else ""
+            )
+            + " — lower --lr"
         )
     fc = Forecast(
         L,
