@@ -45,7 +45,15 @@ import torch
 from torch import nn
 
 from prenet.convergence import dynamics, losses, targets
-from prenet.convergence.ntk import DEFAULT_MAX_BYTES, ProblemTooLargeError, empirical_ntk, largest_fitting_subset, outputs, required_bytes
+from prenet.convergence.ntk import (
+    DEFAULT_MAX_BYTES,
+    ProblemTooLargeError,
+    empirical_ntk,
+    largest_fitting_subset,
+    outputs,
+    relative_error,
+    required_bytes,
+)
 from prenet.errors import PrenetError
 from prenet.names import CORRECTIONS
 
@@ -213,10 +221,6 @@ def _move(model: nn.Module, x: torch.Tensor, D: np.ndarray) -> None:
     model.zero_grad(set_to_none=True)
 
 
-def _relative(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300))
-
-
 def trajectory(
     kind: str,
     model: nn.Module,
@@ -299,10 +303,10 @@ def trajectory(
             t_k = time.perf_counter()
             sample = empirical_ntk(cand, x[:s], method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
             t_sample = time.perf_counter() - t_k
-            rec = {"step": b, "drift_sample": _relative(sample, theta[: s * c, : s * c]), "drift": None}
+            rec = {"step": b, "drift_sample": relative_error(sample, theta[: s * c, : s * c]), "drift": None}
             if rec["drift_sample"] > drift_threshold:
                 new = empirical_ntk(cand, x, method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
-                rec["drift"] = _relative(new, theta)
+                rec["drift"] = relative_error(new, theta)
                 theta, work, D_acc = new, cand, np.zeros(n * c)
                 lam = dynamics.top_eigenvalue(lambda v: theta @ v, n * c)  # once per kernel: the SDE's sub-steps follow it
                 state.rekernel(theta)
@@ -488,7 +492,7 @@ def forecast(
             f"(> {DIVERGED_GROWTH:g}× its start and > ln C); the cross-entropy stability bound at the starting outputs is "
             f"lr < {dynamics.max_stable_lr(lam_dyn, momentum):.4g} (momentum {momentum:g})"
             + (
-                f", and the re-linearized kernel moved by {_relative(theta_last, kernel.theta):.3g} of its norm (a grown kernel lowers that bound)"
+                f", and the re-linearized kernel moved by {relative_error(theta_last, kernel.theta):.3g} of its norm (a grown kernel lowers that bound)"
                 if theta_last is not kernel.theta
                 else ""
             )
@@ -512,7 +516,7 @@ def forecast(
         },
     )
     if relin is not None:
-        fc.drift = _relative(theta_last, kernel.theta)  # how far the kernel moved over the horizon (0: never re-linearized)
+        fc.drift = relative_error(theta_last, kernel.theta)  # how far the kernel moved over the horizon (0: never re-linearized)
         measured = [r["drift_sample"] for r in relin if r.get("drift_sample") is not None]
         fc.details["max_drift_sample"] = max(measured) if measured else None  # the largest drift seen, adopted or not
         fc.reliable = fc.drift <= drift_threshold  # whether the static kernel alone would have served
@@ -557,7 +561,7 @@ def forecast(
             fc.drift, fc.reliable = float("inf"), False
         else:
             kernel_k = empirical_ntk(probed, x, method=kernel.method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes)
-            fc.drift = float(np.linalg.norm(kernel_k.theta - kernel.theta) / np.linalg.norm(kernel.theta))
+            fc.drift = relative_error(kernel_k.theta, kernel.theta)
             fc.reliable = fc.drift <= drift_threshold
             Fk = outputs(probed, x).double().cpu().numpy()
             Lk, Ak = run_dynamics(kind, kernel_k.theta, Fk, y, **{**dyn, "steps": steps - k, "seed": seed + 1})
