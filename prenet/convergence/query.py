@@ -110,6 +110,7 @@ def answer(
         "variant": fc.variant,
         "correction": correction,
         "relinearized": fc.details.get("relinearized"),
+        "max_drift_sample": fc.details.get("max_drift_sample"),
         "cost": fc.details.get("cost"),
         "steps_to_converge": {
             "eps": eps,
@@ -142,7 +143,7 @@ def render(res: Mapping[str, Any]) -> str:
     ]
     cost = res.get("cost")
     if cost:
-        verdict = "met" if cost["met"] else "out of reach at this size: the kernel and the dynamics alone cost more"
+        verdict = "met" if cost["met"] else "not met: the kernels and the dynamics cost more at this size"
         r = cost["ratio_estimate"]
         than = f"{r:.1f}× cheaper than it" if r >= 1 else f"{1 / r:.1f}× its cost"
         lines.append(
@@ -155,9 +156,8 @@ def render(res: Mapping[str, Any]) -> str:
     )
     if res.get("relinearized") is not None:
         done = [r for r in res["relinearized"] if r["drift"] is not None]
-        seen = max((r["drift_sample"] for r in res["relinearized"] if r.get("drift_sample") is not None), default=0.0)
         where = ", ".join(f"step {r['step']} (drift {r['drift']:.3f})" for r in done) or (
-            f"nowhere (the kernel stayed within the drift threshold; largest drift measured {seen:.3f})"
+            f"nowhere (the kernel stayed within the drift threshold; largest drift measured {res.get('max_drift_sample') or 0.0:.3f})"
         )
         lines.append(
             f"  kernel followed along the forecast's trajectory, no training: re-linearized at {where}; "
