@@ -4,7 +4,8 @@
     python scripts/cli_speed.py [--repeats 5] [--out data/reference/cli_speed.json]
 
 Targets (issue 27): ``predict step-time`` of a ResNet-50-sized model on one GPU ≤ 3 s, ``plan`` over the whole catalog
-≤ 5 s, and ``import prenet.api`` without xgboost or scikit-learn. Timings on a shared 2-core host are noisy: the
+≤ 5 s, and ``import prenet.api`` without xgboost or scikit-learn. ``import torch`` alone is timed too: it is the floor under every
+cold answer, and it moves with the host's speed (1.2-3.3 s on the 2-core hosts measured so far). Timings on a shared 2-core host are noisy: the
 median of the runs and their min/max are reported, with the thread count.
 
 Each command is timed twice: ``cold`` traces the step (``PRENET_TRACE_CACHE=off``: torch imported, the model built
@@ -23,12 +24,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 _ENTRY = Path(sys.executable).parent / "prenet"  # the console script users type
 PRENET = [str(_ENTRY)] if _ENTRY.is_file() else [sys.executable, "-m", "pipeline.cli"]
 COMMANDS = {
+    "import torch": [sys.executable, "-c", "import torch"],  # the host's speed: the floor under every cold answer
     "import prenet.api": [sys.executable, "-c", "import prenet.api"],
     "predict step-time resnet50 b32 H100": [
         *PRENET,
@@ -71,6 +74,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="also write the figures as JSON here")
     args = ap.parse_args()
     res = {
+        "measured_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"),
         "host": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "threads": int(os.environ.get("OMP_NUM_THREADS", "1")),
@@ -81,7 +85,7 @@ def main() -> int:
         envs = {"cold": {**os.environ, "PRENET_TRACE_CACHE": "off"}, "stored": {**os.environ, "PRENET_TRACE_CACHE": "on", "PRENET_CACHE_DIR": store}}
         for name, cmd in COMMANDS.items():
             for mode, env in envs.items():
-                if name.startswith("import") and mode == "stored":
+                if name.startswith("import ") and mode == "stored":
                     continue
                 if mode == "stored":
                     time_command(cmd, 1, env)  # stores the job's trace
