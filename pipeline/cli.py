@@ -400,7 +400,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "--model",
         required=True,
         help="zoo name (mlp, vgg16, resnet18, resnet50, lstm_lm, bert_base_like, gpt2_small_like, ...), "
-        "torchvision:NAME (resnet50, resnext50_32x4d, vgg16, ...; 224² images), hf:MODEL_TYPE (transformers' default "
+        "torchvision:NAME (any torchvision classifier: resnet50, convnext_tiny, vit_b_16, ...), timm:NAME (any timm "
+        "architecture: efficientnet_b3, vit_base_patch16_224, ...; both at the image size they were designed for or "
+        "--model-arg image_size=N), hf:MODEL_TYPE (transformers' default "
         "config: gpt2, llama, bert, mistral, ...) or hf:path/to/config.json (built by transformers on meta; sequence length "
         "512 or --seq-len N) or path/to/file.py:function returning (module, example_batch)",
     )

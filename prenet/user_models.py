@@ -2,8 +2,8 @@
 and the convergence forecast:
 
 * a zoo model (:data:`prenet.zoo.ZOO`);
-* ``torchvision:NAME``: torchvision's ResNet / ResNeXt / Wide ResNet / VGG architectures, rebuilt layer for layer
-  (:mod:`prenet.reference_models`; torchvision itself is not needed), 224² images and 1000 classes by default;
+* ``torchvision:NAME`` or ``timm:NAME``: an image classifier built by torchvision or timm on ``meta``
+  (:mod:`prenet.image_models`), at the image size it was designed for and 1000 classes unless asked;
 * ``hf:MODEL_TYPE`` or ``hf:path/to/config.json``: a Hugging Face model built by transformers on ``meta``
   (:mod:`prenet.hf_models`), sequence length 512 (or the model's maximum, when shorter) unless ``seq_len`` is given;
   without transformers installed, a GPT-2, OPT or BERT config.json is rebuilt op for op instead
@@ -27,7 +27,15 @@ from prenet.measurement.steps import unpack_example
 def load_model_function(spec: str) -> Callable[..., Any]:
     """``path/to/file.py:function`` → the function (errors name the file and what went wrong)."""
     if ":" not in spec:
-        raise PrenetError(f"{spec!r}: expected a zoo name or path/to/file.py:function")
+        import difflib
+
+        from prenet.zoo import ZOO
+
+        close = difflib.get_close_matches(spec, list(ZOO), n=3, cutoff=0.5)
+        hint = f"closest zoo names: {', '.join(close)}" if close else f"zoo names: {', '.join(ZOO)}"
+        raise PrenetError(
+            f"{spec!r} is not a zoo model ({hint}); name torchvision:NAME, timm:NAME, hf:MODEL_TYPE, hf:config.json or path/to/file.py:function"
+        )
     path_s, fn_name = spec.rsplit(":", 1)
     path = Path(path_s)
     if not path.is_file():
@@ -51,8 +59,12 @@ def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = 
     from prenet.meta_device import build_on_meta
     from prenet.zoo import ZOO
 
-    if spec.startswith("torchvision:"):
-        return _torchvision(spec.split(":", 1)[1], batch_size, zoo_kwargs or {}, meta)
+    if spec.startswith(("torchvision:", "timm:")):
+        from prenet.image_models import timm_classifier, torchvision_classifier
+
+        source, name = spec.split(":", 1)
+        build = torchvision_classifier if source == "torchvision" else timm_classifier
+        return build(name, batch_size, zoo_kwargs, meta=meta)
     if spec.startswith("hf:"):
         if importlib.util.find_spec("transformers") is not None:
             from prenet.hf_models import hf_model
@@ -79,26 +91,6 @@ def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = 
         raise PrenetError(f"{spec} must return (module, example_batch), got {type(result).__name__}")
     unpack_example(result[1])
     return result
-
-
-def _torchvision(name: str, batch_size: int, sizes: dict[str, Any], meta: bool = True) -> tuple[nn.Module, Any]:
-    from functools import partial
-
-    from prenet.meta_device import build_on_meta
-    from prenet.reference_models import TORCHVISION_PARAMS, torchvision_model
-
-    if name not in TORCHVISION_PARAMS:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(TORCHVISION_PARAMS), n=3)
-        hint = f" (closest: {', '.join(close)})" if close else ""
-        raise PrenetError(f"torchvision:{name} is not rebuilt here{hint}; choose one of {', '.join(TORCHVISION_PARAMS)}")
-    unknown = set(sizes) - {"image_size", "classes"}
-    if unknown:
-        raise PrenetError(f"torchvision models take image_size and classes, not {', '.join(sorted(unknown))}")
-    if not meta:  # real weights (a convergence forecast needs them)
-        return torchvision_model(name, batch_size=batch_size, **sizes)
-    return build_on_meta(partial(torchvision_model, name), batch_size=batch_size, **sizes)
 
 
 def _hf_config(path_s: str, batch_size: int, sizes: dict[str, Any], meta: bool = True) -> tuple[nn.Module, Any]:

@@ -8,7 +8,8 @@ the optimizer, precision, device type, fused optimizer, memory format, gradient 
 source of every ``prenet`` module and torch's version. A change to any of them is a new key, so a stored trace is
 exactly the trace this code would make now.
 
-Only named models are stored: zoo names, ``torchvision:NAME`` and ``hf:path/config.json``. A
+Only named models are stored: zoo names, ``torchvision:NAME``, ``timm:NAME``, ``hf:MODEL_TYPE`` and
+``hf:path/config.json`` (with the version of the library that builds them). A
 ``path/file.py:function`` model runs the user's code, which may read anything, so it is traced every time.
 
 ``PRENET_TRACE_CACHE=off`` turns the store off; ``PRENET_CACHE_DIR`` moves it (default ``$XDG_CACHE_HOME/prenet``,
@@ -31,6 +32,8 @@ from prenet.ops.records import OpRecord, StepTrace
 #: Bump when the stored layout changes (old entries are then never read).
 FORMAT = 1
 _PACKAGE = Path(__file__).resolve().parents[1]
+#: model-spec prefix → the distributions that build such a model (timm builds with torchvision's layers too)
+_BUILDERS = {"hf": ("transformers",), "torchvision": ("torchvision",), "timm": ("timm", "torchvision")}
 
 
 @dataclass
@@ -78,9 +81,9 @@ def _version(dist: str) -> str:
 
 
 def storable(model: Any, zoo_kwargs: dict[str, Any] | None = None) -> bool:
-    """Whether ``model`` is a spec whose trace may be stored: a name (a zoo model, ``torchvision:`` or ``hf:``), not
-    user code (``file.py:function``) or a module object, with plain size keywords."""
-    named = isinstance(model, str) and (model.startswith(("hf:", "torchvision:")) or ":" not in model)
+    """Whether ``model`` is a spec whose trace may be stored: a name (a zoo model, ``torchvision:``, ``timm:`` or
+    ``hf:``), not user code (``file.py:function``) or a module object, with plain size keywords."""
+    named = isinstance(model, str) and (model.startswith(tuple(f"{lib}:" for lib in _BUILDERS)) or ":" not in model)
     return named and all(isinstance(v, (bool, int, float, str)) for v in (zoo_kwargs or {}).values())
 
 
@@ -90,8 +93,9 @@ def job_key(model: str, batch_size: int, zoo_kwargs: dict[str, Any] | None, **ch
     named = Path(model[3:]) if model.startswith("hf:") else None
     content = hashlib.sha256(named.read_bytes()).hexdigest() if named is not None and named.is_file() else ""
     spec = {"model": model, "file": content, "batch_size": batch_size, "zoo_kwargs": zoo_kwargs or {}, **choices}
-    if model.startswith("hf:"):  # built by transformers: its version is part of the model
-        spec["transformers"] = _version("transformers")
+    for prefix, dists in _BUILDERS.items():  # built by a library: its version is part of the model
+        if model.startswith(f"{prefix}:"):
+            spec.update({d: _version(d) for d in dists})
     return hashlib.sha256((json.dumps(spec, sort_keys=True, default=str) + code_fingerprint()).encode()).hexdigest()[:40]
 
 

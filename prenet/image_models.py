@@ -1,0 +1,168 @@
+"""Image classifiers as users name them, built by torchvision or timm themselves on the ``meta`` device (no weights,
+no network, any size):
+
+* ``torchvision:NAME`` — ``torchvision.models.get_model(NAME, weights=None)``: any of torchvision's classification
+  models (``torchvision.models.list_models(module=torchvision.models)``: ResNets, ConvNeXt, EfficientNets, ViT,
+  Swin, RegNets, ...);
+* ``timm:NAME`` — ``timm.create_model(NAME, pretrained=False)``: any of timm's architectures (``timm.list_models()``).
+
+The example batch is ``batch_size`` RGB images at the size the model was designed for: timm's ``input_size`` of the
+architecture's default pretrained config; for torchvision, the crop of its first published recipe (224 for ResNet-50,
+299 for Inception-v3, 600 for EfficientNet-B7), else 224. ``--model-arg image_size=N`` changes it (models with a fixed
+input size, such as ViTs, are built for it) and ``classes=N`` the number of classes (1000 by default). Any other
+``--model-arg KEY=N`` is passed to the builder by name (e.g. ``depth=6`` for a timm ViT).
+
+The loss is cross-entropy over the logits. GoogLeNet and Inception-v3 train with auxiliary heads: their logits are
+stacked under the main head's, so the heads' backward is part of the step (each head weighs the same in the loss; the
+recipes weigh the auxiliary ones 0.3 or 0.4, which changes no op).
+
+torchvision's wheel on the package index is a CUDA build: its C++ extension (detection ops such as ``nms``, image
+decoding) cannot load against the CPU build of torch. Its model definitions are pure Python, so they are imported
+without the extension's fake-kernel registrations (:func:`import_torchvision`); detection, segmentation, video and
+optical-flow models are not offered.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+import types
+import warnings
+from functools import partial
+from typing import Any
+
+import torch
+from torch import nn
+
+from prenet.errors import PrenetError
+
+DEFAULT_IMAGE_SIZE = 224
+DEFAULT_CLASSES = 1000
+
+
+class Logits(nn.Module):
+    """A classifier whose forward returns ``[B, C]`` logits; auxiliary heads (a tuple of logits in training mode) are
+    stacked under the main one as ``[(1 + heads) · B, C]``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.net = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.net(x)
+        if isinstance(out, torch.Tensor):
+            return out
+        heads = [t for t in out if isinstance(t, torch.Tensor)]
+        return torch.cat(heads, dim=0)
+
+
+def import_torchvision() -> types.ModuleType:
+    """``torchvision``, imported even where its C++ extension cannot load (a CUDA build against a CPU torch): the fake
+    kernels it registers for the extension's ops are then skipped, which only detection models need."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Failed to load image Python extension": image decoding is not used
+            try:
+                import torchvision
+            except RuntimeError as e:
+                if "torchvision::" not in str(e):
+                    raise
+                for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+                    del sys.modules[name]
+                sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
+                import torchvision
+    except ImportError as e:
+        raise PrenetError("torchvision: models need torchvision (pinned in requirements.lock): run `make install`") from e
+    return torchvision
+
+
+def _timm() -> types.ModuleType:
+    import_torchvision()  # timm imports torchvision's transforms
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import timm
+    except ImportError as e:
+        raise PrenetError("timm: models need timm (pinned in requirements.lock): run `make install`") from e
+    return timm
+
+
+def _unknown(source: str, name: str, names: list[str], listing: str) -> PrenetError:
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    hint = f"closest: {', '.join(close)}" if close else f"{len(names)} names: {listing}"
+    return PrenetError(f"{source}:{name} is not a {source} classification model ({hint})")
+
+
+def _batch(batch_size: int, image_size: int, classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,))
+
+
+def _build(builder: Any, batch_size: int, image_size: int, classes: int, meta: bool) -> tuple[nn.Module, Any]:
+    from prenet.meta_device import build_on_meta
+
+    def make() -> tuple[nn.Module, Any]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torchvision's notices about future default initialisations
+            return Logits(builder()), _batch(batch_size, image_size, classes)
+
+    return build_on_meta(make) if meta else make()
+
+
+def torchvision_defaults(name: str) -> int:
+    """The image side (pixels) of ``name``'s first published recipe (its first weights' crop), else 224."""
+    tv = import_torchvision()
+    try:
+        first = next(iter(tv.models.get_model_weights(name)))
+        return int(first.transforms.keywords.get("crop_size", DEFAULT_IMAGE_SIZE))
+    except (ValueError, KeyError, StopIteration, AttributeError, TypeError):
+        return DEFAULT_IMAGE_SIZE
+
+
+def _fixed_size(name: str) -> bool:
+    """Whether torchvision's ``name`` is built for one input size (its weights' minimum size is the crop: ViT, Swin)."""
+    tv = import_torchvision()
+    try:
+        first = next(iter(tv.models.get_model_weights(name)))
+        return tuple(first.meta.get("min_size", (1, 1))) == (first.transforms.keywords.get("crop_size"),) * 2
+    except (ValueError, KeyError, StopIteration, AttributeError, TypeError):
+        return False
+
+
+def torchvision_classifier(name: str, batch_size: int, sizes: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:
+    """torchvision's classification model ``name`` (untrained) and an example batch (module docstring)."""
+    tv = import_torchvision()
+    names = tv.models.list_models(module=tv.models)
+    if name not in names:
+        raise _unknown("torchvision", name, names, "torchvision.models.list_models(module=torchvision.models)")
+    sizes = dict(sizes or {})
+    image_size = int(sizes.pop("image_size", torchvision_defaults(name)))
+    classes = int(sizes.pop("classes", DEFAULT_CLASSES))
+    kwargs = {"weights": None, "num_classes": classes, **sizes}
+    if _fixed_size(name):
+        kwargs["image_size"] = image_size
+    return _checked(partial(tv.models.get_model, name, **kwargs), f"torchvision:{name}", batch_size, image_size, classes, meta)
+
+
+def timm_classifier(name: str, batch_size: int, sizes: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:
+    """timm's architecture ``name`` (untrained) and an example batch (module docstring)."""
+    timm = _timm()
+    if not timm.is_model(name):
+        raise _unknown("timm", name, timm.list_models(), "timm.list_models('*pattern*')")
+    cfg = timm.get_pretrained_cfg(name)
+    sizes = dict(sizes or {})
+    default = int(cfg.input_size[-1]) if cfg is not None and cfg.input_size else DEFAULT_IMAGE_SIZE
+    image_size = int(sizes.pop("image_size", default))
+    classes = int(sizes.pop("classes", DEFAULT_CLASSES))
+    kwargs = {"pretrained": False, "num_classes": classes, **sizes}
+    if image_size != default and cfg is not None and getattr(cfg, "fixed_input_size", False):
+        kwargs["img_size"] = image_size
+    return _checked(partial(timm.create_model, name, **kwargs), f"timm:{name}", batch_size, image_size, classes, meta)
+
+
+def _checked(builder: Any, spec: str, batch_size: int, image_size: int, classes: int, meta: bool) -> tuple[nn.Module, Any]:
+    """``builder`` built; a keyword it does not take becomes one line naming it."""
+    try:
+        return _build(builder, batch_size, image_size, classes, meta)
+    except TypeError as e:
+        given = sorted(k for k in builder.keywords if k not in ("weights", "pretrained", "num_classes", "image_size", "img_size"))
+        raise PrenetError(f"{spec} does not take {', '.join(given) or 'these sizes'}: {e}") from e

@@ -1,0 +1,66 @@
+"""Image classifiers by the names users know (``torchvision:NAME``, ``timm:NAME``), built by the libraries themselves on
+meta (issue 31)."""
+
+from __future__ import annotations
+
+import pytest
+
+from prenet.errors import PrenetError
+from prenet.user_models import build_model
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes", "params", "image", "rows"),
+    [
+        # published parameter counts: torchvision's weights tables, timm's model cards
+        ("torchvision:resnet50", None, 25_557_032, 224, 2),
+        ("torchvision:inception_v3", None, 27_161_264, 299, 4),  # its auxiliary head's logits stacked under the main ones
+        ("torchvision:convnext_tiny", None, 28_589_128, 224, 2),
+        ("torchvision:vit_b_16", {"image_size": 384}, 86_859_496, 384, 2),  # built for the asked size: 577 positions
+        ("timm:convnext_tiny", None, 28_589_128, 224, 2),
+        ("timm:efficientnet_b3", None, 12_233_232, 288, 2),  # timm's training size for B3
+        ("timm:resnet50", {"classes": 10}, 23_528_522, 224, 2),
+    ],
+)
+def test_image_models_build_as_published_on_meta(spec, sizes, params, image, rows):
+    module, (x, y) = build_model(spec, 2, sizes)
+    assert sum(p.numel() for p in module.parameters()) == params
+    assert next(module.parameters()).device.type == "meta"
+    assert tuple(x.shape) == (2, 3, image, image) and tuple(y.shape) == (2,)
+    assert module(x).shape[0] == rows
+
+
+def test_unknown_image_models_and_sizes_get_one_line():
+    for spec, sizes, message in [
+        ("torchvision:resnet51", None, "closest: resnet50"),
+        ("timm:convnext_tinyy", None, "closest: convnext_tiny"),
+        ("torchvision:fasterrcnn_resnet50_fpn", None, "not a torchvision classification model"),
+        ("torchvision:resnet50", {"depth": 3}, "does not take depth"),
+        ("resnet5", None, "closest zoo names: resnet50"),
+    ]:
+        with pytest.raises(PrenetError, match=message):
+            build_model(spec, 1, sizes)
+
+
+def test_the_rebuilt_torchvision_family_traces_as_torchvision_does():
+    """The pytorch-gpu-benchmark evaluation answers with prenet's rebuilt CNNs (no torchvision needed there): they trace
+    the same training step as torchvision's own models, op for op, with the same FLOPs and bytes (torchvision adds a
+    residual in place, ``add_``, where the rebuild writes ``add``: the same traffic)."""
+    from functools import partial
+
+    from prenet.meta_device import build_on_meta
+    from prenet.ops.trace import trace_step
+    from prenet.reference_models import torchvision_model
+
+    for name in ("resnet50", "vgg11", "densenet121"):
+        rebuilt = trace_step(*build_on_meta(partial(torchvision_model, name), batch_size=2), device_type="cuda")
+        real = trace_step(*build_model(f"torchvision:{name}", 2), device_type="cuda")
+        assert rebuilt.params == real.params
+        assert sorted((r.op.rstrip("_"), r.phase) for r in rebuilt.records) == sorted((r.op.rstrip("_"), r.phase) for r in real.records)
+        for measure in ("flops", "bytes"):
+            assert sum(getattr(r, measure) for r in rebuilt.records) == sum(getattr(r, measure) for r in real.records)
+
+
+def test_image_models_are_real_for_a_forecast():
+    module, (x, _) = build_model("timm:resnet18", 2, {"image_size": 64, "classes": 10}, meta=False)
+    assert next(module.parameters()).device.type == "cpu" and module(x).shape == (2, 10)
