@@ -15,6 +15,7 @@ Other ``--model-arg KEY=N`` values override config fields of the same name (e.g.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 from contextlib import nullcontext
 from pathlib import Path
@@ -46,6 +47,10 @@ class LMLogits(nn.Module):
 
 
 def _transformers() -> Any:
+    if importlib.util.find_spec("torchvision") is not None:
+        from prenet.torchvision_import import import_torchvision
+
+        import_torchvision()  # transformers imports torchvision whenever it is installed
     try:
         import transformers
     except ImportError as e:

@@ -16,16 +16,14 @@ The loss is cross-entropy over the logits. GoogLeNet and Inception-v3 train with
 stacked under the main head's, so the heads' backward is part of the step (each head weighs the same in the loss; the
 recipes weigh the auxiliary ones 0.3 or 0.4, which changes no op).
 
-torchvision's wheel on the package index is a CUDA build: its C++ extension (detection ops such as ``nms``, image
-decoding) cannot load against the CPU build of torch. Its model definitions are pure Python, so they are imported
-without the extension's fake-kernel registrations (:func:`import_torchvision`); detection, segmentation, video and
+torchvision's wheel on the package index is a CUDA build whose C++ extension cannot load against the CPU build of torch;
+its model definitions are pure Python (:mod:`prenet.torchvision_import`). Detection, segmentation, video and
 optical-flow models are not offered.
 """
 
 from __future__ import annotations
 
 import difflib
-import sys
 import types
 import warnings
 from functools import partial
@@ -35,6 +33,7 @@ import torch
 from torch import nn
 
 from prenet.errors import PrenetError
+from prenet.torchvision_import import import_torchvision
 
 DEFAULT_IMAGE_SIZE = 224
 DEFAULT_CLASSES = 1000
@@ -54,26 +53,6 @@ class Logits(nn.Module):
             return out
         heads = [t for t in out if isinstance(t, torch.Tensor)]
         return torch.cat(heads, dim=0)
-
-
-def import_torchvision() -> types.ModuleType:
-    """``torchvision``, imported even where its C++ extension cannot load (a CUDA build against a CPU torch): the fake
-    kernels it registers for the extension's ops are then skipped, which only detection models need."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "Failed to load image Python extension": image decoding is not used
-            try:
-                import torchvision
-            except RuntimeError as e:
-                if "torchvision::" not in str(e):
-                    raise
-                for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-                    del sys.modules[name]
-                sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
-                import torchvision
-    except ImportError as e:
-        raise PrenetError("torchvision: models need torchvision (pinned in requirements.lock): run `make install`") from e
-    return torchvision
 
 
 def _timm() -> types.ModuleType:
