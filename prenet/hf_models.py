@@ -46,7 +46,7 @@ class LMLogits(nn.Module):
         return logits.flatten(0, 1)
 
 
-def _transformers() -> Any:
+def import_transformers() -> Any:
     if importlib.util.find_spec("torchvision") is not None:
         from prenet.torchvision_import import import_torchvision
 
@@ -71,7 +71,7 @@ def read_config_json(path: Path) -> dict[str, Any]:
 
 def config_from_fields(fields: dict[str, Any], where: str) -> Any:
     """transformers' configuration from a config.json's fields (``where``: what to name in an error)."""
-    tf = _transformers()
+    tf = import_transformers()
     if "model_type" not in fields:
         raise PrenetError(f"{where}: config field 'model_type' is missing (transformers needs it to pick the architecture)")
     try:
@@ -82,7 +82,7 @@ def config_from_fields(fields: dict[str, Any], where: str) -> Any:
 
 def hf_config(spec: str) -> Any:
     """transformers' configuration for ``spec`` (a model type or a config.json path); errors name what was wrong."""
-    tf = _transformers()
+    tf = import_transformers()
     if spec.endswith(".json") or "/" in spec:
         return config_from_fields(read_config_json(Path(spec)), str(spec))
     try:
@@ -97,7 +97,7 @@ def hf_config(spec: str) -> Any:
 def build_from_config(config: Any) -> nn.Module:
     """The model ``config`` names (``architectures[0]``), else its type's causal-LM, masked-LM or bare model, built on
     the current device (``meta`` under ``torch.device("meta")``)."""
-    tf = _transformers()
+    tf = import_transformers()
     arch = (getattr(config, "architectures", None) or [None])[0]
     if arch and hasattr(tf, arch):
         return getattr(tf, arch)(config)

@@ -100,9 +100,13 @@ class GPT2LMHeadModel(nn.Module):
 
 
 class OPTAttention(nn.Module):
-    def __init__(self, d: int, heads: int):
+    """OPT's attention as transformers' eager mode runs it: ``clamp`` (4.x, the version NeuSight measured) keeps the
+    scores above the dtype's minimum with ``torch.max`` after the mask and runs ``bmm`` on ``batch · heads``; without it
+    (5.x), scores are ``matmul`` × a scaling of 1 (the query is already scaled), and softmax runs in FP32."""
+
+    def __init__(self, d: int, heads: int, clamp: bool = True):
         super().__init__()
-        self.heads, self.head_dim, self.scaling = heads, d // heads, (d // heads) ** -0.5
+        self.heads, self.head_dim, self.scaling, self.clamp = heads, d // heads, (d // heads) ** -0.5, clamp
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d, d) for _ in range(4))
 
     def _shape(self, t: torch.Tensor, length: int, bsz: int) -> torch.Tensor:
@@ -110,6 +114,14 @@ class OPTAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         bsz, length, _ = x.size()
+        if not self.clamp:
+            q = (self.q_proj(x) * self.scaling).view(bsz, -1, self.heads, self.head_dim).transpose(1, 2)
+            k = self.k_proj(x).view(bsz, -1, self.heads, self.head_dim).transpose(1, 2)
+            v = self.v_proj(x).view(bsz, -1, self.heads, self.head_dim).transpose(1, 2)
+            w = torch.matmul(q, k.transpose(-1, -2)) * 1.0 + mask
+            w = nn.functional.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+            a = torch.matmul(w, v).transpose(1, 2).contiguous()
+            return self.out_proj(a.reshape(bsz, length, -1).contiguous())
         shape = (bsz * self.heads, -1, self.head_dim)
         q = self._shape(self.q_proj(x) * self.scaling, length, bsz).view(*shape)
         k = self._shape(self.k_proj(x), -1, bsz).view(*shape)
@@ -122,9 +134,9 @@ class OPTAttention(nn.Module):
 
 
 class OPTDecoderLayer(nn.Module):
-    def __init__(self, d: int, heads: int, ffn: int, pdrop: float):
+    def __init__(self, d: int, heads: int, ffn: int, pdrop: float, clamp: bool = True):
         super().__init__()
-        self.self_attn = OPTAttention(d, heads)
+        self.self_attn = OPTAttention(d, heads, clamp)
         self.self_attn_layer_norm, self.final_layer_norm = nn.LayerNorm(d), nn.LayerNorm(d)
         self.fc1, self.fc2 = nn.Linear(d, ffn), nn.Linear(ffn, d)
         self.dropout = nn.Dropout(pdrop)
@@ -138,16 +150,17 @@ class OPTDecoderLayer(nn.Module):
 
 
 class OPTForCausalLM(nn.Module):
-    """Pre-layer-norm OPT (``do_layer_norm_before``), ``word_embed_proj_dim`` = hidden size (no projections)."""
+    """Pre-layer-norm OPT (``do_layer_norm_before``), ``word_embed_proj_dim`` = hidden size (no projections);
+    ``transformers``: the major version whose eager attention is rebuilt (:class:`OPTAttention`)."""
 
-    def __init__(self, c: dict[str, Any]):
+    def __init__(self, c: dict[str, Any], transformers: int = 4):
         super().__init__()
         d, vocab = int(c["hidden_size"]), int(c["vocab_size"])
         self.embed_tokens = nn.Embedding(vocab, d)
         self.embed_positions = nn.Embedding(int(c["max_position_embeddings"]) + 2, d)  # OPT's offset of 2
         self.dropout = nn.Dropout(float(c.get("dropout", 0.1)))
         self.layers = nn.ModuleList(
-            OPTDecoderLayer(d, int(c["num_attention_heads"]), int(c["ffn_dim"]), float(c.get("dropout", 0.1)))
+            OPTDecoderLayer(d, int(c["num_attention_heads"]), int(c["ffn_dim"]), float(c.get("dropout", 0.1)), clamp=transformers < 5)
             for _ in range(int(c["num_hidden_layers"]))
         )
         self.final_layer_norm = nn.LayerNorm(d)
@@ -264,12 +277,14 @@ def _check_rebuilt(arch: str, config: dict[str, Any]) -> None:
         raise PrenetError("OPTForCausalLM config field word_embed_proj_dim differs from hidden_size (projections are not rebuilt here)")
 
 
-def from_config(config: dict[str, Any], *, batch_size: int, seq_len: int) -> Example:
+def from_config(config: dict[str, Any], *, batch_size: int, seq_len: int, transformers: int = 4) -> Example:
     """The model ``config`` describes and a batch of ``seq_len`` token ids (all ones, as NeuSight feeds them) with the
-    same ids, flattened, as labels: the models return ``(batch · seq_len, vocab)`` logits, the view the LM loss takes."""
+    same ids, flattened, as labels: the models return ``(batch · seq_len, vocab)`` logits, the view the LM loss takes.
+    ``transformers``: the major version rebuilt, 4 (4.38, as NeuSight measured) or 5 (OPT's attention differs)."""
     arch = str((config.get("architectures") or ["?"])[0])
     if arch not in ARCHITECTURES:
         raise KeyError(f"no rebuilt architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
     _check_rebuilt(arch, config)
     ids = torch.ones(batch_size, seq_len, dtype=torch.long)
-    return ARCHITECTURES[arch](config), (ids, ids.flatten())
+    model = ARCHITECTURES[arch](config, transformers=transformers) if arch == "OPTForCausalLM" else ARCHITECTURES[arch](config)
+    return model, (ids, ids.flatten())

@@ -314,15 +314,17 @@ PARITY_JOBS = (("fp32", "A100 80GB PCIe"), ("bf16", "H100 SXM5 80GB"))
 
 def hf_parity(model: EfficiencyModel, *, layers: int = 2, batch: int = 4, seq_len: int = 512, root: Path | None = None) -> pl.DataFrame:
     """One row per (config, precision): the predicted training step (Adam) of transformers' own model (eager attention,
-    as the rebuilds run) and of prenet's op-for-op rebuild (:mod:`prenet.transformer_references`), their op counts and
-    the difference (%). Same ops, same answer: the difference should stay within 2 %."""
+    as the rebuilds run) and of prenet's op-for-op rebuild (:mod:`prenet.transformer_references`) of the installed
+    transformers' major version, their op counts and the difference (%). Same ops, same answer: the difference should
+    stay within 2 %."""
     import json
 
-    from prenet.hf_models import LMLogits, build_from_config, config_from_fields
+    from prenet.hf_models import LMLogits, build_from_config, config_from_fields, import_transformers
     from prenet.steptime.step import predict_trace
     from prenet.transformer_references import LAYERS, from_config
 
     configs = (root or data_dir()) / "external" / "neusight2025" / "model_configs"
+    major = int(import_transformers().__version__.split(".")[0])  # the rebuild follows the installed version's eager attention
     out = []
     for name, arch in PARITY_CONFIGS.items():
         fields = json.loads((configs / f"{name}.json").read_text())
@@ -332,7 +334,7 @@ def hf_parity(model: EfficiencyModel, *, layers: int = 2, batch: int = 4, seq_le
         with torch.device("meta"):
             hf = LMLogits(build_from_config(config))
             ids = torch.ones(batch, seq_len, dtype=torch.long)
-            rebuilt, example = from_config(fields, batch_size=batch, seq_len=seq_len)
+            rebuilt, example = from_config(fields, batch_size=batch, seq_len=seq_len, transformers=major)
         for precision, hw_name in PARITY_JOBS:
             hw = get(hw_name)
             kw = {"optimizer": "adam", "precision": precision, "device_type": "cuda"}
