@@ -76,8 +76,8 @@ def config_from_fields(fields: dict[str, Any], where: str) -> Any:
         raise PrenetError(f"{where}: config field 'model_type' is missing (transformers needs it to pick the architecture)")
     try:
         return tf.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items() if k != "model_type"})
-    except (ValueError, KeyError, TypeError) as e:
-        raise PrenetError(f"{where}: transformers cannot read this config: {e}") from e
+    except Exception as e:  # noqa: BLE001 - ValueError, TypeError, huggingface_hub's field validation: one line each
+        raise PrenetError(f"{where}: transformers cannot read this config: {' '.join(str(e).split())}") from e
 
 
 def hf_config(spec: str) -> Any:

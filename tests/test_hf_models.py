@@ -36,6 +36,12 @@ def test_a_config_json_is_read_by_transformers(tmp_path):
     )
     module, (ids, _) = build_model(f"hf:{path}", 3)
     assert type(module.lm).__name__ == "BertForPreTraining" and tuple(ids.shape) == (3, 128)
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": "big"}))  # a field of the wrong type: one line, named
+    from prenet.errors import PrenetError
+
+    with pytest.raises(PrenetError, match="transformers cannot read this config: .*'hidden_size'") as err:
+        build_model(f"hf:{path}", 1)
+    assert "\n" not in str(err.value)
 
 
 @pytest.fixture(scope="module")
