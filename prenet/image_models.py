@@ -13,8 +13,8 @@ input size, such as ViTs, are built for it) and ``classes=N`` the number of clas
 ``--model-arg KEY=N`` is passed to the builder by name (e.g. ``depth=6`` for a timm ViT).
 
 The loss is cross-entropy over the logits. GoogLeNet and Inception-v3 train with auxiliary heads: their logits are
-stacked under the main head's, so the heads' backward is part of the step (each head weighs the same in the loss; the
-recipes weigh the auxiliary ones 0.3 or 0.4, which changes no op).
+stacked under the main head's and scored against the same labels, so the heads' backward is part of the step (each
+head weighs the same in the loss; the recipes weigh the auxiliary ones 0.3 or 0.4, which changes no op).
 
 torchvision's wheel on the package index is a CUDA build whose C++ extension cannot load against the CPU build of torch;
 its model definitions are pure Python (:mod:`prenet.torchvision_import`). Detection, segmentation, video and
@@ -26,6 +26,8 @@ from __future__ import annotations
 import difflib
 import types
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -37,6 +39,8 @@ from prenet.torchvision_import import import_torchvision
 
 DEFAULT_IMAGE_SIZE = 224
 DEFAULT_CLASSES = 1000
+#: torchvision classes → the auxiliary classifier heads they train with (when built with ``aux_logits``, the default)
+AUX_HEADS = {"GoogLeNet": 2, "Inception3": 1}
 
 
 class Logits(nn.Module):
@@ -77,34 +81,65 @@ def _batch(batch_size: int, image_size: int, classes: int) -> tuple[torch.Tensor
 
 
 def _build(builder: Any, batch_size: int, image_size: int, classes: int, meta: bool) -> tuple[nn.Module, Any]:
+    """``builder()`` wrapped in :class:`Logits`, with an example batch; on ``meta`` unless ``meta`` is False. A builder
+    that computes with tensors (RegNets derive their widths with ``torch.arange`` and ``unique``) runs on the CPU with
+    each parameter and buffer moved to ``meta`` as it is registered (:func:`_weights_on_meta`)."""
     from prenet.meta_device import build_on_meta
 
-    def make() -> tuple[nn.Module, Any]:
+    def make(device: str | None = None) -> tuple[nn.Module, Any]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torchvision's notices about future default initialisations
-            return Logits(builder()), _batch(batch_size, image_size, classes)
+            model = builder()
+            heads = AUX_HEADS.get(type(model).__name__, 0) if getattr(model, "aux_logits", False) else 0
+            x, y = _batch(batch_size, image_size, classes)
+            y = y.repeat(1 + heads)  # each auxiliary head is scored against the same labels
+            return Logits(model), (x.to(device), y.to(device)) if device else (x, y)
 
-    return build_on_meta(make) if meta else make()
+    if not meta:
+        return make()
+    try:
+        return build_on_meta(make)
+    except (NotImplementedError, RuntimeError) as e:
+        if "meta" not in str(e).lower():
+            raise
+        with _weights_on_meta():
+            return make("meta")
+
+
+@contextmanager
+def _weights_on_meta() -> Iterator[None]:
+    """While open, every parameter and buffer a module registers moves to ``meta`` at once (allocated on the CPU
+    uninitialised, one at a time; the initialisers then run on ``meta``)."""
+    register_parameter, register_buffer = nn.Module.register_parameter, nn.Module.register_buffer
+
+    def parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        register_parameter(module, name, param)
+        if param is not None:
+            held = module._parameters[name]
+            module._parameters[name] = type(held)(held.to("meta"), requires_grad=held.requires_grad)
+
+    def buffer(module: nn.Module, name: str, tensor: torch.Tensor | None, persistent: bool = True) -> None:
+        register_buffer(module, name, tensor, persistent)
+        if tensor is not None:
+            module._buffers[name] = module._buffers[name].to("meta")
+
+    nn.Module.register_parameter, nn.Module.register_buffer = parameter, buffer  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter, nn.Module.register_buffer = register_parameter, register_buffer  # type: ignore[method-assign]
 
 
 def torchvision_defaults(name: str) -> int:
-    """The image side (pixels) of ``name``'s first published recipe (its first weights' crop), else 224."""
+    """The image side (pixels) of ``name``'s original ImageNet recipe (the crop of its ``IMAGENET1K_V1`` weights: 299
+    for Inception-v3, 600 for EfficientNet-B7), else 224 (models published only with SWAG's fine-tuned 384-518 px
+    weights train at 224)."""
     tv = import_torchvision()
     try:
-        first = next(iter(tv.models.get_model_weights(name)))
-        return int(first.transforms.keywords.get("crop_size", DEFAULT_IMAGE_SIZE))
-    except (ValueError, KeyError, StopIteration, AttributeError, TypeError):
+        v1 = tv.models.get_model_weights(name)["IMAGENET1K_V1"]
+        return int(v1.transforms.keywords.get("crop_size", DEFAULT_IMAGE_SIZE))
+    except (ValueError, KeyError, AttributeError, TypeError):
         return DEFAULT_IMAGE_SIZE
-
-
-def _fixed_size(name: str) -> bool:
-    """Whether torchvision's ``name`` is built for one input size (its weights' minimum size is the crop: ViT, Swin)."""
-    tv = import_torchvision()
-    try:
-        first = next(iter(tv.models.get_model_weights(name)))
-        return tuple(first.meta.get("min_size", (1, 1))) == (first.transforms.keywords.get("crop_size"),) * 2
-    except (ValueError, KeyError, StopIteration, AttributeError, TypeError):
-        return False
 
 
 def torchvision_classifier(name: str, batch_size: int, sizes: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:
@@ -114,11 +149,19 @@ def torchvision_classifier(name: str, batch_size: int, sizes: dict[str, Any] | N
     if name not in names:
         raise _unknown("torchvision", name, names, "torchvision.models.list_models(module=torchvision.models)")
     sizes = dict(sizes or {})
-    image_size = int(sizes.pop("image_size", torchvision_defaults(name)))
+    default = torchvision_defaults(name)
+    image_size = int(sizes.pop("image_size", default))
     classes = int(sizes.pop("classes", DEFAULT_CLASSES))
     kwargs = {"weights": None, "num_classes": classes, **sizes}
-    if _fixed_size(name):
-        kwargs["image_size"] = image_size
+    # a model built for one size takes it as image_size (ViT) or input_size (MaxViT); the others take none
+    for extra in [{"image_size": image_size}, {"input_size": (image_size, image_size)}]:
+        try:
+            return _build(partial(tv.models.get_model, name, **kwargs, **extra), batch_size, image_size, classes, meta)
+        except TypeError as e:
+            if f"'{next(iter(extra))}'" not in str(e):
+                break  # another keyword it does not take: named below
+        except ValueError as e:
+            raise PrenetError(f"torchvision:{name} cannot be built for {image_size}² images: {' '.join(str(e).split())}") from e
     return _checked(partial(tv.models.get_model, name, **kwargs), f"torchvision:{name}", batch_size, image_size, classes, meta)
 
 
@@ -145,3 +188,5 @@ def _checked(builder: Any, spec: str, batch_size: int, image_size: int, classes:
     except TypeError as e:
         given = sorted(k for k in builder.keywords if k not in ("weights", "pretrained", "num_classes", "image_size", "img_size"))
         raise PrenetError(f"{spec} does not take {', '.join(given) or 'these sizes'}: {e}") from e
+    except ValueError as e:
+        raise PrenetError(f"{spec} cannot be built for {image_size}² images: {' '.join(str(e).split())}") from e

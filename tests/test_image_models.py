@@ -14,7 +14,10 @@ from prenet.user_models import build_model
     [
         # published parameter counts: torchvision's weights tables, timm's model cards
         ("torchvision:resnet50", None, 25_557_032, 224, 2),
-        ("torchvision:inception_v3", None, 27_161_264, 299, 4),  # its auxiliary head's logits stacked under the main ones
+        ("torchvision:inception_v3", None, 27_161_264, 299, 4),  # its auxiliary head scored too: labels twice
+        ("torchvision:googlenet", None, 13_004_888, 224, 6),  # two auxiliary heads
+        ("torchvision:regnet_y_400mf", None, 4_344_144, 224, 2),  # widths computed with tensors: weights moved to meta
+        ("torchvision:vit_h_14", None, 632_045_800, 224, 2),  # published only with SWAG's 518 px weights: trains at 224
         ("torchvision:convnext_tiny", None, 28_589_128, 224, 2),
         ("torchvision:vit_b_16", {"image_size": 384}, 86_859_496, 384, 2),  # built for the asked size: 577 positions
         ("timm:convnext_tiny", None, 28_589_128, 224, 2),
@@ -26,7 +29,7 @@ def test_image_models_build_as_published_on_meta(spec, sizes, params, image, row
     module, (x, y) = build_model(spec, 2, sizes)
     assert sum(p.numel() for p in module.parameters()) == params
     assert next(module.parameters()).device.type == "meta"
-    assert tuple(x.shape) == (2, 3, image, image) and tuple(y.shape) == (2,)
+    assert tuple(x.shape) == (2, 3, image, image) and tuple(y.shape) == (rows,)
     assert module(x).shape[0] == rows
 
 
@@ -36,6 +39,7 @@ def test_unknown_image_models_and_sizes_get_one_line():
         ("timm:convnext_tinyy", None, "closest: convnext_tiny"),
         ("torchvision:fasterrcnn_resnet50_fpn", None, "not a torchvision classification model"),
         ("torchvision:resnet50", {"depth": 3}, "does not take depth"),
+        ("torchvision:maxvit_t", {"image_size": 256}, "cannot be built for 256² images: .*partition size 7"),
         ("resnet5", None, "closest zoo names: resnet50"),
     ]:
         with pytest.raises(PrenetError, match=message):
