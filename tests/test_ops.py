@@ -133,8 +133,10 @@ def test_precision_the_hardware_lacks_is_one_clear_error():
 
 
 def test_a_failing_forward_names_the_module():
-    bad = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Linear(5, 2))
-    with pytest.raises(PrenetError, match=r"forward failed in 1 \("):
+    from collections import OrderedDict
+
+    bad = torch.nn.Sequential(OrderedDict(encoder=torch.nn.Linear(8, 4), head=torch.nn.Linear(5, 2)))
+    with pytest.raises(PrenetError, match=r"forward failed in head \("):
         trace_step(bad, torch.randn(2, 8))
 
 

@@ -520,7 +520,7 @@ def _run(
                 except PrenetError:
                     raise
                 except Exception as e:  # noqa: BLE001 - the user's model failed: say where
-                    where = tracer.stack[-1][0] if tracer.stack else "the top module"
+                    where = tracer.stack[-1] if tracer.stack else "the top module"
                     raise PrenetError(
                         f"the model's forward failed in {where} ({tracer.records[-1].op if tracer.records else 'before any op'} "
                         f"was the last op): {type(e).__name__}: {e}"
