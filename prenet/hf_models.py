@@ -50,13 +50,18 @@ def import_transformers() -> Any:
     if importlib.util.find_spec("torchvision") is not None:
         from prenet.torchvision_import import import_torchvision
 
-        import_torchvision()  # transformers imports torchvision whenever it is installed
+        import_torchvision("hf: models (transformers imports torchvision when it is installed)")
     try:
         import transformers
     except ImportError as e:
         raise PrenetError("hf: models need transformers (pinned in requirements.lock): run `make install`") from e
     transformers.logging.set_verbosity_error()
     return transformers
+
+
+def transformers_major() -> int:
+    """The installed transformers' major version (the rebuilds of :mod:`prenet.transformer_references` follow it)."""
+    return int(import_transformers().__version__.split(".")[0])
 
 
 def read_config_json(path: Path) -> dict[str, Any]:
@@ -72,11 +77,13 @@ def read_config_json(path: Path) -> dict[str, Any]:
 def config_from_fields(fields: dict[str, Any], where: str) -> Any:
     """transformers' configuration from a config.json's fields (``where``: what to name in an error)."""
     tf = import_transformers()
+    from huggingface_hub.errors import StrictDataclassError
+
     if "model_type" not in fields:
         raise PrenetError(f"{where}: config field 'model_type' is missing (transformers needs it to pick the architecture)")
     try:
         return tf.AutoConfig.for_model(fields["model_type"], **{k: v for k, v in fields.items() if k != "model_type"})
-    except Exception as e:  # noqa: BLE001 - ValueError, TypeError, huggingface_hub's field validation: one line each
+    except (ValueError, KeyError, TypeError, StrictDataclassError) as e:  # huggingface_hub validates each field's type
         raise PrenetError(f"{where}: transformers cannot read this config: {' '.join(str(e).split())}") from e
 
 

@@ -12,9 +12,9 @@ architecture's default pretrained config; for torchvision, the crop of its first
 input size, such as ViTs, are built for it) and ``classes=N`` the number of classes (1000 by default). Any other
 ``--model-arg KEY=N`` is passed to the builder by name (e.g. ``depth=6`` for a timm ViT).
 
-The loss is cross-entropy over the logits. GoogLeNet and Inception-v3 train with auxiliary heads: their logits are
-stacked under the main head's and scored against the same labels, so the heads' backward is part of the step (each
-head weighs the same in the loss; the recipes weigh the auxiliary ones 0.3 or 0.4, which changes no op).
+The loss is cross-entropy over the logits. GoogLeNet and Inception-v3 train with auxiliary heads: they run forward and
+backward as in training, joined to the main logits with weight 0 (:class:`Logits`; the recipes add their own
+cross-entropy at 0.3 or 0.4, two small loss ops more than here).
 
 torchvision's wheel on the package index is a CUDA build whose C++ extension cannot load against the CPU build of torch;
 its model definitions are pure Python (:mod:`prenet.torchvision_import`). Detection, segmentation, video and
@@ -26,6 +26,7 @@ from __future__ import annotations
 import difflib
 import types
 import warnings
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -39,13 +40,15 @@ from prenet.torchvision_import import import_torchvision
 
 DEFAULT_IMAGE_SIZE = 224
 DEFAULT_CLASSES = 1000
-#: torchvision classes → the auxiliary classifier heads they train with (when built with ``aux_logits``, the default)
-AUX_HEADS = {"GoogLeNet": 2, "Inception3": 1}
+#: torchvision models whose training crop is smaller than their weights' evaluation crop (torchvision's recipes:
+#: EfficientNetV2 trains at 300 / 384 / 384 px and evaluates at 384 / 480 / 480)
+TRAIN_CROPS = {"efficientnet_v2_s": 300, "efficientnet_v2_m": 384, "efficientnet_v2_l": 384}
 
 
 class Logits(nn.Module):
-    """A classifier whose forward returns ``[B, C]`` logits; auxiliary heads (a tuple of logits in training mode) are
-    stacked under the main one as ``[(1 + heads) · B, C]``."""
+    """A classifier whose forward returns ``[B, C]`` logits. Where the model also returns auxiliary heads' logits (a
+    tuple in training mode: GoogLeNet, Inception-v3), they are added to the main logits with weight 0, so the heads run
+    forward and backward as in training while the loss and its labels stay the main head's."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
@@ -55,8 +58,8 @@ class Logits(nn.Module):
         out = self.net(x)
         if isinstance(out, torch.Tensor):
             return out
-        heads = [t for t in out if isinstance(t, torch.Tensor)]
-        return torch.cat(heads, dim=0)
+        main, *aux = [t for t in out if isinstance(t, torch.Tensor)]
+        return main + 0.0 * sum(a.mean() for a in aux)
 
 
 def _timm() -> types.ModuleType:
@@ -90,9 +93,7 @@ def _build(builder: Any, batch_size: int, image_size: int, classes: int, meta: b
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)  # torchvision's notices about future default initialisations
             model = builder()
-            heads = AUX_HEADS.get(type(model).__name__, 0) if getattr(model, "aux_logits", False) else 0
             x, y = _batch(batch_size, image_size, classes)
-            y = y.repeat(1 + heads)  # each auxiliary head is scored against the same labels
             return Logits(model), (x.to(device), y.to(device)) if device else (x, y)
 
     if not meta:
@@ -108,32 +109,44 @@ def _build(builder: Any, batch_size: int, image_size: int, classes: int, meta: b
 
 @contextmanager
 def _weights_on_meta() -> Iterator[None]:
-    """While open, every parameter and buffer a module registers moves to ``meta`` at once (allocated on the CPU
-    uninitialised, one at a time; the initialisers then run on ``meta``)."""
-    register_parameter, register_buffer = nn.Module.register_parameter, nn.Module.register_buffer
+    """While open, every parameter and buffer a module registers is replaced by a ``meta`` copy at once (allocated on
+    the CPU uninitialised, one at a time; the initialisers then run on ``meta``). A parameter registered twice (tied
+    weights) gets one copy; its class and attributes are kept; lazy (uninitialised) parameters are left as they are."""
+    from torch.nn.modules.module import register_module_buffer_registration_hook, register_module_parameter_registration_hook
 
-    def parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
-        register_parameter(module, name, param)
-        if param is not None:
-            held = module._parameters[name]
-            module._parameters[name] = type(held)(held.to("meta"), requires_grad=held.requires_grad)
+    copies: dict[int, tuple[weakref.ref, torch.Tensor]] = {}  # id → (the original, while alive; its copy)
 
-    def buffer(module: nn.Module, name: str, tensor: torch.Tensor | None, persistent: bool = True) -> None:
-        register_buffer(module, name, tensor, persistent)
-        if tensor is not None:
-            module._buffers[name] = module._buffers[name].to("meta")
+    def to_meta(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None or t.is_meta or isinstance(t, nn.parameter.UninitializedTensorMixin):
+            return None  # keep it as registered
+        seen = copies.get(id(t))
+        if seen is not None and seen[0]() is t:  # the same tensor again (an id is reused once its tensor is freed)
+            return seen[1]
+        if isinstance(t, nn.Parameter):
+            moved = type(t)(t.detach().to("meta"), requires_grad=t.requires_grad)
+            moved.__dict__.update(t.__dict__)
+        else:
+            moved = t.to("meta")
+        copies[id(t)] = (weakref.ref(t), moved)
+        return moved
 
-    nn.Module.register_parameter, nn.Module.register_buffer = parameter, buffer  # type: ignore[method-assign,assignment]
+    handles = [
+        register_module_parameter_registration_hook(lambda module, name, param: to_meta(param)),
+        register_module_buffer_registration_hook(lambda module, name, buffer: to_meta(buffer)),
+    ]
     try:
         yield
     finally:
-        nn.Module.register_parameter, nn.Module.register_buffer = register_parameter, register_buffer  # type: ignore[method-assign]
+        for h in handles:
+            h.remove()
 
 
 def torchvision_defaults(name: str) -> int:
-    """The image side (pixels) of ``name``'s original ImageNet recipe (the crop of its ``IMAGENET1K_V1`` weights: 299
-    for Inception-v3, 600 for EfficientNet-B7), else 224 (models published only with SWAG's fine-tuned 384-518 px
-    weights train at 224)."""
+    """The image side (pixels) ``name`` was published at: the evaluation crop of its ``IMAGENET1K_V1`` weights (299 for
+    Inception-v3, 600 for EfficientNet-B7; equal to the training crop except where :data:`TRAIN_CROPS` says), else 224
+    (models published only with SWAG's fine-tuned 384-518 px weights train at 224)."""
+    if name in TRAIN_CROPS:
+        return TRAIN_CROPS[name]
     tv = import_torchvision()
     try:
         v1 = tv.models.get_model_weights(name)["IMAGENET1K_V1"]
@@ -160,8 +173,8 @@ def torchvision_classifier(name: str, batch_size: int, sizes: dict[str, Any] | N
         except TypeError as e:
             if f"'{next(iter(extra))}'" not in str(e):
                 break  # another keyword it does not take: named below
-        except ValueError as e:
-            raise PrenetError(f"torchvision:{name} cannot be built for {image_size}² images: {' '.join(str(e).split())}") from e
+        except ValueError:
+            return _checked(partial(tv.models.get_model, name, **kwargs, **extra), f"torchvision:{name}", batch_size, image_size, classes, meta)
     return _checked(partial(tv.models.get_model, name, **kwargs), f"torchvision:{name}", batch_size, image_size, classes, meta)
 
 
@@ -186,6 +199,8 @@ def _checked(builder: Any, spec: str, batch_size: int, image_size: int, classes:
     try:
         return _build(builder, batch_size, image_size, classes, meta)
     except TypeError as e:
+        if "unexpected keyword argument" not in str(e):
+            raise
         given = sorted(k for k in builder.keywords if k not in ("weights", "pretrained", "num_classes", "image_size", "img_size"))
         raise PrenetError(f"{spec} does not take {', '.join(given) or 'these sizes'}: {e}") from e
     except ValueError as e:

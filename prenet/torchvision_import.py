@@ -14,9 +14,11 @@ import warnings
 from prenet.errors import PrenetError
 
 
-def import_torchvision() -> types.ModuleType:
+def import_torchvision(purpose: str = "torchvision: models") -> types.ModuleType:
     """``torchvision``, imported even where its C++ extension cannot load: the fake kernels it registers for the
-    extension's ops are then skipped. Its model definitions are pure Python; only detection models call those ops."""
+    extension's ops are then skipped. Its model definitions are pure Python; only detection models call those ops.
+    ``purpose`` names what needs it in the error when torchvision is missing."""
+    stub = "torchvision._meta_registrations"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Failed to load image Python extension": image decoding is not used
@@ -27,8 +29,12 @@ def import_torchvision() -> types.ModuleType:
                     raise
                 for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
                     del sys.modules[name]
-                sys.modules["torchvision._meta_registrations"] = types.ModuleType("torchvision._meta_registrations")
-                import torchvision
+                sys.modules[stub] = types.ModuleType(stub)
+                try:
+                    import torchvision
+                except BaseException:
+                    sys.modules.pop(stub, None)
+                    raise
     except ImportError as e:
-        raise PrenetError("torchvision: models need torchvision (pinned in requirements.lock): run `make install`") from e
+        raise PrenetError(f"{purpose} need torchvision (pinned in requirements.lock): run `make install`") from e
     return torchvision

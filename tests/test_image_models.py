@@ -14,8 +14,8 @@ from prenet.user_models import build_model
     [
         # published parameter counts: torchvision's weights tables, timm's model cards
         ("torchvision:resnet50", None, 25_557_032, 224, 2),
-        ("torchvision:inception_v3", None, 27_161_264, 299, 4),  # its auxiliary head scored too: labels twice
-        ("torchvision:googlenet", None, 13_004_888, 224, 6),  # two auxiliary heads
+        ("torchvision:inception_v3", None, 27_161_264, 299, 2),  # its auxiliary head runs too, weighted 0
+        ("torchvision:googlenet", None, 13_004_888, 224, 2),  # two auxiliary heads
         ("torchvision:regnet_y_400mf", None, 4_344_144, 224, 2),  # widths computed with tensors: weights moved to meta
         ("torchvision:vit_h_14", None, 632_045_800, 224, 2),  # published only with SWAG's 518 px weights: trains at 224
         ("torchvision:convnext_tiny", None, 28_589_128, 224, 2),
@@ -26,6 +26,7 @@ from prenet.user_models import build_model
     ],
 )
 def test_image_models_build_as_published_on_meta(spec, sizes, params, image, rows):
+    """``rows``: the logits the loss sees (the main head's, also where auxiliary heads run)."""
     module, (x, y) = build_model(spec, 2, sizes)
     assert sum(p.numel() for p in module.parameters()) == params
     assert next(module.parameters()).device.type == "meta"
@@ -68,3 +69,36 @@ def test_the_rebuilt_torchvision_family_traces_as_torchvision_does():
 def test_image_models_are_real_for_a_forecast():
     module, (x, _) = build_model("timm:resnet18", 2, {"image_size": 64, "classes": 10}, meta=False)
     assert next(module.parameters()).device.type == "cpu" and module(x).shape == (2, 10)
+
+
+def test_auxiliary_heads_run_forward_and_backward_in_training_only():
+    """GoogLeNet's two auxiliary heads are part of a training step's trace (forward and backward), not of an eval-mode
+    forward; either way the loss sees the main head's logits against the batch's labels."""
+    from prenet.ops.trace import trace_step
+
+    module, batch = build_model("torchvision:googlenet", 2)
+    aux = {r.phase for r in trace_step(module, batch, device_type="cuda").records if r.module.startswith("net.aux")}
+    assert aux >= {"forward", "backward"}
+    module.eval()
+    assert module(batch[0]).shape == (2, 1000)
+
+
+def test_weights_move_to_meta_as_registered_and_tied_weights_stay_tied():
+    """The fallback for builders that compute with tensors: parameters and buffers become meta copies as they are
+    registered, one copy per tensor, so tied weights stay one parameter."""
+    import torch
+
+    from prenet.image_models import _weights_on_meta
+
+    with _weights_on_meta():
+        emb = torch.nn.Embedding(50, 8)
+        head = torch.nn.Linear(8, 50, bias=False)
+        head.weight = emb.weight
+        net = torch.nn.Sequential(emb, torch.nn.BatchNorm1d(8), head)
+        shared = torch.nn.Parameter(torch.empty(3, 3))  # one CPU parameter registered on two modules
+        a, b = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+        a.weight, b.weight = shared, shared
+    assert a.weight.is_meta and a.weight is b.weight
+    assert all(p.is_meta for p in net.parameters()) and all(b.is_meta for b in net.buffers())
+    assert sum(p.numel() for p in net.parameters()) == 50 * 8 + 2 * 8  # the tied matrix counted once
+    assert not torch.nn.Linear(2, 2).weight.is_meta  # the hooks are gone once the context closes

@@ -46,7 +46,9 @@ def test_the_key_follows_a_config_files_contents_and_user_code_is_never_stored(s
     cfg.write_text(json.dumps({**json.loads(src.read_text()), "n_layer": 2}))
     assert jt.job_key(f"hf:{cfg}", 2, None, precision="fp32") != key
     assert jt.job_key("mlp", 2, None, precision="fp32") != jt.job_key("mlp", 2, None, precision="bf16")
-    assert jt.storable("torchvision:resnet50") and jt.storable("gpt_sdpa") and not jt.storable("models/my.py:build")
+    assert jt.storable("torchvision:resnet50") and jt.storable("timm:convnext_tiny") and jt.storable("gpt_sdpa")
+    assert not jt.storable("models/my.py:build")
+    assert jt.job_key("timm:convnext_tiny", 8, None) != jt.job_key("torchvision:convnext_tiny", 8, None)
 
 
 def test_the_store_can_be_turned_off(store, monkeypatch):

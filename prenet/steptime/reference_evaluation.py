@@ -319,12 +319,12 @@ def hf_parity(model: EfficiencyModel, *, layers: int = 2, batch: int = 4, seq_le
     stay within 2 %."""
     import json
 
-    from prenet.hf_models import LMLogits, build_from_config, config_from_fields, import_transformers
+    from prenet.hf_models import LMLogits, build_from_config, config_from_fields, transformers_major
     from prenet.steptime.step import predict_trace
     from prenet.transformer_references import LAYERS, from_config
 
     configs = (root or data_dir()) / "external" / "neusight2025" / "model_configs"
-    major = int(import_transformers().__version__.split(".")[0])  # the rebuild follows the installed version's eager attention
+    major = transformers_major()  # the rebuild follows the installed version's eager attention
     out = []
     for name, arch in PARITY_CONFIGS.items():
         fields = json.loads((configs / f"{name}.json").read_text())
