@@ -35,19 +35,30 @@ def _cmd_retrain(args: argparse.Namespace) -> None:
     print(f"retrain finished; dvc status: {result['dvc_status']}")
 
 
-def _zoo_kwargs(args: argparse.Namespace) -> dict[str, int] | None:
-    """``--model-arg KEY=N`` (repeatable; also spelled ``--zoo-arg``) and ``--seq-len N`` → the model builder's keywords."""
-    out: dict[str, int] = {}
+def _model_arg_value(item: str, val: str) -> int | float | bool:
+    if val.lower() in ("true", "false"):
+        return val.lower() == "true"
+    try:
+        n = int(val)
+    except ValueError:
+        try:
+            return float(val)
+        except ValueError:
+            raise PrenetError(f"--model-arg {item!r}: the value must be an integer, a number or true/false") from None
+    if n < 1:
+        raise PrenetError(f"--model-arg {item!r}: an integer is a size and must be positive (a rate of zero is 0.0)")
+    return n
+
+
+def _zoo_kwargs(args: argparse.Namespace) -> dict[str, int | float | bool] | None:
+    """``--model-arg KEY=VALUE`` (repeatable; also spelled ``--zoo-arg``) and ``--seq-len N`` → the model builder's
+    keywords: an integer (a size, positive), a number (e.g. timm's ``drop_path_rate=0.1``) or true/false."""
+    out: dict[str, int | float | bool] = {}
     for item in args.zoo_arg or []:
         key, sep, val = item.partition("=")
         if not sep or not key.strip():
-            raise PrenetError(f"--model-arg {item!r}: expected KEY=INTEGER, e.g. --model-arg image_size=224")
-        try:
-            out[key.strip()] = int(val)
-        except ValueError:
-            raise PrenetError(f"--model-arg {item!r}: the value must be an integer") from None
-        if out[key.strip()] < 1:
-            raise PrenetError(f"--model-arg {item!r}: sizes must be positive integers")
+            raise PrenetError(f"--model-arg {item!r}: expected KEY=VALUE, e.g. --model-arg image_size=224")
+        out[key.strip()] = _model_arg_value(item, val.strip())
     seq_len = getattr(args, "seq_len", None)
     if seq_len is not None:
         if out.get("seq_len", seq_len) != seq_len:
@@ -412,9 +423,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "--zoo-arg",
         dest="zoo_arg",
         action="append",
-        metavar="KEY=N",
-        help="a model's size (repeatable), e.g. image_size=224, classes=1000, layers=12, seq_len=512; for hf: models any "
-        "config field, e.g. num_hidden_layers=16; the zoo's defaults are CPU-sized (prenet/zoo.py)",
+        metavar="KEY=VALUE",
+        help="a model's size or setting (repeatable), e.g. image_size=224, classes=1000, layers=12, seq_len=512; for hf: "
+        "models any config field, e.g. num_hidden_layers=16; for timm: and torchvision: any builder keyword, e.g. "
+        "drop_path_rate=0.1; the zoo's defaults are CPU-sized (prenet/zoo.py)",
     )
     p.add_argument("--seq-len", type=_positive, metavar="N", help="tokens per sample of a text model (hf: configs default to 512)")
 

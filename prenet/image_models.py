@@ -10,7 +10,7 @@ The example batch is ``batch_size`` RGB images at the size the model was designe
 architecture's default pretrained config; for torchvision, the crop of its first published recipe (224 for ResNet-50,
 299 for Inception-v3, 600 for EfficientNet-B7), else 224. ``--model-arg image_size=N`` changes it (models with a fixed
 input size, such as ViTs, are built for it) and ``classes=N`` the number of classes (1000 by default). Any other
-``--model-arg KEY=N`` is passed to the builder by name (e.g. ``depth=6`` for a timm ViT).
+``--model-arg KEY=VALUE`` is passed to the builder by name (e.g. ``depth=6`` for a timm ViT, ``drop_path_rate=0.1``).
 
 The loss is cross-entropy over the logits. GoogLeNet and Inception-v3 train with auxiliary heads: they run forward and
 backward as in training, joined to the main logits with weight 0 (:class:`Logits`; the recipes add their own

@@ -463,3 +463,11 @@ def test_cli_model_arg_and_seq_len_name_a_models_sizes(models_dir, capsys):
     assert json.loads(capsys.readouterr().out)["input_shape"] == [1, 3, 96, 96]
     assert main([*base, "--model", f"hf:{config}", "--seq-len", "64", "--model-arg", "seq_len=32"]) == 2
     assert "--seq-len 64 and --model-arg seq_len=32 disagree" in capsys.readouterr().err
+    # a rate and a switch reach a library's builder as a number and a bool (timm's stochastic depth, torchvision's heads)
+    assert main([*base, "--model", "timm:resnet18", "--model-arg", "drop_path_rate=0.1", "--model-arg", "image_size=64"]) == 0
+    assert json.loads(capsys.readouterr().out)["input_shape"] == [1, 3, 64, 64]
+    assert main([*base, "--model", "torchvision:googlenet", "--model-arg", "aux_logits=false", "--model-arg", "image_size=64"]) == 0
+    capsys.readouterr()
+    for arg, message in [("image_size=0", "must be positive"), ("drop_path_rate=fast", "an integer, a number or true/false")]:
+        assert main([*base, "--model", "timm:resnet18", "--model-arg", arg]) == 2
+        assert message in capsys.readouterr().err
