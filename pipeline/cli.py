@@ -28,6 +28,13 @@ def _cmd_hardware(args: argparse.Namespace) -> None:
     print(json.dumps(spec.to_dict(), indent=2))
 
 
+def _cmd_models(args: argparse.Namespace) -> None:
+    from prenet.user_models import model_names
+
+    names = model_names(args.source, args.pattern)
+    print("\n".join(names) if names else f"no {args.source} model matches {args.pattern!r}")
+
+
 def _cmd_retrain(args: argparse.Namespace) -> None:
     from pipeline.flows import retrain
 
@@ -454,6 +461,13 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("name", nargs="?", help="catalog name (case-insensitive), 'local' or a spec.yaml path")
     hw.add_argument("--threads", type=_threads, default=1, help="threads, for 'local' (default 1)")
     hw.set_defaults(func=_cmd_hardware)
+
+    ms = sub.add_parser("models", help="list the names --model takes: zoo, torchvision:, timm: or hf: (model types)")
+    from prenet.model_sources import SOURCES
+
+    ms.add_argument("source", choices=list(SOURCES), help="where the model comes from")
+    ms.add_argument("pattern", nargs="?", default="*", help="shell-style name pattern, e.g. '*convnext*' (default: all)")
+    ms.set_defaults(func=_cmd_models)
 
     from prenet.names import CORRECTIONS, LOSSES, MEMORY_FORMATS, NTK_METHODS, OPTIMIZERS, PRECISIONS, SCHEDULES
 

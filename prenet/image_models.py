@@ -62,7 +62,7 @@ class Logits(nn.Module):
         return main + 0.0 * sum(a.mean() for a in aux)
 
 
-def _timm() -> types.ModuleType:
+def import_timm() -> types.ModuleType:
     import_torchvision()  # timm imports torchvision's transforms
     try:
         with warnings.catch_warnings():
@@ -180,7 +180,7 @@ def torchvision_classifier(name: str, batch_size: int, sizes: dict[str, Any] | N
 
 def timm_classifier(name: str, batch_size: int, sizes: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:
     """timm's architecture ``name`` (untrained) and an example batch (module docstring)."""
-    timm = _timm()
+    timm = import_timm()
     if not timm.is_model(name):
         raise _unknown("timm", name, timm.list_models(), "timm.list_models('*pattern*')")
     cfg = timm.get_pretrained_cfg(name)

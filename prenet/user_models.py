@@ -22,6 +22,35 @@ from torch import nn
 
 from prenet.errors import PrenetError
 from prenet.measurement.steps import unpack_example
+from prenet.model_sources import SOURCES
+
+
+def model_names(source: str, pattern: str = "*") -> list[str]:
+    """The ``--model`` specs of ``source`` (:data:`SOURCES`) whose names match the shell-style ``pattern``: zoo
+    models, torchvision's classifiers, timm's architectures or transformers' model types (``hf:``, built from the
+    type's default config)."""
+    import fnmatch
+
+    if source not in SOURCES:
+        raise PrenetError(f"unknown model source {source!r}; choose one of {', '.join(SOURCES)}")
+    if source == "zoo":
+        from prenet.zoo import ZOO
+
+        names = list(ZOO)
+    elif source == "torchvision":
+        from prenet.torchvision_import import import_torchvision
+
+        tv = import_torchvision()
+        names = tv.models.list_models(module=tv.models)
+    elif source == "timm":
+        from prenet.image_models import import_timm
+
+        names = import_timm().list_models()
+    else:
+        from prenet.hf_models import import_transformers
+
+        names = sorted(import_transformers().CONFIG_MAPPING.keys())
+    return [SOURCES[source].format(n) for n in names if fnmatch.fnmatchcase(n, pattern)]
 
 
 def load_model_function(spec: str) -> Callable[..., Any]:

@@ -102,3 +102,16 @@ def test_weights_move_to_meta_as_registered_and_tied_weights_stay_tied():
     assert all(p.is_meta for p in net.parameters()) and all(b.is_meta for b in net.buffers())
     assert sum(p.numel() for p in net.parameters()) == 50 * 8 + 2 * 8  # the tied matrix counted once
     assert not torch.nn.Linear(2, 2).weight.is_meta  # the hooks are gone once the context closes
+
+
+def test_model_names_list_what_model_takes(capsys):
+    """``prenet models SOURCE [PATTERN]`` lists the specs ``--model`` takes, and each one listed builds."""
+    from pipeline.cli import main
+    from prenet.user_models import model_names
+
+    assert "resnet50" in model_names("zoo") and model_names("torchvision", "resnet5*") == ["torchvision:resnet50"]
+    assert "timm:convnext_tiny" in model_names("timm", "convnext_t*") and "hf:gpt2" in model_names("hf", "gpt2")
+    assert main(["models", "timm", "convnext_tiny"]) == 0
+    assert capsys.readouterr().out.split() == ["timm:convnext_tiny"]
+    with pytest.raises(PrenetError, match="unknown model source 'keras'"):
+        model_names("keras")
