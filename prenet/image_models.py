@@ -7,8 +7,8 @@ no network, any size):
 * ``timm:NAME`` — ``timm.create_model(NAME, pretrained=False)``: any of timm's architectures (``timm.list_models()``).
 
 The example batch is ``batch_size`` RGB images at the size the model was designed for: timm's ``input_size`` of the
-architecture's default pretrained config; for torchvision, the crop of its first published recipe (224 for ResNet-50,
-299 for Inception-v3, 600 for EfficientNet-B7), else 224. ``--model-arg image_size=N`` changes it (models with a fixed
+architecture's default pretrained config; for torchvision, the size it was published at (:func:`torchvision_defaults`:
+224 for ResNet-50, 299 for Inception-v3, 600 for EfficientNet-B7, EfficientNetV2 at its training crop), else 224. ``--model-arg image_size=N`` changes it (models with a fixed
 input size, such as ViTs, are built for it) and ``classes=N`` the number of classes (1000 by default). Any other
 ``--model-arg KEY=VALUE`` is passed to the builder by name (e.g. ``depth=6`` for a timm ViT, ``drop_path_rate=0.1``).
 
@@ -167,14 +167,14 @@ def torchvision_classifier(name: str, batch_size: int, sizes: dict[str, Any] | N
     classes = int(sizes.pop("classes", DEFAULT_CLASSES))
     kwargs = {"weights": None, "num_classes": classes, **sizes}
     # a model built for one size takes it as image_size (ViT) or input_size (MaxViT); the others take none
-    for extra in [{"image_size": image_size}, {"input_size": (image_size, image_size)}]:
+    for key, value in (("image_size", image_size), ("input_size", (image_size, image_size))):
         try:
-            return _build(partial(tv.models.get_model, name, **kwargs, **extra), batch_size, image_size, classes, meta)
-        except TypeError as e:
-            if f"'{next(iter(extra))}'" not in str(e):
-                break  # another keyword it does not take: named below
-        except ValueError:
-            return _checked(partial(tv.models.get_model, name, **kwargs, **extra), f"torchvision:{name}", batch_size, image_size, classes, meta)
+            return _checked(
+                partial(tv.models.get_model, name, **kwargs, **{key: value}), f"torchvision:{name}", batch_size, image_size, classes, meta
+            )
+        except PrenetError as e:
+            if not (isinstance(e.__cause__, TypeError) and f"'{key}'" in str(e.__cause__)):
+                raise  # not this size keyword: another the builder does not take, or a size it cannot be built for
     return _checked(partial(tv.models.get_model, name, **kwargs), f"torchvision:{name}", batch_size, image_size, classes, meta)
 
 
@@ -201,7 +201,7 @@ def _checked(builder: Any, spec: str, batch_size: int, image_size: int, classes:
     except TypeError as e:
         if "unexpected keyword argument" not in str(e):
             raise
-        given = sorted(k for k in builder.keywords if k not in ("weights", "pretrained", "num_classes", "image_size", "img_size"))
+        given = sorted(k for k in builder.keywords if k not in ("weights", "pretrained", "num_classes", "image_size", "img_size", "input_size"))
         raise PrenetError(f"{spec} does not take {', '.join(given) or 'these sizes'}: {e}") from e
     except ValueError as e:
         raise PrenetError(f"{spec} cannot be built for {image_size}² images: {' '.join(str(e).split())}") from e
