@@ -63,7 +63,7 @@ HEADLINE: dict[str, dict[str, tuple[str, ...]]] = {
         "loss_ape_pct": ("holdout", "loss<=0.1*L0", "default", "median_ape_pct"),
         "acc_ape_pct": ("holdout", "accuracy>=0.9", "default", "median_ape_pct"),
     },
-    "forecast_cost": {"enabled": ("enabled",)},
+    "forecast_cost": {"enabled": ("enabled",), "ratio": ("summary", "default_cost_ratio"), "err": ("summary", "default_error_pct")},
     "corpus": {"n": ("runs",)},
     "train_outcome": {"n": ("models",)},
     "outcome_ooc": {"r2_e2": ("summary", "r2_epoch2"), "auc_e2": ("summary", "auc_epoch2")},

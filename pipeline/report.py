@@ -16,7 +16,7 @@ from prenet.data.io import read_table, write_text
 from prenet.planner.intervals import RatioSet, StepsErrors, StepTimeErrors, read_errors
 from prenet.rendering import figures, summary_figures
 from prenet.rendering.html import image, page, table
-from prenet.rendering.results import cost_check_record
+from prenet.rendering.results import cost_check_records
 
 METRIC_COLS = ["n", "mape_pct", "median_ape_pct", "rmse_ms", "within_20pct"]
 
@@ -147,8 +147,12 @@ def _outcome_sections(mdir: Path, plots: Path, out: Path) -> list[tuple[str, str
 
 
 def _cost_check(mdir: Path, plots: Path) -> str:
-    """The full-data cost check of this run, else the reference run's under data/reference (labelled as such)."""
-    cc, ref_dir = cost_check_record(mdir)
+    """The full-data cost checks: this run's and the reference run's under data/reference (labelled as such)."""
+    return "".join(_one_cost_check(cc, ref_dir, plots) for cc, ref_dir in cost_check_records(mdir))
+
+
+def _one_cost_check(cc: dict, ref_dir: Path | None, plots: Path) -> str:
+    """One cost check's table and figure (``ref_dir``: the reference run's folder, None for this run)."""
     where, fig = "this run", plots / "forecast_cost.png"
     if ref_dir is not None:
         where, fig = f"reference run of {cc.get('measured')}: <code>{cc.get('reproduce')}</code>", ref_dir / "forecast_cost.png"

@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny_pipeline):
-    """The tiny run up to report (conftest.tiny_pipeline: only these stages and their upstream)."""
-    return tiny_pipeline("report", "evaluate_parallel")
+    """The tiny run up to report, evaluate_parallel and evaluate_outcome_ooc (conftest.tiny_pipeline: only these stages
+    and their upstream): the headline test reads every stage's metrics, so it must not rely on another module's build."""
+    return tiny_pipeline("report", "evaluate_parallel", "evaluate_outcome_ooc")
 
 
 def _leaves(d: dict, prefix: str = "") -> dict:

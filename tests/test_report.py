@@ -131,7 +131,7 @@ def test_prenet_report_command_renders_the_same_page(tiny_run, tmp_path, capsys)
     assert {p.name for p in out.glob("*.png")} == {p.name for p in Path(cfg.paths.report).glob("*.png")}
 
 
-def test_cost_check_row_comes_from_this_run_or_is_labelled_as_the_reference(tmp_path):
+def test_cost_check_rows_show_this_run_then_the_reference_labelled(tmp_path):
     mdir = tmp_path / "metrics"
     shutil.copytree(ROOT / "data" / "plots", mdir)
     (mdir / "forecast_cost.json").write_text(json.dumps({"enabled": False}))
@@ -149,5 +149,8 @@ def test_cost_check_row_comes_from_this_run_or_is_labelled_as_the_reference(tmp_
     (tmp_path / "reference" / "forecast_cost.json").write_text(json.dumps(ref))
     md = results_markdown(mdir)
     assert "plain_subset128: 80×, 12.5 %" in md and "reference run of 2026-11-30" in md
-    (mdir / "forecast_cost.json").write_text(json.dumps(ref))  # enabled in this run: no reference label
-    assert "plain_subset128: 80×" in results_markdown(mdir) and "reference run" not in results_markdown(mdir)
+    this_run = {**ref, "tasks": {"t lr=0.01": {**run, "n_train": 10000, "variants": {"default": {"cost_ratio": 5.0, "median_abs_pct_error": 30.0}}}}}
+    (mdir / "forecast_cost.json").write_text(json.dumps(this_run))  # enabled in this run: its row, then the reference's
+    md = results_markdown(mdir)
+    mine, theirs = md.index("default: 5×, 30.0 %"), md.index("plain_subset128: 80×, 12.5 %")
+    assert mine < theirs and "(this run)" in md[:theirs] and "reference run of 2026-11-30" in md[mine:]

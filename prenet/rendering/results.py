@@ -293,7 +293,8 @@ def _seed_floor(cv: dict, target: str) -> str:
     return f"seed-to-seed noise floor {_pct(n['median_seed_spread_pct'])}" if n else "noise floor not measured: one seed"
 
 
-def _convergence(cv: dict, fc_cost: dict) -> list[Row]:
+def _convergence(cv: dict, fc_cost: list[dict]) -> list[Row]:
+    """The convergence table; ``fc_cost``: the full-data cost checks to show (:func:`cost_check_records`)."""
     primary = cv.get("primary_target", "relative_eps=0.1")
     head = cv.get("holdout", {}).get(primary, {})
     f, c = head.get("forecast", {}), head.get("corrected", {})
@@ -326,20 +327,23 @@ def _convergence(cv: dict, fc_cost: dict) -> list[Row]:
     if mom:
         cells = "; ".join(f"{m}: {_pct(v.get(primary, {}).get('forecast_median_ape_pct'))}" for m, v in sorted(mom.items()))
         rows.append((f"median abs. error of steps to {primary} by momentum, all configurations (plain forecast)", cells, "—"))
-    rows += _cost_check(fc_cost)
+    for record in fc_cost:
+        rows += _cost_check(record)
     return rows
 
 
-def cost_check_record(metrics_dir: str | Path) -> tuple[dict, Path | None]:
-    """The full-data cost check to show: this run's ``forecast_cost.json`` when it ran, else the reference run's under
-    ``data/reference`` (marked ``"reference": True``); with the folder of its figure (None when neither ran)."""
+def cost_check_records(metrics_dir: str | Path) -> list[tuple[dict, Path | None]]:
+    """The full-data cost checks to show, each with the folder of its figure: this run's ``forecast_cost.json`` when it
+    ran (figure folder None: this run's plots), then the reference run's under ``data/reference`` (marked
+    ``"reference": True``) when there is one; this run's record alone (``enabled: false``) when neither ran."""
     mdir = Path(metrics_dir)
     fcc = _load(mdir, "forecast_cost.json")
-    if fcc.get("enabled"):
-        return fcc, None
     ref_dir = mdir.parent / "reference"
     ref = _load(ref_dir, "forecast_cost.json")
-    return ({**ref, "reference": True}, ref_dir) if ref.get("enabled") else (fcc, None)
+    out: list[tuple[dict, Path | None]] = [(fcc, None)] if fcc.get("enabled") else []
+    if ref.get("enabled"):
+        out.append(({**ref, "reference": True}, ref_dir))
+    return out or [(fcc, None)]
 
 
 def _cost_check(fc_cost: dict) -> list[Row]:
@@ -513,7 +517,7 @@ def results_tables(metrics_dir: str | Path) -> list[list[Row]]:
         rec = _load(mdir, name)
         return _with_reference(rec, _load(ref, name), name) if rec and name in FULL_ONLY else rec
 
-    ev, cv, fcc = load("evaluate.json"), _load(mdir, "convergence.json"), cost_check_record(mdir)[0]
+    ev, cv, fcc = load("evaluate.json"), _load(mdir, "convergence.json"), [r for r, _ in cost_check_records(mdir)]
     oc, cp, eo = load("outcome.json"), _load(mdir, "corpus.json"), load("evaluate_ops.json")
     ep, tp = _load(mdir, "evaluate_parallel.json"), _load(mdir, "train_parallel.json")
     return [
