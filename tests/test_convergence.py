@@ -17,7 +17,7 @@ from torch import nn
 from prenet import datasets
 from prenet.convergence import dynamics, forecast, targets
 from prenet.convergence.baselines import curve_fit_forecast
-from prenet.convergence.ntk import ProblemTooLargeError, empirical_ntk, jacobian, relative_error
+from prenet.convergence.ntk import ProblemTooLargeError, empirical_ntk, gram, jacobian, relative_error
 from prenet.convergence.training import dense_curve, finetune, log_grid
 from prenet.errors import PrenetError
 
@@ -167,6 +167,30 @@ def test_cross_entropy_ode_and_sde_agree_without_noise(digits_small):
     L_ode, _ = dynamics.ode(theta, F0, y.numpy(), **kw)
     L_sde, _ = dynamics.sde(theta, F0, y.numpy(), batch_size=len(y), paths=1, **kw)  # B = N: no noise, explicit Euler
     assert np.allclose(L_ode, L_sde, rtol=0.02)
+
+
+def test_cross_entropy_sde_without_noise_is_the_discrete_gradient_step_below_its_stability_edge(digits_small):
+    """Without momentum the SDE is the discrete map SGD runs: at B = N (no noise) it equals full-batch GD step for step,
+    also where η λ_max(Θ)/N > 1.5 (which the MSE bound would sub-step) while cross-entropy's curvature (≤ ½) keeps the
+    map stable; an MSE problem that stiff is sub-stepped towards gradient flow instead."""
+    x, y = digits_small
+    model = _mlp()
+    theta = empirical_ntk(model, x, method="exact").theta
+    F0 = model(x).detach().double().numpy()
+    n = len(y)
+    lr = 2.5 * n / dynamics.top_eigenvalue(lambda v: theta @ v, theta.shape[0])  # η λ_max/N = 2.5: half of it ≤ 1.5
+    full = [np.arange(n)] * 40
+    L_sde, _ = dynamics.sde(theta, F0, y.numpy(), kind="cross_entropy", lr=lr, momentum=0.0, steps=40, batch_size=n, paths=1)
+    L_gd, _ = dynamics.linear_sgd(theta, F0, y.numpy(), kind="cross_entropy", lr=lr, momentum=0.0, batches=full)
+    assert np.allclose(L_sde, L_gd, rtol=1e-9)
+    L_mse, _ = dynamics.sde(theta, F0, y.numpy(), kind="mse", lr=lr, momentum=0.0, steps=40, batch_size=n, paths=1)
+    L_mse_gd, _ = dynamics.linear_sgd(theta, F0, y.numpy(), kind="mse", lr=lr, momentum=0.0, batches=full)
+    assert not np.allclose(L_mse, L_mse_gd, rtol=1e-3)  # sub-stepped: closer to the flow than to the discrete map
+
+
+def test_gram_equals_the_full_product():
+    J = torch.randn(300, 77)  # rows not a multiple of the block
+    assert torch.allclose(gram(J, block=128), J @ J.T, rtol=1e-5, atol=1e-4)
 
 
 def test_sde_noise_slows_mse_convergence(digits_small):

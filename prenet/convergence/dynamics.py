@@ -15,8 +15,10 @@ learning rate, m the heavy-ball momentum, η̃ = η / (1 − m) the effective le
   −(η/N) Θ · blockdiag(diag(pᵢ) − pᵢ pᵢᵀ).
 * :func:`sde` — adds the mini-batch noise, ξ_t ~ N(0, Σ(F_t) · (N_full − B) / (B (N_full − 1))), Σ the covariance
   over samples of the per-sample function-space updates gᵢ = Θ[:, i] Gᵢ (finite-population factor: batches are
-  drawn without replacement). Without momentum: Euler–Maruyama with dt = 1 step, split into sub-steps when
-  η λ_max(Θ)/N > 1.5 (explicit Euler is unstable above 2), at most ``MAX_SUBSTEPS``. With momentum the velocity
+  drawn without replacement). Without momentum: Euler–Maruyama with dt = 1 step — the discrete SGD map itself, as
+  the real fine-tune runs it — split into sub-steps only near that map's stability edge: when h · η λ_max(Θ)/N > 1.5,
+  h the loss's largest curvature in the outputs (1 for MSE, ½ for cross-entropy: diag(p) − ppᵀ ≤ ½; the map
+  diverges above 2), at most ``MAX_SUBSTEPS``. With momentum the velocity
   is carried: u_{t+1} = m u_t + (Θ G(F_t)/N + ξ_t), F_{t+1} = F_t − η u_{t+1}, one step per SGD step (the
   discrete heavy-ball is stable exactly when the real linearized SGD is: η λ_max/N < 2 (1 + m)).
   The loss is averaged over ``paths`` sample paths.
@@ -48,6 +50,10 @@ EXACT_MAX_NC = 2048
 #: Cap on the Euler–Maruyama sub-steps per SGD step of the momentum-free SDE (a stiffer problem is on the edge of
 #: divergence, which ``forecast`` decides up front).
 MAX_SUBSTEPS = 16
+#: The loss's largest curvature in the network outputs (the top eigenvalue of ∂²l/∂F²): MSE's is the identity;
+#: softmax cross-entropy's diag(p) − ppᵀ has eigenvalues ≤ ½. A discrete gradient step on Θ is stable while
+#: curvature · η λ_max(Θ)/N < 2.
+CURVATURE = {"mse": 1.0, "cross_entropy": 0.5}
 
 
 class DivergenceError(PrenetError):
@@ -248,9 +254,11 @@ def sde_segment(
     Y = losses.onehot(y, c)
     m = float(momentum)
     fpc = (N - B) / (B * max(N - 1, 1))  # variance of a without-replacement batch mean, per sample variance
-    # without momentum, Euler–Maruyama sub-steps keep dt · η λ_max(Θ)/n ≤ 1.5 (explicit Euler is unstable above 2);
-    # with momentum the discrete heavy-ball itself is simulated, one step per SGD step
-    stiffness = lr * (lam_max if lam_max is not None else top_eigenvalue(lambda v: theta @ v, n * c)) / n
+    # one step per SGD step, the discrete map SGD runs (with momentum, the discrete heavy-ball); without momentum,
+    # sub-steps keep dt · h · η λ_max(Θ)/n ≤ 1.5 where the map nears its stability edge (2), h = the loss's largest
+    # output curvature (CURVATURE): on a subset the self-terms can lift λ_max(Θ_n)/n above the real SGD's edge.
+    # Sub-stepping a stable map only moves it towards gradient flow, which SGD is not (and costs a product with Θ each)
+    stiffness = CURVATURE[kind] * lr * (lam_max if lam_max is not None else top_eigenvalue(lambda v: theta @ v, n * c)) / n
     substeps = 1 if m > 0 else min(MAX_SUBSTEPS, max(1, int(np.ceil(stiffness / 1.5))))
     dt = 1.0 / substeps
     theta32 = theta.astype(np.float32)  # the product with Θ in float32: ~2.5x faster on CPU; F accumulates in float64
