@@ -42,7 +42,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
     if not cc.enabled:
         record_metrics(cfg, "forecast_cost", {"enabled": False})
         figures.loss_curves({}, {}, fig)
-        print("forecast_cost: disabled (convergence.cost_check.enabled=false; on with convergence=full)")
+        print("forecast_cost: disabled (convergence.cost_check.enabled=false; on by default, at 30,000 samples with convergence=full)")
         return {"enabled": False}
     # the work's imports (torch, the convergence package) only when the check is on: when it is off (the tests' tiny
     # run) this stage should cost its DVC bookkeeping, not a torch import

@@ -157,7 +157,7 @@ def _one_cost_check(cc: dict, ref_dir: Path | None, plots: Path) -> str:
     if ref_dir is not None:
         where, fig = f"reference run of {cc.get('measured')}: <code>{cc.get('reproduce')}</code>", ref_dir / "forecast_cost.png"
     if not cc.get("enabled"):
-        return "<p class=note>Full-data cost check not run (convergence.cost_check.enabled=false; on with <code>convergence=full</code>).</p>"
+        return "<p class=note>Full-data cost check not run (convergence.cost_check.enabled=false; on by default, at 30,000 samples with <code>convergence=full</code>).</p>"
     rows = {}
     for k, r in cc["tasks"].items():
         for name, v in r["variants"].items():
