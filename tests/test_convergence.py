@@ -341,6 +341,11 @@ def test_relinearizing_keeps_to_the_cost_budget_only_where_the_budget_can_hold(d
     assert [r.get("skipped") for r in tight] == ["cost budget"] * 3
     lost = trajectory("exact", model, x, y.numpy(), theta, F0, **kw, budget=Budget(0.0, time.perf_counter()), kernel_seconds=1e6)[3]
     assert all("skipped" not in r for r in lost)
+    # ... but never past the fine-tune's own time: a forecast dearer than the training it predicts is skipped
+    dear = trajectory("exact", model, x, y.numpy(), theta, F0, **kw, kernel_seconds=1e6, ceiling=Budget(1e3, time.perf_counter()))[3]
+    assert [r.get("skipped") for r in dear] == ["dearer than the fine-tune"] * 3
+    cheap = trajectory("exact", model, x, y.numpy(), theta, F0, **kw, kernel_seconds=0.01, ceiling=Budget(1e6, time.perf_counter()))[3]
+    assert all("skipped" not in r for r in cheap)
     fc = forecast(model, x, y, loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=8, steps=80)
     cost = fc.details["cost"]
     assert (

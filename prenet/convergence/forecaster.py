@@ -246,6 +246,7 @@ def trajectory(
     progress: bool = False,
     budget: "Budget | None" = None,
     kernel_seconds: float = 0.0,
+    ceiling: "Budget | None" = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict]]:
     """The dynamics ``kind`` (``sde`` or ``exact``) re-linearized along their own trajectory, without training: at each fraction ``at`` of the steps, the
     weights of the linearized network (w₀ − Jᵀ D, D the mean displacement of the paths so far) are set on a copy of
@@ -253,7 +254,9 @@ def trajectory(
     ``drift_threshold`` (‖ΔΘ‖_F/‖Θ‖_F) the whole kernel is recomputed and the paths go on with it (their outputs and
     weight-space velocity carried over). Returns (loss, accuracy, the last kernel, one record per re-linearization
     point: step, drift on the sample, drift of the whole kernel when recomputed, or ``skipped`` when the cost ``budget``
-    would hold without another kernel (at the first kernel's ``kernel_seconds``) and not with it)."""
+    would hold without another kernel (at the first kernel's ``kernel_seconds``) and not with it, or when another kernel
+    would take the forecast past ``ceiling``: the fine-tune's own estimated time, past which a forecast is dearer than
+    the training it predicts)."""
     n, c = F0.shape
     stops = sorted({int(round(f * steps)) for f in at if 0 < int(round(f * steps)) < steps})
     state = dynamics.SDEState.start(F0, sde_paths)
@@ -297,6 +300,9 @@ def trajectory(
             # the more accurate forecast is the better use of the time
             if budget is not None and not budget.allows(t_sample + kernel_seconds + rest) and budget.allows(rest):
                 records.append({"step": b, "drift_sample": None, "drift": None, "skipped": "cost budget"})
+                continue
+            if ceiling is not None and not ceiling.allows(t_sample + kernel_seconds + rest):
+                records.append({"step": b, "drift_sample": None, "drift": None, "skipped": "dearer than the fine-tune"})
                 continue
             cand = copy.deepcopy(work)
             _move(cand, x, D_acc)
@@ -482,6 +488,9 @@ def forecast(
             progress=progress,
             budget=budget if keep_to_budget else None,
             kernel_seconds=kernel.seconds,
+            # never dearer than the fine-tune itself: where even the first kernel breaks the budget (many parameters and
+            # classes: the Gram's (n·C)²·P FLOPs), the re-linearizations stop at the training's own estimated time
+            ceiling=Budget(cost["train_seconds_estimate"], t0) if cost else None,
         )
     else:
         L, A = run_dynamics(kind, kernel.theta, F0, y, **dyn, progress=progress, lam_max=lam_theta * len(idx))

@@ -156,9 +156,13 @@ def render(res: Mapping[str, Any]) -> str:
     )
     if res.get("relinearized") is not None:
         done = [r for r in res["relinearized"] if r["drift"] is not None]
+        skipped = [r for r in res["relinearized"] if r.get("skipped")]
         where = ", ".join(f"step {r['step']} (drift {r['drift']:.3f})" for r in done) or (
-            f"nowhere (the kernel stayed within the drift threshold; largest drift measured {res.get('max_drift_sample') or 0.0:.3f})"
+            "nowhere"
+            + ("" if skipped else f" (the kernel stayed within the drift threshold; largest drift measured {res.get('max_drift_sample') or 0.0:.3f})")
         )
+        if skipped:
+            where += "; not re-linearized at " + ", ".join(f"step {r['step']} ({r['skipped']})" for r in skipped)
         lines.append(
             f"  kernel followed along the forecast's trajectory, no training: re-linearized at {where}; "
             f"drift over the horizon {res['drift']:.3f}; plain (static kernel): {sc['plain']}"
