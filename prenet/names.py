@@ -66,8 +66,9 @@ CORPUS_OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam", "adamw")
 SCHEDULES: tuple[str, ...] = ("constant", "step", "cosine", "warmup_cosine")
 #: Fine-tuning losses of the convergence predictor.
 LOSSES: tuple[str, ...] = ("mse", "cross_entropy")
-#: Empirical-NTK estimators of the convergence forecast (:func:`prenet.convergence.ntk.resolve_method`).
-NTK_METHODS: tuple[str, ...] = ("exact", "projection", "auto")
+#: Empirical-NTK estimators of the convergence forecast (:func:`prenet.convergence.ntk.resolve_method`); ``kron``: the
+#: class-averaged kernel K ⊗ I_C from Rademacher logit probes (:func:`prenet.convergence.ntk.class_averaged_ntk`).
+NTK_METHODS: tuple[str, ...] = ("exact", "projection", "kron", "auto")
 #: How a convergence forecast follows a kernel that moves during fine-tuning: ``trajectory`` re-linearizes at the weights
 #: the linearized dynamics themselves reach (no training), ``probe`` fine-tunes a copy for a few real steps and
 #: re-linearizes there, ``none`` keeps the kernel at the pre-trained weights.

@@ -528,3 +528,19 @@ def test_a_cross_entropy_lr_whose_forecast_loss_explodes_is_called_divergent_wit
         forecast(model, x, y, lr=1e6, batch_size=8, steps=20, probe_fraction=0.0, progress=False)
     ok = forecast(model, x, y, lr=0.05, batch_size=8, steps=20, probe_fraction=0.0, progress=False)
     assert ok.loss[-1] < ok.loss[0]
+
+
+def test_class_averaged_kernel_is_the_class_average_of_the_exact_kernel_times_identity(digits_small):
+    """``kron``: K ⊗ I_C with K within a few % of the exact Θ's class-averaged diagonal blocks (Rademacher probes of
+    the logits: unbiased, cross-class terms cancel in expectation), at N²·P Gram cost per probe."""
+    from prenet.convergence.ntk import class_averaged_ntk
+
+    x, _ = digits_small
+    model = _mlp()
+    exact = empirical_ntk(model, x[:12], method="exact").theta
+    c = exact.shape[0] // 12
+    K = np.mean([exact[i::c, i::c] for i in range(c)], axis=0)
+    approx = empirical_ntk(model, x[:12], method="kron").theta
+    assert approx.shape == exact.shape and np.allclose(approx, np.kron(approx[::c, ::c], np.eye(c)))
+    many = class_averaged_ntk(model, x[:12], probes=64)
+    assert relative_error(many[::c, ::c], K) < relative_error(approx[::c, ::c], K) + 0.05 and relative_error(many[::c, ::c], K) < 0.1

@@ -19,6 +19,14 @@ from prenet.errors import PrenetError
 SETTINGS = ("loss", "lr", "momentum", "batch_size", "steps")
 
 
+#: How the answer names each NTK estimator (``ntk.resolve_method``'s choices).
+NTK_WORDS = {
+    "exact": "an exact NTK",
+    "projection": "a projected NTK",
+    "kron": "a class-averaged NTK (K ⊗ I_C, the cross-class blocks dropped)",
+}
+
+
 def pick_task(tasks: Mapping[str, Any], name: str | None, where: str) -> Task:
     """Task ``name`` of ``tasks`` (the only one when ``name`` is None); ``where`` names the source in errors."""
     tasks = {k: v for k, v in (tasks or {}).items() if isinstance(v, dict)}
@@ -137,7 +145,7 @@ def render(res: Mapping[str, Any]) -> str:
     lines = [
         f"{res['task']}: fine-tune {res['n_params']:,} parameters on {res['n_train']} samples · {res['loss']} · lr {res['lr']} · "
         f"momentum {res['momentum']} · batch {res['batch_size']} · {res['steps']} steps",
-        f"  forecast: {res['dynamics'].upper()} on an {res['ntk']} NTK of {res['n_used']} samples, {res['seconds']:.2f} s; "
+        f"  forecast: {res['dynamics'].upper()} on {NTK_WORDS.get(res['ntk'], 'an ' + res['ntk'] + ' NTK')} of {res['n_used']} samples, {res['seconds']:.2f} s; "
         f"answered by the {res['variant']} forecast",
         "  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss_curve"].items()),
     ]
