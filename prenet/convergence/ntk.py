@@ -120,19 +120,22 @@ def outputs(model: nn.Module, x: torch.Tensor, *, chunk: int = 1024) -> torch.Te
     return out
 
 
-def jacobian(model: nn.Module, x: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
-    """J (N·C × P, float32): per-sample Jacobians by ``vmap(jacrev)`` over chunks of ``chunk`` samples."""
+def jacobian(model: nn.Module, x: torch.Tensor, *, chunk: int = 64, logit_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """J (N·C × P, float32): per-sample Jacobians by ``vmap(jacrev)`` over chunks of ``chunk`` samples; with
+    ``logit_weights`` v (C), the Jacobian of v·f instead (N × P)."""
     f, params = _functional(model)
 
     def single(p: dict, xi: torch.Tensor) -> torch.Tensor:
-        return f(p, xi.unsqueeze(0)).squeeze(0)
+        out = f(p, xi.unsqueeze(0)).squeeze(0)
+        return out if logit_weights is None else (out * logit_weights).sum()
 
     jac_fn = vmap(jacrev(single), in_dims=(None, 0))
     blocks = []
     for i in range(0, len(x), chunk):
         jd = jac_fn(params, x[i : i + chunk])
-        b, c = x[i : i + chunk].shape[0], next(iter(jd.values())).shape[1]
-        blocks.append(torch.cat([v.reshape(b, c, -1) for v in jd.values()], dim=2).reshape(b * c, -1))
+        b = x[i : i + chunk].shape[0]
+        rows = 1 if logit_weights is not None else next(iter(jd.values())).shape[1]  # outputs per sample
+        blocks.append(torch.cat([t.reshape(b, rows, -1) for t in jd.values()], dim=2).reshape(b * rows, -1))
     return torch.cat(blocks)
 
 
@@ -176,22 +179,12 @@ def class_averaged_ntk(model: nn.Module, x: torch.Tensor, *, probes: int = KRON_
     Rademacher combinations v ∈ {±1}^C of the logits: E[J_v J_vᵀ] = Σ_c Θ_cc, J_v the Jacobian of v·f (N × P). The
     Gram costs probes · N² · P instead of (N·C)² · P; the cross-class blocks are dropped (2.9 % of ‖Θ‖_F on a 56k-parameter
     CNN fine-tune with a new head, C = 5)."""
-    f, params = _functional(model)
     g = torch.Generator().manual_seed(seed)
     c = int(outputs(model, x[:1]).shape[1])
     K = torch.zeros(len(x), len(x))
     for _ in range(probes):
         v = (torch.randint(0, 2, (c,), generator=g) * 2 - 1).to(x.dtype)
-
-        def combined(p: dict, xi: torch.Tensor, v: torch.Tensor = v) -> torch.Tensor:
-            return (f(p, xi.unsqueeze(0)).squeeze(0) * v).sum()
-
-        jac_fn = vmap(jacrev(combined), in_dims=(None, 0))
-        rows = []
-        for i in range(0, len(x), chunk):
-            jd = jac_fn(params, x[i : i + chunk])
-            rows.append(torch.cat([t.reshape(t.shape[0], -1) for t in jd.values()], dim=1))
-        K += gram(torch.cat(rows))
+        K += gram(jacobian(model, x, chunk=chunk, logit_weights=v))
     return np.kron((K / (probes * c)).double().cpu().numpy(), np.eye(c))
 
 
