@@ -145,7 +145,7 @@ def render(res: Mapping[str, Any]) -> str:
     lines = [
         f"{res['task']}: fine-tune {res['n_params']:,} parameters on {res['n_train']} samples · {res['loss']} · lr {res['lr']} · "
         f"momentum {res['momentum']} · batch {res['batch_size']} · {res['steps']} steps",
-        f"  forecast: {res['dynamics'].upper()} on {NTK_WORDS.get(res['ntk'], 'an ' + res['ntk'] + ' NTK')} of {res['n_used']} samples, {res['seconds']:.2f} s; "
+        f"  forecast: {res['dynamics'].upper()} on {NTK_WORDS[res['ntk']]} of {res['n_used']} samples, {res['seconds']:.2f} s; "
         f"answered by the {res['variant']} forecast",
         "  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss_curve"].items()),
     ]
