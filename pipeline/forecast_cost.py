@@ -130,6 +130,8 @@ def forecast_cost(cfg: DictConfig) -> dict:
                 entry["variants"][v["name"]] = {
                     "subset": fc.n_used,
                     "subset_chosen": fc.details.get("subset_chosen"),
+                    "ntk": fc.ntk_method,
+                    "ntk_chosen": fc.details.get("ntk_chosen"),
                     "cost": fc.details.get("cost"),
                     "correction": str(v["correction"]),
                     "probe_fraction": float(v.get("probe_fraction", 0.0)),

@@ -532,6 +532,27 @@ def test_a_cross_entropy_lr_whose_forecast_loss_explodes_is_called_divergent_wit
     assert ok.loss[-1] < ok.loss[0]
 
 
+def test_auto_chooses_the_class_averaged_kernel_only_where_it_drops_little_of_theta(digits_small):
+    """issue 30: ``auto`` measures the part of Θ that K ⊗ I_C leaves out, exactly on a few samples. A linear model's
+    kernel is (x·x' + 1) ⊗ I_C (nothing dropped: ``kron``); a small random MLP's cross-class blocks are a large share (the
+    full kernel). The forecast states the choice."""
+    from prenet.convergence.ntk import KRON_MAX_DROPPED, choose_estimator, kron_dropped_share
+
+    x, y = digits_small
+    K = np.array([[2.0, 0.5], [0.5, 1.0]])
+    assert kron_dropped_share(np.kron(K, np.eye(3)), 3) == pytest.approx(0.0, abs=1e-12)
+    off = np.kron(K, np.eye(3)) + np.kron(np.eye(2), np.ones((3, 3)) - np.eye(3))  # cross-class blocks added
+    assert kron_dropped_share(off, 3) == pytest.approx(relative_error(np.kron(K, np.eye(3)), off))
+    method, why = choose_estimator(_linear(), x, proj_dim=100, max_bytes=2**30)
+    assert method == "kron" and "it drops is 0.0%" in why
+    method, why = choose_estimator(_mlp(), x, proj_dim=100, max_bytes=2**30)
+    share = kron_dropped_share(empirical_ntk(_mlp(), x[:16], method="exact").theta, 3)
+    assert share > KRON_MAX_DROPPED and method == "auto" and "the full kernel" in why
+    fc = forecast(_linear(), x, y, lr=0.05, batch_size=8, steps=10, probe_fraction=0.0, progress=False, cost_target=None)
+    assert fc.ntk_method == "kron" and "class-averaged" in fc.details["ntk_chosen"]
+    assert forecast(_linear(), x, y, lr=0.05, batch_size=8, steps=10, ntk="exact", progress=False, cost_target=None).ntk_method == "exact"
+
+
 def test_class_averaged_kernel_is_the_class_average_of_the_exact_kernel_times_identity(digits_small):
     """``kron``: K ⊗ I_C with K within a few % of the exact Θ's class-averaged diagonal blocks (Rademacher probes of
     the logits: unbiased, cross-class terms cancel in expectation), at N²·P Gram cost per probe."""

@@ -49,6 +49,7 @@ def test_answer_gives_the_default_and_both_variants(tmp_path):
     assert res["steps_to_loss"]["answer"] is None  # unreachable within 30 steps
     text = render(res)
     assert "answered by the" in text and "not reached within 30 steps" in text and "along the forecast's trajectory" in text
+    assert "chosen: samples: all 48 samples" in text and "; kernel: the " in text  # what the default chose, and why
     probed = answer(task, opt, eps=0.1, pretrained=tmp_path / "pt", correction="probe")
     assert probed["variant"] in ("plain", "corrected") and "kernel drift after a" in render(probed)
     with pytest.raises(PrenetError, match="target accuracy = 95"):

@@ -3,7 +3,9 @@
 Steps (all timed into ``Forecast.seconds``):
 
 1. the empirical NTK Θ at the given weights on the fine-tuning samples, or on a seeded subset of ``subset``
-   of them (see :mod:`prenet.convergence.dynamics` for why the subset's dynamics estimate the full set's);
+   of them (see :mod:`prenet.convergence.dynamics` for why the subset's dynamics estimate the full set's). With
+   ``ntk="auto"`` the class-averaged K ⊗ I_C where it drops little of Θ (:func:`~prenet.convergence.ntk.choose_estimator`,
+   ``details["ntk_chosen"]`` says which and why);
 2. the function-space dynamics (``dynamics_kind="auto"``): the ODE when the batch is the whole set; else the exact
    linearized SGD averaged over batch orders when the kernel covers all N samples and N·C ≤
    ``dynamics.EXACT_MAX_NC``; else the SDE. With momentum, the ODE is the heavy-ball second-order system and the SDE
@@ -48,6 +50,7 @@ from prenet.convergence import dynamics, losses, targets
 from prenet.convergence.ntk import (
     DEFAULT_MAX_BYTES,
     ProblemTooLargeError,
+    choose_estimator,
     empirical_ntk,
     largest_fitting_subset,
     outputs,
@@ -442,6 +445,9 @@ def forecast(
     C = int(outputs(model, inputs[:1]).shape[1])
     if y_all.max() >= C:
         raise PrenetError(f"targets hold class {int(y_all.max())} but the model has {C} outputs; give it a head with ≥ {y_all.max() + 1} outputs")
+    ntk_chosen = None
+    if ntk == "auto":  # the class-averaged kernel where it drops little of Θ (checked exactly on a few samples)
+        ntk, ntk_chosen = choose_estimator(model, inputs, proj_dim=proj_dim, max_bytes=max_bytes, seed=seed)
     cost: dict = {}
     budget = None
     if cost_target is not None:  # the fine-tune's cost on this machine, from 3 timed real steps: the forecast's budget
@@ -522,6 +528,7 @@ def forecast(
             "theta_max_eig_over_n": lam_theta,
             "max_stable_lr": dynamics.max_stable_lr(lam_dyn, momentum),
             **({"subset_chosen": chosen} if chosen else {}),
+            **({"ntk_chosen": ntk_chosen} if ntk_chosen else {}),
         },
     )
     if relin is not None:

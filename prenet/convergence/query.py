@@ -128,6 +128,7 @@ def answer(
         },
         "loss_curve": {str(t): float(fc.loss[t]) for t in sorted({0, fc.steps // 4, fc.steps // 2, fc.steps})},
         **({"subset_chosen": fc.details["subset_chosen"]} if "subset_chosen" in fc.details else {}),
+        **({"ntk_chosen": fc.details["ntk_chosen"]} if "ntk_chosen" in fc.details else {}),
     }
     if target_loss is not None:
         res["steps_to_loss"] = {"tau": target_loss, "answer": fc.steps_to_loss(target_loss), "plain": plain.steps_to_loss(target_loss)}
@@ -149,6 +150,9 @@ def render(res: Mapping[str, Any]) -> str:
         f"answered by the {res['variant']} forecast",
         "  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss_curve"].items()),
     ]
+    chosen = [f"{what}: {res[key]}" for key, what in (("subset_chosen", "samples"), ("ntk_chosen", "kernel")) if res.get(key)]
+    if chosen:  # what the default chose, and why
+        lines.insert(2, "  chosen: " + "; ".join(chosen))
     cost = res.get("cost")
     if cost:
         verdict = "met" if cost["met"] else "not met: the kernels and the dynamics cost more at this size"
