@@ -567,3 +567,36 @@ def test_class_averaged_kernel_is_the_class_average_of_the_exact_kernel_times_id
     assert approx.shape == exact.shape and np.allclose(approx, np.kron(approx[::c, ::c], np.eye(c)))
     many = class_averaged_ntk(model, x[:12], probes=64)
     assert relative_error(many[::c, ::c], K) < relative_error(approx[::c, ::c], K) + 0.05 and relative_error(many[::c, ::c], K) < 0.1
+
+
+def test_layer_jacobian_equals_vmap_jacrev_on_every_covered_layer():
+    """The batched per-layer Jacobian (one forward, one backward per output) is the matrix ``vmap(jacrev)`` gives, column
+    for column, and the per-layer Gram (Linear layers factored, never forming J) is its J Jᵀ, on an MLP, a CNN (strided, dilated and padded convolutions), a batch-norm CNN in eval mode and a linear
+    layer over a sequence; and for a logit combination v·f. A layer it does not cover sends the NTK to ``vmap``."""
+    from prenet.convergence import per_sample
+    from prenet.convergence.nets import build
+
+    torch.manual_seed(0)
+    seq = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Flatten(), nn.Linear(20, 3))  # Linear over 4 positions
+    odd = nn.Sequential(
+        nn.Conv2d(1, 4, 3, stride=2, padding=2, dilation=2), nn.ReLU(), nn.Conv2d(4, 3, 2, bias=False), nn.Flatten(), nn.LazyLinear(2)
+    )
+    cases = [
+        (build("mlp", image_size=8, classes=3, widths=[16]), torch.randn(10, 1, 8, 8)),
+        (build("cnn_bn", image_size=12, classes=4, widths=[4, 6]), torch.randn(10, 1, 12, 12)),
+        (odd, torch.randn(10, 1, 12, 12)),
+        (seq, torch.randn(10, 4, 6)),
+    ]
+    for model, x in cases:
+        model(x)  # materialize lazy layers; batch-norm running statistics move off their init
+        model.eval()
+        assert per_sample.covers(model)
+        ref = jacobian(model, x, chunk=4, by_layer=False)
+        assert torch.allclose(jacobian(model, x), ref, atol=1e-5, rtol=1e-4)
+        v = torch.tensor([1.0, -1.0] + [1.0] * (ref.shape[0] // 10 - 2))
+        assert torch.allclose(jacobian(model, x, logit_weights=v), jacobian(model, x, logit_weights=v, by_layer=False), atol=1e-5, rtol=1e-4)
+        assert torch.allclose(per_sample.layer_gram(model, x, chunk=4), ref @ ref.T, atol=1e-4, rtol=1e-4)  # factored Linear layers too
+        rv = jacobian(model, x, logit_weights=v, by_layer=False)
+        assert torch.allclose(per_sample.layer_gram(model, x, logit_weights=v), rv @ rv.T, atol=1e-4, rtol=1e-4)
+    assert not per_sample.covers(nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3)).eval())
+    assert not per_sample.covers(build("mlp", image_size=8, classes=3).train())

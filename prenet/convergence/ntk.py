@@ -3,8 +3,10 @@
 ``J`` is the Jacobian of the network's outputs on N samples (N·C rows, sample-major: row ``i·C + c``) with
 respect to all P parameters. Three estimators:
 
-* ``exact``: per-sample Jacobians with ``vmap(jacrev(functional_call))`` in chunks of samples; Θ = J Jᵀ.
-  Memory: N·C·P·4 bytes for J plus (N·C)²·8 bytes for Θ.
+* ``exact``: Θ = J Jᵀ, layer by layer from batched passes where the network is made of Linear, Conv2d and eval-mode
+  BatchNorm2d layers (:mod:`prenet.convergence.per_sample`: a dense layer's part without forming its J), else from
+  per-sample Jacobians by ``vmap(jacrev(functional_call))`` in chunks of samples.
+  Memory: at most N·C·P·4 bytes for J plus (N·C)²·8 bytes for Θ.
 * ``projection``: k random Gaussian directions rⱼ in parameter space, J rⱼ by forward-mode JVPs
   (``vmap(jvp)`` in chunks of directions); Θ ≈ (J R)(J R)ᵀ / k, unbiased since E[R Rᵀ] = k·I. Memory:
   N·C·k·4 bytes for J R plus Θ; J is never formed, so it suits networks with many parameters.
@@ -28,6 +30,8 @@ import torch
 from torch import nn
 from torch.func import functional_call, jacrev, jvp, vmap
 
+from prenet.convergence import per_sample
+from prenet.convergence.per_sample import gram
 from prenet.errors import PrenetError
 from prenet.names import NTK_METHODS
 
@@ -123,9 +127,15 @@ def outputs(model: nn.Module, x: torch.Tensor, *, chunk: int = 1024) -> torch.Te
     return out
 
 
-def jacobian(model: nn.Module, x: torch.Tensor, *, chunk: int = 64, logit_weights: torch.Tensor | None = None) -> torch.Tensor:
-    """J (N·C × P, float32): per-sample Jacobians by ``vmap(jacrev)`` over chunks of ``chunk`` samples; with
-    ``logit_weights`` v (C), the Jacobian of v·f instead (N × P)."""
+def jacobian(
+    model: nn.Module, x: torch.Tensor, *, chunk: int = 64, logit_weights: torch.Tensor | None = None, by_layer: bool | None = None
+) -> torch.Tensor:
+    """J (N·C × P, float32): per-sample Jacobians, by layer (:func:`prenet.convergence.per_sample.layer_jacobian`: batched
+    passes) where the network is made of covered layers in eval mode, else by ``vmap(jacrev)`` over chunks of ``chunk``
+    samples; ``by_layer`` True/False forces one way (None: by layer where covered). With ``logit_weights`` v (C), the
+    Jacobian of v·f instead (N × P)."""
+    if by_layer or (by_layer is None and per_sample.covers(model)):
+        return per_sample.layer_jacobian(model, x, logit_weights=logit_weights)
     f, params = _functional(model)
 
     def single(p: dict, xi: torch.Tensor) -> torch.Tensor:
@@ -160,16 +170,13 @@ def projected_jacobian(model: nn.Module, x: torch.Tensor, proj_dim: int, *, seed
     return torch.cat(cols, dim=1) / math.sqrt(proj_dim)
 
 
-def gram(J: torch.Tensor, block: int = 128) -> torch.Tensor:
-    """J Jᵀ (rows × rows) from its upper block triangle, mirrored: the same numbers as ``J @ J.T`` for about
-    (1 + rows/block)/(2 · rows/block) of its FLOPs (0.45 → 0.30 s for a 640 × 56k float32 J on one thread)."""
-    n = J.shape[0]
-    out = torch.empty((n, n), dtype=J.dtype, device=J.device)
-    for i in range(0, n, block):
-        rows = J[i : i + block] @ J[i:].T
-        out[i : i + block, i:] = rows
-        out[i:, i : i + block] = rows.T
-    return out
+def exact_gram(model: nn.Module, x: torch.Tensor, *, chunk: int = 64, logit_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Θ = J Jᵀ (float32; N·C × N·C, or N × N for the Jacobian of v·f with ``logit_weights`` v): layer by layer
+    (:func:`prenet.convergence.per_sample.layer_gram`, no J for factorizing layers) where the network is covered, else
+    from ``vmap(jacrev)``'s J."""
+    if per_sample.covers(model):
+        return per_sample.layer_gram(model, x, logit_weights=logit_weights)
+    return gram(jacobian(model, x, chunk=chunk, logit_weights=logit_weights, by_layer=False))
 
 
 #: Rademacher logit probes of the ``kron`` kernel: 4 put K within 0.6 % of the exact class average on a 56k-parameter
@@ -189,7 +196,7 @@ def class_averaged_ntk(
     K = torch.zeros(len(x), len(x))
     for _ in range(probes):
         v = (torch.randint(0, 2, (c,), generator=g) * 2 - 1).to(x.dtype)
-        K += gram(jacobian(model, x, chunk=chunk, logit_weights=v))
+        K += exact_gram(model, x, chunk=chunk, logit_weights=v)
     return np.kron((K / (probes * c)).double().cpu().numpy(), np.eye(c))
 
 
@@ -250,10 +257,10 @@ def empirical_ntk(
     if method == "kron":
         theta = class_averaged_ntk(model, x, seed=seed, chunk=chunk, c=c)
     else:
-        J = jacobian(model, x, chunk=chunk) if method == "exact" else projected_jacobian(model, x, proj_dim, seed=seed)
         # J Jᵀ in float32 (2-3x faster than float64 on CPU; relative error ~2e-7 of Θ measured on a 56k-parameter CNN),
         # stored as float64 for the dynamics
-        theta = gram(J).double().cpu().numpy()
+        t = exact_gram(model, x, chunk=chunk) if method == "exact" else gram(projected_jacobian(model, x, proj_dim, seed=seed))
+        theta = t.double().cpu().numpy()
     model.train(was)
     return NTK(theta, method, len(x), c, p, proj_dim if method == "projection" else None, time.perf_counter() - t0)
 
