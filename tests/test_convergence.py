@@ -596,7 +596,8 @@ def test_layer_jacobian_equals_vmap_jacrev_on_every_covered_layer():
         v = torch.tensor([1.0, -1.0] + [1.0] * (ref.shape[0] // 10 - 2))
         assert torch.allclose(jacobian(model, x, logit_weights=v), jacobian(model, x, logit_weights=v, by_layer=False), atol=1e-5, rtol=1e-4)
         assert torch.allclose(per_sample.layer_gram(model, x, chunk=4), ref @ ref.T, atol=1e-4, rtol=1e-4)  # factored Linear layers too
-        rv = jacobian(model, x, logit_weights=v, by_layer=False)
-        assert torch.allclose(per_sample.layer_gram(model, x, logit_weights=v), rv @ rv.T, atol=1e-4, rtol=1e-4)
+        V = torch.stack([v, -v.roll(1)])  # two combinations: their Grams summed from one forward
+        both = sum(r @ r.T for r in (jacobian(model, x, logit_weights=w, by_layer=False) for w in V))
+        assert torch.allclose(per_sample.layer_gram(model, x, logit_weights=V, summed=True), both, atol=1e-4, rtol=1e-4)
     assert not per_sample.covers(nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3)).eval())
     assert not per_sample.covers(build("mlp", image_size=8, classes=3).train())

@@ -170,13 +170,12 @@ def projected_jacobian(model: nn.Module, x: torch.Tensor, proj_dim: int, *, seed
     return torch.cat(cols, dim=1) / math.sqrt(proj_dim)
 
 
-def exact_gram(model: nn.Module, x: torch.Tensor, *, chunk: int = 64, logit_weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Θ = J Jᵀ (float32; N·C × N·C, or N × N for the Jacobian of v·f with ``logit_weights`` v): layer by layer
-    (:func:`prenet.convergence.per_sample.layer_gram`, no J for factorizing layers) where the network is covered, else
-    from ``vmap(jacrev)``'s J."""
+def exact_gram(model: nn.Module, x: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
+    """Θ = J Jᵀ (N·C × N·C float32): layer by layer (:func:`prenet.convergence.per_sample.layer_gram`, no J for
+    factorizing layers) where the network is covered, else from ``vmap(jacrev)``'s J."""
     if per_sample.covers(model):
-        return per_sample.layer_gram(model, x, logit_weights=logit_weights)
-    return gram(jacobian(model, x, chunk=chunk, logit_weights=logit_weights, by_layer=False))
+        return per_sample.layer_gram(model, x)
+    return gram(jacobian(model, x, chunk=chunk, by_layer=False))
 
 
 #: Rademacher logit probes of the ``kron`` kernel: 4 put K within 0.6 % of the exact class average on a 56k-parameter
@@ -193,10 +192,11 @@ def class_averaged_ntk(
     CNN fine-tune with a new head, C = 5). ``c``: the number of outputs, when the caller has it."""
     g = torch.Generator().manual_seed(seed)
     c = c or int(outputs(model, x[:1]).shape[1])
-    K = torch.zeros(len(x), len(x))
-    for _ in range(probes):
-        v = (torch.randint(0, 2, (c,), generator=g) * 2 - 1).to(x.dtype)
-        K += exact_gram(model, x, chunk=chunk, logit_weights=v)
+    V = (torch.randint(0, 2, (probes, c), generator=g) * 2 - 1).to(x.dtype)
+    if per_sample.covers(model):  # one forward, a backward per probe
+        K = per_sample.layer_gram(model, x, logit_weights=V, summed=True)
+    else:
+        K = sum(gram(jacobian(model, x, chunk=chunk, logit_weights=v, by_layer=False)) for v in V)
     return np.kron((K / (probes * c)).double().cpu().numpy(), np.eye(c))
 
 

@@ -72,7 +72,8 @@ def gram(J: torch.Tensor, block: int = 128) -> torch.Tensor:
 
 
 def _passes(model: nn.Module, x: torch.Tensor, logit_weights: torch.Tensor | None, chunk: int) -> tuple[list[nn.Module], dict, dict]:
-    """One batched forward and one batched backward per output combination (the C unit vectors, or ``logit_weights``),
+    """One batched forward and one batched backward per output combination (the C unit vectors, or the rows of
+    ``logit_weights``, C or R × C),
     per chunk of samples: (parameterized layers, their inputs (N leading), their output gradients (N × R leading, R the
     combinations))."""
     mods = [m for m in model.modules() if list(m.parameters(recurse=False))]
@@ -93,7 +94,7 @@ def _passes(model: nn.Module, x: torch.Tensor, logit_weights: torch.Tensor | Non
                 outs.clear()
                 f = model(x[i : i + chunk].detach().requires_grad_(True))  # a graph even where no parameter requires grad
                 c = f.shape[1]
-                weights = [logit_weights.to(f.dtype)] if logit_weights is not None else list(torch.eye(c, dtype=f.dtype))
+                weights = list((torch.eye(c) if logit_weights is None else logit_weights.reshape(-1, c)).to(f.dtype))
                 per = [torch.autograd.grad((f * v).sum(), [outs[m] for m in mods], retain_graph=j < len(weights) - 1) for j, v in enumerate(weights)]
                 for k, m in enumerate(mods):
                     grads[m].append(torch.stack([gs[k] for gs in per], dim=1))
@@ -115,24 +116,29 @@ def layer_jacobian(model: nn.Module, x: torch.Tensor, *, chunk: int = 128, logit
     return torch.cat([_per_sample(m, ins[m], grads[m]) for m in mods], dim=1)
 
 
-def layer_gram(model: nn.Module, x: torch.Tensor, *, chunk: int = 128, logit_weights: torch.Tensor | None = None) -> torch.Tensor:
-    """Θ = J Jᵀ (N·C × N·C float32; N × N with ``logit_weights``) summed layer by layer, without forming J where a layer's
-    gradient factorizes: a Linear layer on one vector per sample contributes (G Gᵀ) ∘ (A Aᵀ + 1) (G its output gradients,
-    A its inputs; + 1 for the bias), at (N·C)²·(d_in + d_out) FLOPs instead of (N·C)²·d_in·d_out; the other layers
-    contribute the Gram of their per-sample gradients. Measured on one thread: 0.39–0.43 s against 9.5–11.2 s by
-    ``vmap(jacrev)`` and J Jᵀ for a CNN whose 3,136 → 128 dense layer holds 401k of its 422k parameters (64 samples ×
-    10 outputs); 0.83 s against 0.92 s for the 56k-parameter all-convolution CNN of the reference cost check (128 × 5)."""
+def layer_gram(
+    model: nn.Module, x: torch.Tensor, *, chunk: int = 128, logit_weights: torch.Tensor | None = None, summed: bool = False
+) -> torch.Tensor:
+    """Θ = J Jᵀ (N·C × N·C float32) summed layer by layer, without forming J where a layer's gradient factorizes: a
+    Linear layer on one vector per sample contributes (G Gᵀ) ∘ (A Aᵀ + 1) (G its output gradients, A its inputs; + 1 for
+    the bias), at (N·C)²·(d_in + d_out) FLOPs instead of (N·C)²·d_in·d_out; the other layers contribute the Gram of
+    their per-sample gradients. With ``logit_weights`` (R × C, or C for R = 1) the rows are the Jacobians of the R
+    combinations v·f (N·R × N·R); ``summed``: Σ_v J_v J_vᵀ instead (N × N), all R from one forward. Measured on one
+    thread: 0.39–0.43 s against 9.5–11.2 s by ``vmap(jacrev)`` and J Jᵀ for a CNN whose 3,136 → 128 dense layer holds
+    401k of its 422k parameters (64 samples × 10 outputs); 0.83 s against 0.92 s for the 56k-parameter all-convolution
+    CNN of the reference cost check (128 × 5)."""
     mods, ins, grads = _passes(model, x, logit_weights, chunk)
     theta = None
     for m in mods:
         a, g = ins[m], grads[m]
         n, r = g.shape[:2]
+        rows = n if summed else n * r  # summed: a sample's R gradients side by side, so one Gram sums their products
         if isinstance(m, nn.Linear) and a.dim() == 2:
-            G = g.reshape(n * r, -1)
-            AA = (a @ a.T + (1.0 if m.bias is not None else 0.0)).repeat_interleave(r, 0).repeat_interleave(r, 1)
-            part = (G @ G.T) * AA
+            G = g.reshape(rows, -1)
+            AA = a @ a.T + (1.0 if m.bias is not None else 0.0)
+            part = (G @ G.T) * (AA if summed else AA.repeat_interleave(r, 0).repeat_interleave(r, 1))
         else:
-            part = gram(_per_sample(m, a, g))
+            part = gram(_per_sample(m, a, g).reshape(rows, -1))
         theta = part if theta is None else theta + part
     assert theta is not None, "a covered network has parameters"
     return theta
