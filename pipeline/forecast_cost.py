@@ -132,6 +132,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
                     "subset_chosen": fc.details.get("subset_chosen"),
                     "ntk": fc.ntk_method,
                     "ntk_chosen": fc.details.get("ntk_chosen"),
+                    "heldout": fc.details.get("heldout"),
                     "cost": fc.details.get("cost"),
                     "correction": str(v["correction"]),
                     "probe_fraction": float(v.get("probe_fraction", 0.0)),

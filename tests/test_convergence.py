@@ -601,3 +601,36 @@ def test_layer_jacobian_equals_vmap_jacrev_on_every_covered_layer():
         assert torch.allclose(per_sample.layer_gram(model, x, logit_weights=V, summed=True), both, atol=1e-4, rtol=1e-4)
     assert not per_sample.covers(nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3)).eval())
     assert not per_sample.covers(build("mlp", image_size=8, classes=3).train())
+
+
+def test_a_subset_forecast_moves_by_half_its_measured_generalization_gap():
+    """issue 30: a subset's own loss is optimistic (its samples are the ones fitted), the same network's loss on samples
+    outside it pessimistic. ``trajectory`` with ``heldout`` measures the gap at the linearized weights along the steps and
+    answers their midpoint (the curve moved by half the gap); the dynamics themselves are the same as without it (checkpoints
+    split the SDE's segments without changing its draws)."""
+    from prenet.convergence.forecaster import trajectory
+    from prenet.convergence.ntk import outputs
+
+    d = datasets.load("digits").select([0, 1, 2], limit=300, seed=0)
+    x, y = torch.as_tensor(d.x), np.asarray(d.y)
+    model, sub = _mlp(), np.arange(0, 300, 6)  # 50 fitted samples, 250 held out
+    xs, ys = x[sub], y[sub]
+    theta, F0 = empirical_ntk(model, xs, method="exact").theta, outputs(model, xs).double().numpy()
+    kw = dict(loss="cross_entropy", lr=0.03, momentum=0.0, batch_size=10, steps=120, n_full=300, seed=0, sde_paths=4, lam_max=None)
+    kw |= dict(at=(0.25,), drift_threshold=1e9, method="exact", proj_dim=10, max_bytes=2**30)
+    rest = np.setdiff1d(np.arange(300), sub)
+    L0, A0, _, _, none = trajectory("sde", model, xs, ys, theta, F0, **kw)
+    L1, A1, _, _, gaps = trajectory("sde", model, xs, ys, theta, F0, **kw, heldout=(x[rest], y[rest]))
+    assert none == [] and [g["step"] for g in gaps] == [0, 3, 10, 30, 120]  # RELINEARIZE_AT and the end
+    assert all(g["used"] for g in gaps) and gaps[0]["off_linear"] == 0.0  # a small step: the network stays linear
+    gap, gap_acc, at = ([g[k] for g in gaps] for k in ("loss_gap", "accuracy_gap", "step"))
+    assert gap[-1] - gap[0] > 0.01  # the fitted samples' loss falls faster than the held-out ones'
+    assert np.allclose(L1, L0 + 0.5 * np.interp(np.arange(121), at, gap), atol=1e-9)
+    assert np.allclose(A1, np.clip(A0 + 0.5 * np.interp(np.arange(121), at, gap_acc), 0, 1), atol=1e-9)
+    # 10x the lr: this small untrained tanh net leaves its linearization (its outputs 0.6-0.75 of their move away from the
+    # linearized ones) by step 30; those gaps are recorded, not used, and the last usable one holds
+    kw["lr"] = 0.3
+    L0, _, _, _, _ = trajectory("sde", model, xs, ys, theta, F0, **kw)
+    L1, _, _, _, gaps = trajectory("sde", model, xs, ys, theta, F0, **kw, heldout=(x[rest], y[rest]))
+    assert [g["used"] for g in gaps] == [True, True, True, False, False] and gaps[-1]["off_linear"] > 0.5
+    assert np.allclose(L1[30:], L0[30:] + 0.5 * gaps[2]["loss_gap"], atol=1e-9)

@@ -50,6 +50,8 @@ def test_answer_gives_the_default_and_both_variants(tmp_path):
     text = render(res)
     assert "answered by the" in text and "not reached within 30 steps" in text and "along the forecast's trajectory" in text
     assert "chosen: samples: all 48 samples" in text and "; kernel: the " in text  # what the default chose, and why
+    sub = render(answer(task, opt, eps=0.1, pretrained=tmp_path / "pt", subset=16))
+    assert "subset optimism: the 16 fitted samples' loss is moved by half its generalization gap, measured on 32 held-out" in sub
     probed = answer(task, opt, eps=0.1, pretrained=tmp_path / "pt", correction="probe")
     assert probed["variant"] in ("plain", "corrected") and "kernel drift after a" in render(probed)
     with pytest.raises(PrenetError, match="target accuracy = 95"):

@@ -129,6 +129,7 @@ def answer(
         "loss_curve": {str(t): float(fc.loss[t]) for t in sorted({0, fc.steps // 4, fc.steps // 2, fc.steps})},
         **({"subset_chosen": fc.details["subset_chosen"]} if "subset_chosen" in fc.details else {}),
         **({"ntk_chosen": fc.details["ntk_chosen"]} if "ntk_chosen" in fc.details else {}),
+        **({"heldout": fc.details["heldout"]} if "heldout" in fc.details else {}),
     }
     if target_loss is not None:
         res["steps_to_loss"] = {"tau": target_loss, "answer": fc.steps_to_loss(target_loss), "plain": plain.steps_to_loss(target_loss)}
@@ -161,6 +162,15 @@ def render(res: Mapping[str, Any]) -> str:
         lines.append(
             f"  cost: the fine-tune ≈ {cost['train_seconds_estimate']:.1f} s here ({res['steps']} steps × {cost['train_step_seconds'] * 1e3:.1f} ms, "
             f"3 timed steps); the forecast, {than} (target {cost['target']:g}× cheaper: {verdict})"
+        )
+    if res.get("heldout"):
+        g = [r for r in res["heldout"]["gaps"] if r["used"]]
+        left = [r["step"] for r in res["heldout"]["gaps"] if not r["used"]]
+        lines.append(
+            f"  subset optimism: the {res['n_used']} fitted samples' loss is moved by half its generalization gap, measured on "
+            f"{res['heldout']['samples']} held-out samples at steps {', '.join(str(r['step']) for r in g)} (gap at step {g[-1]['step']}: "
+            f"{g[-1]['loss_gap']:+.4f} loss)"
+            + (f"; not at steps {', '.join(map(str, left))}, where the network has left its linearization" if left else "")
         )
     sc = res["steps_to_converge"]
     lines.append(
