@@ -12,7 +12,7 @@ import pandera.polars as pa
 from pandera.api.polars.types import PolarsData
 import polars as pl
 
-from prenet.names import CORPUS_OPTIMIZERS, DIRECTIONS, FAMILIES, LAYER_OPS, LAYER_OPTIMIZERS, LOSSES, OPTIMIZERS, PRECISIONS, SCHEDULES
+from prenet.names import CORPUS_OPTIMIZERS, DIRECTIONS, FAMILIES, LAYER_OPS, LAYER_OPTIMIZERS, LOSSES, NTK_METHODS, OPTIMIZERS, PRECISIONS, SCHEDULES
 
 
 def _is_finite(data: PolarsData) -> pl.LazyFrame:
@@ -236,7 +236,7 @@ class ForecastRuns(pa.DataFrameModel):
 
     config_id: str = pa.Field(unique=True)
     dynamics: str = pa.Field(isin=["ode", "sde"])
-    ntk_method: str = pa.Field(isin=["exact", "projection"])
+    ntk_method: str = pa.Field(isin=[m for m in NTK_METHODS if m != "auto"])  # the estimator auto resolved to
     n_used: int = pa.Field(ge=1)
     plain_seconds: float = pa.Field(ge=0)
     ode_seconds: float = pa.Field(ge=0, nullable=True)  # null: the ODE variant was not run (convergence.forecast.also_ode)
