@@ -52,6 +52,13 @@ def test_answer_gives_the_default_and_both_variants(tmp_path):
     assert "chosen: samples: all 48 samples" in text and "; kernel: the " in text  # what the default chose, and why
     sub = render(answer(task, opt, eps=0.1, pretrained=tmp_path / "pt", subset=16))
     assert "subset optimism: the 16 fitted samples' loss is moved by half its generalization gap, measured on 32 held-out" in sub
+    left = {"task": "t", "n_params": 10, "n_train": 40, "loss": "cross_entropy", "lr": 0.1, "momentum": 0.0, "batch_size": 8, "steps": 100}
+    left |= {"dynamics": "sde", "ntk": "exact", "n_used": 8, "seconds": 1.0, "variant": "plain", "loss_curve": {"0": 1.0}, "drift": None}
+    left |= {"steps_to_converge": {"eps": 0.1, "answer": 50, "plain": 50}, "heldout": {"samples": 32, "gaps": []}}
+    left["heldout"]["gaps"] = [{"step": s, "loss_gap": 0.1, "off_linear": o, "used": o <= 0.5} for s, o in ((0, 0.0), (25, 0.3), (100, 0.9))]
+    text = render(left)
+    assert "measured on 32 held-out samples at steps 0, 25 (gap at step 25: +0.1000 loss); not at steps 100, where" in text
+    assert "caution: from step 100 the network at the forecast's weights is 0.90 of its move away from the linearized outputs" in text
     probed = answer(task, opt, eps=0.1, pretrained=tmp_path / "pt", correction="probe")
     assert probed["variant"] in ("plain", "corrected") and "kernel drift after a" in render(probed)
     with pytest.raises(PrenetError, match="target accuracy = 95"):

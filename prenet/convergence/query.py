@@ -172,6 +172,12 @@ def render(res: Mapping[str, Any]) -> str:
             f"{g[-1]['loss_gap']:+.4f} loss)"
             + (f"; not at steps {', '.join(map(str, left))}, where the network has left its linearization" if left else "")
         )
+        off = [r for r in res["heldout"]["gaps"] if not r["used"]]
+        if off:
+            lines.append(
+                f"  caution: from step {off[0]['step']} the network at the forecast's weights is {off[0]['off_linear']:.2f} of its move away "
+                "from the linearized outputs: fine-tuning leaves the linear regime there, and the forecast beyond it is uncertain"
+            )
     sc = res["steps_to_converge"]
     lines.append(
         f"  steps to converge (|L_t - L_T| <= {sc['eps']} (L_0 - L_T)): {sc['answer'] if sc['answer'] is not None else 'not within the horizon'}"
@@ -179,14 +185,22 @@ def render(res: Mapping[str, Any]) -> str:
     if res.get("relinearized") is not None:
         done = [r for r in res["relinearized"] if r["drift"] is not None]
         skipped = [r for r in res["relinearized"] if r.get("skipped")]
-        where = ", ".join(f"step {r['step']} (drift {r['drift']:.3f})" for r in done) or (
-            "nowhere"
-            + ("" if skipped else f" (the kernel stayed within the drift threshold; largest drift measured {res.get('max_drift_sample') or 0.0:.3f})")
+        where = (
+            "at " + ", ".join(f"step {r['step']} (drift {r['drift']:.3f})" for r in done)
+            if done
+            else (
+                "nowhere"
+                + (
+                    ""
+                    if skipped
+                    else f" (the kernel stayed within the drift threshold; largest drift measured {res.get('max_drift_sample') or 0.0:.3f})"
+                )
+            )
         )
         if skipped:
             where += "; not re-linearized at " + ", ".join(f"step {r['step']} ({r['skipped']})" for r in skipped)
         lines.append(
-            f"  kernel followed along the forecast's trajectory, no training: re-linearized at {where}; "
+            f"  kernel followed along the forecast's trajectory, no training: re-linearized {where}; "
             f"drift over the horizon {res['drift']:.3f}; plain (static kernel): {sc['plain']}"
         )
     elif res["drift"] is not None:
