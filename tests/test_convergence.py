@@ -600,6 +600,24 @@ def test_layer_jacobian_equals_vmap_jacrev_on_every_covered_layer():
         both = sum(r @ r.T for r in (jacobian(model, x, logit_weights=w, by_layer=False) for w in V))
         assert torch.allclose(per_sample.layer_gram(model, x, logit_weights=V, summed=True), both, atol=1e-4, rtol=1e-4)
     assert not per_sample.covers(nn.Sequential(nn.Linear(4, 3), nn.LayerNorm(3)).eval())
+
+    class Twice(nn.Module):  # one Linear applied twice per forward: covered layers, but not the batched way
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lin(torch.tanh(self.lin(x)))
+
+    twice, xt = Twice().eval(), torch.randn(6, 3)
+    assert per_sample.covers(twice)
+    with pytest.raises(per_sample.NotCovered, match="more than once"):
+        jacobian(twice, xt, by_layer=True)
+    ref = jacobian(twice, xt, by_layer=False)
+    assert torch.allclose(jacobian(twice, xt), ref) and np.allclose(
+        empirical_ntk(twice, xt, method="exact").theta, (ref @ ref.T).double().numpy(), atol=1e-5
+    )
+    assert empirical_ntk(twice, xt, method="kron").theta.shape == (18, 18)
     assert not per_sample.covers(build("mlp", image_size=8, classes=3).train())
 
 

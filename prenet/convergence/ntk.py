@@ -135,7 +135,11 @@ def jacobian(
     samples; ``by_layer`` True/False forces one way (None: by layer where covered). With ``logit_weights`` v (C), the
     Jacobian of v·f instead (N × P)."""
     if by_layer or (by_layer is None and per_sample.covers(model)):
-        return per_sample.layer_jacobian(model, x, logit_weights=logit_weights)
+        try:
+            return per_sample.layer_jacobian(model, x, logit_weights=logit_weights)
+        except per_sample.NotCovered:
+            if by_layer:
+                raise
     f, params = _functional(model)
 
     def single(p: dict, xi: torch.Tensor) -> torch.Tensor:
@@ -174,7 +178,10 @@ def exact_gram(model: nn.Module, x: torch.Tensor, *, chunk: int = 64) -> torch.T
     """Θ = J Jᵀ (N·C × N·C float32): layer by layer (:func:`prenet.convergence.per_sample.layer_gram`, no J for
     factorizing layers) where the network is covered, else from ``vmap(jacrev)``'s J."""
     if per_sample.covers(model):
-        return per_sample.layer_gram(model, x)
+        try:
+            return per_sample.layer_gram(model, x)
+        except per_sample.NotCovered:
+            pass
     return gram(jacobian(model, x, chunk=chunk, by_layer=False))
 
 
@@ -193,9 +200,11 @@ def class_averaged_ntk(
     g = torch.Generator().manual_seed(seed)
     c = c or int(outputs(model, x[:1]).shape[1])
     V = (torch.randint(0, 2, (probes, c), generator=g) * 2 - 1).to(x.dtype)
-    if per_sample.covers(model):  # one forward, a backward per probe
-        K = per_sample.layer_gram(model, x, logit_weights=V, summed=True)
-    else:
+    try:
+        if not per_sample.covers(model):
+            raise per_sample.NotCovered("not made of covered layers")
+        K = per_sample.layer_gram(model, x, logit_weights=V, summed=True)  # one forward, a backward per probe
+    except per_sample.NotCovered:
         K = sum(gram(jacobian(model, x, chunk=chunk, logit_weights=v, by_layer=False)) for v in V)
     return np.kron((K / (probes * c)).double().cpu().numpy(), np.eye(c))
 

@@ -21,6 +21,10 @@ from torch.nn import functional as F
 _LAYERS = (nn.Linear, nn.Conv2d, nn.BatchNorm2d)
 
 
+class NotCovered(ValueError):
+    """The network is not made of covered layers, each called once per forward (the caller falls back to ``vmap``)."""
+
+
 def covers(model: nn.Module) -> bool:
     """Whether every parameter of ``model`` belongs to a covered layer (Linear, one-group Conv2d, eval-mode BatchNorm2d
     with running statistics) that owns it directly, with no parameter shared between layers."""
@@ -31,7 +35,7 @@ def covers(model: nn.Module) -> bool:
         own = list(m.parameters(recurse=False))
         if not own:
             continue
-        if not isinstance(m, _LAYERS):
+        if type(m) not in _LAYERS:  # exactly these: a subclass may run another forward
             return False
         if isinstance(m, nn.Conv2d) and (m.groups != 1 or m.padding_mode != "zeros" or isinstance(m.padding, str)):
             return False
@@ -73,9 +77,8 @@ def gram(J: torch.Tensor, block: int = 128) -> torch.Tensor:
 
 def _passes(model: nn.Module, x: torch.Tensor, logit_weights: torch.Tensor | None, chunk: int) -> tuple[list[nn.Module], dict, dict]:
     """One batched forward and one batched backward per output combination (the C unit vectors, or the rows of
-    ``logit_weights``, C or R × C),
-    per chunk of samples: (parameterized layers, their inputs (N leading), their output gradients (N × R leading, R the
-    combinations))."""
+    ``logit_weights``, C or R × C), per chunk of samples: (parameterized layers, their inputs (N leading), their output
+    gradients (N × R leading, R the combinations)). Raises :class:`NotCovered` when a layer runs twice in a forward."""
     mods = [m for m in model.modules() if list(m.parameters(recurse=False))]
     ins: dict[nn.Module, list[torch.Tensor]] = {m: [] for m in mods}
     grads: dict[nn.Module, list[torch.Tensor]] = {m: [] for m in mods}
@@ -83,7 +86,7 @@ def _passes(model: nn.Module, x: torch.Tensor, logit_weights: torch.Tensor | Non
 
     def keep(m: nn.Module, args: tuple, out: torch.Tensor) -> None:
         if m in outs:
-            raise ValueError(f"{type(m).__name__} is called more than once per forward")
+            raise NotCovered(f"{type(m).__name__} is called more than once per forward")
         ins[m].append(args[0].detach())
         outs[m] = out
 
