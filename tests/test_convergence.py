@@ -621,7 +621,7 @@ def test_layer_jacobian_equals_vmap_jacrev_on_every_covered_layer():
     assert not per_sample.covers(build("mlp", image_size=8, classes=3).train())
 
 
-def test_a_subset_forecast_moves_by_half_its_measured_generalization_gap():
+def test_a_subset_forecast_moves_by_half_its_measured_generalization_gap(monkeypatch):
     """issue 30: a subset's own loss is optimistic (its samples are the ones fitted), the same network's loss on samples
     outside it pessimistic. ``trajectory`` with ``heldout`` measures the gap at the linearized weights along the steps and
     answers their midpoint (the curve moved by half the gap); the dynamics themselves are the same as without it (checkpoints
@@ -652,3 +652,11 @@ def test_a_subset_forecast_moves_by_half_its_measured_generalization_gap():
     L1, _, _, _, gaps = trajectory("sde", model, xs, ys, theta, F0, **kw, heldout=(x[rest], y[rest]))
     assert [g["used"] for g in gaps] == [True, True, True, False, False] and gaps[-1]["off_linear"] > 0.5
     assert np.allclose(L1[30:], L0[30:] + 0.5 * gaps[2]["loss_gap"], atol=1e-9)
+    # once off, always off: a later gap whose offset reads small again against a grown move is not used either
+    from prenet.convergence import forecaster
+
+    offs = iter([0.0, 0.2, 0.9, 0.3, 0.1])
+    real_gap = forecaster._gap
+    monkeypatch.setattr(forecaster, "_gap", lambda *a, **k: {**real_gap(*a, **k), "used": next(offs) <= forecaster.HELDOUT_MAX_OFF_LINEAR})
+    flags = [g["used"] for g in trajectory("sde", model, xs, ys, theta, F0, **kw, heldout=(x[rest], y[rest]))[4]]
+    assert flags == [True, True, False, False, False]

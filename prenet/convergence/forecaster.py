@@ -306,7 +306,8 @@ def trajectory(
     at the end, the linearized network's weights are set on a copy and its loss and accuracy gaps (held-out minus fitted)
     measured; the curves move by half the gap, interpolated linearly in steps: the midpoint of the fitted samples'
     (optimistic) and the held-out samples' (pessimistic) curves, ``docs/convergence.md``. A gap whose network has left
-    the linearization (``HELDOUT_MAX_OFF_LINEAR``) is recorded, not used; the last usable one holds beyond it.
+    the linearization (``HELDOUT_MAX_OFF_LINEAR``) is recorded, not used, nor is any later one (the offset outlives the
+    re-linearizations, while the move it is measured against keeps growing); the last usable one holds beyond it.
     Also returns one record per such point (:func:`_gap`; empty without ``heldout``)."""
     n, c = F0.shape
     stops = sorted({int(round(f * steps)) for f in at if 0 < int(round(f * steps)) < steps})
@@ -378,6 +379,8 @@ def trajectory(
                 state.rekernel(theta)
             records.append(rec)
     L, A = dynamics.path_means(np.vstack(Ls), np.vstack(As), state, y, loss)
+    for i in range(1, len(gaps)):  # once off the linearization, the offset persists: a shrinking share of a growing move
+        gaps[i]["used"] = gaps[i]["used"] and gaps[i - 1]["used"]
     used = [g for g in gaps if g["used"]]
     if len(used) > 1:  # the midpoint of the fitted and the held-out samples (step 0: the mean of the two samples)
         t = np.arange(len(L))
