@@ -244,6 +244,13 @@ def _move(model: nn.Module, x: torch.Tensor, D: np.ndarray) -> None:
     model.zero_grad(set_to_none=True)
 
 
+def _moved_copy(model: nn.Module, x: torch.Tensor, D: np.ndarray) -> nn.Module:
+    """A copy of ``model`` moved as the linearized network moves under ``D`` (:func:`_move`); ``model`` is untouched."""
+    cand = copy.deepcopy(model)
+    _move(cand, x, D)
+    return cand
+
+
 def _gap(
     step: int, net: nn.Module, x: torch.Tensor, y: np.ndarray, heldout: tuple[torch.Tensor, np.ndarray], loss: str, F_lin: np.ndarray, F0: np.ndarray
 ) -> dict:
@@ -350,8 +357,7 @@ def trajectory(
             D_acc += D
             cand = None
             if b in checks and np.isfinite(L).all():
-                cand = copy.deepcopy(work)
-                _move(cand, x, D_acc)
+                cand = _moved_copy(work, x, D_acc)
                 gaps.append(_gap(b, cand, x, y, heldout, loss, state.F.mean(0), F0))
             if b == steps or b not in relin_at or not np.isfinite(L).all():
                 continue
@@ -365,8 +371,7 @@ def trajectory(
                 records.append({"step": b, "drift_sample": None, "drift": None, "skipped": "dearer than the fine-tune"})
                 continue
             if cand is None:
-                cand = copy.deepcopy(work)
-                _move(cand, x, D_acc)
+                cand = _moved_copy(work, x, D_acc)
             t_k = time.perf_counter()
             sample = empirical_ntk(cand, x[:s], method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
             t_sample = time.perf_counter() - t_k
@@ -514,7 +519,7 @@ def forecast(
         raise PrenetError(f"targets hold class {int(y_all.max())} but the model has {C} outputs; give it a head with ≥ {y_all.max() + 1} outputs")
     ntk_chosen = None
     if ntk == "auto":  # the class-averaged kernel where it drops little of Θ (checked exactly on a few samples)
-        ntk, ntk_chosen = choose_estimator(model, inputs, proj_dim=proj_dim, max_bytes=max_bytes, seed=seed)
+        ntk, ntk_chosen = choose_estimator(model, inputs, proj_dim=proj_dim, max_bytes=max_bytes, seed=seed, c=C)
     cost: dict = {}
     budget = None
     if cost_target is not None:  # the fine-tune's cost on this machine, from 3 timed real steps: the forecast's budget

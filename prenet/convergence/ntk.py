@@ -225,12 +225,13 @@ def kron_dropped_share(theta: np.ndarray, c: int) -> float:
     return relative_error(np.kron(K, np.eye(c)), theta)
 
 
-def choose_estimator(model: nn.Module, x: torch.Tensor, *, proj_dim: int, max_bytes: int, seed: int = 0) -> tuple[str, str]:
+def choose_estimator(model: nn.Module, x: torch.Tensor, *, proj_dim: int, max_bytes: int, seed: int = 0, c: int | None = None) -> tuple[str, str]:
     """The ``auto`` estimator for the samples ``x`` (all the forecast may use): (``kron`` or ``auto``, why). ``kron`` when the
     share of Θ it drops (:func:`kron_dropped_share`), measured with the exact kernel on a seeded
     ⌊``KRON_CHECK_ROWS``/C⌋ samples (at least 2, at most 16), is ≤ ``KRON_MAX_DROPPED``; ``auto`` (exact or projection,
-    :func:`resolve_method`) for a single output, or when even that check does not fit in ``max_bytes``."""
-    c = int(outputs(model, x[:1]).shape[1])
+    :func:`resolve_method`) for a single output, or when even that check does not fit in ``max_bytes``. ``c``: the number
+    of outputs, when the caller has it."""
+    c = c or int(outputs(model, x[:1]).shape[1])
     if c == 1:
         return "auto", "one output: the full kernel"
     n = min(len(x), 16, max(2, KRON_CHECK_ROWS // c))
