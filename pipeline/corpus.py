@@ -1,5 +1,5 @@
 """Stage ``corpus``: the early-success run corpus — short training runs with telemetry, over sampled
-hyperparameters enriched near the success/failure boundary. Resumable (fsync'ed JSONL shards) and parallel
+hyperparameters enriched near the success/failure boundary and at late take-off. Resumable (fsync'ed JSONL shards) and parallel
 (``outcome.corpus.workers`` processes of ``threads`` threads each)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.shard_files import read_shards
 from prenet.data.split_rule import assign_frame
 from prenet.datasets import require_datasets
-from prenet.outcome.generator import SOURCE_DATASET, RunSpec, domain_data, is_failure, plan_domain, train_run
+from prenet.outcome.generator import SOURCE_DATASET, RunResult, RunSpec, domain_data, is_failure, plan_domain, train_run
 from prenet.telemetry.recorder import telemetry_schema
 
 _DATA: dict = {}
@@ -71,7 +71,7 @@ def _run_all(items: list[tuple[RunSpec, str]], done: dict, shard_dir: Path, cfg:
 
 def corpus_plan(cfg: DictConfig, results: dict[str, tuple[float, bool]] | None = None) -> list[tuple[RunSpec, str]]:
     """Every planned run of the configured domains as (spec, phase): the prior runs only without ``results``, all
-    runs (prior, then boundary) with the prior runs' (final accuracy, diverged) by run id. Deterministic in the seed."""
+    runs (prior, then boundary and take-off) with the prior runs' :func:`prior_results`. Deterministic in the seed."""
     c = cfg.outcome.corpus
     space = OmegaConf.to_container(c.space, resolve=True)
     kw = dict(
@@ -80,13 +80,21 @@ def corpus_plan(cfg: DictConfig, results: dict[str, tuple[float, bool]] | None =
         epochs=int(c.epochs),
         seed=int(cfg.seed),
         failure_fraction=float(cfg.outcome.failure_fraction),
+        takeoff_runs=int(c.takeoff_runs),
+        takeoff_below=float(c.takeoff_below),
     )
     return [it for d in c.domains for it in plan_domain(str(d), space, prior_results=results, **kw)]
 
 
-def prior_results(done: dict[str, dict]) -> dict[str, tuple[float, bool]]:
-    """(final test accuracy, diverged) by run id, from finished run results (what boundary planning needs)."""
-    return {k: (v["final_test_accuracy"], v["diverged"]) for k, v in done.items()}
+def prior_results(done: dict[str, dict], epoch: int) -> dict[str, RunResult]:
+    """(final test accuracy, diverged, validation accuracy at ``epoch``; NaN when not recorded) by run id, from
+    finished run results: what the boundary and take-off planning need."""
+
+    def early(rows: list[dict]) -> float:
+        v = next((r.get("val_accuracy") for r in rows if r.get("epoch") == epoch), None)
+        return float(v) if v is not None else float("nan")
+
+    return {k: (v["final_test_accuracy"], v["diverged"], early(v["rows"])) for k, v in done.items()}
 
 
 def corpus_tables(plan: list[tuple[RunSpec, str]], done: dict[str, dict], cfg: DictConfig) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -194,7 +202,7 @@ def read_vendored(cfg: DictConfig) -> dict:
 
 def corpus(cfg: DictConfig) -> dict:
     """The early-success corpus: the vendored one (``outcome.corpus.source=vendored``, :func:`read_vendored`), or every
-    planned run trained here (prior phase, then boundary phase). Writes ``paths.outcome_runs``,
+    planned run trained here (prior phase, then the boundary and take-off runs planned from it). Writes ``paths.outcome_runs``,
     ``paths.outcome_telemetry`` and ``metrics/corpus.json``."""
     c = cfg.outcome.corpus
     Path(cfg.paths.outcome_shards).mkdir(parents=True, exist_ok=True)  # a declared output, empty when vendored
@@ -210,8 +218,8 @@ def corpus(cfg: DictConfig) -> dict:
     done = {r["run_id"]: r for r in read_shards(shard_dir)}
     t0 = time.monotonic()
     _run_all(corpus_plan(cfg), done, shard_dir, cfg, "corpus (prior)")
-    plan = corpus_plan(cfg, prior_results(done))
-    _run_all(plan, done, shard_dir, cfg, "corpus (boundary)")
+    plan = corpus_plan(cfg, prior_results(done, int(c.takeoff_epoch)))
+    _run_all(plan, done, shard_dir, cfg, "corpus (boundary, take-off)")
     df, tel = corpus_tables(plan, done, cfg)
     write_artifact(df, cfg, "outcome_runs")
     write_artifact(tel, cfg, "outcome_telemetry")

@@ -120,9 +120,21 @@ def test_plan_is_deterministic_and_enriches_after_the_prior():
     assert len(p1) == 5 and [s.run_id for s, _ in p1] == [
         s.run_id for s, _ in plan_domain("mlp_digits", space, n_runs=10, prior_fraction=0.5, epochs=15, seed=0)
     ]
-    results = {s.run_id: (0.9 if i % 2 else 0.05, False) for i, (s, _) in enumerate(p1)}
+    results = {s.run_id: (0.9 if i % 2 else 0.05, False, 0.1 if i < 4 else 0.6) for i, (s, _) in enumerate(p1)}
     full = plan_domain("mlp_digits", space, n_runs=10, prior_fraction=0.5, epochs=15, seed=0, prior_results=results)
     assert len(full) == 10 and [ph for _, ph in full[5:]] == ["boundary"] * 5
+    more = plan_domain("mlp_digits", space, n_runs=10, prior_fraction=0.5, epochs=15, seed=0, prior_results=results, takeoff_runs=3)
+    assert more[:10] == full and [ph for _, ph in more[10:]] == ["takeoff"] * 3  # adding take-off runs keeps the others
+    # the take-off runs interpolate between the slow starters (epoch-2 accuracy 0.1): runs 0 and 2 failed, 1 and 3 bloomed
+    slow = [p1[i][0] for i in range(4)]
+    for s, _ in more[10:]:
+        lo, hi = min(x.init_scale for x in slow), max(x.init_scale for x in slow)
+        assert lo / (hi / lo) ** 0.1 <= s.init_scale <= hi * (hi / lo) ** 0.1 and s.width in {x.width for x in slow}
+    # without a slow starter that failed, the first half has no pair: the prior answers there, and says so; the
+    # second half interpolates between the two that took off
+    quick = {k: (v[0], v[1], 0.6 if v[0] < 0.5 else v[2]) for k, v in results.items()}
+    alone = plan_domain("mlp_digits", space, n_runs=10, prior_fraction=0.5, epochs=15, seed=0, prior_results=quick, takeoff_runs=2)
+    assert [ph for _, ph in alone[10:]] == ["prior", "takeoff"] and alone[11][0].width in (p1[1][0].width, p1[3][0].width)
 
 
 @pytest.mark.skipif(not datasets.fashion_mnist_available(), reason="dataset-fashion-mnist not installed (make install)")
@@ -212,6 +224,38 @@ def test_outcome_stages_and_api(tiny_run):
         predict(table, schedule="linear", models_dir=cfg.paths.outcome_models)
     with pytest.warns(UserWarning, match="unknown domain"):
         assert predict(table, domain="vit_imagenet", models_dir=cfg.paths.outcome_models).scope == "unknown"
+
+
+def test_resume_corpus_reuses_a_corpus_and_refuses_other_settings(tiny_run, tmp_path, capsys):
+    import importlib.util
+
+    from conftest import tiny_overrides
+
+    from pipeline.config import compose
+    from pipeline.corpus import corpus
+
+    _, cfg, _ = tiny_run
+    runs, tel = pl.read_parquet(cfg.paths.outcome_runs), pl.read_parquet(cfg.paths.outcome_telemetry)
+    assert runs.height == 2 * (8 + 2)  # tiny: 2 domains × (8 runs + 2 take-off runs)
+    src = tmp_path / "vendored"
+    src.mkdir()
+    runs.drop("split").write_parquet(src / "runs.parquet")
+    tel.write_parquet(src / "telemetry.parquet")
+    (src / "provenance.json").write_text("{}")
+    spec = importlib.util.spec_from_file_location("resume_corpus", Path(__file__).parents[1] / "scripts" / "resume_corpus.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    other = tmp_path / "other"
+    assert mod.main(["--from", str(src), *tiny_overrides(other, "outcome.corpus.space.widths=[32]")]) == 2
+    assert "not planned by this configuration" in capsys.readouterr().err
+    new = tmp_path / "new"
+    assert mod.main(["--from", str(src), *tiny_overrides(new)]) == 0
+    assert f"{runs.height} runs of" in capsys.readouterr().out
+    cfg2 = compose(tiny_overrides(new))
+    corpus(cfg2)  # every planned run is in the seeded shard: nothing is trained again
+    again = pl.read_parquet(cfg2.paths.outcome_runs).sort("run_id")
+    assert again["final_test_accuracy"].to_list() == runs.sort("run_id")["final_test_accuracy"].to_list()
+    assert again["wall_seconds"].to_list() == runs.sort("run_id")["wall_seconds"].to_list()
 
 
 def test_outcome_cli(tiny_run, tmp_path, capsys):

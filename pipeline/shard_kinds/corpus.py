@@ -1,5 +1,5 @@
-"""The early-success corpus: ``corpus_prior``, then ``corpus_boundary`` (its runs planned from the merged prior results,
-exactly as the ``corpus`` stage plans them)."""
+"""The early-success corpus: ``corpus_prior``, then ``corpus_boundary`` (its boundary and take-off runs planned from the
+merged prior results, exactly as the ``corpus`` stage plans them)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,11 @@ def _corpus_boundary_items(cfg: DictConfig) -> list[tuple[str, Any]]:
 
     prior = read_merged(cfg, "corpus_prior")
     first = {s.run_id for s, _ in corpus_plan(cfg)}
-    return [(s.run_id, (s.__dict__, phase)) for s, phase in corpus_plan(cfg, prior_results(prior)) if s.run_id not in first]
+    return [
+        (s.run_id, (s.__dict__, phase))
+        for s, phase in corpus_plan(cfg, prior_results(prior, int(cfg.outcome.corpus.takeoff_epoch)))
+        if s.run_id not in first
+    ]
 
 
 def _corpus_initargs(cfg: DictConfig) -> tuple:
@@ -59,7 +63,7 @@ def corpus_from_merged(cfg: DictConfig) -> tuple[pl.DataFrame, pl.DataFrame]:
     from pipeline.corpus import corpus_plan, corpus_tables, prior_results
 
     done = {**read_merged(cfg, "corpus_prior"), **read_merged(cfg, "corpus_boundary")}
-    plan = corpus_plan(cfg, prior_results({k: v for k, v in read_merged(cfg, "corpus_prior").items()}))
+    plan = corpus_plan(cfg, prior_results(read_merged(cfg, "corpus_prior"), int(cfg.outcome.corpus.takeoff_epoch)))
     missing = [s.run_id for s, _ in plan if s.run_id not in done]
     if missing:
         raise PrenetError(

@@ -27,6 +27,12 @@ Sampling (documented method, ``sample_configs``):
   draws log init scale, log weight decay, log training-set size and label noise between theirs (±10 % of the
   span for the log ones), takes the optimizer with its learning rate from one of the two (log lr interpolated
   when both share the optimizer), and each other discrete setting from one of the two at random — so new runs land between the regions that succeed and fail.
+* enrichment at late take-off (**take-off interpolation**, issue 29): ``takeoff_runs`` further runs per domain, each
+  the same interpolation, between prior runs that were still near chance (validation accuracy below
+  ``takeoff_below``) at epoch ``takeoff_epoch``: the first half between one that then failed and one that succeeded
+  (a take-off), the second half between two take-offs — so the corpus holds many runs whose first epochs look alike
+  and whose ends differ. The prior alone gives a domain about 10 such take-offs among 300 runs, and the first half
+  alone lands 7 % of its runs there.
 """
 
 from __future__ import annotations
@@ -342,6 +348,14 @@ def is_failure(final_test_accuracy: float, diverged: bool, threshold: float) -> 
     return bool(diverged or final_test_accuracy < threshold)
 
 
+#: (final test accuracy, diverged, validation accuracy at the take-off epoch — NaN when unknown) of a finished run
+RunResult = tuple[float, bool, float]
+
+
+def _pick_pair(rng: np.random.Generator, a: list[RunSpec], b: list[RunSpec]) -> tuple[RunSpec, RunSpec]:
+    return a[rng.integers(len(a))], b[rng.integers(len(b))]
+
+
 def plan_domain(
     domain: str,
     space: Mapping[str, Any],
@@ -350,29 +364,40 @@ def plan_domain(
     prior_fraction: float,
     epochs: int,
     seed: int,
-    prior_results: Mapping[str, tuple[float, bool]] | None = None,
+    prior_results: Mapping[str, RunResult] | None = None,
     failure_fraction: float = 0.5,
+    takeoff_runs: int = 0,
+    takeoff_below: float = 0.2,
 ) -> list[tuple[RunSpec, str]]:
     """The runs of one domain, as (spec, phase). The first ⌈prior_fraction · n_runs⌉ come from the prior; the
-    rest are boundary interpolations between prior runs, which needs ``prior_results`` (run_id → (final test
-    accuracy, diverged)); without it, only the prior runs are returned. Deterministic in (domain, seed, results)."""
+    rest of the ``n_runs`` are boundary interpolations between prior runs, then ``takeoff_runs`` take-off
+    interpolations (module docstring); both need ``prior_results`` (run_id → :data:`RunResult`); without it, only
+    the prior runs are returned. Where a domain's prior has no pair to interpolate between, the run comes from the
+    prior instead. Deterministic in (domain, seed, results)."""
     import zlib
 
     n_prior = min(n_runs, max(1, math.ceil(prior_fraction * n_runs)))
     base = [seed, zlib.crc32(domain.encode())]
     prior = [sample_prior(domain, space, np.random.default_rng([*base, i]), seed=seed * 100_000 + i, epochs=epochs) for i in range(n_prior)]
     out = [(s, "prior") for s in prior]
-    if prior_results is None or n_prior == n_runs:
+    if prior_results is None or n_prior == n_runs + takeoff_runs:
         return out
     done = [(s, prior_results[s.run_id]) for s in prior if s.run_id in prior_results]
-    accs = [a for _, (a, _) in done]
+    accs = [r[0] for _, r in done]
     thr = failure_fraction * float(np.quantile(accs, 0.9)) if accs else 0.0
-    failed = [s for s, (a, d) in done if is_failure(a, d, thr)]
-    good = [s for s, (a, d) in done if not is_failure(a, d, thr)]
-    for i in range(n_prior, n_runs):
+    failed = [s for s, r in done if is_failure(r[0], r[1], thr)]
+    good = [s for s, r in done if not is_failure(r[0], r[1], thr)]
+    slow = [(s, r) for s, r in done if not r[1] and r[2] < takeoff_below]  # NaN (unknown) is never slow
+    stalled = [s for s, r in slow if is_failure(r[0], r[1], thr)]
+    bloomed = [s for s, r in slow if not is_failure(r[0], r[1], thr)]
+    for i in range(n_prior, n_runs + takeoff_runs):
         rng = np.random.default_rng([*base, i])
-        if failed and good:
-            out.append((sample_between(failed[rng.integers(len(failed))], good[rng.integers(len(good))], rng, seed=seed * 100_000 + i), "boundary"))
+        if i < n_runs:
+            pool, phase = (failed, good), "boundary"
+        else:  # the first half of the take-off runs between a stall and a take-off, the second between two take-offs
+            pool, phase = ((stalled, bloomed) if i < n_runs + math.ceil(takeoff_runs / 2) else (bloomed, bloomed)), "takeoff"
+        if pool[0] and pool[1]:
+            out.append((sample_between(*_pick_pair(rng, *pool), rng, seed=seed * 100_000 + i), phase))
         else:
             out.append((sample_prior(domain, space, rng, seed=seed * 100_000 + i, epochs=epochs), "prior"))
     return out
