@@ -181,6 +181,18 @@ def test_scores():
     assert d["difference"] > 0 and d["p_value"] < 0.05
 
 
+def test_r2_by_phase_scores_each_phase_and_the_corpus_without_take_off():
+    from prenet.outcome.crossval import r2_by_phase
+
+    y = np.linspace(0.1, 0.9, 60)
+    runs = pl.DataFrame({"final_test_accuracy": y, "phase": ["prior"] * 20 + ["boundary"] * 20 + ["takeoff"] * 20})
+    pred = y.copy()
+    pred[40:] = 0.5  # the take-off runs answered with a constant
+    out = r2_by_phase(runs, pred)
+    assert out["prior"] == out["boundary"] == out["without_takeoff"] == 1.0 and out["takeoff"] < 0
+    assert set(r2_by_phase(runs[:45], pred[:45])) == {"prior", "boundary", "without_takeoff"}  # 5 take-off runs: too few
+
+
 def test_interval_bands_widen_an_undecided_run_and_never_narrow_below_all_runs():
     from prenet.outcome.models import interval_bounds, residual_bands
 

@@ -62,7 +62,8 @@ def leave_group_out(
     """Fit on the ``train`` runs whose ``column`` ≠ ``value``, score on the ``test`` runs with ``column`` = ``value``.
     The telemetry model answers with the domain masked when ``column`` is the domain (as for a user's unknown
     domain, with the pooled class cut points). Scores of the telemetry model, the loss/accuracy-only model and the
-    naive guess per epoch."""
+    naive guess per epoch, and the telemetry model's R² per corpus phase of the test runs (``telemetry_r2_by_phase``:
+    the prior samples users' settings; the boundary and take-off phases over-sample the hard cases on purpose)."""
     tr, te = train.filter(pl.col(column) != value), test.filter(pl.col(column) == value)
     if column == "domain":  # an unknown domain's relative class comes from the pooled cut points, as in predict()
         thresholds = {d: t for d, t in thresholds.items() if d != value}
@@ -71,17 +72,26 @@ def leave_group_out(
         res = {}
         for fs in ("telemetry", "loss_acc"):
             m = fit_targets(tr, telemetry, e, fs, params=params, seed=seed)
-            res[fs] = score_predictions(
-                te, predict_targets(m, te, telemetry, e, fs, known_domain=column != "domain"), n_boot, seed, thresholds, fallback
-            )
+            pred = predict_targets(m, te, telemetry, e, fs, known_domain=column != "domain")
+            res[fs] = score_predictions(te, pred, n_boot, seed, thresholds, fallback)
+            if fs == "telemetry" and "phase" in te.columns:
+                res["telemetry_r2_by_phase"] = r2_by_phase(te, pred["final_test_accuracy"])
         res["naive"] = score_predictions(te, naive_guess(te, telemetry, e), n_boot, seed, thresholds, fallback)
         out[f"epoch_{e}"] = res
     return out
 
 
+def r2_by_phase(runs: pl.DataFrame, predicted: np.ndarray, min_runs: int = 20) -> dict[str, float]:
+    """R² of ``predicted`` final accuracy on each corpus phase of ``runs`` (with at least ``min_runs`` runs), and on
+    all but the take-off runs (``without_takeoff``: the corpus as it was before issue 29's take-off phase)."""
+    y, phase = runs["final_test_accuracy"].to_numpy(), runs["phase"].to_numpy()
+    masks = {str(p): phase == p for p in np.unique(phase)} | {"without_takeoff": phase != "takeoff"}
+    return {k: float(r2(y[m], np.asarray(predicted)[m])) for k, m in masks.items() if m.sum() >= min_runs}
+
+
 def mean_over_groups(result: dict, epoch: int, model: str, metric: str) -> float:
-    """Mean of ``metric`` over the held-out groups of :func:`leave_group_out` (NaN groups skipped)."""
-    vals = [g[f"epoch_{epoch}"][model][metric] for g in result.values() if f"epoch_{epoch}" in g]
+    """Mean of ``metric`` over the held-out groups of :func:`leave_group_out` (NaN or missing groups skipped)."""
+    vals = [g[f"epoch_{epoch}"][model].get(metric, float("nan")) for g in result.values() if f"epoch_{epoch}" in g]
     vals = [v for v in vals if np.isfinite(v)]
     return float(np.mean(vals)) if vals else float("nan")
 

@@ -447,8 +447,15 @@ def _outcome(oc: dict, cp: dict, oo: dict | None = None) -> list[Row]:
     for name, key in (("leave-one-domain-out", "leave_one_domain_out"), ("leave-one-optimizer-out", "leave_one_optimizer_out")):
         if res := oc.get(key, {}):
             cells = "; ".join(f"{g}: {_ci(v.get('epoch_2', {}).get('telemetry', {}), 'r2')}" for g, v in res.items())
-            if key == "leave_one_domain_out" and oc.get("summary", {}).get("lodo_mean_r2_epoch2") is not None:
-                cells += f"; mean {oc['summary']['lodo_mean_r2_epoch2']:.3f} (target ≥ 0.8)"
+            summ = oc.get("summary", {})
+            if key == "leave_one_domain_out" and summ.get("lodo_mean_r2_epoch2") is not None:
+                cells += f"; mean {summ['lodo_mean_r2_epoch2']:.3f} (target ≥ 0.8)"
+                by = {k: summ.get(f"lodo_mean_r2_epoch2_{k}") for k in ("prior", "without_takeoff", "takeoff")}
+                if by["prior"] is not None:
+                    cells += (
+                        f"; mean on the prior's runs {by['prior']:.3f}, on all but the take-off runs {by['without_takeoff']:.3f}, "
+                        f"on the take-off runs {by['takeoff']:.3f}"
+                    )
             rows.append((f"{name}: R² at epoch 2 (never saw the group; naive guess in outcome.json)" + _ref(oc, key), cells, "not published"))
     e2 = abl.get("epoch_2", {}).get("r2", {})
     if e2:
