@@ -193,6 +193,23 @@ def test_r2_by_phase_scores_each_phase_and_the_corpus_without_take_off():
     assert set(r2_by_phase(runs[:45], pred[:45])) == {"prior", "boundary", "without_takeoff"}  # 5 take-off runs: too few
 
 
+def test_take_off_model_learns_which_slow_runs_succeed(tiny_run):
+    from prenet.outcome.models import SLOW_BELOW, accuracy_at, domain_thresholds, fit_take_off, labels
+
+    _, cfg, _ = tiny_run
+    runs, tel = pl.read_parquet(cfg.paths.outcome_runs), pl.read_parquet(cfg.paths.outcome_telemetry)
+    lab = labels(runs, domain_thresholds(runs, 0.5, 3))
+    slow = accuracy_at(lab, tel, 1) < SLOW_BELOW
+    params = {"n_estimators": 5, "max_depth": 2, "learning_rate": 0.3, "subsample": 1.0, "colsample_bytree": 1.0, "max_bin": 16}
+    assert fit_take_off(lab, tel, 1, params=params, seed=0, min_runs=int(slow.sum()) + 1) is None  # too few slow runs
+    model, base = fit_take_off(lab, tel, 1, params=params, seed=0, min_runs=2)
+    assert base == pytest.approx(1 - lab.filter(pl.Series(slow))["failure"].mean())  # the share of slow runs that succeeded
+    from prenet.outcome.features import design
+
+    p = model.predict(design(tel, lab["run_id"].to_list(), 1, "telemetry"))
+    assert len(p) == lab.height and ((p >= 0) & (p <= 1)).all()
+
+
 def test_interval_bands_widen_an_undecided_run_and_never_narrow_below_all_runs():
     from prenet.outcome.models import interval_bounds, residual_bands
 
@@ -281,6 +298,8 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
 
     stuck = Outcome(0.3, (0.1, 0.85), 0.6, 0, [1.0, 0.0, 0.0], 2, "unknown", 2, None, accuracy_now=0.12, may_take_off=True)
     assert "may still take off    accuracy 0.12 now, but runs like it ended as high as 0.85" in render_outcome(stuck)
+    stuck.take_off_probability, stuck.take_off_base_rate = 0.62, 0.37
+    assert "accuracy 0.12 now, but 62 % of runs like it went on to succeed (of all runs this slow: 37 %)" in render_outcome(stuck)
     assert "take off" not in render_outcome(Outcome(0.9, (0.8, 1.0), 0.0, 2, [0, 0, 1.0], 2, "unknown", 2))
     assert main(["predict", "outcome", "--telemetry", str(tmp_path / "missing.csv"), "--models", cfg.paths.outcome_models]) == 2
     assert capsys.readouterr().err.startswith("error: telemetry file")

@@ -14,15 +14,13 @@ import polars as pl
 
 from prenet.outcome.evaluation import auc, paired_difference, r2, scores
 from prenet.outcome.features import GROUPS, feature_names
-from prenet.outcome.models import fit_targets, predict_targets, relative_class
+from prenet.outcome.models import accuracy_at, fit_targets, predict_targets, relative_class
 
 
 def naive_guess(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> dict[str, np.ndarray]:
     """The guess without a model: final accuracy = the validation accuracy at ``epoch`` (the train accuracy where no
     validation was recorded); failure score = 1 − that."""
-    tel = telemetry.filter(pl.col("epoch") == epoch).select("run_id", "val_accuracy", "train_accuracy")
-    g = runs.select("run_id", "domain").join(tel, on="run_id", how="left")
-    guess = g["val_accuracy"].fill_null(g["train_accuracy"]).fill_null(0.0).to_numpy().astype(float)
+    guess = accuracy_at(runs, telemetry, epoch)
     return {"final_test_accuracy": guess, "failure": 1.0 - guess}
 
 

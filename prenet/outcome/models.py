@@ -4,7 +4,9 @@ Targets: ``final_test_accuracy`` (regression), ``failure`` (binary; :func:`prene
 with each domain's threshold = ``failure_fraction`` × the 90th percentile of its development final accuracy),
 and ``relative_class`` (0/1/2 = tertile of final accuracy within the domain, cut points from the development set),
 which is not a model of its own: it is where the predicted accuracy falls among the domain's cut points, with
-probabilities from the out-of-fold residuals (:func:`relative_class`).
+probabilities from the out-of-fold residuals (:func:`relative_class`). Beside them, per epoch, the **take-off** model:
+the probability that a run still slow at that epoch (accuracy below :data:`SLOW_BELOW`) ends as a success, fitted on
+the slow development runs only (issue 29's late bloomers; :func:`fit_take_off`).
 One pooled model over all domains, with the domain as a feature (:mod:`prenet.outcome.features`). Models are saved as XGBoost JSON
 plus ``manifest.json`` (thresholds, cut points, feature names, residual quantiles): no pickle.
 """
@@ -24,6 +26,31 @@ from prenet.outcome.features import FEATURE_SETS, OPTIONAL_MASKS, design, featur
 
 #: What the fitted models predict; the relative class follows from the predicted accuracy (:func:`relative_class`).
 TARGETS = ("final_test_accuracy", "failure")
+#: A run is still slow at an epoch while its accuracy there (validation, else train) is below this: issue 29's late
+#: bloomer is slow at epoch 2 and ends at 0.8 or above.
+SLOW_BELOW = 0.5
+
+
+def accuracy_at(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> np.ndarray:
+    """Each run's accuracy at ``epoch``: validation where recorded, else train; 0 where the epoch is missing."""
+    tel = telemetry.filter(pl.col("epoch") == epoch).select("run_id", "val_accuracy", "train_accuracy")
+    g = runs.select("run_id").join(tel, on="run_id", how="left")
+    return g["val_accuracy"].fill_null(g["train_accuracy"]).fill_null(0.0).to_numpy().astype(float)
+
+
+def fit_take_off(
+    runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, params: dict, seed: int, min_runs: int = 20
+) -> tuple[Fitted, float] | None:
+    """The take-off model of ``epoch`` on labelled development ``runs``: among those still slow there
+    (:data:`SLOW_BELOW`), the probability of ending as a success (not a failure), from the telemetry features with the
+    same masked copies as the other models. Returns (model, base rate: the share of slow runs that took off), or None
+    with fewer than ``min_runs`` slow runs."""
+    slow = runs.filter(pl.Series(accuracy_at(runs, telemetry, epoch) < SLOW_BELOW))
+    if slow.height < min_runs:
+        return None
+    slow = slow.with_columns((1 - pl.col("failure")).alias("take_off"))
+    m = fit_targets(slow, telemetry, epoch, "telemetry", params=params, seed=seed, targets=("take_off",))["take_off"]
+    return m, float(slow["take_off"].mean())
 
 
 def domain_thresholds(runs: pl.DataFrame, failure_fraction: float, classes: int) -> dict[str, dict[str, Any]]:
@@ -84,7 +111,7 @@ class Fitted:
 
 
 def fit_one(target: str, X: np.ndarray, y: np.ndarray, params: dict, seed: int) -> Fitted:
-    if target == "failure" and len(np.unique(y)) == 1:
+    if target != "final_test_accuracy" and len(np.unique(y)) == 1:
         return Fitted(target, constant=float(y[0]))
     m = _model(target, params, seed)
     with warnings.catch_warnings():
@@ -234,10 +261,15 @@ def pooled_thresholds(thr: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def fit_epoch(item: tuple) -> tuple[int, dict, dict[str, list[float]]]:
     """One epoch's share of :func:`train_all` (picklable, for worker processes): ``item`` = (labelled runs,
-    telemetry, epoch, params, seed, folds). Returns (epoch, {(feature set, target): model}, out-of-fold residuals)."""
+    telemetry, epoch, params, seed, folds). Returns (epoch, {(feature set, target): model}, out-of-fold residuals and
+    the take-off base rate)."""
     runs, telemetry, e, params, seed, folds = item
     fitted = {(fs, t): m for fs in FEATURE_SETS for t, m in fit_targets(runs, telemetry, e, fs, params=params, seed=seed).items()}
-    return e, fitted, cv_residuals(runs, telemetry, e, params=params, seed=seed, folds=folds)
+    take_off = fit_take_off(runs, telemetry, e, params=params, seed=seed)
+    if take_off is not None:
+        fitted[("telemetry", "take_off")] = take_off[0]
+    res = cv_residuals(runs, telemetry, e, params=params, seed=seed, folds=folds)
+    return e, fitted, res | ({"take_off_base_rate": take_off[1]} if take_off is not None else {})
 
 
 def train_all(
@@ -267,9 +299,12 @@ def train_all(
     residuals: dict[str, list[float]] = {}
     banded: dict[str, dict[str, list]] = {}
     y = runs["final_test_accuracy"].to_numpy()
+    take_off: dict[str, float] = {}
     for e, fitted, res_by_kind in mapper(fit_epoch, [(runs, telemetry, e, params, seed, folds) for e in epochs]):
         for (fs, target), m in fitted.items():
             models[("pooled", e, fs, target)] = m
+        if "take_off_base_rate" in res_by_kind:
+            take_off[str(e)] = res_by_kind.pop("take_off_base_rate")
         for kind, res in res_by_kind.items():
             key = residual_key(e, kind == "stated")
             residuals[key] = res
@@ -293,6 +328,7 @@ def train_all(
         "domains": sorted(thr),
         "dev_runs": runs.height,
         "cv_folds": folds,
+        "take_off": {"slow_below": SLOW_BELOW, "base_rate": take_off},
     }
     return models, manifest
 
@@ -343,4 +379,12 @@ def load(folder: str | Path) -> tuple[dict, dict]:
                     m = xgb.XGBRegressor() if target == "final_test_accuracy" else xgb.XGBClassifier()
                     m.load_model(folder / f"{name}.json")
                     models[(scope, e, fs, target)] = Fitted(target, m)
+    for e in manifest.get("take_off", {}).get("base_rate", {}):  # the take-off models (telemetry only)
+        name = f"pooled__e{e}__telemetry__take_off"
+        if name in manifest["constants"]:
+            models[("pooled", int(e), "telemetry", "take_off")] = Fitted("take_off", constant=manifest["constants"][name])
+            continue
+        m = xgb.XGBClassifier()
+        m.load_model(folder / f"{name}.json")
+        models[("pooled", int(e), "telemetry", "take_off")] = Fitted("take_off", m)
     return models, manifest

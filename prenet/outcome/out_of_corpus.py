@@ -169,7 +169,8 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
     R², MAE and failure AUC with 95 % bootstrap intervals, beside the naive guess (the epoch's validation accuracy);
     how honest its uncertainty is (interval coverage, overall and on the late bloomers, the intervals' widths on runs
     it flags as possibly taking off and on the others, the failure probability's reliability curve and ECE); and how
-    its take-off flag calls the late bloomers. Failure = diverged or final accuracy below the models' pooled failure
+    its take-off flag calls the late bloomers (and the take-off probability's AUC of success among the runs still slow).
+    Failure = diverged or final accuracy below the models' pooled failure
     threshold."""
     from prenet.outcome.evaluation import auc, bootstrap, interval_coverage, mae, r2, reliability
     from prenet.outcome.models import load
@@ -184,7 +185,7 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
     q = manifest.get("interval_quantiles", [0.1, 0.9])
     out: dict[str, Any] = {"runs": runs.height, "failure_threshold": threshold, "failures": int(fail.sum()), "by_epoch": {}}
     for e in EPOCHS_SCORED:
-        pa, pf, guess, ok, lo, hi, flag = [], [], [], [], [], [], []
+        pa, pf, guess, ok, lo, hi, flag, pt = [], [], [], [], [], [], [], []
         for rid in runs["run_id"].to_list():
             t = telemetry.filter((pl.col("run_id") == rid) & (pl.col("epoch") <= e)).drop("run_id")
             if t.height < e:  # diverged before epoch e: its failure is already visible
@@ -195,6 +196,7 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
                 lo.append(0.1)
                 hi.append(0.1)
                 flag.append(False)
+                pt.append(float("nan"))
                 continue
             o = predict(t, loaded=loaded)
             pa.append(o.final_test_accuracy)
@@ -202,6 +204,7 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
             lo.append(o.interval[0])
             hi.append(o.interval[1])
             flag.append(o.may_take_off)
+            pt.append(o.take_off_probability if o.take_off_probability is not None else float("nan"))
             last = t.filter(pl.col("epoch") == e)
             guess.append(float(last["val_accuracy"][0]) if last["val_accuracy"][0] is not None else float(last["train_accuracy"][0]))
             ok.append(True)
@@ -229,6 +232,12 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
             "late_bloomers": int(late.sum()),
             "late_bloomers_flagged": int((fl & late).sum()),
             "flagged_that_reached_0.8": int((fl & (y >= LATE_BLOOMER["final_at_least"])).sum()),
+        }
+        pt_ = np.array(pt)
+        slow = np.isfinite(pt_)  # the runs still slow at e, which the take-off model answered
+        m["take_off_auc"] = {
+            "runs": int(slow.sum()),
+            "auc": float(auc(1.0 - fail[slow], pt_[slow])) if slow.any() and len(np.unique(fail[slow])) == 2 else None,
         }
         out["by_epoch"][str(e)] = m
     out["late_bloomer_share"] = late_bloomer_share(runs, telemetry)

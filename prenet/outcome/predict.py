@@ -14,16 +14,18 @@ import polars as pl
 
 from prenet.errors import PrenetError
 from prenet.outcome.features import single_run
-from prenet.outcome.models import interval_bounds, load, relative_class, residual_key
+from prenet.outcome.models import SLOW_BELOW, interval_bounds, load, relative_class, residual_key
 from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
 from prenet.paths import default_path
 
 DEFAULT_MODELS = default_path("outcome_models")
 CLASS_NAMES = ("bottom third", "middle third", "top third")
-#: A run "may still take off" (a late bloomer: issue 29's definition) when its accuracy so far is below ``below`` while
-#: its interval reaches ``reach``: runs that looked like it went on to succeed, so the answer is not yet a verdict.
-TAKE_OFF = {"below": 0.5, "reach": 0.8}
+#: A run "may still take off" (a late bloomer: issue 29's definition) when its accuracy so far is below ``below`` and
+#: the take-off model gives it at least the corpus's base rate of take-off among runs as slow at that epoch (the share
+#: of them that ended as successes): runs that looked like it went on to succeed, so the answer is not yet a verdict.
+#: Models trained before the take-off model existed flag it when the interval reaches ``reach``.
+TAKE_OFF = {"below": SLOW_BELOW, "reach": 0.8}
 
 
 @dataclass
@@ -32,7 +34,9 @@ class Outcome:
     quantiles of that model), ``failure_probability``, ``relative_class`` (0 = bottom third of its domain …),
     ``epoch`` (the epoch whose model answered), ``scope`` (the domain the answer used, or ``unknown``), ``schedule``
     (the learning-rate schedule stated, or ``None``), ``accuracy_now`` (the last epoch's validation accuracy, else
-    its train accuracy), ``may_take_off`` (:data:`TAKE_OFF`: low now, but the interval reaches success)."""
+    its train accuracy), ``take_off_probability`` (for a run still slow: the take-off model's probability that it ends
+    as a success; ``None`` otherwise), ``may_take_off`` (:data:`TAKE_OFF`: slow now, but as likely to take off as the
+    slow runs of the corpus that did), ``take_off_base_rate`` (that share)."""
 
     final_test_accuracy: float
     interval: tuple[float, float]
@@ -45,6 +49,8 @@ class Outcome:
     schedule: str | None = None
     accuracy_now: float = float("nan")
     may_take_off: bool = False
+    take_off_probability: float | None = None
+    take_off_base_rate: float | None = None
 
     @property
     def relative_class_name(self) -> str:
@@ -94,12 +100,29 @@ def predict(
     last = table.filter(pl.col("epoch") == seen).row(0, named=True)
     now = last.get("val_accuracy")
     now = float(now) if now is not None and np.isfinite(now) else float(last["train_accuracy"])
-    take_off = bool(now < TAKE_OFF["below"] and hi >= TAKE_OFF["reach"])
+    p_take, base = None, manifest.get("take_off", {}).get("base_rate", {}).get(str(e))
+    if now < TAKE_OFF["below"] and ("pooled", e, "telemetry", "take_off") in models and base is not None:
+        p_take = float(models[("pooled", e, "telemetry", "take_off")].predict(X)[0])
+        take_off = p_take >= base
+    else:
+        take_off = bool(now < TAKE_OFF["below"] and hi >= TAKE_OFF["reach"])
     pf = float(models[(scope, e, "telemetry", "failure")].predict(X)[0])
     cuts = manifest["thresholds"][domain]["class_cuts"] if domain in known else manifest["pooled_thresholds"]["class_cuts"]
     cls, pc = relative_class(np.array([acc]), cuts, manifest.get("residuals", {}).get(rkey))
     return Outcome(
-        acc, (lo, hi), pf, int(cls[0]), [float(v) for v in pc[0]], e, domain if domain in known else "unknown", seen, schedule, now, take_off
+        acc,
+        (lo, hi),
+        pf,
+        int(cls[0]),
+        [float(v) for v in pc[0]],
+        e,
+        domain if domain in known else "unknown",
+        seen,
+        schedule,
+        now,
+        take_off,
+        p_take,
+        base if p_take is not None else None,
     )
 
 
@@ -138,8 +161,14 @@ def render_outcome(out: Outcome) -> str:
             f"  relative class        {out.relative_class_name} of its domain",
             *(
                 [
-                    f"  may still take off    accuracy {out.accuracy_now:.2f} now, but runs like it ended as high as {hi:.2f}: "
-                    f"not a verdict yet, look again after epoch {out.epochs_seen + 2}"
+                    f"  may still take off    accuracy {out.accuracy_now:.2f} now, but "
+                    + (
+                        f"{100 * out.take_off_probability:.0f} % of runs like it went on to succeed (of all runs this slow: "
+                        f"{100 * out.take_off_base_rate:.0f} %)"
+                        if out.take_off_probability is not None and out.take_off_base_rate is not None
+                        else f"runs like it ended as high as {hi:.2f}"
+                    )
+                    + f": not a verdict yet, look again after epoch {out.epochs_seen + 2}"
                 ]
                 if out.may_take_off
                 else []

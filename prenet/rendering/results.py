@@ -400,7 +400,12 @@ def _ooc_rows(oo: dict) -> list[Row]:
     honest = [
         f"epoch {e}: {100 * m['interval']['coverage']:.0f} % ({100 * m['interval']['coverage_late_bloomers']:.0f} % of late bloomers), "
         f"ECE {m['failure_reliability']['ece']:.3f}, take-off flag {m['take_off_flag']['late_bloomers_flagged']} of "
-        f"{m['take_off_flag']['late_bloomers']} late bloomers ({m['take_off_flag']['flagged']} flagged)"
+        f"{m['take_off_flag']['late_bloomers']} late bloomers ({m['take_off_flag']['flagged']} flagged"
+        + (
+            f"; take-off probability AUC {m['take_off_auc']['auc']:.2f} over the {m['take_off_auc']['runs']} runs still slow)"
+            if (m.get("take_off_auc") or {}).get("auc") is not None
+            else ")"
+        )
         for e, m in oo.get("by_epoch", {}).items()
         if "interval" in m
     ]
