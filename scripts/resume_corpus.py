@@ -3,14 +3,18 @@
 Seed the corpus stage's shard folder (``paths.outcome_shards``) with the runs of a vendored corpus (default
 data/outcome/vendored), so that regenerating with settings that only add runs (``python -m pipeline.corpus
 corpus=full``) trains only the new ones. Every vendored run must be one the composed configuration plans, with the
-same specification (its run id is a hash of it), and the code must still reproduce them: the shortest vendored run of
-each domain that did not diverge is trained again and must give the same first two epochs (:func:`reproduces`). Otherwise nothing is
-written and it exits 2. Under a minute.
+same specification (its run id is a hash of it), the recorded generating settings must equal this configuration's
+but for ``takeoff_runs``, and the code must still reproduce them: the shortest vendored run of each domain that did
+not diverge is trained again and must give the same first two epochs (:func:`reproduces`). A change to the generator
+files since (their SHA-256 in the provenance) is printed; one that shows only after epoch 2 (a schedule, say) is not
+caught by that check: regenerate in full after such a change. When a check fails, nothing
+is written and it exits 2. Under a minute.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -44,6 +48,20 @@ def shard_rows(runs, telemetry) -> list[dict]:
     return out
 
 
+def settings_changed(old: dict | None, new: dict) -> list[str]:
+    """The generating settings (``pipeline.corpus.generating_settings``) that differ between a corpus's provenance and
+    this configuration, other than ``takeoff_runs`` (more or fewer take-off runs plan the others the same way only
+    while every old run stays planned, which :func:`main` checks separately). A missing provenance differs in all."""
+    if not old:
+        return ["all (no recorded settings)"]
+    was, now = old.get("corpus", {}), new["corpus"]
+    # a corpus made before the take-off phase recorded no take-off settings: any of them plans its runs the same way
+    before_takeoff = {k: now[k] for k in now if k.startswith("takeoff_") and k not in was}
+    was = {**was, **before_takeoff}
+    out = [k for k in sorted(set(was) | set(now)) if k != "takeoff_runs" and was.get(k) != now.get(k)]
+    return out + [k for k in ("failure_fraction", "seed") if old.get(k) != new.get(k)]
+
+
 def reproduces(rows: list[dict], cfg, epochs: int = 2, rtol: float = 1e-4) -> str | None:
     """None when the shortest run that did not diverge of each domain among ``rows`` trains again to the same first
     ``epochs`` epochs: training loss within ``rtol`` (relative) and validation accuracy within ``rtol``. Later epochs
@@ -62,6 +80,8 @@ def reproduces(rows: list[dict], cfg, epochs: int = 2, rtol: float = 1e-4) -> st
     for d, r in shortest.items():
         spec = RunSpec(**r["spec"])
         new = train_run(spec, *domain_data(spec.dataset, fashion_train=int(c.fashion_train), fashion_test=int(c.fashion_test)))
+        if len(r["rows"]) < epochs or len(new["rows"]) < epochs or new["diverged"] != r["diverged"]:
+            return f"{d} run {r['run_id']}: {len(r['rows'])} epochs recorded then, {len(new['rows'])} now (diverged {r['diverged']} then, {new['diverged']} now)"
         for old_row, new_row in zip(r["rows"][:epochs], new["rows"][:epochs]):
             for col in ("train_loss", "val_accuracy"):
                 x, y = float(old_row[col]), float(new_row[col])
@@ -74,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     import polars as pl
 
     from pipeline.config import compose
-    from pipeline.corpus import corpus_plan, prior_results
+    from pipeline.corpus import corpus_plan, generating_settings, prior_results
     from prenet.outcome.generator import RunSpec
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -84,6 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     src = Path(a.src)
     prov = json.loads((src / "provenance.json").read_text())
     cfg = compose(a.overrides)
+    changed = settings_changed(prov.get("settings"), generating_settings(cfg))
+    if changed:
+        print(
+            f"resume_corpus: {src} was made with other settings ({', '.join(changed)}); only takeoff_runs may differ: regenerate in full",
+            file=sys.stderr,
+        )
+        return 2
+    code = [
+        f for f, h in prov.get("generator_sha256", {}).items() if (ROOT / f).is_file() and hashlib.sha256((ROOT / f).read_bytes()).hexdigest() != h
+    ]
+    if code:
+        print(f"resume_corpus: note: {', '.join(code)} changed since {src} was made; the reproduction check below decides")
     rows = shard_rows(pl.read_parquet(src / "runs.parquet"), pl.read_parquet(src / "telemetry.parquet"))
     done = {r["run_id"]: r for r in rows}
     bad = [r["run_id"] for r in rows if RunSpec(**r["spec"]).run_id != r["run_id"]]

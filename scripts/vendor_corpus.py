@@ -29,10 +29,13 @@ def _last_corpus_wall(log: Path) -> float | None:
     return walls[-1] if walls else None
 
 
-def _resumed(shards: Path) -> dict[str, int]:
-    """Runs reused from an earlier corpus (``scripts/resume_corpus.py``'s ``resumed-from-<folder>-*.jsonl`` shards),
-    by that shard file: the generation trained only the others."""
-    return {p.name: sum(1 for _ in p.open()) for p in sorted(shards.glob("resumed-from-*.jsonl"))} if shards.is_dir() else {}
+def _resumed(shards: Path, run_ids: set[str]) -> int:
+    """How many of the corpus's runs (``run_ids``) were reused from an earlier corpus (in
+    ``scripts/resume_corpus.py``'s ``resumed-from-<folder>-*.jsonl`` shards): the generation trained only the others."""
+    if not shards.is_dir():
+        return 0
+    reused = {json.loads(line)["run_id"] for p in shards.glob("resumed-from-*.jsonl") for line in p.open() if line.strip()}
+    return len(reused & run_ids)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         "telemetry_rows": tel.height,
         "failure_rate": {d: v["failure_rate"] for d, v in metrics["domains"].items()},
         "generation_wall_s": _last_corpus_wall(Path(a.run_log)),
-        "resumed": _resumed(Path(a.shards)),
+        "resumed_runs": _resumed(Path(a.shards), set(runs["run_id"])),
         "workers": metrics.get("workers"),
         "threads": metrics.get("threads"),
         "recorder_time_share_pct": metrics.get("recorder_time_share_pct"),

@@ -245,10 +245,15 @@ def test_corpus_on_two_workers_equals_the_single_machine_corpus(tmp_path, servic
     from pipeline.distribute import distribute, setup
 
     env, endpoint = services
-    # PRENET_DISTRIBUTED_CORPUS_RUNS=N: the default corpus settings (4 domains) with N runs per domain, instead of tiny
+    # PRENET_DISTRIBUTED_CORPUS_RUNS=N: the default corpus settings (4 domains) with N runs per domain (no take-off runs), instead of tiny
     runs = os.environ.get("PRENET_DISTRIBUTED_CORPUS_RUNS")
     size = (
-        ["outcome.corpus.source=generate", f"outcome.corpus.runs_per_domain={runs}", "outcome.corpus.overhead_runs=1"]
+        [
+            "outcome.corpus.source=generate",
+            f"outcome.corpus.runs_per_domain={runs}",
+            "outcome.corpus.takeoff_runs=0",
+            "outcome.corpus.overhead_runs=1",
+        ]
         if runs
         else ["experiment=tiny"]
     )

@@ -193,21 +193,34 @@ def test_r2_by_phase_scores_each_phase_and_the_corpus_without_take_off():
     assert set(r2_by_phase(runs[:45], pred[:45])) == {"prior", "boundary", "without_takeoff"}  # 5 take-off runs: too few
 
 
-def test_take_off_model_learns_which_slow_runs_succeed(tiny_run):
-    from prenet.outcome.models import SLOW_BELOW, accuracy_at, domain_thresholds, fit_take_off, labels
+def test_take_off_model_is_saved_loaded_and_answers_slow_runs(tiny_run, tmp_path):
+    from prenet.outcome.models import SLOW_BELOW, accuracy_at, domain_thresholds, fit_take_off, labels, load, save, train_all
 
     _, cfg, _ = tiny_run
     runs, tel = pl.read_parquet(cfg.paths.outcome_runs), pl.read_parquet(cfg.paths.outcome_telemetry)
-    lab = labels(runs, domain_thresholds(runs, 0.5, 3))
-    slow = accuracy_at(lab, tel, 1) < SLOW_BELOW
+    slow = accuracy_at(runs, tel, 2) < SLOW_BELOW
+    assert slow.sum() >= 4
+    # half of the slow runs end as successes, half as failures: the model has both to learn from
+    ends = np.where(np.cumsum(slow) % 2 == 0, 0.99, 0.0)
+    runs = runs.with_columns(pl.Series("final_test_accuracy", np.where(slow, ends, runs["final_test_accuracy"].to_numpy())))
     params = {"n_estimators": 5, "max_depth": 2, "learning_rate": 0.3, "subsample": 1.0, "colsample_bytree": 1.0, "max_bin": 16}
-    assert fit_take_off(lab, tel, 1, params=params, seed=0, min_runs=int(slow.sum()) + 1) is None  # too few slow runs
-    model, base = fit_take_off(lab, tel, 1, params=params, seed=0, min_runs=2)
-    assert base == pytest.approx(1 - lab.filter(pl.Series(slow))["failure"].mean())  # the share of slow runs that succeeded
-    from prenet.outcome.features import design
-
-    p = model.predict(design(tel, lab["run_id"].to_list(), 1, "telemetry"))
-    assert len(p) == lab.height and ((p >= 0) & (p <= 1)).all()
+    lab = labels(runs, domain_thresholds(runs, 0.5, 3))
+    assert fit_take_off(lab, tel, 2, params=params, seed=0, min_runs=int(slow.sum()) + 1) is None  # too few slow runs
+    kw = dict(epochs=[1, 2], params=params, classes=3, failure_fraction=0.5, interval=[0.1, 0.9], seed=0, folds=2)
+    models, manifest = train_all(runs, tel, take_off_min_runs=2, **kw)
+    base = manifest["take_off"]["base_rate"]["2"]
+    assert base == pytest.approx(1 - labels(runs, manifest["thresholds"]).filter(pl.Series(slow))["failure"].mean())
+    loaded = load(save(models, manifest, tmp_path / "models"))
+    assert loaded[0][("pooled", 2, "telemetry", "take_off")].constant is None
+    rid = runs.filter(pl.Series(slow))["run_id"][0]
+    table = tel.filter((pl.col("run_id") == rid) & (pl.col("epoch") <= 2)).drop("run_id")
+    out = predict(table, loaded=loaded)
+    assert 0 <= out.take_off_probability <= 1 and out.take_off_base_rate == base and out.may_take_off == (out.take_off_probability >= base)
+    # a degenerate base rate (every slow run failed) never answers with the take-off model: the interval rule does
+    flat = {**loaded[1], "take_off": {**loaded[1]["take_off"], "base_rate": {"1": 0.0, "2": 0.0}}}
+    assert predict(table, loaded=(loaded[0], flat)).take_off_probability is None
+    # without the take-off model (models trained before it), the interval rule answers too
+    assert predict(table, loaded=train_all(runs, tel, take_off_min_runs=10_000, **kw)).take_off_probability is None
 
 
 def test_interval_bands_widen_an_undecided_run_and_never_narrow_below_all_runs():
@@ -270,13 +283,30 @@ def test_resume_corpus_reuses_a_corpus_and_refuses_other_settings(tiny_run, tmp_
     src.mkdir()
     runs.drop("split").write_parquet(src / "runs.parquet")
     tel.write_parquet(src / "telemetry.parquet")
-    (src / "provenance.json").write_text("{}")
+    from pipeline.corpus import generating_settings
+
+    (src / "provenance.json").write_text(json.dumps({"settings": {**generating_settings(cfg), "seed": -1}}))
     spec = importlib.util.spec_from_file_location("resume_corpus", Path(__file__).parents[1] / "scripts" / "resume_corpus.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     other = tmp_path / "other"
+    assert mod.main(["--from", str(src), *tiny_overrides(other)]) == 2  # recorded with another seed
+    assert "made with other settings (seed)" in capsys.readouterr().err
+    (src / "provenance.json").write_text(json.dumps({"settings": generating_settings(cfg)}))
     assert mod.main(["--from", str(src), *tiny_overrides(other, "outcome.corpus.space.widths=[32]")]) == 2
-    assert "not planned by this configuration" in capsys.readouterr().err
+    assert "made with other settings (space)" in capsys.readouterr().err
+    # the recorded settings are those of a corpus before the take-off phase: its runs are still planned
+    before = generating_settings(cfg)
+    before["corpus"] = {k: v for k, v in before["corpus"].items() if not k.startswith("takeoff_")}
+    assert mod.settings_changed(before, generating_settings(cfg)) == []
+    assert mod.settings_changed(None, generating_settings(cfg)) == ["all (no recorded settings)"]
+    edited = tmp_path / "edited"  # a run whose configuration no longer hashes to its id
+    shutil.copytree(src, edited)
+    runs.drop("split").with_columns(pl.when(pl.int_range(pl.len()) == 0).then(pl.col("lr") * 2).otherwise(pl.col("lr")).alias("lr")).write_parquet(
+        edited / "runs.parquet"
+    )
+    assert mod.main(["--from", str(edited), *tiny_overrides(other)]) == 2
+    assert "1 runs of" in capsys.readouterr().err
     new = tmp_path / "new"
     assert mod.main(["--from", str(src), *tiny_overrides(new)]) == 0
     assert f"{runs.height} runs of" in capsys.readouterr().out

@@ -32,10 +32,14 @@ SLOW_BELOW = 0.5
 
 
 def accuracy_at(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> np.ndarray:
-    """Each run's accuracy at ``epoch``: validation where recorded, else train; 0 where the epoch is missing."""
-    tel = telemetry.filter(pl.col("epoch") == epoch).select("run_id", "val_accuracy", "train_accuracy")
+    """Each run's accuracy at ``epoch``: validation where recorded (not null, not NaN), else train; 0 where the epoch
+    is missing. ``telemetry`` may lack ``val_accuracy`` (a recorder table without validation)."""
+    val = pl.col("val_accuracy") if "val_accuracy" in telemetry.columns else pl.lit(None, dtype=pl.Float64)
+    tel = telemetry.filter(pl.col("epoch") == epoch).select(
+        "run_id", pl.when(val.is_null() | val.is_nan()).then(pl.col("train_accuracy")).otherwise(val).alias("accuracy")
+    )
     g = runs.select("run_id").join(tel, on="run_id", how="left")
-    return g["val_accuracy"].fill_null(g["train_accuracy"]).fill_null(0.0).to_numpy().astype(float)
+    return g["accuracy"].fill_null(0.0).fill_nan(0.0).to_numpy().astype(float)
 
 
 def fit_take_off(
@@ -261,11 +265,11 @@ def pooled_thresholds(thr: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def fit_epoch(item: tuple) -> tuple[int, dict, dict[str, list[float]]]:
     """One epoch's share of :func:`train_all` (picklable, for worker processes): ``item`` = (labelled runs,
-    telemetry, epoch, params, seed, folds). Returns (epoch, {(feature set, target): model}, out-of-fold residuals and
+    telemetry, epoch, params, seed, folds, the take-off model's fewest slow runs). Returns (epoch, {(feature set, target): model}, out-of-fold residuals and
     the take-off base rate)."""
-    runs, telemetry, e, params, seed, folds = item
+    runs, telemetry, e, params, seed, folds, take_off_min_runs = item
     fitted = {(fs, t): m for fs in FEATURE_SETS for t, m in fit_targets(runs, telemetry, e, fs, params=params, seed=seed).items()}
-    take_off = fit_take_off(runs, telemetry, e, params=params, seed=seed)
+    take_off = fit_take_off(runs, telemetry, e, params=params, seed=seed, min_runs=take_off_min_runs)
     if take_off is not None:
         fitted[("telemetry", "take_off")] = take_off[0]
     res = cv_residuals(runs, telemetry, e, params=params, seed=seed, folds=folds)
@@ -285,10 +289,12 @@ def train_all(
     folds: int = 10,
     mapper: Callable = map,
     bands: int = 1,
+    take_off_min_runs: int = 20,
 ) -> tuple[dict, dict]:
     """Fit the pooled models (domain as a feature) for every (epoch, feature set, target) on the development
     ``runs``, and the ``folds``-fold out-of-fold residuals behind the intervals (their quantiles overall and in
-    ``bands`` bands of predicted accuracy, :func:`residual_bands`). ``mapper(fn, items)`` runs the
+    ``bands`` bands of predicted accuracy, :func:`residual_bands`), and the take-off model of each epoch where at
+    least ``take_off_min_runs`` development runs are slow there (:func:`fit_take_off`). ``mapper(fn, items)`` runs the
     per-epoch work (the builtin ``map``, or a process pool's). Returns (models keyed ("pooled", epoch, feature set,
     target), manifest)."""
     thr = domain_thresholds(runs, failure_fraction, classes)
@@ -300,7 +306,7 @@ def train_all(
     banded: dict[str, dict[str, list]] = {}
     y = runs["final_test_accuracy"].to_numpy()
     take_off: dict[str, float] = {}
-    for e, fitted, res_by_kind in mapper(fit_epoch, [(runs, telemetry, e, params, seed, folds) for e in epochs]):
+    for e, fitted, res_by_kind in mapper(fit_epoch, [(runs, telemetry, e, params, seed, folds, take_off_min_runs) for e in epochs]):
         for (fs, target), m in fitted.items():
             models[("pooled", e, fs, target)] = m
         if "take_off_base_rate" in res_by_kind:

@@ -14,7 +14,7 @@ import polars as pl
 
 from prenet.errors import PrenetError
 from prenet.outcome.features import single_run
-from prenet.outcome.models import SLOW_BELOW, interval_bounds, load, relative_class, residual_key
+from prenet.outcome.models import SLOW_BELOW, accuracy_at, interval_bounds, load, relative_class, residual_key
 from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
 from prenet.paths import default_path
@@ -97,13 +97,16 @@ def predict(
     rkey = residual_key(e, stated=domain in known and schedule is not None)
     q = manifest["residual_quantiles"].get(rkey, [float("nan"), float("nan")])
     lo, hi = (float(b[0]) for b in interval_bounds(np.array([acc]), q, manifest.get("residual_bands", {}).get(rkey)))
-    last = table.filter(pl.col("epoch") == seen).row(0, named=True)
-    now = last.get("val_accuracy")
-    now = float(now) if now is not None and np.isfinite(now) else float(last["train_accuracy"])
-    p_take, base = None, manifest.get("take_off", {}).get("base_rate", {}).get(str(e))
-    if now < TAKE_OFF["below"] and ("pooled", e, "telemetry", "take_off") in models and base is not None:
-        p_take = float(models[("pooled", e, "telemetry", "take_off")].predict(X)[0])
-        take_off = p_take >= base
+    one, tagged = pl.DataFrame({"run_id": ["run"]}), table.with_columns(pl.lit("run").alias("run_id"))
+    now, at_e = (float(accuracy_at(one, tagged, k)[0]) for k in (seen, e))  # the accuracy now, and at the model's epoch
+    spec = manifest.get("take_off", {})
+    slow_below, base = float(spec.get("slow_below", TAKE_OFF["below"])), spec.get("base_rate", {}).get(str(e))
+    model = models.get(("pooled", e, "telemetry", "take_off"))
+    p_take = None
+    # the take-off model answers the runs it was fitted on (slow at its epoch), where its base rate can be beaten
+    if at_e < slow_below and model is not None and model.constant is None and base is not None and 0 < base < 1:
+        p_take = float(model.predict(X)[0])
+        take_off = bool(now < slow_below and p_take >= base)
     else:
         take_off = bool(now < TAKE_OFF["below"] and hi >= TAKE_OFF["reach"])
     pf = float(models[(scope, e, "telemetry", "failure")].predict(X)[0])

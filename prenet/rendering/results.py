@@ -5,6 +5,7 @@ README and the metrics disagree."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -456,11 +457,10 @@ def _outcome(oc: dict, cp: dict, oo: dict | None = None) -> list[Row]:
             if key == "leave_one_domain_out" and summ.get("lodo_mean_r2_epoch2") is not None:
                 cells += f"; mean {summ['lodo_mean_r2_epoch2']:.3f} (target ≥ 0.8)"
                 by = {k: summ.get(f"lodo_mean_r2_epoch2_{k}") for k in ("prior", "without_takeoff", "takeoff")}
-                if by["prior"] is not None:
-                    cells += (
-                        f"; mean on the prior's runs {by['prior']:.3f}, on all but the take-off runs {by['without_takeoff']:.3f}, "
-                        f"on the take-off runs {by['takeoff']:.3f}"
-                    )
+                named = {"prior": "on the prior's runs", "without_takeoff": "on all but the take-off runs", "takeoff": "on the take-off runs"}
+                parts = [f"{named[k]} {v:.3f}" for k, v in by.items() if v is not None and math.isfinite(v)]
+                if parts:
+                    cells += "; mean " + ", ".join(parts)
             rows.append((f"{name}: R² at epoch 2 (never saw the group; naive guess in outcome.json)" + _ref(oc, key), cells, "not published"))
     e2 = abl.get("epoch_2", {}).get("r2", {})
     if e2:
