@@ -263,17 +263,16 @@ def pooled_thresholds(thr: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def fit_epoch(item: tuple) -> tuple[int, dict, dict[str, list[float]]]:
+def fit_epoch(item: tuple) -> tuple[int, dict, dict[str, list[float]], float | None]:
     """One epoch's share of :func:`train_all` (picklable, for worker processes): ``item`` = (labelled runs,
-    telemetry, epoch, params, seed, folds, the take-off model's fewest slow runs). Returns (epoch, {(feature set, target): model}, out-of-fold residuals and
-    the take-off base rate)."""
+    telemetry, epoch, params, seed, folds, the take-off model's fewest slow runs). Returns (epoch, {(feature set,
+    target): model}, out-of-fold residuals, the take-off base rate or None without a take-off model)."""
     runs, telemetry, e, params, seed, folds, take_off_min_runs = item
     fitted = {(fs, t): m for fs in FEATURE_SETS for t, m in fit_targets(runs, telemetry, e, fs, params=params, seed=seed).items()}
     take_off = fit_take_off(runs, telemetry, e, params=params, seed=seed, min_runs=take_off_min_runs)
     if take_off is not None:
         fitted[("telemetry", "take_off")] = take_off[0]
-    res = cv_residuals(runs, telemetry, e, params=params, seed=seed, folds=folds)
-    return e, fitted, res | ({"take_off_base_rate": take_off[1]} if take_off is not None else {})
+    return e, fitted, cv_residuals(runs, telemetry, e, params=params, seed=seed, folds=folds), take_off[1] if take_off is not None else None
 
 
 def train_all(
@@ -306,11 +305,11 @@ def train_all(
     banded: dict[str, dict[str, list]] = {}
     y = runs["final_test_accuracy"].to_numpy()
     take_off: dict[str, float] = {}
-    for e, fitted, res_by_kind in mapper(fit_epoch, [(runs, telemetry, e, params, seed, folds, take_off_min_runs) for e in epochs]):
+    for e, fitted, res_by_kind, base_rate in mapper(fit_epoch, [(runs, telemetry, e, params, seed, folds, take_off_min_runs) for e in epochs]):
         for (fs, target), m in fitted.items():
             models[("pooled", e, fs, target)] = m
-        if "take_off_base_rate" in res_by_kind:
-            take_off[str(e)] = res_by_kind.pop("take_off_base_rate")
+        if base_rate is not None:
+            take_off[str(e)] = base_rate
         for kind, res in res_by_kind.items():
             key = residual_key(e, kind == "stated")
             residuals[key] = res
@@ -373,24 +372,17 @@ def load(folder: str | Path) -> tuple[dict, dict]:
                 f"the early-success models in {folder} were trained on other features than this code computes "
                 f"(epoch {e}, {fs}: {len(stored)} stored, {len(feature_names(int(e), fs))} now); retrain: dvc repro train_outcome"
             )
+    keys = [
+        (scope, e, fs, t) for scope in manifest["scopes"] for e in manifest["epochs"] for fs in manifest["feature_sets"] for t in manifest["targets"]
+    ]
+    keys += [("pooled", int(e), "telemetry", "take_off") for e in manifest.get("take_off", {}).get("base_rate", {})]  # telemetry only
     models = {}
-    for scope in manifest["scopes"]:
-        for e in manifest["epochs"]:
-            for fs in manifest["feature_sets"]:
-                for target in manifest["targets"]:
-                    name = f"{scope}__e{e}__{fs}__{target}"
-                    if name in manifest["constants"]:
-                        models[(scope, e, fs, target)] = Fitted(target, constant=manifest["constants"][name])
-                        continue
-                    m = xgb.XGBRegressor() if target == "final_test_accuracy" else xgb.XGBClassifier()
-                    m.load_model(folder / f"{name}.json")
-                    models[(scope, e, fs, target)] = Fitted(target, m)
-    for e in manifest.get("take_off", {}).get("base_rate", {}):  # the take-off models (telemetry only)
-        name = f"pooled__e{e}__telemetry__take_off"
+    for scope, e, fs, target in keys:
+        name = f"{scope}__e{e}__{fs}__{target}"
         if name in manifest["constants"]:
-            models[("pooled", int(e), "telemetry", "take_off")] = Fitted("take_off", constant=manifest["constants"][name])
+            models[(scope, e, fs, target)] = Fitted(target, constant=manifest["constants"][name])
             continue
-        m = xgb.XGBClassifier()
+        m = xgb.XGBRegressor() if target == "final_test_accuracy" else xgb.XGBClassifier()
         m.load_model(folder / f"{name}.json")
-        models[("pooled", int(e), "telemetry", "take_off")] = Fitted("take_off", m)
+        models[(scope, e, fs, target)] = Fitted(target, m)
     return models, manifest
