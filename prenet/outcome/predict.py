@@ -176,6 +176,14 @@ def render_outcome(out: Outcome) -> str:
                 if out.may_take_off
                 else []
             ),
+            *(
+                [
+                    f"  take-off chance       {100 * out.take_off_probability:.0f} % (accuracy {out.accuracy_now:.2f} now; of the corpus's "
+                    f"runs this slow at epoch {out.epoch}, {100 * out.take_off_base_rate:.0f} % went on to succeed)"
+                ]
+                if not out.may_take_off and out.take_off_probability is not None and out.take_off_base_rate is not None
+                else []
+            ),
             "This is advice to look at the run, not an automatic stop: prenet never stops a run by itself.",
         ]
     )
