@@ -417,16 +417,17 @@ def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run):
 
     _, cfg, _ = tiny_run
     res = evaluate_outcome_ooc(cfg)
-    assert res["runs"] == 48 and set(res["by_epoch"]) == {"1", "2", "3", "5"}
+    n = pl.read_parquet(Path(cfg.paths.outcome_ooc) / "runs.parquet").height
+    assert res["runs"] == n >= 48 and set(res["by_epoch"]) == {"1", "2", "3", "5"}
     for m in res["by_epoch"].values():
         point, low, high = m["r2"]
-        assert low <= point <= high and m["answered"] <= 48 and 0 <= m["failure_auc"][0] <= 1
+        assert low <= point <= high and m["answered"] <= n and 0 <= m["failure_auc"][0] <= 1
     assert 0 <= res["late_bloomer_share"] <= 1 and 0 <= res["corpus_late_bloomer_share"] <= 1
     e2 = res["by_epoch"]["2"]
     assert 0 <= e2["interval"]["coverage"] <= 1 and e2["interval"]["nominal"] == pytest.approx(0.8)
-    assert 0 <= e2["failure_reliability"]["ece"] <= 1 and sum(b["n"] for b in e2["failure_reliability"]["bins"]) == 48
+    assert 0 <= e2["failure_reliability"]["ece"] <= 1 and sum(b["n"] for b in e2["failure_reliability"]["bins"]) == n
     ab = res["group_ablation"]
-    assert ab["epoch"] == 2 and set(ab["groups"]) == {"curve", "trend", "gradient", "weights"} and ab["runs"] <= 48
+    assert ab["epoch"] == 2 and set(ab["groups"]) == {"curve", "trend", "gradient", "weights"} and ab["runs"] <= n
     assert all(np.isfinite(v["r2"]["difference"]) for v in ab["groups"].values())
     flag = e2["take_off_flag"]
-    assert flag["late_bloomers"] == round(48 * res["late_bloomer_share"]) and flag["late_bloomers_flagged"] <= flag["flagged"]
+    assert flag["late_bloomers"] == round(n * res["late_bloomer_share"]) and flag["late_bloomers_flagged"] <= flag["flagged"]
