@@ -1,4 +1,4 @@
-"""Generate the out-of-corpus early-success runs (issue 29): ``python scripts/generate_out_of_corpus.py [--runs 48] [--seed 7]``.
+"""Generate the out-of-corpus early-success runs (issue 29): ``python scripts/generate_out_of_corpus.py [--runs 240] [--seed 7]``.
 
 A plain torch loop over scikit-learn's digits with the Recorder, settings outside the corpus prior
 (``prenet/outcome/out_of_corpus.py``). Writes ``data/outcome/out_of_corpus/{runs,telemetry}.parquet`` and
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=48)
+    ap.add_argument("--runs", type=int, default=240)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--out", default=str(ROOT / "data" / "outcome" / "out_of_corpus"))
