@@ -69,7 +69,7 @@ def _run_all(items: list[tuple[RunSpec, str]], done: dict, shard_dir: Path, cfg:
             done[r["run_id"]] = r
 
 
-def corpus_plan(cfg: DictConfig, results: dict[str, tuple[float, bool]] | None = None) -> list[tuple[RunSpec, str]]:
+def corpus_plan(cfg: DictConfig, results: dict[str, RunResult] | None = None) -> list[tuple[RunSpec, str]]:
     """Every planned run of the configured domains as (spec, phase): the prior runs only without ``results``, all
     runs (prior, then boundary and take-off) with the prior runs' :func:`prior_results`. Deterministic in the seed."""
     c = cfg.outcome.corpus
