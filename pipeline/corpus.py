@@ -26,6 +26,7 @@ from prenet.data.shard_files import read_shards
 from prenet.data.split_rule import assign_frame
 from prenet.datasets import require_datasets
 from prenet.outcome.generator import SOURCE_DATASET, RunResult, RunSpec, domain_data, is_failure, plan_domain, train_run
+from prenet.outcome.models import accuracy_at
 from prenet.telemetry.recorder import telemetry_schema
 
 _DATA: dict = {}
@@ -87,14 +88,13 @@ def corpus_plan(cfg: DictConfig, results: dict[str, RunResult] | None = None) ->
 
 
 def prior_results(done: dict[str, dict], epoch: int) -> dict[str, RunResult]:
-    """(final test accuracy, diverged, validation accuracy at ``epoch``; NaN when not recorded) by run id, from
-    finished run results: what the boundary and take-off planning need."""
-
-    def early(rows: list[dict]) -> float:
-        v = next((r.get("val_accuracy") for r in rows if r.get("epoch") == epoch), None)
-        return float(v) if v is not None else float("nan")
-
-    return {k: (v["final_test_accuracy"], v["diverged"], early(v["rows"])) for k, v in done.items()}
+    """(final test accuracy, diverged, accuracy at ``epoch`` as :func:`prenet.outcome.models.accuracy_at` reads it) by
+    run id, from finished run results: what the boundary and take-off planning need."""
+    ids = list(done)
+    cols = {"run_id": pl.String, "epoch": pl.Int64, "val_accuracy": pl.Float64, "train_accuracy": pl.Float64}
+    rows = [{"run_id": k, **{c: r.get(c) for c in list(cols)[1:]}} for k in ids for r in done[k]["rows"]]
+    early = accuracy_at(pl.DataFrame({"run_id": ids}, schema={"run_id": pl.String}), pl.DataFrame(rows, schema=cols), epoch)
+    return {k: (done[k]["final_test_accuracy"], done[k]["diverged"], float(a)) for k, a in zip(ids, early)}
 
 
 def corpus_tables(plan: list[tuple[RunSpec, str]], done: dict[str, dict], cfg: DictConfig) -> tuple[pl.DataFrame, pl.DataFrame]:
