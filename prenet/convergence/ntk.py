@@ -23,6 +23,7 @@ Batch norm and dropout run in eval mode (the kernel of the network as it is fine
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,6 +128,17 @@ def outputs(model: nn.Module, x: torch.Tensor, *, chunk: int = 1024) -> torch.Te
     return out
 
 
+def _by_layer(model: nn.Module, compute: Callable[[], torch.Tensor]) -> torch.Tensor | None:
+    """``compute()`` (a :mod:`~prenet.convergence.per_sample` result) where the network is made of covered layers each
+    run once per forward; None where it is not (the caller falls back to ``vmap(jacrev)``)."""
+    if not per_sample.covers(model):
+        return None
+    try:
+        return compute()
+    except per_sample.NotCovered:
+        return None
+
+
 def jacobian(
     model: nn.Module, x: torch.Tensor, *, chunk: int = 64, logit_weights: torch.Tensor | None = None, by_layer: bool | None = None
 ) -> torch.Tensor:
@@ -134,12 +146,10 @@ def jacobian(
     passes) where the network is made of covered layers in eval mode, else by ``vmap(jacrev)`` over chunks of ``chunk``
     samples; ``by_layer`` True/False forces one way (None: by layer where covered). With ``logit_weights`` v (C), the
     Jacobian of v·f instead (N × P)."""
-    if by_layer or (by_layer is None and per_sample.covers(model)):
-        try:
-            return per_sample.layer_jacobian(model, x, logit_weights=logit_weights)
-        except per_sample.NotCovered:
-            if by_layer:
-                raise
+    if by_layer:
+        return per_sample.layer_jacobian(model, x, logit_weights=logit_weights)
+    if by_layer is None and (J := _by_layer(model, lambda: per_sample.layer_jacobian(model, x, logit_weights=logit_weights))) is not None:
+        return J
     f, params = _functional(model)
 
     def single(p: dict, xi: torch.Tensor) -> torch.Tensor:
@@ -177,12 +187,8 @@ def projected_jacobian(model: nn.Module, x: torch.Tensor, proj_dim: int, *, seed
 def exact_gram(model: nn.Module, x: torch.Tensor, *, chunk: int = 64) -> torch.Tensor:
     """Θ = J Jᵀ (N·C × N·C float32): layer by layer (:func:`prenet.convergence.per_sample.layer_gram`, no J for
     factorizing layers) where the network is covered, else from ``vmap(jacrev)``'s J."""
-    if per_sample.covers(model):
-        try:
-            return per_sample.layer_gram(model, x)
-        except per_sample.NotCovered:
-            pass
-    return gram(jacobian(model, x, chunk=chunk, by_layer=False))
+    G = _by_layer(model, lambda: per_sample.layer_gram(model, x))
+    return G if G is not None else gram(jacobian(model, x, chunk=chunk, by_layer=False))
 
 
 #: Rademacher logit probes of the ``kron`` kernel: 4 put K within 0.6 % of the exact class average on a 56k-parameter
@@ -200,11 +206,8 @@ def class_averaged_ntk(
     g = torch.Generator().manual_seed(seed)
     c = c or int(outputs(model, x[:1]).shape[1])
     V = (torch.randint(0, 2, (probes, c), generator=g) * 2 - 1).to(x.dtype)
-    try:
-        if not per_sample.covers(model):
-            raise per_sample.NotCovered("not made of covered layers")
-        K = per_sample.layer_gram(model, x, logit_weights=V, summed=True)  # one forward, a backward per probe
-    except per_sample.NotCovered:
+    K = _by_layer(model, lambda: per_sample.layer_gram(model, x, logit_weights=V, summed=True))  # one forward, a backward per probe
+    if K is None:
         K = sum(gram(jacobian(model, x, chunk=chunk, logit_weights=v, by_layer=False)) for v in V)
     return np.kron((K / (probes * c)).double().cpu().numpy(), np.eye(c))
 

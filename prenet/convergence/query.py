@@ -165,14 +165,14 @@ def render(res: Mapping[str, Any]) -> str:
         )
     if res.get("heldout"):
         g = [r for r in res["heldout"]["gaps"] if r["used"]]
-        left = [r["step"] for r in res["heldout"]["gaps"] if not r["used"]]
+        off = [r for r in res["heldout"]["gaps"] if not r["used"]]
+        left = [r["step"] for r in off]
         lines.append(
             f"  subset optimism: the {res['n_used']} fitted samples' loss is moved by half its generalization gap, measured on "
             f"{res['heldout']['samples']} held-out samples at steps {', '.join(str(r['step']) for r in g)} (gap at step {g[-1]['step']}: "
             f"{g[-1]['loss_gap']:+.4f} loss)"
             + (f"; not at steps {', '.join(map(str, left))}, where the network has left its linearization" if left else "")
         )
-        off = [r for r in res["heldout"]["gaps"] if not r["used"]]
         if off:
             lines.append(
                 f"  caution: from step {off[0]['step']} the network at the forecast's weights is {off[0]['off_linear']:.2f} of its move away "

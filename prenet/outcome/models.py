@@ -26,9 +26,10 @@ from prenet.outcome.features import FEATURE_SETS, OPTIONAL_MASKS, design, featur
 
 #: What the fitted models predict; the relative class follows from the predicted accuracy (:func:`relative_class`).
 TARGETS = ("final_test_accuracy", "failure")
-#: A run is still slow at an epoch while its accuracy there (validation, else train) is below this: issue 29's late
-#: bloomer is slow at epoch 2 and ends at 0.8 or above.
+#: A run is still slow at an epoch while its accuracy there (validation, else train) is below this.
 SLOW_BELOW = 0.5
+#: Issue 29's late bloomer: slow (:data:`SLOW_BELOW`) after ``epoch`` epochs, and at least ``final_at_least`` at the end.
+LATE_BLOOMER = {"epoch": 2, "below": SLOW_BELOW, "final_at_least": 0.8}
 
 
 def accuracy_at(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> np.ndarray:

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from prenet.outcome.models import LATE_BLOOMER, accuracy_at
+
 #: the epochs the answers are scored at (the outcome models' own epochs at or below these answer)
 EPOCHS_SCORED = (1, 2, 3, 5)
-LATE_BLOOMER = {"epoch": 2, "below": 0.5, "final_at_least": 0.8}
 
 
 @dataclass(frozen=True)
@@ -149,18 +150,16 @@ def failed(threshold: float) -> pl.Expr:
     return (pl.col("diverged") | (pl.col("final_test_accuracy") < threshold)).cast(pl.Int64).alias("failure")
 
 
-def late_bloomers(runs: pl.DataFrame, telemetry: pl.DataFrame, accuracy_column: str = "val_accuracy") -> np.ndarray:
-    """Per run (in ``runs`` order): below 0.5 accuracy after 2 epochs (``accuracy_column``, else train accuracy) and
-    ≥ 0.8 at the end."""
-    acc = [pl.col(accuracy_column)] if accuracy_column in telemetry.columns else []
-    at2 = telemetry.filter(pl.col("epoch") == LATE_BLOOMER["epoch"]).select("run_id", pl.coalesce([*acc, pl.col("train_accuracy")]).alias("acc2"))
-    j = runs.select("run_id", "final_test_accuracy").join(at2, on="run_id", how="left", maintain_order="left")
-    return ((j["acc2"].fill_null(0.0) < LATE_BLOOMER["below"]) & (j["final_test_accuracy"] >= LATE_BLOOMER["final_at_least"])).to_numpy()
+def late_bloomers(runs: pl.DataFrame, telemetry: pl.DataFrame) -> np.ndarray:
+    """Per run (in ``runs`` order): a :data:`~prenet.outcome.models.LATE_BLOOMER` — its accuracy after 2 epochs
+    (:func:`~prenet.outcome.models.accuracy_at`) below 0.5, and ≥ 0.8 at the end."""
+    at2 = accuracy_at(runs, telemetry, LATE_BLOOMER["epoch"])
+    return (at2 < LATE_BLOOMER["below"]) & (runs["final_test_accuracy"].to_numpy() >= LATE_BLOOMER["final_at_least"])
 
 
-def late_bloomer_share(runs: pl.DataFrame, telemetry: pl.DataFrame, accuracy_column: str = "val_accuracy") -> float:
+def late_bloomer_share(runs: pl.DataFrame, telemetry: pl.DataFrame) -> float:
     """Share of :func:`late_bloomers` among ``runs``."""
-    late = late_bloomers(runs, telemetry, accuracy_column)
+    late = late_bloomers(runs, telemetry)
     return float(late.mean()) if len(late) else float("nan")
 
 

@@ -14,7 +14,7 @@ import polars as pl
 
 from prenet.errors import PrenetError
 from prenet.outcome.features import single_run
-from prenet.outcome.models import SLOW_BELOW, accuracy_at, interval_bounds, load, relative_class, residual_key
+from prenet.outcome.models import LATE_BLOOMER, SLOW_BELOW, accuracy_at, interval_bounds, load, relative_class, residual_key
 from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
 from prenet.paths import default_path
@@ -25,7 +25,7 @@ CLASS_NAMES = ("bottom third", "middle third", "top third")
 #: the take-off model gives it at least the corpus's base rate of take-off among runs as slow at that epoch (the share
 #: of them that ended as successes): runs that looked like it went on to succeed, so the answer is not yet a verdict.
 #: Models trained before the take-off model existed flag it when the interval reaches ``reach``.
-TAKE_OFF = {"below": SLOW_BELOW, "reach": 0.8}
+TAKE_OFF = {"below": SLOW_BELOW, "reach": LATE_BLOOMER["final_at_least"]}
 
 
 @dataclass
