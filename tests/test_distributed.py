@@ -279,7 +279,9 @@ def test_corpus_on_two_workers_equals_the_single_machine_corpus(tmp_path, servic
     timing = ["wall_seconds", "recorder_seconds"]
     one = pl.read_parquet(coord / "data/outcome/runs.parquet").drop("split").sort("run_id")
     dist = pl.read_parquet(coord / "data/distributed/corpus/runs.parquet").sort("run_id")
-    assert one.height == (4 * int(runs) if runs else 16) and one.drop(timing).equals(dist.drop(timing))
+    c = cfg.outcome.corpus
+    planned = len(c.domains) * (int(c.runs_per_domain) + int(c.takeoff_runs))  # prior + boundary + take-off runs
+    assert one.height == planned and one.drop(timing).equals(dist.drop(timing))
     print(f"two-machine corpus: {one.height} runs identical to the single-machine corpus (timings aside)")
     assert (
         pl.read_parquet(coord / "data/outcome/telemetry.parquet")
