@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import polars as pl
 import torch
 from omegaconf import DictConfig
@@ -19,6 +20,7 @@ from prenet.hardware.local import local_id
 from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema, null_step_ms, to_device
 from prenet.measurement.probe import SpeedProbe
+from prenet.measurement.timer import across_rounds
 from prenet.memory.training import measure_training_memory
 
 
@@ -31,33 +33,53 @@ def benchmark_models(cfg: DictConfig) -> dict:
     allocator = host_allocator(bool(cfg.keep_freed_memory))
     hw_id = local_id(str(cfg.hardware.device))  # a label only: no GEMM peaks to measure here
     todo = [(name, b, o) for name in m.names for b in m.batch_sizes for o in m.optimizers]
-    rows = []
     t0 = time.monotonic()
     probe = SpeedProbe(int(cfg.threads))  # host speed beside every row: evaluate_ops puts these steps on the op benchmark's scale
-    for name, b, o in tqdm(todo, desc="benchmark models", unit="step", disable=not cfg.progress):
-        p_ms = probe.sample()
+    rounds = int(m.get("rounds", 1))
+    timings: dict[tuple, list] = {k: [] for k in todo}
+    probes: dict[tuple, list[float]] = {k: [] for k in todo}
+    peaks: dict[tuple, int | None] = {}
+    params: dict[tuple, int] = {}
+    # interleaved rounds (every step once per round, in turn): a minute of a noisy neighbour slows one round of every
+    # step, not one step's whole measurement (prenet.measurement.timer.across_rounds)
+    for r, (name, b, o) in tqdm([(r, k) for r in range(rounds) for k in todo], desc="benchmark models", unit="step", disable=not cfg.progress):
+        key = (name, b, o)
+        probes[key].append(probe.sample())
         torch.manual_seed(int(cfg.seed))
         module, batch = to_device(*zoo.build(name, int(b), m.get("sizes")), str(cfg.hardware.device))
-        # the first step is the warm-up and is measured for peak memory (profiler on the CPU, allocator stats on CUDA)
-        t_mem = time.perf_counter()
-        peak = measure_training_memory(module, batch, o, warmup=False)
-        warmed_ms = (time.perf_counter() - t_mem) * 1e3
-        t = measure_model(
-            module,
-            batch,
-            optimizer=o,
-            warmup=int(m.warmup),
-            repeats=int(m.repeats),
-            min_block_ms=float(m.min_block_ms),
-            warmed_ms=warmed_ms if int(m.warmup) <= 1 else None,
-            warmup_ms=float(m.warmup_ms),
-        )
-        rows.append(
-            model_timing_row(
-                name, int(b), o, hw_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t, peak_memory_bytes=peak, probe_ms=p_ms
+        warmed_ms = None
+        if r == 0:  # the first step is the warm-up and is measured for peak memory (profiler on the CPU, allocator stats on CUDA)
+            t_mem = time.perf_counter()
+            peaks[key] = measure_training_memory(module, batch, o, warmup=False)
+            warmed_ms = (time.perf_counter() - t_mem) * 1e3 if int(m.warmup) <= 1 else None
+            params[key] = sum(p.numel() for p in module.parameters())
+        timings[key].append(
+            measure_model(
+                module,
+                batch,
+                optimizer=o,
+                warmup=int(m.warmup),
+                repeats=int(m.repeats),
+                min_block_ms=float(m.min_block_ms),
+                warmed_ms=warmed_ms,
+                warmup_ms=float(m.warmup_ms),
             )
         )
         del module, batch
+    rows = [
+        model_timing_row(
+            name,
+            int(b),
+            o,
+            hw_id,
+            int(cfg.threads),
+            params[(name, b, o)],
+            across_rounds(timings[(name, b, o)]),
+            peak_memory_bytes=peaks[(name, b, o)],
+            probe_ms=float(np.median(probes[(name, b, o)])),
+        )
+        for name, b, o in todo
+    ]
     df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
     write_artifact(df, cfg, "model_timings")
     overhead = {o: null_step_ms(o, device=str(cfg.hardware.device)) for o in m.optimizers}
@@ -67,6 +89,8 @@ def benchmark_models(cfg: DictConfig) -> dict:
         "wall_s": round(time.monotonic() - t0, 1),
         "threads": int(cfg.threads),
         "allocator": allocator,
+        "rounds": rounds,
+        # with rounds > 1: the median over steps of the round-to-round spread (IQR / median), else of the blocks' in one round
         "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()),
         "null_step_ms": overhead,
         "host_probe": probe.summary(),

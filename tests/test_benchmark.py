@@ -14,6 +14,7 @@ from prenet.data.schemas import RawTimings
 from prenet.data.shard_files import read_shards
 from prenet.hardware.spec import HardwareSpec
 from prenet.measurement import measurement_plan, run_benchmark, time_callable
+from prenet.measurement.timer import Timing, across_rounds
 
 HW = HardwareSpec("test-cpu", "cpu", 0.1, 10.0, 1, 2000.0)
 OPS = {
@@ -72,6 +73,18 @@ def test_timer_warms_up_for_warmup_ms_and_calibrates_on_the_last_warm_call():
     calls[0] = 0
     time_callable(fn, warmup=1, repeats=1, min_block_ms=1.0, clock=clock, warmed_ms=20.0, warmup_ms=10.0)
     assert calls[0] == 1
+
+
+def test_across_rounds_takes_the_median_round_and_its_round_to_round_spread():
+    def one(ms: float) -> Timing:
+        return Timing(median_ms=ms, min_ms=0.9 * ms, iqr_ms=0.01 * ms, spread_rel=0.01, repeats=2, number=3)
+
+    # one round slowed 1.6× by a neighbour: it moves the spread, not the time
+    r = across_rounds([one(10.0), one(16.0), one(11.0)])
+    assert r.median_ms == pytest.approx(11.0) and r.min_ms == pytest.approx(9.0)
+    assert r.iqr_ms == pytest.approx(13.5 - 10.5) and r.spread_rel == pytest.approx(3.0 / 11.0)
+    assert r.repeats == 6 and r.number == 3
+    assert across_rounds([one(5.0)]) == one(5.0)
 
 
 def test_keep_freed_memory_stops_per_call_page_faults():

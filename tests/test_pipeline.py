@@ -71,6 +71,12 @@ def test_timing_rows_record_hardware_and_threads(tiny_run):
     raw = pl.read_parquet(cfg.paths.raw_timings)
     assert raw["hardware_id"].null_count() == 0 and set(raw["threads"]) == {cfg.threads}
     assert set(raw["direction"]) == {"forward", "forward_backward", "train_step"}
+    # the zoo steps: measured in interleaved rounds, each row the median of its rounds
+    zoo_steps = pl.read_parquet(cfg.paths.model_timings)
+    m = cfg.models
+    assert zoo_steps.height == len(m.names) * len(m.batch_sizes) * len(m.optimizers)
+    assert set(zoo_steps["repeats"]) == {int(m.rounds) * int(m.repeats)} and int(m.rounds) > 1
+    assert zoo_steps["probe_ms"].null_count() == 0 and (zoo_steps["measured_ms"] > 0).all()
 
 
 def test_train_never_sees_holdout_and_evaluate_sees_only_holdout(tiny_run):

@@ -82,3 +82,24 @@ def time_callable(
         repeats=repeats,
         number=number,
     )
+
+
+def across_rounds(rounds: list[Timing]) -> Timing:
+    """One timing of a call measured in several rounds, interleaved with other calls' (a round each, in turn), so that a
+    noisy neighbour slowing the shared host for a minute slows every call's round alike instead of one call's whole
+    measurement: ``median_ms`` is the median of the rounds' medians, ``spread_rel`` their interquartile range / median
+    (the round-to-round noise: on this 2-core host, 2026-12-04, a step's rounds minutes apart differed by up to 1.6×,
+    its blocks within one round by 6 %). One round is returned as it is."""
+    if len(rounds) == 1:
+        return rounds[0]
+    arr = np.asarray([t.median_ms for t in rounds])
+    med = float(np.median(arr))
+    iqr = float(np.subtract(*np.percentile(arr, [75, 25])))
+    return Timing(
+        median_ms=med,
+        min_ms=float(min(t.min_ms for t in rounds)),
+        iqr_ms=iqr,
+        spread_rel=iqr / med if med > 0 else 0.0,
+        repeats=sum(t.repeats for t in rounds),
+        number=rounds[0].number,
+    )
