@@ -18,7 +18,7 @@ from prenet.errors import PrenetError
 from prenet.hardware.local import detect_local
 from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema
-from prenet.measurement.ops import forward_flops, measure_config, sample_configs, sample_wide
+from prenet.measurement.ops import across_rounds_frame, forward_flops, measure_config, sample_configs, sample_wide
 from prenet.measurement.probe import SpeedProbe
 
 
@@ -46,17 +46,25 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         for i, (kind, c) in enumerate(wide)
         if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.get("wide_bf16_max_flops", b.bf16_max_flops)) and kind in wide_bf16
     ]
-    frames, skipped = [], []
+    skipped: list[str] = []
     t0 = time.monotonic()
     probe = SpeedProbe(int(cfg.threads))  # host speed beside every row (prenet/measurement/probe.py)
-    for kind, c, opt, prec in tqdm(todo, desc="benchmark ops", unit="step", disable=not cfg.progress):
+    rounds = int(b.get("rounds", 1))
+    per_step: list[list[pl.DataFrame]] = [[] for _ in todo]
+    # interleaved rounds (every step once per round, in turn), each op the median of its rounds: a minute of a noisy
+    # neighbour slows one round of every op, not all the ops measured in that minute (prenet.measurement.timer)
+    for r, i in tqdm([(r, i) for r in range(rounds) for i in range(len(todo))], desc="benchmark ops", unit="step", disable=not cfg.progress):
+        kind, c, opt, prec = todo[i]
+        if r > 0 and not per_step[i]:
+            continue  # skipped in the first round
         p_ms = probe.sample()
         torch.manual_seed(int(cfg.seed))
         try:
             f = measure_config(kind, c, optimizer=opt, precision=prec, min_block_ms=float(b.min_block_ms), repeats=int(b.repeats))
-            frames.append(f.with_columns(pl.lit(p_ms).alias("probe_ms")))
+            per_step[i].append(f.with_columns(pl.lit(p_ms).alias("probe_ms")))
         except PrenetError as e:  # e.g. oneDNN has no BF16 kernel for an op on this CPU: recorded, not hidden
             skipped.append(f"{kind} {prec}: {e}"[:200])
+    frames = [across_rounds_frame(fs) for fs in per_step if fs]
     ops = pl.concat(frames, how="vertical_relaxed").with_columns(
         pl.lit("local").alias("source"),
         pl.lit(hw.hardware_id).alias("hardware_id"),
@@ -98,6 +106,8 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         "hardware_id": hw.hardware_id,
         "peak_fp32_tflops": hw.peak_fp32_tflops,
         "peak_bf16_tflops": hw.peak_bf16_tflops,
+        "rounds": rounds,
+        # with rounds > 1: the median over ops of the round-to-round spread (IQR / median), else of the blocks' in one round
         "noise_floor_median_spread_pct": float(100 * ops["spread_rel"].median()),
         "zoo_bf16_steps": len(zrows),
         "host_probe": probe.summary(),

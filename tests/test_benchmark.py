@@ -87,6 +87,27 @@ def test_across_rounds_takes_the_median_round_and_its_round_to_round_spread():
     assert across_rounds([one(5.0)]) == one(5.0)
 
 
+def test_an_op_step_measured_in_rounds_is_the_median_of_its_rounds():
+    import numpy as np
+    import polars as pl
+
+    from prenet.measurement.ops import across_rounds_frame, measure_config
+
+    cfg = {"batch": 4, "in_features": 32, "out_features": 16}
+    rounds = [
+        measure_config("linear", cfg, optimizer="sgd", precision="fp32", min_block_ms=0.05, repeats=1).with_columns(pl.lit(p).alias("probe_ms"))
+        for p in (0.5, 0.7, 0.6)
+    ]
+    # one round slowed 2× (a neighbour): the median of three keeps the others' time, the spread shows it
+    rounds[1] = rounds[1].with_columns(pl.col("measured_ms") * 2)
+    out = across_rounds_frame(rounds)
+    times = np.stack([r["measured_ms"].to_numpy() for r in rounds])
+    assert out.height == rounds[0].height and out["op"].to_list() == rounds[0]["op"].to_list()
+    assert np.allclose(out["measured_ms"].to_numpy(), np.median(times, axis=0))
+    assert (out["spread_rel"] > 0).all() and out["probe_ms"].unique().to_list() == [0.6]
+    assert across_rounds_frame(rounds[:1]).equals(rounds[0])
+
+
 def test_keep_freed_memory_stops_per_call_page_faults():
     import resource
 

@@ -209,6 +209,11 @@ def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():
     sizes = [c[k] for _, c in cfgs for k in ("in_features", "out_features") if c[k] >= 128]
     assert 0.3 < np.mean([s % 64 == 0 for s in sizes]) < 0.95  # a share aligned, not all
     assert max(REGISTRY["linear"].cost(c, 4).forward_flops for _, c in cfgs) <= 6e9 * 1.2  # the cap holds (after rounding)
+    # a second space of the same kind, named with its kind (the skinny GEMMs of large weights)
+    skinny = {"configs": 10, "space": {"batch": [1, 64], "in_features": [256, 4096], "out_features": [256, 4096], "max_flops": 2e9}}
+    both = sample_wide(wide | {"linear_skinny": {"kind": "linear", **skinny}}, seed=7, aligned_share=0.6)
+    assert both[:40] == cfgs and {k for k, _ in both} == {"linear"}
+    assert all(c["batch"] <= 64 and min(c["in_features"], c["out_features"]) >= 256 for _, c in both[40:])
 
 
 def test_justus_peaks_follow_cores_times_clock():

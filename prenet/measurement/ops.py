@@ -21,8 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from prenet.errors import PrenetError
 from prenet.layers import REGISTRY
 from prenet.layers.base import log_uniform_int
+from prenet.measurement.timer import round_spread
 from prenet.ops import measure_step
 
 
@@ -200,13 +202,15 @@ def snap_aligned(cfg: dict[str, int], rng: np.random.Generator, share: float) ->
 
 
 def sample_wide(wide: dict[str, Any], *, seed: int, aligned_share: float) -> list[tuple[str, dict[str, int]]]:
-    """Extra configurations of registry layers over wider spaces (``ops.benchmark.wide``: kind → {configs, space}), sized
-    like the zoo's layers (GEMMs to ~6 GFLOP, 22 MB activations, LSTM layers of 1024 units) so that no zoo op lies
-    beyond the measured range; a share of sizes aligned (:func:`snap_aligned`)."""
+    """Extra configurations of registry layers over wider spaces (``ops.benchmark.wide``: name → {configs, space}, the
+    name a registry kind or a spec's ``kind``: one kind may have several spaces), sized like the zoo's layers (GEMMs to
+    ~6 GFLOP, 22 MB activations, LSTM layers of 1024 units) so that no zoo op lies beyond the measured range; a share of
+    sizes aligned (:func:`snap_aligned`)."""
     rng = np.random.default_rng(seed + 1)
     out = []
-    for kind in sorted(wide):
-        spec = wide[kind]
+    for name in sorted(wide):
+        spec = wide[name]
+        kind = str(spec.get("kind", name))
         lt = REGISTRY[kind]
         for _ in range(int(spec["configs"])):
             out.append((kind, lt.complete(snap_aligned(lt.sample(rng, dict(spec["space"])), rng, aligned_share))))
@@ -224,6 +228,23 @@ def forward_flops(kind: str, cfg: dict[str, int]) -> float:
     if kind in REGISTRY:
         return REGISTRY[kind].cost(cfg, 4).forward_flops
     return float(math.prod(v for k, v in cfg.items() if k not in ("stride", "causal", "groups", "conv_groups")))
+
+
+def across_rounds_frame(rounds: list[pl.DataFrame]) -> pl.DataFrame:
+    """One configuration's timed ops from several interleaved rounds of :func:`measure_config` (the same step each
+    round, so the same ops in the same order): ``measured_ms`` the median over rounds, ``spread_rel`` the
+    round-to-round spread (:func:`~prenet.measurement.timer.round_spread`), ``probe_ms`` (when present) the median of
+    the rounds' probes. One round is returned as it is."""
+    if len(rounds) == 1:
+        return rounds[0]
+    first = rounds[0]
+    if any(f.height != first.height or f.get_column("op").to_list() != first.get_column("op").to_list() for f in rounds[1:]):
+        raise PrenetError(f"config {first['config_id'][0]}: the rounds traced different ops; measure it in one round")
+    med, spread = round_spread(np.stack([f.get_column("measured_ms").to_numpy() for f in rounds]))
+    out = first.with_columns(pl.Series("measured_ms", med), pl.Series("spread_rel", spread))
+    if "probe_ms" in first.columns:
+        out = out.with_columns(pl.lit(float(np.median([f["probe_ms"][0] for f in rounds]))).alias("probe_ms"))
+    return out
 
 
 def measure_config(kind: str, cfg: dict[str, int], *, optimizer: str, precision: str, min_block_ms: float, repeats: int) -> pl.DataFrame:

@@ -84,22 +84,28 @@ def time_callable(
     )
 
 
+def round_spread(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The median over rounds (axis 0) of ``values`` (rounds × items, ms) and the round-to-round spread: interquartile
+    range / median (0 where the median is 0)."""
+    med = np.median(values, axis=0)
+    iqr = np.subtract(*np.percentile(values, [75, 25], axis=0))
+    return med, np.divide(iqr, med, out=np.zeros_like(med, dtype=float), where=med > 0)
+
+
 def across_rounds(rounds: list[Timing]) -> Timing:
     """One timing of a call measured in several rounds, interleaved with other calls' (a round each, in turn), so that a
     noisy neighbour slowing the shared host for a minute slows every call's round alike instead of one call's whole
     measurement: ``median_ms`` is the median of the rounds' medians, ``spread_rel`` their interquartile range / median
-    (the round-to-round noise: on this 2-core host, 2026-12-04, a step's rounds minutes apart differed by up to 1.6×,
-    its blocks within one round by 6 %). One round is returned as it is."""
+    (:func:`round_spread`: the round-to-round noise; on this 2-core host, 2026-12-04, a step's rounds minutes apart
+    differed by up to 1.6×, its blocks within one round by 6 %). One round is returned as it is."""
     if len(rounds) == 1:
         return rounds[0]
-    arr = np.asarray([t.median_ms for t in rounds])
-    med = float(np.median(arr))
-    iqr = float(np.subtract(*np.percentile(arr, [75, 25])))
+    med, spread = round_spread(np.asarray([[t.median_ms] for t in rounds]))
     return Timing(
-        median_ms=med,
+        median_ms=float(med[0]),
         min_ms=float(min(t.min_ms for t in rounds)),
-        iqr_ms=iqr,
-        spread_rel=iqr / med if med > 0 else 0.0,
+        iqr_ms=float(spread[0] * med[0]),
+        spread_rel=float(spread[0]),
         repeats=sum(t.repeats for t in rounds),
         number=rounds[0].number,
     )

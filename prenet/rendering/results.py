@@ -157,7 +157,10 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
     layer_zoo = ev.get("whole_model", {}).get("prenet", {}).get("overall", {}).get("mape_pct")  # the same zoo steps
     mem = eo.get("memory", {})
     cells = "; ".join(
-        f"{d} {p} {_pct(r['mape_pct'])} (roofline {_pct(r['roofline_mape_pct'])}, {r['rows']:,} ops)" for (d, p), r in sorted(by.items())
+        f"{d} {p} {_pct(r['mape_pct'])} (roofline {_pct(r['roofline_mape_pct'])}, {r['rows']:,} ops"
+        + (f", noise floor {_pct(r['noise_floor_pct'])}" if r.get("noise_floor_pct") is not None else "")
+        + ")"
+        for (d, p), r in sorted(by.items())
     )
     rows: list[Row] = [
         ("step time v2: ops, roofline ÷ learned efficiency (MAPE [95 % bootstrap interval])", "this project", "published"),
