@@ -20,7 +20,7 @@ from prenet.hardware.local import local_id
 from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema, null_step_ms, to_device
 from prenet.measurement.probe import SpeedProbe
-from prenet.measurement.timer import across_rounds
+from prenet.measurement.timer import across_rounds, interleaved
 from prenet.memory.training import measure_training_memory
 
 
@@ -42,8 +42,8 @@ def benchmark_models(cfg: DictConfig) -> dict:
     params: dict[tuple, int] = {}
     # interleaved rounds (every step once per round, in turn): a minute of a noisy neighbour slows one round of every
     # step, not one step's whole measurement (prenet.measurement.timer.across_rounds)
-    for r, (name, b, o) in tqdm([(r, k) for r in range(rounds) for k in todo], desc="benchmark models", unit="step", disable=not cfg.progress):
-        key = (name, b, o)
+    for r, i in tqdm(interleaved(len(todo), rounds), desc="benchmark models", unit="step", disable=not cfg.progress):
+        key = name, b, o = todo[i]
         probes[key].append(probe.sample())
         torch.manual_seed(int(cfg.seed))
         module, batch = to_device(*zoo.build(name, int(b), m.get("sizes")), str(cfg.hardware.device))

@@ -20,6 +20,7 @@ from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema
 from prenet.measurement.ops import across_rounds_frame, forward_flops, measure_config, sample_configs, sample_wide
 from prenet.measurement.probe import SpeedProbe
+from prenet.measurement.timer import interleaved
 
 
 def benchmark_ops(cfg: DictConfig) -> dict:
@@ -53,7 +54,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     per_step: list[list[pl.DataFrame]] = [[] for _ in todo]
     # interleaved rounds (every step once per round, in turn), each op the median of its rounds: a minute of a noisy
     # neighbour slows one round of every op, not all the ops measured in that minute (prenet.measurement.timer)
-    for r, i in tqdm([(r, i) for r in range(rounds) for i in range(len(todo))], desc="benchmark ops", unit="step", disable=not cfg.progress):
+    for r, i in tqdm(interleaved(len(todo), rounds), desc="benchmark ops", unit="step", disable=not cfg.progress):
         kind, c, opt, prec = todo[i]
         if r > 0 and not per_step[i]:
             continue  # skipped in the first round

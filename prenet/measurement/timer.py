@@ -72,21 +72,20 @@ def time_callable(
         sync()
         per_iter.append((clock() - t0) * 1e3 / number)
     arr = np.asarray(per_iter)
-    med = float(np.median(arr))
-    iqr = float(np.subtract(*np.percentile(arr, [75, 25])))
+    med, spread = round_spread(arr[:, None])
     return Timing(
-        median_ms=med,
+        median_ms=float(med[0]),
         min_ms=float(arr.min()),
-        iqr_ms=iqr,
-        spread_rel=iqr / med if med > 0 else 0.0,
+        iqr_ms=float(spread[0] * med[0]),
+        spread_rel=float(spread[0]),
         repeats=repeats,
         number=number,
     )
 
 
 def round_spread(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The median over rounds (axis 0) of ``values`` (rounds × items, ms) and the round-to-round spread: interquartile
-    range / median (0 where the median is 0)."""
+    """The median over repeats (axis 0) of ``values`` (repeats × items, ms) and their spread: interquartile range /
+    median (0 where the median is 0) — a timing's ``spread_rel``, over its blocks or over its rounds."""
     med = np.median(values, axis=0)
     iqr = np.subtract(*np.percentile(values, [75, 25], axis=0))
     return med, np.divide(iqr, med, out=np.zeros_like(med, dtype=float), where=med > 0)
@@ -109,3 +108,9 @@ def across_rounds(rounds: list[Timing]) -> Timing:
         repeats=sum(t.repeats for t in rounds),
         number=rounds[0].number,
     )
+
+
+def interleaved(items: int, rounds: int) -> list[tuple[int, int]]:
+    """(round, item index) in measuring order for ``rounds`` interleaved rounds over ``items`` measurements: every item
+    once per round, in turn (:func:`across_rounds`)."""
+    return [(r, i) for r in range(rounds) for i in range(items)]
