@@ -52,7 +52,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     probe = SpeedProbe(int(cfg.threads))  # host speed beside every row (prenet/measurement/probe.py)
     rounds = int(b.get("rounds", 1))
     per_step: list[list[pl.DataFrame]] = [[] for _ in todo]
-    # interleaved rounds (every step once per round, in turn), each op the median of its rounds: a minute of a noisy
+    # interleaved rounds (every step once per round, in turn), each op its fastest round: a minute of a noisy
     # neighbour slows one round of every op, not all the ops measured in that minute (prenet.measurement.timer)
     for r, i in tqdm(interleaved(len(todo), rounds), desc="benchmark ops", unit="step", disable=not cfg.progress):
         kind, c, opt, prec = todo[i]

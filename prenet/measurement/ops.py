@@ -24,7 +24,7 @@ from torch import nn
 from prenet.errors import PrenetError
 from prenet.layers import REGISTRY
 from prenet.layers.base import log_uniform_int
-from prenet.measurement.timer import round_spread
+from prenet.measurement.timer import fastest_round, round_spread
 from prenet.ops import measure_step
 
 
@@ -232,18 +232,19 @@ def forward_flops(kind: str, cfg: dict[str, int]) -> float:
 
 def across_rounds_frame(rounds: list[pl.DataFrame]) -> pl.DataFrame:
     """One configuration's timed ops from several interleaved rounds of :func:`measure_config` (the same step each
-    round, so the same ops in the same order): ``measured_ms`` the median over rounds, ``spread_rel`` the
-    round-to-round spread (:func:`~prenet.measurement.timer.round_spread`), ``probe_ms`` (when present) the median of
-    the rounds' probes. One round is returned as it is."""
+    round, so the same ops in the same order): ``measured_ms`` each op's fastest round
+    (:func:`~prenet.measurement.timer.fastest_round`), ``spread_rel`` the round-to-round spread
+    (:func:`~prenet.measurement.timer.round_spread`), ``probe_ms`` (when present) the fastest of the rounds' probes: the
+    host speed the fastest rounds ran at. One round is returned as it is."""
     if len(rounds) == 1:
         return rounds[0]
     first = rounds[0]
     if any(f.height != first.height or f.get_column("op").to_list() != first.get_column("op").to_list() for f in rounds[1:]):
         raise PrenetError(f"config {first['config_id'][0]}: the rounds traced different ops; measure it in one round")
-    med, spread = round_spread(np.stack([f.get_column("measured_ms").to_numpy() for f in rounds]))
-    out = first.with_columns(pl.Series("measured_ms", med), pl.Series("spread_rel", spread))
+    times = np.stack([f.get_column("measured_ms").to_numpy() for f in rounds])
+    out = first.with_columns(pl.Series("measured_ms", fastest_round(times)), pl.Series("spread_rel", round_spread(times)[1]))
     if "probe_ms" in first.columns:
-        out = out.with_columns(pl.lit(float(np.median([f["probe_ms"][0] for f in rounds]))).alias("probe_ms"))
+        out = out.with_columns(pl.lit(float(np.min([f["probe_ms"][0] for f in rounds]))).alias("probe_ms"))
     return out
 
 
