@@ -30,6 +30,19 @@ def test_step_time_of_a_zoo_model_sums_its_ops(models_dir):
     assert sum(p.estimate_share.values()) == pytest.approx(1.0)
 
 
+def test_a_cpu_step_of_cache_sensitive_ops_says_its_prediction_is_a_lower_bound(models_dir):
+    """The batch-16 MLP's time is in skinny GEMMs of 3-4 MB, timed warm but run from DRAM in a step: the answer says so;
+    ResNet-18's convolutions are compute-bound, and a GPU's answer never carries the CPU note."""
+
+    def cache_notes(p) -> list[str]:
+        return [n for n in p.notes if n.startswith("cache:")]
+
+    mlp = predict_step_time("mlp", batch_size=16, hardware="local", models_dir=models_dir)
+    assert len(cache_notes(mlp)) == 1 and "lower bound" in cache_notes(mlp)[0]
+    assert not cache_notes(predict_step_time("resnet18", batch_size=16, hardware="local", models_dir=models_dir))
+    assert not cache_notes(predict_step_time("mlp", batch_size=16, hardware="Tesla T4", models_dir=models_dir))
+
+
 def test_unseen_hardware_from_its_spec_sheet(models_dir, tmp_path):
     spec = tmp_path / "gpu.yaml"
     spec.write_text("name: Imaginary 1\nkind: gpu\npeak_fp32_tflops: 50\nmem_bw_gbps: 2000\ncores: 10000\nclock_mhz: 1800\n")
