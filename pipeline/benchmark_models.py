@@ -20,7 +20,7 @@ from prenet.hardware.local import local_id
 from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema, null_step_ms, to_device
 from prenet.measurement.probe import SpeedProbe
-from prenet.measurement.timer import across_rounds, interleaved
+from prenet.measurement.timer import across_rounds, fastest_round, interleaved
 from prenet.memory.training import measure_training_memory
 
 
@@ -76,7 +76,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
             params[(name, b, o)],
             across_rounds(timings[(name, b, o)]),
             peak_memory_bytes=peaks[(name, b, o)],
-            probe_ms=float(np.min(probes[(name, b, o)])),  # the host speed the fastest rounds ran at (across_rounds)
+            probe_ms=float(fastest_round(np.asarray(probes[(name, b, o)]))),  # the host speed the fastest rounds ran at (across_rounds)
         )
         for name, b, o in todo
     ]

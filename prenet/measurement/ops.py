@@ -244,7 +244,7 @@ def across_rounds_frame(rounds: list[pl.DataFrame]) -> pl.DataFrame:
     times = np.stack([f.get_column("measured_ms").to_numpy() for f in rounds])
     out = first.with_columns(pl.Series("measured_ms", fastest_round(times)), pl.Series("spread_rel", round_spread(times)[1]))
     if "probe_ms" in first.columns:
-        out = out.with_columns(pl.lit(float(np.min([f["probe_ms"][0] for f in rounds]))).alias("probe_ms"))
+        out = out.with_columns(pl.lit(float(fastest_round(np.asarray([f["probe_ms"][0] for f in rounds])))).alias("probe_ms"))
     return out
 
 

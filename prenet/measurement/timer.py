@@ -114,7 +114,8 @@ def across_rounds(rounds: list[Timing]) -> Timing:
 
 
 def fastest_round(values: np.ndarray) -> np.ndarray:
-    """The time of each item (columns of ``values``, rounds × items, ms) over interleaved rounds: its fastest round.
+    """The time of each item (columns of ``values``, rounds × items, ms; a 1-D array: one item) over interleaved
+    rounds: its fastest round. A round-measured row's host-speed probe is the fastest of its rounds' probes, likewise.
     Measured 2026-12-04 on this host against the median of 3 rounds, over one re-measured op table and zoo each: CPU
     FP32 op holdout 38.5 → 30.5 % MAPE, GEMMs 22.5 → 9.9 %, zoo FP32 steps 12.6 → 10.2 % (the second run also had a
     quieter host)."""

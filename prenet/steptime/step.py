@@ -215,15 +215,16 @@ def cpu_cache_note(ops: pl.DataFrame, hw: HardwareSpec) -> str | None:
     times with warm caches: such a step ran up to ~1.5× slower than predicted. None for GPUs and other steps."""
     if hw.kind != "cpu" or ops.height == 0:
         return None
+    l2_mb = hw.l2_mb or 1.0
     by = ops.get_column("bytes").to_numpy().astype(float)
     fl = ops.get_column("flops").to_numpy().astype(float)
     t = ops.get_column("predicted_ms").to_numpy()
-    sel = (by > (hw.l2_mb or 1.0) * 2**20) & (by <= CACHE_SENSITIVE_MAX_MB * 2**20) & (fl < CACHE_SENSITIVE_FLOPS_PER_BYTE * by)
+    sel = (by > l2_mb * 2**20) & (by <= CACHE_SENSITIVE_MAX_MB * 2**20) & (fl < CACHE_SENSITIVE_FLOPS_PER_BYTE * by)
     share = float(t[sel].sum() / max(t.sum(), 1e-12))
     if share <= CACHE_NOTE_SHARE:
         return None
     return (
-        f"cache: {100 * share:.0f} % of this step's predicted time is in memory-bound ops of {hw.l2_mb or 1.0:g}-"
+        f"cache: {100 * share:.0f} % of this step's predicted time is in memory-bound ops of {l2_mb:g}-"
         f"{CACHE_SENSITIVE_MAX_MB:g} MB, timed with their operands warm in the cache; inside a step they come from DRAM, "
         "and a step like it (a 784-1024-1024-1024-10 MLP at batch 16) ran 1.5x slower than predicted: read this as a "
         "lower bound (docs/hardware.md)"
