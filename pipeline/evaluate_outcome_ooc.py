@@ -4,12 +4,14 @@ torch loop over digits with settings outside the corpus prior (``data/outcome/ou
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
-from prenet.outcome.out_of_corpus import ablate_on, late_bloomer_share, score
+from prenet.outcome.out_of_corpus import ablate_on, late_bloomer_share, score, seed_ceiling
 
 
 def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
@@ -22,6 +24,9 @@ def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
     oc = cfg.outcome.out_of_corpus
     res = score(runs, tel, cfg.paths.outcome_models, n_boot=int(oc.n_boot), seed=int(cfg.seed))
     res["corpus_late_bloomer_share"] = late_bloomer_share(corpus_runs, corpus_tel)
+    repeated = Path(folder) / "runs_repeated.parquet"
+    if repeated.exists():  # the same settings trained again with another seed: how much no prediction can explain
+        res["seed_ceiling"] = seed_ceiling(runs, pl.read_parquet(repeated))
     if oc.ablate_groups:
         res["group_ablation"] = ablate_on(
             runs,
@@ -42,7 +47,7 @@ def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
     e2 = res["by_epoch"]["2"]
     print(
         f"evaluate_outcome_ooc: {res['runs']} out-of-corpus runs; epoch 2 R² {e2['r2'][0]:.2f} (naive {e2['naive_r2'][0]:.2f}), "
-        f"failure AUC {e2['failure_auc'][0]:.3f}; late bloomers {100 * res['late_bloomer_share']:.0f} % (corpus {100 * res['corpus_late_bloomer_share']:.0f} %)"
+        f"failure AUC {e2['failure_auc'][0]:.3f}; seed-to-seed R² ceiling {res.get('seed_ceiling', {}).get('r2_ceiling', float('nan')):.2f}; late bloomers {100 * res['late_bloomer_share']:.0f} % (corpus {100 * res['corpus_late_bloomer_share']:.0f} %)"
     )
     return res
 

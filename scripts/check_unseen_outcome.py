@@ -48,7 +48,7 @@ def train(
             out = model(x[b])
             loss = nn.functional.cross_entropy(out, y[b])
             loss.backward()
-            rec.after_backward()
+            rec.after_backward(loss)
             opt.step()
             tl, tc, n = tl + float(loss.detach()) * len(b), tc + int((out.argmax(1) == y[b]).sum()), n + len(b)
         if not math.isfinite(tl):

@@ -1,9 +1,10 @@
 """Generate the out-of-corpus early-success runs (issue 29): ``python scripts/generate_out_of_corpus.py [--runs 240] [--seed 7]``.
 
 A plain torch loop over scikit-learn's digits with the Recorder, settings outside the corpus prior
-(``prenet/outcome/out_of_corpus.py``). Writes ``data/outcome/out_of_corpus/{runs,telemetry}.parquet`` and
-``provenance.json``; the ``evaluate_outcome_ooc`` stage scores the predictor on them. No part of the pipeline fits on
-these runs.
+(``prenet/outcome/out_of_corpus.py``). Writes ``data/outcome/out_of_corpus/{runs,telemetry}.parquet``,
+``runs_repeated.parquet`` (every setting trained once more with another seed: the seed-to-seed yardstick,
+``prenet.outcome.out_of_corpus.seed_ceiling``) and ``provenance.json``; the ``evaluate_outcome_ooc`` stage scores the
+predictor on them. No part of the pipeline fits on these runs.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from prenet.outcome.out_of_corpus import collect, late_bloomer_share
+    from prenet.outcome.out_of_corpus import RESEED, collect, late_bloomer_share, seed_ceiling
 
     t0 = time.monotonic()
     runs, tel = collect(args.runs, args.seed, args.epochs)
@@ -39,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     runs.write_parquet(out / "runs.parquet")
     tel.write_parquet(out / "telemetry.parquet")
+    repeats, _ = collect(args.runs, args.seed, args.epochs, reseed=RESEED)
+    repeats.select("run_id", "seed", "final_test_accuracy", "diverged").write_parquet(out / "runs_repeated.parquet")
     files = ["prenet/outcome/out_of_corpus.py", "prenet/telemetry/recorder.py", "scripts/generate_out_of_corpus.py"]
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     prov = {
@@ -52,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         "diverged": int(runs["diverged"].sum()),
         "late_bloomer_share": late_bloomer_share(runs, tel),
         "median_final_accuracy": float(runs["final_test_accuracy"].median()),
+        "repeated_with_seed_offset": RESEED,
+        "seed_ceiling": seed_ceiling(runs, repeats),
         "generation_wall_s": round(time.monotonic() - t0, 1),
     }
     (out / "provenance.json").write_text(json.dumps(prov, indent=1) + "\n")

@@ -116,7 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if code:
         print(f"resume_corpus: note: {', '.join(code)} changed since {src} was made; the reproduction check below decides")
-    rows = shard_rows(pl.read_parquet(src / "runs.parquet"), pl.read_parquet(src / "telemetry.parquet"))
+    from prenet.telemetry.recorder import TELEMETRY_FLOAT
+
+    tel = pl.read_parquet(src / "telemetry.parquet")
+    absent = [c for c in TELEMETRY_FLOAT if c not in tel.columns]
+    if absent:  # its runs would lack what the new ones record: the features would tell the phases apart, not the runs
+        print(f"resume_corpus: {src} was recorded without {', '.join(absent)}; regenerate in full", file=sys.stderr)
+        return 2
+    rows = shard_rows(pl.read_parquet(src / "runs.parquet"), tel)
     done = {r["run_id"]: r for r in rows}
     bad = [r["run_id"] for r in rows if RunSpec(**r["spec"]).run_id != r["run_id"]]
     planned = {s.run_id for s, _ in corpus_plan(cfg, prior_results(done, int(cfg.outcome.corpus.takeoff_epoch)))}

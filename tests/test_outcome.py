@@ -42,6 +42,26 @@ def test_gradient_snr_follows_its_definition():
     assert math.isclose(row["grad_norm"], (1 + math.sqrt(13)) / 2, rel_tol=1e-6)
 
 
+def test_within_epoch_quarters_follow_their_definition():
+    w = nn.Parameter(torch.zeros(1))
+    model = nn.Module()
+    model.w = w
+    rec = Recorder(model)
+    for loss, g in zip([2.0, 2.0, 2.0, 2.0, 1.0, 1.0, 0.5, 0.5], [1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0]):
+        w.grad = torch.tensor([g])
+        rec.after_backward(torch.tensor(loss))
+    row = rec.end_epoch(train_loss=1.375, train_accuracy=0.5)
+    assert row["loss_end"] == pytest.approx(0.5)  # the last quarter's 2 minibatches
+    assert row["loss_trend"] == pytest.approx(math.log(0.5 / 2.0))  # falls within the epoch, where the mean hides it
+    assert row["grad_norm_trend"] == pytest.approx(math.log(4.0))
+    for _ in range(8):  # no loss passed (an older loop): the loss quarters are unknown, the gradient's still measured
+        w.grad = torch.tensor([1.0])
+        rec.after_backward()
+    row = rec.end_epoch(train_loss=1.0, train_accuracy=0.5)
+    assert row["loss_end"] is None and row["loss_trend"] is None and row["grad_norm_trend"] == pytest.approx(0.0)
+    assert rec.table().height == 2
+
+
 def test_weight_growth_and_dead_relu_snapshot():
     torch.manual_seed(0)
     lin = nn.Linear(4, 3)
@@ -436,7 +456,38 @@ def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run, tmp_path):
     assert 0 <= e2["interval"]["coverage"] <= 1 and e2["interval"]["nominal"] == pytest.approx(0.8)
     assert 0 <= e2["failure_reliability"]["ece"] <= 1 and sum(b["n"] for b in e2["failure_reliability"]["bins"]) == n
     ab = res["group_ablation"]
-    assert ab["epoch"] == 2 and set(ab["groups"]) == {"curve", "trend", "gradient", "weights"} and ab["runs"] <= n
+    assert ab["epoch"] == 2 and set(ab["groups"]) == {"curve", "trend", "within", "gradient", "weights"} and ab["runs"] <= n
     assert all(np.isfinite(v["r2"]["difference"]) for v in ab["groups"].values())
     flag = e2["take_off_flag"]
     assert flag["late_bloomers"] == round(n * res["late_bloomer_share"]) and flag["late_bloomers_flagged"] <= flag["flagged"]
+
+
+def test_a_vendored_corpus_from_an_older_recorder_reads_with_its_new_columns_empty(tmp_path):
+    from pipeline.config import compose
+    from pipeline.corpus import read_vendored
+    from prenet.data.io import read_table
+
+    shipped, old = Path("data/outcome/vendored"), tmp_path / "old"
+    old.mkdir()
+    shutil.copy(shipped / "provenance.json", old / "provenance.json")
+    runs = pl.read_parquet(shipped / "runs.parquet").head(40)
+    runs.write_parquet(old / "runs.parquet")
+    tel = pl.read_parquet(shipped / "telemetry.parquet").filter(pl.col("run_id").is_in(runs["run_id"].implode()))
+    tel.drop([c for c in ("loss_end", "loss_trend", "grad_norm_trend") if c in tel.columns]).write_parquet(old / "telemetry.parquet")
+    cfg = compose(["progress=false", f"paths.root={tmp_path / 'data'}", f"paths.outcome_vendored={old}"])
+    assert read_vendored(cfg)["runs"] == 40
+    out = read_table(cfg.paths.outcome_telemetry)
+    assert out.height == tel.height and out["loss_trend"].null_count() == out.height and out["grad_norm_trend"].null_count() == out.height
+
+
+def test_seed_ceiling_is_the_r2_of_knowing_each_setting_exactly():
+    from prenet.outcome.out_of_corpus import seed_ceiling
+
+    runs = pl.DataFrame({"run_id": ["a", "b", "c", "d"], "final_test_accuracy": [0.1, 0.9, 0.5, 0.7]})
+    same = seed_ceiling(runs, runs)
+    assert same["r2_ceiling"] == pytest.approx(1.0) and same["mean_abs_difference"] == 0.0 and same["runs"] == 4
+    other = runs.with_columns(pl.Series("final_test_accuracy", [0.3, 0.9, 0.5, 0.5]))  # two settings moved by 0.2
+    c = seed_ceiling(runs, other)
+    ya, yb = np.array([0.1, 0.9, 0.5, 0.7]), np.array([0.3, 0.9, 0.5, 0.5])
+    assert c["r2_ceiling"] == pytest.approx(1 - np.mean((ya - yb) ** 2) / (2 * np.var(np.concatenate([ya, yb]))))
+    assert c["mean_abs_difference"] == pytest.approx(0.1)

@@ -21,6 +21,12 @@ as log10. Feature groups (``GROUPS``; ``loss_acc`` alone is the ablation baselin
   gradient SNR and of log10 update/weight ratio, the weight-norm growth over the last epoch (the weights leave a
   collapsed init before the loss falls), and from epoch 3 the curvature of log loss and of accuracy (second
   differences: an accelerating fall or rise);
+* ``within``: inside each epoch k ≤ e (the recorder's quarters of the epoch's minibatches): the loss over its last
+  quarter ``loss_end`` (where the loss is at the epoch's end; ``train_loss`` is the mean), ln(last / first quarter's
+  mean loss) and ln(last / first quarter's mean gradient norm): a plateau that starts to fall late in epoch 2 shows here
+  before it moves the epoch means; and ln of the loss projected to ``PROJECT_EPOCH`` from the epoch's end at the
+  epoch's own rate (log-linear: ln(last / first quarter) over the ¾ of an epoch between the quarters' centres;
+  floored at 1e-4);
 * ``domain``: architecture and dataset codes (``ARCH_CODES``, ``DATASET_CODES``; NaN when unknown);
 * ``schedule``: the run's learning-rate schedule for the epochs to come (``SCHEDULE_CODES``; NaN when not given) —
   the one piece of the plan telemetry cannot show: a slow start recovers under a constant rate, not under a decay.
@@ -43,7 +49,7 @@ import numpy as np
 import polars as pl
 
 FEATURE_SETS = ("telemetry", "loss_acc")
-GROUPS = ("loss_acc", "progress", "curve", "trend", "gradient", "weights", "activations", "generalization", "domain", "schedule")
+GROUPS = ("loss_acc", "progress", "curve", "trend", "within", "gradient", "weights", "activations", "generalization", "domain", "schedule")
 ARCH_CODES = {"mlp": 0.0, "cnn": 1.0, "resnet": 2.0}
 DATASET_CODES = {"digits": 0.0, "fashion": 1.0}
 #: learning-rate schedule codes (the user's plan for the rest of the run; NaN when not given)
@@ -51,6 +57,7 @@ SCHEDULE_CODES = {"constant": 0.0, "step": 1.0, "cosine": 2.0, "warmup_cosine": 
 #: epoch the fitted loss/error power laws are projected to (the corpus runs' length)
 PROJECT_EPOCH = 15
 _WEIGHTS = ("weight_norm_ratio", "weight_distance", "layer_norm_ratio_max", "layer_norm_ratio_mean")
+_WITHIN = ("loss_end", "loss_trend", "grad_norm_trend")
 
 
 def domain_codes(domain: str | None) -> tuple[float, float]:
@@ -71,6 +78,7 @@ def _groups(epoch: int) -> dict[str, list[str]]:
         "curve": ["loss_exponent", "loss_projected", "error_exponent", "error_projected"] if epoch >= 2 else [],
         "trend": (["d_log10_grad_snr", "d_log10_update_ratio", "weight_growth"] if epoch >= 2 else [])
         + (["loss_curvature", "accuracy_curvature"] if epoch >= 3 else []),
+        "within": [f"{c}_e{k}" for k in ks for c in _WITHIN] + ["log_loss_projected_within"],
         "gradient": [f"{c}_e{k}" for k in ks for c in ("log10_grad_snr", "log10_grad_snr_median")]
         + [f"log10_grad_norm_ratio_e{k}" for k in ks if k >= 2],
         "weights": [f"{c}_e{k}" for k in ks for c in (*_WEIGHTS, "log10_update_ratio")],
@@ -119,7 +127,7 @@ def _row(tel: dict[int, dict], epoch: int, domain: str | None, schedule: str | N
         if k >= 2:
             out[f"loss_ratio_e{k}"] = ratio(tl, get(1, "train_loss"))
             out[f"log10_grad_norm_ratio_e{k}"] = log10(ratio(get(k, "grad_norm"), get(1, "grad_norm")))
-        for c in ("log10_grad_snr", "log10_grad_snr_median", *_WEIGHTS, "dead_relu_frac", "saturated_frac", "val_accuracy", "val_loss"):
+        for c in ("log10_grad_snr", "log10_grad_snr_median", *_WEIGHTS, *_WITHIN, "dead_relu_frac", "saturated_frac", "val_accuracy", "val_loss"):
             out[f"{c}_e{k}"] = get(k, c)
         out[f"log10_update_ratio_e{k}"] = log10(get(k, "update_ratio"))
         out[f"gap_accuracy_e{k}"] = ta - get(k, "val_accuracy")
@@ -137,6 +145,8 @@ def _row(tel: dict[int, dict], epoch: int, domain: str | None, schedule: str | N
         out["loss_curvature"] = ll[2] - 2 * ll[1] + ll[0]
         aa = [get(k, "train_accuracy") for k in (epoch - 2, epoch - 1, epoch)]
         out["accuracy_curvature"] = aa[2] - 2 * aa[1] + aa[0]
+    end, trend = get(epoch, "loss_end"), get(epoch, "loss_trend")
+    out["log_loss_projected_within"] = max(math.log(end) + trend * (PROJECT_EPOCH - epoch) / 0.75, math.log(1e-4)) if end > 0 else float("nan")
     if epoch >= 2:
         out["loss_exponent"], out["loss_projected"] = _power_law([get(k, "train_loss") for k in ks])
         out["error_exponent"], out["error_projected"] = _power_law([1 - get(k, "train_accuracy") for k in ks])
@@ -172,8 +182,18 @@ def design(
 
 #: What a user's call may lack, and in what share of the pooled model's second training copy it is masked: the
 #: domain and the schedule (unstated), validation (no ``val_*`` passed to the recorder), activations (no probe batch),
-#: the update ratio (a table from an older recorder). Keys are feature groups, or a column prefix.
-OPTIONAL_MASKS = {"domain": 0.75, "schedule": 0.75, "generalization": 0.5, "activations": 0.5, "log10_update_ratio": 0.25}
+#: the update ratio and the within-epoch quarters (a table from an older recorder: the whole group), the loss quarters
+#: alone (no loss passed to ``after_backward``). Keys are feature groups, or column prefixes joined by ``|``, masked
+#: together.
+OPTIONAL_MASKS = {
+    "domain": 0.75,
+    "schedule": 0.75,
+    "generalization": 0.5,
+    "activations": 0.5,
+    "log10_update_ratio": 0.25,
+    "within": 0.15,
+    "loss_end|loss_trend|log_loss_projected_within": 0.15,
+}
 
 
 def mask_groups(

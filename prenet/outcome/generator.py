@@ -251,7 +251,7 @@ def train_run(
             loss = nn.functional.cross_entropy(out, train.y[b])
             loss.backward()
             if rec is not None:
-                rec.after_backward()
+                rec.after_backward(loss)
             opt.step()
             lv = float(loss.detach())
             tl += lv * len(b)

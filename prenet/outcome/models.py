@@ -168,7 +168,7 @@ def fit_targets(
         rng = np.random.default_rng(seed)
         B = X
         for g, share in OPTIONAL_MASKS.items():
-            B = mask_groups(B, epoch, feature_set, (g,), drop, rows=rng.random(len(X)) < share)
+            B = mask_groups(B, epoch, feature_set, tuple(g.split("|")), drop, rows=rng.random(len(X)) < share)
         X = np.vstack([X, B])
         reps = 2
     out = {}

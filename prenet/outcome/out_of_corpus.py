@@ -9,7 +9,7 @@ A run is a **late bloomer** when its accuracy is below 0.5 after 2 epochs and at
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +111,7 @@ def train_run(spec: OocSpec, data: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
                 diverged = True
                 break
             loss.backward()
-            rec.after_backward()
+            rec.after_backward(loss)
             opt.step()
             total += loss.item() * len(i)
             correct += int((out.argmax(1) == yt[i]).sum())
@@ -131,17 +131,41 @@ def train_run(spec: OocSpec, data: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
     return rec.table(), final, diverged
 
 
-def collect(n: int, seed: int, epochs: int = 10) -> tuple[pl.DataFrame, pl.DataFrame]:
+#: Offset of the training seed of the repeated runs (:func:`collect` ``reseed``): the same settings, another init and
+#: batch order.
+RESEED = 500_000
+
+
+def collect(n: int, seed: int, epochs: int = 10, reseed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(runs: one row per run with its settings, ``final_test_accuracy`` and ``diverged``; telemetry: the Recorder rows
-    of every run, with ``run_id``)."""
+    of every run, with ``run_id``). ``reseed``: added to every run's training seed (the settings stay those of
+    ``seed``)."""
     data = digits_splits(seed)
     runs, tels = [], []
     for spec in sample_specs(n, seed, epochs):
+        spec = replace(spec, seed=spec.seed + reseed)
         table, final, diverged = train_run(spec, data)
         runs.append({**asdict(spec), "final_test_accuracy": final, "diverged": diverged, "epochs_recorded": table.height})
         if table.height:
             tels.append(table.with_columns(pl.lit(spec.run_id).alias("run_id")))
     return pl.DataFrame(runs), pl.concat(tels, how="diagonal") if tels else pl.DataFrame()
+
+
+def seed_ceiling(runs: pl.DataFrame, repeats: pl.DataFrame) -> dict[str, float]:
+    """How much of the final accuracy's variance no prediction from a run's settings can explain: ``repeats`` are the
+    same settings trained again with another seed (``run_id``, ``final_test_accuracy``). With y_a, y_b the two final
+    accuracies of one setting, E[(y_a − y_b)²] / 2 estimates the seed variance Var(y | settings), so
+    ``r2_ceiling`` = 1 − mean((y_a − y_b)²) / (2 Var(y)) is the R² of an oracle that knows each setting's expected
+    outcome exactly (telemetry sees more than the settings, the run's own seed at work, so it is a yardstick, not a
+    bound); ``mean_abs_difference`` = mean |y_a − y_b|."""
+    j = runs.select("run_id", "final_test_accuracy").join(repeats.select("run_id", pl.col("final_test_accuracy").alias("b")), on="run_id")
+    a, b = j["final_test_accuracy"].to_numpy(), j["b"].to_numpy()
+    var = float(np.var(np.concatenate([a, b])))
+    return {
+        "runs": j.height,
+        "r2_ceiling": 1.0 - float(np.mean((a - b) ** 2)) / (2.0 * var) if var > 0 else float("nan"),
+        "mean_abs_difference": float(np.mean(np.abs(a - b))),
+    }
 
 
 def failed(threshold: float) -> pl.Expr:

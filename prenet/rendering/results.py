@@ -397,7 +397,14 @@ def _ooc_rows(oo: dict) -> list[Row]:
         (
             f"out of corpus, nothing stated: {oo.get('runs')} runs of a user's own loop over digits, settings outside the corpus prior "
             f"(late bloomers {100 * oo.get('late_bloomer_share', float('nan')):.0f} %, corpus {100 * oo.get('corpus_late_bloomer_share', float('nan')):.0f} %)",
-            cells + " (targets: R² ≥ 0.85 at epoch 2, ≥ 0.95 at epoch 5; AUC ≥ 0.97 at epoch 2)",
+            cells
+            + (
+                f"; the same settings trained again with another seed: R² {oo['seed_ceiling']['r2_ceiling']:.2f} (settings known exactly, seed unknown; "
+                f"mean |Δ| {oo['seed_ceiling']['mean_abs_difference']:.3f})"
+                if "seed_ceiling" in oo
+                else ""
+            )
+            + " (targets: R² ≥ 0.85 at epoch 2, ≥ 0.95 at epoch 5; AUC ≥ 0.97 at epoch 2)",
             "not published",
         )
     ]

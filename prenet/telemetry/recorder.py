@@ -4,7 +4,7 @@
     for epoch in range(epochs):
         for x, y in loader:
             opt.zero_grad(); loss = loss_fn(model(x), y); loss.backward()
-            rec.after_backward()
+            rec.after_backward(loss)
             opt.step()
         rec.end_epoch(train_loss=..., train_accuracy=...)
     rec.table()            # polars frame, one row per epoch, validated (prenet.data.schemas.Telemetry)
@@ -21,6 +21,13 @@ Definitions (all per epoch, over the epoch's minibatches):
   i.e. weight matrices and kernels): ``layer_norm_ratio_max`` and ``layer_norm_ratio_mean`` of ‖w_l,t‖/‖w_l,0‖.
 * **update/weight ratio** — ``update_ratio`` = ‖w_t − w_{t−1}‖/‖w_{t−1}‖ over all parameters, this epoch's
   relative step (w_{t−1} = the weights at the previous epoch's end, or at construction).
+* **within the epoch** — from the minibatch losses passed to ``after_backward`` (optional) and the minibatch gradient
+  norms, split into quarters of the epoch's minibatches (an epoch needs ≥ 4): ``loss_end`` = mean minibatch loss over
+  the last quarter (nats: where the loss is at the epoch's end, where ``train_loss`` is the epoch's mean),
+  ``loss_trend`` = ln(last quarter's mean loss / first quarter's) (< 0: falling within the epoch; a plateau that
+  starts to fall shows here before the epoch means move), ``grad_norm_trend`` = ln(last quarter's mean ‖g‖₂ / first
+  quarter's). Null when not measured: fewer than 4 minibatches, a loss not passed for every minibatch, or a value
+  not finite.
 * **validation** (optional) — ``val_loss`` (nats) and ``val_accuracy`` as passed to ``end_epoch``; null when not
   given. With them the early-success features include the train–validation gap.
 * **activation saturation** at every epoch end (or only at ``snapshot_epoch`` when one is given) — the probe batch is run through the model (eval mode,
@@ -49,6 +56,7 @@ class _Moments:
     s1: list[torch.Tensor] = field(default_factory=list)
     s2: list[torch.Tensor] = field(default_factory=list)
     norms: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
 
 
 class Recorder:
@@ -84,9 +92,12 @@ class Recorder:
             0, [torch.zeros_like(p, dtype=torch.float32) for p in self.params], [torch.zeros_like(p, dtype=torch.float32) for p in self.params], []
         )
 
-    def after_backward(self) -> None:
-        """Call right after ``loss.backward()`` (before the optimizer step)."""
+    def after_backward(self, loss: torch.Tensor | float | None = None) -> None:
+        """Call right after ``loss.backward()`` (before the optimizer step), with the minibatch's loss (a tensor or a
+        number, in nats) for the within-epoch loss features."""
         t0 = time.perf_counter()
+        if loss is not None:
+            self._m.losses.append(float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss))
         with torch.no_grad():
             sq = 0.0
             for p, a, b in zip(self.params, self._m.s1, self._m.s2):
@@ -172,6 +183,8 @@ class Recorder:
         layer = [n / n0 for n, n0, p in zip(norms, self.layer_w0, self.params) if p.dim() >= 2 and n0 > 0]
         dead, sat = self._saturation() if self.snapshot_epoch in (None, epoch) else (None, None)
         finite = lambda v: v is not None and math.isfinite(v)  # noqa: E731
+        loss_end, loss_trend = quarter_trend(m.losses) if len(m.losses) == m.count else (None, None)
+        _, grad_norm_trend = quarter_trend(m.norms)
         row = {
             "epoch": epoch,
             "train_loss": float(train_loss) if math.isfinite(float(train_loss)) else None,
@@ -184,6 +197,9 @@ class Recorder:
             "layer_norm_ratio_max": max(layer) if layer and all(map(math.isfinite, layer)) else None,
             "layer_norm_ratio_mean": float(np.mean(layer)) if layer and all(map(math.isfinite, layer)) else None,
             "update_ratio": step / prev if math.isfinite(step) and math.isfinite(prev) and prev > 0 else None,
+            "loss_end": loss_end,
+            "loss_trend": loss_trend,
+            "grad_norm_trend": grad_norm_trend,
             "val_loss": float(val_loss) if finite(val_loss) else None,
             "val_accuracy": float(val_accuracy) if finite(val_accuracy) else None,
             "dead_relu_frac": dead,
@@ -206,6 +222,17 @@ class Recorder:
         return validate(df, Telemetry, source="Recorder.table()")
 
 
+def quarter_trend(values: list[float]) -> tuple[float | None, float | None]:
+    """(mean of the last quarter, ln(last quarter's mean / first quarter's)) of an epoch's per-minibatch values (≥ 4,
+    all finite and ≥ 0; the quarters are len // 4 values each); (None, None) otherwise, and the ratio None when either
+    quarter's mean is 0."""
+    if len(values) < 4 or not all(math.isfinite(v) and v >= 0 for v in values):
+        return None, None
+    q = len(values) // 4
+    first, last = float(np.mean(values[:q])), float(np.mean(values[-q:]))
+    return last, math.log(last / first) if first > 0 and last > 0 else None
+
+
 TELEMETRY_FLOAT = (
     "train_loss",
     "train_accuracy",
@@ -217,6 +244,9 @@ TELEMETRY_FLOAT = (
     "layer_norm_ratio_max",
     "layer_norm_ratio_mean",
     "update_ratio",
+    "loss_end",
+    "loss_trend",
+    "grad_norm_trend",
     "val_loss",
     "val_accuracy",
     "dead_relu_frac",
