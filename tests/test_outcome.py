@@ -229,6 +229,8 @@ def test_take_off_model_is_saved_loaded_and_answers_slow_runs(tiny_run, tmp_path
     kw = dict(epochs=[1, 2], params=params, classes=3, failure_fraction=0.5, interval=[0.1, 0.9], seed=0, folds=2)
     models, manifest = train_all(runs, tel, take_off_min_runs=2, **kw)
     base = manifest["take_off"]["base_rate"]["2"]
+    took = manifest["take_off"]["took_off_final_accuracy"]["2"]
+    assert len(took) == 21 and took[0] == pytest.approx(0.99) and took[-1] == pytest.approx(0.99)  # the slow runs that took off
     assert base == pytest.approx(1 - labels(runs, manifest["thresholds"]).filter(pl.Series(slow))["failure"].mean())
     loaded = load(save(models, manifest, tmp_path / "models"))
     assert loaded[0][("pooled", 2, "telemetry", "take_off")].constant is None
@@ -491,3 +493,15 @@ def test_seed_ceiling_is_the_r2_of_knowing_each_setting_exactly():
     ya, yb = np.array([0.1, 0.9, 0.5, 0.7]), np.array([0.3, 0.9, 0.5, 0.5])
     assert c["r2_ceiling"] == pytest.approx(1 - np.mean((ya - yb) ** 2) / (2 * np.var(np.concatenate([ya, yb]))))
     assert c["mean_abs_difference"] == pytest.approx(0.1)
+
+
+def test_a_run_that_may_take_off_gets_the_mixtures_interval():
+    from prenet.outcome.models import take_off_interval
+
+    took = list(np.linspace(0.6, 1.0, 21))  # the slow runs that took off ended at 0.6-1.0
+    lo, hi = take_off_interval(
+        np.array([0.1, 0.1, 0.1, 0.1]), np.array([0.3] * 4), np.array([0.5, 0.05, 0.5, np.nan]), np.array([1, 1, 0, 1]), took, 0.9
+    )
+    # p = 0.5: the 0.9 quantile of the mixture is the take-off group's 0.8 quantile (0.92); p = 0.05 < 0.1: unchanged
+    assert hi == pytest.approx([0.92, 0.3, 0.3, 0.3]) and lo == pytest.approx([0.1] * 4)
+    assert take_off_interval(np.array([0.1]), np.array([0.3]), np.array([0.9]), np.array([True]), [], 0.9)[1] == pytest.approx([0.3])

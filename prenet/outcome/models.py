@@ -43,19 +43,46 @@ def accuracy_at(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> np.n
     return g["accuracy"].fill_null(0.0).fill_nan(0.0).to_numpy().astype(float)
 
 
+#: Quantile levels (0, 0.05, …, 1) at which the take-off group's final accuracies are kept (:func:`take_off_interval`).
+TAKE_OFF_LEVELS = 21
+
+
+def take_off_interval(
+    low: np.ndarray, high: np.ndarray, p_take: np.ndarray, flagged: np.ndarray, took_off: list[float], upper_level: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The interval of a run flagged as possibly taking off, as the mixture its answer describes: with probability
+    ``p_take`` it ends like the development runs that were as slow and took off (``took_off``: their final accuracies
+    at :data:`TAKE_OFF_LEVELS` levels), otherwise as predicted. The mixture's ``upper_level`` quantile lies in the
+    take-off component at its level 1 − (1 − upper_level) / p (the other component below it), so the upper bound
+    rises to that quantile where p > 1 − upper_level; the lower bound is the prediction's. Unflagged runs, NaN
+    probabilities and an empty ``took_off`` keep (low, high)."""
+    high = np.asarray(high, dtype=float).copy()
+    if not took_off:
+        return np.asarray(low, dtype=float), high
+    p = np.nan_to_num(np.asarray(p_take, dtype=float), nan=0.0)
+    level = np.where(p > 0, 1.0 - (1.0 - upper_level) / np.where(p > 0, p, 1.0), -np.inf)
+    up = np.interp(np.clip(level, 0, 1), np.linspace(0, 1, len(took_off)), took_off)
+    use = np.asarray(flagged, dtype=bool) & (level > 0)
+    high[use] = np.maximum(high[use], up[use])
+    return np.asarray(low, dtype=float), high
+
+
 def fit_take_off(
     runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, params: dict, seed: int, min_runs: int = 20
 ) -> tuple[Fitted, float] | None:
     """The take-off model of ``epoch`` on labelled development ``runs``: among those still slow there
     (:data:`SLOW_BELOW`), the probability of ending as a success (not a failure), from the telemetry features with the
-    same masked copies as the other models. Returns (model, base rate: the share of slow runs that took off), or None
-    with fewer than ``min_runs`` slow runs."""
+    same masked copies as the other models. Returns (model, base rate: the share of slow runs that took off, the final
+    accuracies of those that took off at :data:`TAKE_OFF_LEVELS` evenly spaced quantile levels 0…1), or None with
+    fewer than ``min_runs`` slow runs."""
     slow = runs.filter(pl.Series(accuracy_at(runs, telemetry, epoch) < SLOW_BELOW))
     if slow.height < min_runs:
         return None
     slow = slow.with_columns((1 - pl.col("failure")).alias("take_off"))
     m = fit_targets(slow, telemetry, epoch, "telemetry", params=params, seed=seed, targets=("take_off",))["take_off"]
-    return m, float(slow["take_off"].mean())
+    took = slow.filter(pl.col("take_off") == 1)["final_test_accuracy"].to_numpy()
+    levels = np.linspace(0, 1, TAKE_OFF_LEVELS)
+    return m, float(slow["take_off"].mean()), [float(v) for v in np.quantile(took, levels)] if len(took) else []
 
 
 def domain_thresholds(runs: pl.DataFrame, failure_fraction: float, classes: int) -> dict[str, dict[str, Any]]:
@@ -264,16 +291,17 @@ def pooled_thresholds(thr: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def fit_epoch(item: tuple) -> tuple[int, dict, dict[str, list[float]], float | None]:
+def fit_epoch(item: tuple) -> tuple[int, dict, dict[str, list[float]], tuple[float, list[float]] | None]:
     """One epoch's share of :func:`train_all` (picklable, for worker processes): ``item`` = (labelled runs,
     telemetry, epoch, params, seed, folds, the take-off model's fewest slow runs). Returns (epoch, {(feature set,
-    target): model}, out-of-fold residuals, the take-off base rate or None without a take-off model)."""
+    target): model}, out-of-fold residuals, (the take-off base rate, the take-off group's final-accuracy quantiles) or
+    None without a take-off model)."""
     runs, telemetry, e, params, seed, folds, take_off_min_runs = item
     fitted = {(fs, t): m for fs in FEATURE_SETS for t, m in fit_targets(runs, telemetry, e, fs, params=params, seed=seed).items()}
     take_off = fit_take_off(runs, telemetry, e, params=params, seed=seed, min_runs=take_off_min_runs)
     if take_off is not None:
         fitted[("telemetry", "take_off")] = take_off[0]
-    return e, fitted, cv_residuals(runs, telemetry, e, params=params, seed=seed, folds=folds), take_off[1] if take_off is not None else None
+    return e, fitted, cv_residuals(runs, telemetry, e, params=params, seed=seed, folds=folds), take_off[1:] if take_off is not None else None
 
 
 def train_all(
@@ -306,11 +334,12 @@ def train_all(
     banded: dict[str, dict[str, list]] = {}
     y = runs["final_test_accuracy"].to_numpy()
     take_off: dict[str, float] = {}
-    for e, fitted, res_by_kind, base_rate in mapper(fit_epoch, [(runs, telemetry, e, params, seed, folds, take_off_min_runs) for e in epochs]):
+    took_off: dict[str, list[float]] = {}
+    for e, fitted, res_by_kind, base in mapper(fit_epoch, [(runs, telemetry, e, params, seed, folds, take_off_min_runs) for e in epochs]):
         for (fs, target), m in fitted.items():
             models[("pooled", e, fs, target)] = m
-        if base_rate is not None:
-            take_off[str(e)] = base_rate
+        if base is not None:
+            take_off[str(e)], took_off[str(e)] = base
         for kind, res in res_by_kind.items():
             key = residual_key(e, kind == "stated")
             residuals[key] = res
@@ -334,7 +363,7 @@ def train_all(
         "domains": sorted(thr),
         "dev_runs": runs.height,
         "cv_folds": folds,
-        "take_off": {"slow_below": SLOW_BELOW, "base_rate": take_off},
+        "take_off": {"slow_below": SLOW_BELOW, "base_rate": take_off, "took_off_final_accuracy": took_off},
     }
     return models, manifest
 

@@ -14,7 +14,7 @@ import polars as pl
 
 from prenet.errors import PrenetError
 from prenet.outcome.features import single_run
-from prenet.outcome.models import LATE_BLOOMER, SLOW_BELOW, accuracy_at, interval_bounds, load, relative_class, residual_key
+from prenet.outcome.models import LATE_BLOOMER, SLOW_BELOW, accuracy_at, interval_bounds, load, relative_class, residual_key, take_off_interval
 from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
 from prenet.paths import default_path
@@ -31,7 +31,8 @@ TAKE_OFF = {"below": SLOW_BELOW, "reach": LATE_BLOOMER["final_at_least"]}
 @dataclass
 class Outcome:
     """``final_test_accuracy`` (fraction), ``interval`` (low, high: the prediction plus the validation residual
-    quantiles of that model), ``failure_probability``, ``relative_class`` (0 = bottom third of its domain …),
+    quantiles of that model; for a run that may take off, the high end that of the mixture the answer describes,
+    :func:`~prenet.outcome.models.take_off_interval`), ``failure_probability``, ``relative_class`` (0 = bottom third of its domain …),
     ``epoch`` (the epoch whose model answered), ``scope`` (the domain the answer used, or ``unknown``), ``schedule``
     (the learning-rate schedule stated, or ``None``), ``accuracy_now`` (the last epoch's validation accuracy, else
     its train accuracy), ``take_off_probability`` (for a run still slow: the take-off model's probability that it ends
@@ -109,6 +110,11 @@ def predict(
         take_off = bool(now < slow_below and p_take >= base)
     else:
         take_off = bool(now < TAKE_OFF["below"] and hi >= TAKE_OFF["reach"])
+    if take_off and p_take is not None:  # may still take off: the interval is the mixture the answer describes
+        up_level = float(manifest.get("interval_quantiles", [0.1, 0.9])[-1])
+        took = spec.get("took_off_final_accuracy", {}).get(str(e), [])
+        _, hi_arr = take_off_interval(np.array([lo]), np.array([hi]), np.array([p_take]), np.array([True]), took, up_level)
+        hi = float(hi_arr[0])
     pf = float(models[(scope, e, "telemetry", "failure")].predict(X)[0])
     cuts = manifest["thresholds"][domain]["class_cuts"] if domain in known else manifest["pooled_thresholds"]["class_cuts"]
     cls, pc = relative_class(np.array([acc]), cuts, manifest.get("residuals", {}).get(rkey))
