@@ -22,7 +22,7 @@ from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.split_rule import assign
 from prenet.outcome.crossval import ablate_groups, leave_group_out, mean_over_groups, naive_guess, score_predictions
 from prenet.outcome.evaluation import auc, interval_coverage, paired_difference, r2, reliability
-from prenet.outcome.models import accuracy_at, interval_bounds, labels, load, predict_targets, residual_key, take_off_interval
+from prenet.outcome.models import accuracy_at, interval_bounds, labels, load, may_take_off, predict_targets, residual_key, take_off_interval
 from prenet.rendering import figures
 
 _SHARED: dict = {}
@@ -94,14 +94,15 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
         cal = {"interval_nominal": nominal, "failure_reliability": reliability(yf, pf)}
         spec, take = manifest.get("take_off", {}), models.get(("pooled", e, "telemetry", "take_off"))
         base = spec.get("base_rate", {}).get(str(e))
-        slow = accuracy_at(hold, tel, e) < float(spec.get("slow_below", 0.0))
+        acc_e = accuracy_at(hold, tel, e)
         for kind, pred in (("stated", pa), ("unstated", unstated["final_test_accuracy"])):
             key = residual_key(e, kind == "stated")
             lo, hi = interval_bounds(pred, manifest["residual_quantiles"][key], manifest.get("residual_bands", {}).get(key))
-            if take is not None and base is not None:  # as predict() answers: a run that may take off, the mixture's interval
+            if take is not None and take.constant is None and base is not None and 0 < base < 1:  # as predict() answers
                 p_take = predict_targets({"t": take}, hold, tel, e, "telemetry", known_domain=kind == "stated", known_schedule=kind == "stated")["t"]
+                flagged = may_take_off(acc_e, p_take, base, float(spec["slow_below"]))
                 took = spec.get("took_off_final_accuracy", {}).get(str(e), [])
-                lo, hi = take_off_interval(lo, hi, p_take, slow & (p_take >= base), took, float(o.evaluate.interval[-1]))
+                lo, hi = take_off_interval(lo, hi, p_take, flagged, took, float(o.evaluate.interval[-1]))
             cal["interval_coverage" + ("" if kind == "stated" else "_unstated")] = interval_coverage(y, lo, hi)
         calibration[f"epoch_{e}"] = cal
         for (d,), g in hold.with_row_index("i").group_by(["domain"], maintain_order=True):

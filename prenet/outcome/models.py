@@ -47,6 +47,12 @@ def accuracy_at(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> np.n
 TAKE_OFF_LEVELS = 21
 
 
+def may_take_off(accuracy_now: np.ndarray | float, p_take: np.ndarray | float, base_rate: float, slow_below: float) -> np.ndarray:
+    """Whether a run looks like a late bloomer: still slow (accuracy now below ``slow_below``) and the take-off model
+    gives it at least the base rate of the slow development runs that took off."""
+    return (np.asarray(accuracy_now, dtype=float) < slow_below) & (np.asarray(p_take, dtype=float) >= base_rate)
+
+
 def take_off_interval(
     low: np.ndarray, high: np.ndarray, p_take: np.ndarray, flagged: np.ndarray, took_off: list[float], upper_level: float
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -69,7 +75,7 @@ def take_off_interval(
 
 def fit_take_off(
     runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, params: dict, seed: int, min_runs: int = 20
-) -> tuple[Fitted, float] | None:
+) -> tuple[Fitted, float, list[float]] | None:
     """The take-off model of ``epoch`` on labelled development ``runs``: among those still slow there
     (:data:`SLOW_BELOW`), the probability of ending as a success (not a failure), from the telemetry features with the
     same masked copies as the other models. Returns (model, base rate: the share of slow runs that took off, the final

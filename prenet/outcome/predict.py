@@ -14,7 +14,17 @@ import polars as pl
 
 from prenet.errors import PrenetError
 from prenet.outcome.features import single_run
-from prenet.outcome.models import LATE_BLOOMER, SLOW_BELOW, accuracy_at, interval_bounds, load, relative_class, residual_key, take_off_interval
+from prenet.outcome.models import (
+    LATE_BLOOMER,
+    SLOW_BELOW,
+    accuracy_at,
+    interval_bounds,
+    load,
+    may_take_off,
+    relative_class,
+    residual_key,
+    take_off_interval,
+)
 from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
 from prenet.paths import default_path
@@ -107,7 +117,7 @@ def predict(
     # the take-off model answers the runs it was fitted on (slow at its epoch), where its base rate can be beaten
     if at_e < slow_below and model is not None and model.constant is None and base is not None and 0 < base < 1:
         p_take = float(model.predict(X)[0])
-        take_off = bool(now < slow_below and p_take >= base)
+        take_off = bool(may_take_off(now, p_take, base, slow_below))
     else:
         take_off = bool(now < TAKE_OFF["below"] and hi >= TAKE_OFF["reach"])
     if take_off and p_take is not None:  # may still take off: the interval is the mixture the answer describes
