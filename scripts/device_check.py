@@ -73,28 +73,19 @@ def _stub_missing(names: tuple[str, ...]) -> None:
         sys.modules[name] = mod
 
 
-_stub_missing(
-    (
-        "polars",
-        "polars.datatypes",
-        "pandera",
-        "pandera.polars",
-        "pandera.typing",
-        "pandera.typing.polars",
-        "pandera.engines",
-        "pandera.engines.polars_engine",
-    )
-)
+# what prenet imports of them (grep "import polars|from pandera" prenet pipeline)
+_stub_missing(("polars", "pandera", "pandera.polars", "pandera.errors", "pandera.api", "pandera.api.polars", "pandera.api.polars.types"))
 
 from prenet.measurement.models import measure_model, null_step_ms, to_device  # noqa: E402
 from prenet.measurement.runner import measure, measurement_plan
 from prenet.memory.training import measure_training_memory, predict_training_memory
+from prenet.names import PRECISIONS as ALL_PRECISIONS
 
 HW_ID = ""  # the catalog name given with --hardware (main)
 TAG = ""  # its file-name slug
 DEV = os.environ.get("DEVICE", "cuda")
 SMOKE = os.environ.get("SMOKE") == "1"  # a fast CPU rehearsal of the script
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16") if DEV == "cuda" else ("fp32", "bf16")  # a CPU has no TF32 or FP16 autocast
+PRECISIONS = ALL_PRECISIONS if DEV == "cuda" else ("fp32", "bf16")  # a CPU has no TF32 or FP16 autocast
 
 
 def _empty_cache() -> None:
