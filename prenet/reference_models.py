@@ -15,6 +15,9 @@ size (224² RGB, 1000 classes):
 
 from __future__ import annotations
 
+import math
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -141,11 +144,111 @@ def transformer_big_wmt(batch_size: int = 10240, seq_len: int = 32, vocab: int =
     return model, (torch.randint(2, vocab, (b, 2 * seq_len)), torch.randint(2, vocab, (b * seq_len,)))
 
 
+class MBConv(nn.Module):
+    """EfficientNet's inverted bottleneck as DeepLearningExamples builds it: 1×1 expansion (absent at ratio 1) →
+    depthwise k×k (stride here) → squeeze-and-excitation (SiLU, two biased 1×1 convolutions, sigmoid gate; squeezed to a
+    quarter of the block's input channels, or of its expanded channels for the WideSE variant) → 1×1 projection; each
+    convolution bias-free with batch norm (ε 10⁻³), SiLU after the first two. The residual (stride 1, equal widths) is
+    ``addcmul(x, mask, y)`` where stochastic depth is on (``survival`` < 1: a batch-wide dropout of a scalar mask)."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int, expand: int, wide_se: bool, survival: float):
+        super().__init__()
+        hidden = cin * expand
+
+        def conv_bn(a: int, b: int, k: int, s: int = 1, groups: int = 1, act: bool = True) -> nn.Sequential:
+            layers = [nn.Conv2d(a, b, k, s, (k - 1) // 2, groups=groups, bias=False), nn.BatchNorm2d(b, eps=1e-3)]
+            return nn.Sequential(*layers, nn.SiLU(inplace=True)) if act else nn.Sequential(*layers)
+
+        self.expand = conv_bn(cin, hidden, 1) if expand != 1 else None
+        self.depthwise = conv_bn(hidden, hidden, kernel, stride, groups=hidden)
+        squeeze = max(1, int((hidden if wide_se else cin) * 0.25))
+        self.se = nn.Sequential(
+            nn.AdaptiveAvgPool2d(1), nn.Conv2d(hidden, squeeze, 1), nn.SiLU(inplace=True), nn.Conv2d(squeeze, hidden, 1), nn.Sigmoid()
+        )
+        self.project = conv_bn(hidden, cout, 1, act=False)
+        self.residual = stride == 1 and cin == cout
+        self.survival = survival
+        self.register_buffer("one", torch.ones(()), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.depthwise(x if self.expand is None else self.expand(x))
+        y = self.project(y * self.se(y))
+        if not self.residual:
+            return y
+        if self.survival < 1.0 and self.training:
+            with torch.no_grad():
+                mask = nn.functional.dropout(self.one, p=1 - self.survival, training=True)
+            return torch.addcmul(x, mask, y)
+        return x + y
+
+
+#: EfficientNet-B0's stages: (kernel, stride, repeats, expansion, output channels)
+_EFFNET_B0 = ((3, 1, 1, 1, 16), (3, 2, 2, 6, 24), (5, 2, 2, 6, 40), (3, 2, 3, 6, 80), (5, 1, 3, 6, 112), (5, 2, 4, 6, 192), (3, 1, 1, 6, 320))
+#: DeepLearningExamples' EfficientNet variants: (width multiplier, depth multiplier, dropout, stochastic-depth survival
+#: probability of the last block, WideSE)
+EFFICIENTNETS = {
+    "efficientnet-b0": (1.0, 1.0, 0.2, 1.0, False),
+    "efficientnet-b4": (1.4, 1.8, 0.4, 0.8, False),
+    "efficientnet-widese-b0": (1.0, 1.0, 0.2, 1.0, True),
+    "efficientnet-widese-b4": (1.4, 1.8, 0.4, 0.8, True),
+}
+
+
+def _round_channels(c: float, divisor: int = 8) -> int:
+    """EfficientNet's width rounding: to the nearest multiple of ``divisor``, never more than 10 % down."""
+    r = max(divisor, int(c + divisor / 2) // divisor * divisor)
+    return r + divisor if r < 0.9 * c else r
+
+
+class EfficientNet(nn.Module):
+    """EfficientNet (Tan & Le 2019) as DeepLearningExamples' ConvNets builds it (:data:`EFFICIENTNETS`): a 3×3 stride-2
+    stem, the compound-scaled MBConv stages (:class:`MBConv`; stochastic-depth survival falling linearly from 1 to the
+    variant's value over the blocks), a 1×1 convolution to 1280 × width features, average pooling, dropout and the
+    classifier."""
+
+    def __init__(self, variant: str, classes: int = 1000):
+        super().__init__()
+        wc, dc, dropout, survival, wide_se = EFFICIENTNETS[variant]
+        stem = _round_channels(32 * wc)
+        self.stem = nn.Sequential(nn.Conv2d(3, stem, 3, 2, 1, bias=False), nn.BatchNorm2d(stem, eps=1e-3), nn.SiLU(inplace=True))
+        stages = [(k, s, int(math.ceil(r * dc)), e, _round_channels(c * wc)) for k, s, r, e, c in _EFFNET_B0]
+        total, blocks, cin, i = sum(r for _, _, r, _, _ in stages), [], stem, 0
+        for k, s, r, e, c in stages:
+            for j in range(r):
+                keep = 1.0 - (1.0 - survival) * i / total
+                blocks.append(MBConv(cin, c, k, s if j == 0 else 1, e, wide_se, keep))
+                cin, i = c, i + 1
+        self.blocks = nn.Sequential(*blocks)
+        feat = _round_channels(1280 * wc)
+        self.features = nn.Sequential(nn.Conv2d(cin, feat, 1, bias=False), nn.BatchNorm2d(feat, eps=1e-3), nn.SiLU(inplace=True))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(feat, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(self.blocks(self.stem(x))))
+
+
+def efficientnet(variant: str, batch_size: int = 256, image_size: int = 224, classes: int = 1000) -> Example:
+    """DeepLearningExamples' EfficientNet ``variant`` (:data:`EFFICIENTNETS`) on ``image_size``² RGB images."""
+    model = EfficientNet(variant, classes)
+    return model, (torch.randn(batch_size, 3, image_size, image_size), torch.randint(0, classes, (batch_size,)))
+
+
 #: DeepLearningExamples' model names → builders
 REFERENCE_MODELS = {
     "ResNeXt101-32x4d": resnext101_32x4d,
     "SE-ResNeXt101-32x4d": se_resnext101_32x4d,
     "Transformer (big, WMT14 en-de)": transformer_big_wmt,
+    **{v: partial(efficientnet, v) for v in EFFICIENTNETS},
+}
+#: How DeepLearningExamples trains each model: (prenet optimizer, whether AMP runs NHWC). ConvNets' ``configs.yml``:
+#: ResNeXt SGD with momentum; EfficientNet RMSprop with momentum 0.9, which prenet does not trace: Adam stands in (the
+#: same two state buffers per parameter and a comparable number of passes over them; the optimizer is under 1 % of these
+#: steps); AMP in ``memory_format: nhwc``. The Transformer (fairseq): Adam.
+DLE_RECIPES = {
+    "ResNeXt101-32x4d": ("momentum", True),
+    "SE-ResNeXt101-32x4d": ("momentum", True),
+    "Transformer (big, WMT14 en-de)": ("adam", False),
+    **{v: ("adam", True) for v in EFFICIENTNETS},
 }
 
 #: torchvision ResNet-family names → (blocks per stage, groups, width per group, basic blocks)

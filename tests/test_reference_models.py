@@ -5,6 +5,7 @@ from functools import partial
 
 import polars as pl
 import pytest
+import torch
 
 from prenet.hardware.catalog import get
 from prenet.meta_device import build_on_meta
@@ -38,10 +39,40 @@ def test_the_transformer_big_is_fairseqs_with_its_token_batch():
     assert tuple(x.shape) == (320, 64) and tuple(y.shape) == (320 * 32,)
 
 
+@pytest.mark.parametrize(
+    "name, params, size",
+    [
+        ("efficientnet-b0", 5_288_548, 224),
+        ("efficientnet-b4", 19_341_616, 380),
+        ("efficientnet-widese-b0", 8_423_848, 224),
+        ("efficientnet-widese-b4", 34_927_246, 380),
+    ],
+)
+def test_efficientnets_are_built_as_deeplearningexamples_builds_them(name, params, size):
+    """B0 / B4 have torchvision's (and the paper's 5.3 M / 19 M) parameter counts; WideSE squeezes the expanded channels
+    (wider excitation layers, same convolutions); B4's residual blocks carry stochastic depth (a scalar mask)."""
+    module, (x, _) = build_on_meta(REFERENCE_MODELS[name], batch_size=2, image_size=size)
+    assert sum(p.numel() for p in module.parameters()) == params and tuple(x.shape) == (2, 3, size, size)
+    trace = trace_step(
+        module,
+        (x, torch.zeros(2, dtype=torch.long, device="meta")),
+        optimizer="adam",
+        precision="fp16",
+        device_type="cuda",
+        memory_format="channels_last",
+    )
+    ops = {r.op for r in trace.records}
+    assert ("addcmul" in ops) == name.endswith("b4")
+
+
 def test_dle_rows_are_single_gpu_steps_in_three_precisions_on_catalog_gpus():
     rows = load_dle_rows()
-    assert rows.height == 12 and set(rows["precision"]) == {"fp16", "tf32", "fp32"}
+    assert rows.height == 28 and set(rows["precision"]) == {"fp16", "tf32", "fp32"}
     assert set(rows["hardware_id"]) == {"A100 80GB SXM4", "V100 SXM2"}
+    # EfficientNet: the rows the collection flags (the "V100 32GB" table) are left out; B4 runs at 380²
+    eff = rows.filter(pl.col("model").str.starts_with("efficientnet"))
+    assert eff.height == 16 and "V100 32GB" not in set(eff["dle_gpu"])
+    assert set(eff.filter(pl.col("model").str.ends_with("b4"))["image_size"]) == {380}
     r = rows.filter((pl.col("model") == "ResNeXt101-32x4d") & (pl.col("dle_gpu") == "A100 80GB") & (pl.col("precision") == "fp16")).row(0, named=True)
     assert r["batch"] == 128 and r["measured_ms"] == pytest.approx(128 / 1211 * 1e3)
 
@@ -55,6 +86,7 @@ def test_whole_model_check_predicts_every_row_through_the_step_path():
     assert fp16 < tf32  # same batch: tensor-core FP16 beats TF32 on an A100
     s = dle_summary(df)
     assert s["n"] == rows.height and set(s["per_precision"]) == {"fp16", "tf32", "fp32"}
+    assert s["models"] == 1 and s["per_model"]["ResNeXt101-32x4d"]["n"] == rows.height
 
 
 @pytest.mark.parametrize("name", sorted(TORCHVISION_PARAMS))

@@ -14,16 +14,11 @@ import polars as pl
 
 from prenet.parallel.data_parallel import Layout, OneGpuStep, ddp_step
 from prenet.parallel.model import ParallelModel
+from prenet.reference_models import DLE_RECIPES
 from prenet.steptime.efficiency import EfficiencyModel
 
 #: The vendored DeepLearningExamples tables with multi-GPU rows (``data/external/dle2024``)
 DLE_FILES = ("dle_convnets_throughput.csv", "dle_transformer_throughput.csv")
-#: How DeepLearningExamples trains each model: optimizer, and whether AMP runs NHWC (ConvNets' configs.yml)
-DLE_RECIPES = {
-    "ResNeXt101-32x4d": ("momentum", True),
-    "SE-ResNeXt101-32x4d": ("momentum", True),
-    "Transformer (big, WMT14 en-de)": ("adam", False),
-}
 
 
 def dle_scaling_pairs(base: Path) -> pl.DataFrame:

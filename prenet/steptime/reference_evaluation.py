@@ -1,9 +1,13 @@
 """Whole-model training steps against published measurements, on GPUs and models no op model was fitted on.
 
-* DeepLearningExamples' ResNeXt101-32x4d and SE-ResNeXt101-32x4d on one GPU, in AMP (FP16 autocast), TF32 and FP32
-  (``data/external/dle2024``). The published figure is images/s over the whole training loop (data loading included)
-  on one GPU of a DGX; the measured step is ``batch / throughput`` (ms). Predicted as trained there (their
-  ``configs.yml``): SGD with momentum, AMP in channels_last (``memory_format: nhwc``), TF32 and FP32 in NCHW.
+* DeepLearningExamples' ConvNets on one GPU, in AMP (FP16 autocast), TF32 and FP32 (``data/external/dle2024``):
+  ResNeXt101-32x4d, SE-ResNeXt101-32x4d at 224², and EfficientNet-B0 / B4 and their WideSE variants at 224² / 380².
+  The published figure is images/s over the whole training loop (data loading included) on one GPU of a DGX; the
+  measured step is ``batch / throughput`` (ms). Predicted as trained there (:data:`~prenet.reference_models.DLE_RECIPES`,
+  their ``configs.yml``): AMP in channels_last (``memory_format: nhwc``), TF32 and FP32 in NCHW. No model's rows are
+  fitted on: each is a held-out model. The EfficientNet rows under the "V100 32GB" heading are left out: that README's
+  own paragraph calls the machine a V100 16GB DGX-1 and its rows disagree with the 16GB table (B4 at 36 vs 83 images/s),
+  as the collection's ``notes`` column says.
 * pytorch-gpu-benchmark's torchvision CNNs (``data/external/pytorch_gpu_benchmark``): the median FP32 step of 23
   architectures at batch 12 on five desktop GPUs (four absent from every training set) and an A100 (TF32 by torch's
   defaults of the time). That step is forward, loss and backward without an optimizer, plus the batch's host-to-device
@@ -27,7 +31,7 @@ from prenet.hardware.catalog import get
 from prenet.meta_device import build_on_meta
 from prenet.ops import trace_step
 from prenet.paths import data_dir
-from prenet.reference_models import REFERENCE_MODELS, TORCHVISION_PARAMS, torchvision_model
+from prenet.reference_models import DLE_RECIPES, REFERENCE_MODELS, TORCHVISION_PARAMS, torchvision_model
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.host import HOST_CALIBRATION, fit_host_ms, issue_bound_ms, issued
 from prenet.steptime.step import grad_accumulation_records, predict_trace_many
@@ -42,17 +46,33 @@ def _ape(column: str) -> pl.Expr:
     return 100.0 * (pl.col(column) - pl.col("measured_ms")).abs() / pl.col("measured_ms")
 
 
+#: The vendored DeepLearningExamples image-classification tables (``data/external/dle2024``)
+DLE_IMAGE_FILES = ("dle_convnets_throughput.csv", "dle_efficientnet_throughput.csv")
+#: A row the collection flags as inconsistent (its ``notes``): not a measurement to score against
+DLE_FLAGGED = "look inconsistent"
+
+
 def load_dle_rows(root: Path | None = None) -> pl.DataFrame:
-    """Single-GPU rows of the vendored models: model, DLE GPU name, catalog GPU, precision, batch, measured ms/step."""
-    raw = pl.read_csv((root or data_dir()) / "external" / "dle2024" / "dle_convnets_throughput.csv", infer_schema_length=0)
+    """Single-GPU rows of the vendored image models (flagged rows left out, module docstring): model (the variant where
+    the table has one), DLE GPU name, catalog GPU, precision, batch, image size (``configs.yml``; 224 where the row
+    gives none), measured ms/step."""
+    folder = (root or data_dir()) / "external" / "dle2024"
+    raw = pl.concat([pl.read_csv(folder / f, infer_schema_length=0) for f in DLE_IMAGE_FILES], how="diagonal")
+    raw = raw.with_columns(pl.coalesce(pl.col("model_variant"), pl.col("model")).alias("model"))
     return (
-        raw.filter((pl.col("num_gpus") == "1") & pl.col("model").is_in(list(REFERENCE_MODELS)) & pl.col("gpu_name").is_in(list(DLE_GPUS)))
+        raw.filter(
+            (pl.col("num_gpus") == "1")
+            & pl.col("model").is_in(list(REFERENCE_MODELS))
+            & pl.col("gpu_name").is_in(list(DLE_GPUS))
+            & ~pl.col("notes").fill_null("").str.contains(DLE_FLAGGED, literal=True)
+        )
         .select(
             "model",
             pl.col("gpu_name").alias("dle_gpu"),
             pl.col("gpu_name").replace_strict(DLE_GPUS).alias("hardware_id"),
             pl.col("precision").replace_strict(DLE_PRECISIONS).alias("precision"),
             pl.col("batch_size_per_gpu").cast(pl.Int64).alias("batch"),
+            pl.col("extra").fill_null("").str.extract(r"image_size=(\d+)").cast(pl.Int64).fill_null(224).alias("image_size"),
             (pl.col("batch_size_per_gpu").cast(pl.Float64) / pl.col("throughput_per_gpu").cast(pl.Float64) * 1e3).alias("measured_ms"),
         )
         .sort("model", "precision", "dle_gpu")
@@ -64,11 +84,11 @@ def dle_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) ->
     time; one trace per (model, precision, batch), one batched prediction over its GPUs."""
     rows = load_dle_rows() if rows is None else rows
     out = []
-    for (name, precision, batch), group in rows.group_by(["model", "precision", "batch"], maintain_order=True):
-        module, example = build_on_meta(REFERENCE_MODELS[name], batch_size=int(batch))
-        # AMP runs NHWC there (configs.yml: memory_format nhwc), TF32 and FP32 NCHW
-        fmt = "channels_last" if precision == "fp16" else "contiguous"
-        trace = trace_step(module, example, optimizer="momentum", precision=str(precision), device_type="cuda", memory_format=fmt)
+    for (name, precision, batch, size), group in rows.group_by(["model", "precision", "batch", "image_size"], maintain_order=True):
+        module, example = build_on_meta(REFERENCE_MODELS[name], batch_size=int(batch), image_size=int(size))
+        optimizer, nhwc = DLE_RECIPES[str(name)]
+        fmt = "channels_last" if precision == "fp16" and nhwc else "contiguous"
+        trace = trace_step(module, example, optimizer=optimizer, precision=str(precision), device_type="cuda", memory_format=fmt)
         hws = [get(h) for h in group.get_column("hardware_id").to_list()]
         for row, (pred, _) in zip(group.iter_rows(named=True), predict_trace_many(trace, hws, model)):
             share = pred.family_share
@@ -78,10 +98,16 @@ def dle_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) ->
 
 
 def dle_summary(df: pl.DataFrame) -> dict:
-    """MAPE per precision and overall, with the signed median error (+: predicted too slow)."""
-    signed = 100.0 * (df["predicted_ms"].to_numpy() / df["measured_ms"].to_numpy() - 1.0)
-    per = {p: {"n": g.height, "mape_pct": float(g["ape_pct"].mean())} for (p,), g in df.group_by(["precision"], maintain_order=True)}
-    return {"n": df.height, "mape_pct": float(df["ape_pct"].mean()), "median_signed_pct": float(np.median(signed)), "per_precision": per}
+    """MAPE and signed median error (+: predicted too slow) overall, per precision and per model (each model a held-out
+    one: no row of any is fitted on)."""
+
+    def stats(g: pl.DataFrame) -> dict:
+        signed = 100.0 * (g["predicted_ms"].to_numpy() / g["measured_ms"].to_numpy() - 1.0)
+        return {"n": g.height, "mape_pct": float(g["ape_pct"].mean()), "median_signed_pct": float(np.median(signed))}
+
+    per = {p: stats(g) for (p,), g in df.group_by(["precision"], maintain_order=True)}
+    models = {m: stats(g) for (m,), g in df.group_by(["model"], maintain_order=True)}
+    return {**stats(df), "models": len(models), "per_precision": per, "per_model": models}
 
 
 #: pytorch-gpu-benchmark's precision labels → prenet precisions (its A100 "float" ran TF32: torch ≥ 1.7 defaults)
