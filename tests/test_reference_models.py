@@ -67,8 +67,11 @@ def test_efficientnets_are_built_as_deeplearningexamples_builds_them(name, param
 
 def test_dle_rows_are_single_gpu_steps_in_three_precisions_on_catalog_gpus():
     rows = load_dle_rows()
-    assert rows.height == 28 and set(rows["precision"]) == {"fp16", "tf32", "fp32"}
-    assert set(rows["hardware_id"]) == {"A100 80GB SXM4", "V100 SXM2"}
+    assert rows.height == 34 and set(rows["precision"]) == {"fp16", "tf32", "fp32"}
+    assert set(rows["hardware_id"]) == {"A100 80GB SXM4", "A100 40GB SXM4", "V100 SXM2"}
+    # the Transformer (big): --max-tokens per GPU over tokens/s, no image size
+    t = rows.filter((pl.col("model") == "Transformer (big, WMT14 en-de)") & (pl.col("dle_gpu") == "A100 40GB") & (pl.col("precision") == "tf32"))
+    assert t.row(0, named=True)["measured_ms"] == pytest.approx(10240 / 51057 * 1e3) and t["image_size"].is_null().all()
     # EfficientNet: the rows the collection flags (the "V100 32GB" table) are left out; B4 runs at 380²
     eff = rows.filter(pl.col("model").str.starts_with("efficientnet"))
     assert eff.height == 16 and "V100 32GB" not in set(eff["dle_gpu"])

@@ -130,7 +130,6 @@ _COPY = {
     "stack",
     "constant_pad_nd",
     "repeat",
-    "_unsafe_view",
     "flip",
     "roll",
     "fill",
@@ -222,7 +221,9 @@ FREE = {
     "_has_compatible_shallow_copy_type",
     "is_same_size",
     "_to_dense",
-    # views in effect (a GRU's gate chunks): torch marks them unsafe, not views, but they move no data
+    # views in effect (a GRU's gate chunks, matmul's folded outputs, reshape after its clone): torch marks them unsafe,
+    # not views, but they move no data (ATen's _unsafe_view is self.view(size): an alias, no kernel)
+    "_unsafe_view",
     "unsafe_split",
     "unsafe_split_with_sizes",
     "unsafe_chunk",

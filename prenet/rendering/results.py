@@ -197,9 +197,9 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
         by_model = "; ".join(f"{m} {_pct(v['mape_pct'])}" for m, v in models.items())
         rows.append(
             (
-                f"whole-model training step on GPUs, never fitted on: DeepLearningExamples ConvNets ({len(models) or dle.get('models')} models, "
-                f"each held out), one A100 80GB or V100 ({dle.get('n')} steps vs published images/s): MAPE all; AMP; TF32; FP32 "
-                "(median signed error); per model",
+                f"whole-model training step on GPUs, never fitted on: DeepLearningExamples ConvNets and Transformer (big) "
+                f"({len(models) or dle.get('models')} models, each held out), one A100 or V100 ({dle.get('n')} steps vs published "
+                "images/s or tokens/s): MAPE all; AMP; TF32; FP32 (median signed error); per model",
                 f"{_pct(dle.get('mape_pct'))}; {_pct(per.get('fp16', {}).get('mape_pct'))}; {_pct(per.get('tf32', {}).get('mape_pct'))}; "
                 f"{_pct(per.get('fp32', {}).get('mape_pct'))} ({dle.get('median_signed_pct', 0):+.0f} %; target ≤ 15 % per precision)"
                 + (f"; {by_model}" if by_model else ""),

@@ -8,6 +8,11 @@
   fitted on: each is a held-out model. The EfficientNet rows under the "V100 32GB" heading are left out: that README's
   own paragraph calls the machine a V100 16GB DGX-1 and its rows disagree with the 16GB table (B4 at 36 vs 83 images/s),
   as the collection's ``notes`` column says.
+* DeepLearningExamples' Transformer (big, WMT14 en-de) on one A100 40GB or V100, in AMP, TF32 and FP32: the published
+  figure is target tokens/s; the measured step is ``--max-tokens / throughput``. ``--max-tokens`` bounds a
+  length-bucketed batch's padded size, while the throughput counts its real target tokens, so this measured step is
+  long by the batch's padding (a few %). Predicted with Adam as 320 pairs of 32-token sentences; its AMP (apex O2: fp16 weights, no per-op casts) is
+  traced as autocast, and its fused layer norm and dropout-add as torch's unfused ops.
 * pytorch-gpu-benchmark's torchvision CNNs (``data/external/pytorch_gpu_benchmark``): the median FP32 step of 23
   architectures at batch 12 on five desktop GPUs (four absent from every training set) and an A100 (TF32 by torch's
   defaults of the time). That step is forward, loss and backward without an optimizer, plus the batch's host-to-device
@@ -46,18 +51,18 @@ def _ape(column: str) -> pl.Expr:
     return 100.0 * (pl.col(column) - pl.col("measured_ms")).abs() / pl.col("measured_ms")
 
 
-#: The vendored DeepLearningExamples image-classification tables (``data/external/dle2024``)
-DLE_IMAGE_FILES = ("dle_convnets_throughput.csv", "dle_efficientnet_throughput.csv")
+#: The vendored DeepLearningExamples tables of the single-GPU check (``data/external/dle2024``)
+DLE_CHECK_FILES = ("dle_convnets_throughput.csv", "dle_efficientnet_throughput.csv", "dle_transformer_throughput.csv")
 #: A row the collection flags as inconsistent (its ``notes``): not a measurement to score against
 DLE_FLAGGED = "look inconsistent"
 
 
 def load_dle_rows(root: Path | None = None) -> pl.DataFrame:
-    """Single-GPU rows of the vendored image models (flagged rows left out, module docstring): model (the variant where
-    the table has one), DLE GPU name, catalog GPU, precision, batch, image size (``configs.yml``; 224 where the row
-    gives none), measured ms/step."""
+    """Single-GPU rows of the vendored models (flagged rows left out, module docstring): model (the variant where the
+    table has one), DLE GPU name, catalog GPU, precision, batch (images; the Transformer's ``--max-tokens``), image size
+    (``configs.yml``; 224 where an image row gives none, null for the Transformer), measured ms/step."""
     folder = (root or data_dir()) / "external" / "dle2024"
-    raw = pl.concat([pl.read_csv(folder / f, infer_schema_length=0) for f in DLE_IMAGE_FILES], how="diagonal")
+    raw = pl.concat([pl.read_csv(folder / f, infer_schema_length=0) for f in DLE_CHECK_FILES], how="diagonal")
     raw = raw.with_columns(pl.coalesce(pl.col("model_variant"), pl.col("model")).alias("model"))
     return (
         raw.filter(
@@ -72,7 +77,10 @@ def load_dle_rows(root: Path | None = None) -> pl.DataFrame:
             pl.col("gpu_name").replace_strict(DLE_GPUS).alias("hardware_id"),
             pl.col("precision").replace_strict(DLE_PRECISIONS).alias("precision"),
             pl.col("batch_size_per_gpu").cast(pl.Int64).alias("batch"),
-            pl.col("extra").fill_null("").str.extract(r"image_size=(\d+)").cast(pl.Int64).fill_null(224).alias("image_size"),
+            pl.when(pl.col("throughput_unit") == "images/s")
+            .then(pl.col("extra").fill_null("").str.extract(r"image_size=(\d+)").cast(pl.Int64).fill_null(224))
+            .otherwise(None)
+            .alias("image_size"),
             (pl.col("batch_size_per_gpu").cast(pl.Float64) / pl.col("throughput_per_gpu").cast(pl.Float64) * 1e3).alias("measured_ms"),
         )
         .sort("model", "precision", "dle_gpu")
@@ -85,7 +93,7 @@ def dle_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) ->
     rows = load_dle_rows() if rows is None else rows
     out = []
     for (name, precision, batch, size), group in rows.group_by(["model", "precision", "batch", "image_size"], maintain_order=True):
-        module, example = build_on_meta(REFERENCE_MODELS[name], batch_size=int(batch), image_size=int(size))
+        module, example = build_on_meta(REFERENCE_MODELS[name], batch_size=int(batch), **({} if size is None else {"image_size": int(size)}))
         optimizer, nhwc = DLE_RECIPES[str(name)]
         fmt = "channels_last" if precision == "fp16" and nhwc else "contiguous"
         trace = trace_step(module, example, optimizer=optimizer, precision=str(precision), device_type="cuda", memory_format=fmt)
