@@ -104,12 +104,14 @@ def test_an_unknown_torchvision_name_lists_the_choices():
         torchvision_model("mobilenet_v3_large")
 
 
-def test_pytorch_gpu_benchmark_rows_are_single_gpu_fp32_steps_of_the_built_architectures():
+def test_pytorch_gpu_benchmark_rows_are_single_gpu_fp32_and_pure_fp16_steps_of_the_built_architectures():
     rows = load_ryujaehun_rows()
     assert set(rows["model"]) <= set(TORCHVISION_PARAMS) and (rows["batch"] == 12).all()
     assert set(rows["hardware_id"]) == {"GTX 1080 Ti", "TITAN Xp", "TITAN V", "RTX 2080 Ti", "TITAN RTX", "A100 40GB SXM4"}
     assert set(rows.filter(pl.col("precision") == "tf32")["hardware_id"]) == {"A100 40GB SXM4"}
-    assert rows.select("model", "hardware_id").is_unique().all()  # the files repeated in results/2080ti(2)/ are dropped
+    # model.half() rows only where the spec sheet has an FP16 unit (not the Pascal boards)
+    assert set(rows.filter(pl.col("precision") == "fp16_pure")["hardware_id"]) == {"TITAN V", "RTX 2080 Ti", "TITAN RTX", "A100 40GB SXM4"}
+    assert rows.select("model", "hardware_id", "precision").is_unique().all()  # the files repeated in results/2080ti(2)/ are dropped
     r = rows.filter((pl.col("model") == "resnet18") & (pl.col("hardware_id") == "GTX 1080 Ti")).row(0, named=True)
     assert r["measured_ms"] == pytest.approx(22.6175) and r["kernels_seen"]
 
@@ -124,9 +126,18 @@ def test_torchvision_check_predicts_forward_backward_without_the_optimizer_plus_
     trace = trace_step(module, example, optimizer="sgd", precision="fp32", device_type="cuda")
     pred, ops = predict_trace(trace, get("TITAN V"), model)
     optimizer_ms = float(ops.filter(pl.col("phase") == "optimizer")["predicted_ms"].sum())
-    row = df.filter(pl.col("hardware_id") == "TITAN V").row(0, named=True)
+    row = df.filter((pl.col("hardware_id") == "TITAN V") & (pl.col("precision") == "fp32")).row(0, named=True)
     assert optimizer_ms > 0
     assert row["predicted_ms"] == pytest.approx(pred.step_seconds * 1e3 - optimizer_ms + row["h2d_ms"], rel=1e-6)
     s = ryujaehun_summary(df)
     assert s["unseen_fp32"]["n"] == 4 and s["kernels_seen_fp32"]["n"] == 1 and s["a100_tf32"]["n"] == 1
     assert set(s["per_gpu"]) == {"TITAN Xp", "TITAN V", "RTX 2080 Ti", "TITAN RTX"}
+    # model.half(): the same step traced in FP16 throughout (convolutions on the FP16 tensor cores), no autocast casts
+    half, batch = module.half(), (example[0].half(), example[1])
+    h_pred, h_ops = predict_trace(trace_step(half, batch, optimizer="sgd", precision="fp32", device_type="cuda"), get("TITAN V"), model)
+    assert set(h_ops.filter(pl.col("family") == "conv")["unit"]) == {"fp16"} and h_ops.filter(pl.col("op") == "_to_copy").height == 0
+    h_row = df.filter((pl.col("hardware_id") == "TITAN V") & (pl.col("precision") == "fp16_pure")).row(0, named=True)
+    h_opt = float(h_ops.filter(pl.col("phase") == "optimizer")["predicted_ms"].sum())
+    assert h_row["predicted_ms"] == pytest.approx(h_pred.step_seconds * 1e3 - h_opt + h_row["h2d_ms"], rel=1e-6)
+    assert h_row["predicted_ms"] < row["predicted_ms"] and not h_row["calibration"]
+    assert s["fp16_pure"]["n"] == 4 and set(s["fp16_pure_per_gpu"]) == {"TITAN V", "RTX 2080 Ti", "TITAN RTX", "A100 40GB SXM4"}

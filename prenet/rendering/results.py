@@ -249,6 +249,18 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
                 "–",
             )
         )
+    f16 = (tv or {}).get("fp16_pure", {})
+    if f16.get("n"):
+        per = "; ".join(f"{h} {v:.1f} %" for h, v in tv.get("fp16_pure_per_gpu", {}).items())
+        rows.append(
+            (
+                f"whole-model pure-FP16 step (`model.half()`, no autocast) on GPUs never fitted on in FP16: pytorch-gpu-benchmark's "
+                f"torchvision CNNs at batch 12 ({f16['n']} steps; Pascal boards left out: no FP16 unit in their spec sheets): "
+                "MAPE (median signed); per GPU",
+                f"{_pct(f16.get('mape_pct'))} ({f16.get('median_signed_pct', 0):+.0f} %; target: mixed precision ≤ 15 %); {per}",
+                "–",
+            )
+        )
     if f32:
         rows.append(
             (

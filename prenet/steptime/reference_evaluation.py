@@ -118,8 +118,16 @@ def dle_summary(df: pl.DataFrame) -> dict:
     return {**stats(df), "models": len(models), "per_precision": per, "per_model": models}
 
 
-#: pytorch-gpu-benchmark's precision labels → prenet precisions (its A100 "float" ran TF32: torch ≥ 1.7 defaults)
-RYU_PRECISIONS = {"fp32 (float)": "fp32", "fp32 (float; TF32 likely on A100 with torch>=1.7 defaults)": "tf32"}
+#: pytorch-gpu-benchmark's precision labels → prenet precisions (its A100 "float" ran TF32: torch ≥ 1.7 defaults);
+#: ``fp16_pure``: ``model.half()`` on half inputs, no autocast (every op in FP16, GEMMs and convolutions on the FP16
+#: tensor cores), traced as such
+RYU_PRECISIONS = {
+    "fp32 (float)": "fp32",
+    "fp32 (float; TF32 likely on A100 with torch>=1.7 defaults)": "tf32",
+    "fp16_pure (model.half())": "fp16_pure",
+}
+#: The precisions whose steps fit the host cost per op (``fp16_pure`` steps are test rows only)
+RYU_HOST_PRECISIONS = ("fp32", "tf32")
 #: Host-to-device copy rate of a pageable batch (GB/s) over the boards' PCIe generation: ~10 of 16 GB/s on PCIe 3.0
 #: x16 (every GPU of that benchmark but the A100), ~20 on PCIe 4.0 (the A100's host link)
 H2D_GBPS = {"A100 40GB SXM4": 20.0}
@@ -128,9 +136,15 @@ H2D_GBPS_DEFAULT = 10.0
 RYU_KERNELS_SEEN = ("GTX 1080 Ti",)
 
 
+def _has_fp16_peak(hardware_id: str) -> bool:
+    return get(hardware_id).peak_tflops("fp16") is not None
+
+
 def load_ryujaehun_rows(root: Path | None = None) -> pl.DataFrame:
-    """Single-GPU FP32 (A100: TF32) rows of the architectures built here, duplicates dropped: model, GPU name, catalog
-    GPU, precision, batch, measured median ms/step, and whether an op model saw that GPU's kernels."""
+    """Single-GPU FP32 (A100: TF32) and pure-FP16 rows of the architectures built here, duplicates dropped: model, GPU
+    name, catalog GPU, precision, batch, measured median ms/step, and whether an op model saw that GPU's kernels.
+    Pure-FP16 rows of GPUs whose spec sheet has no FP16 peak (Pascal: GTX 1080 Ti, TITAN Xp, whose cuDNN runs FP16
+    storage with FP32 math) are left out: prenet answers an FP16 job there with one line naming the missing unit."""
     raw = pl.read_csv((root or data_dir()) / "external" / "pytorch_gpu_benchmark" / "ryujaehun_train_step_times.csv.gz", infer_schema_length=0)
     rows = raw.filter(
         (pl.col("num_gpus") == "1")
@@ -149,6 +163,7 @@ def load_ryujaehun_rows(root: Path | None = None) -> pl.DataFrame:
             pl.col("median_ms").cast(pl.Float64).alias("measured_ms"),
         )
         .with_columns(pl.col("hardware_id").is_in(list(RYU_KERNELS_SEEN)).alias("kernels_seen"))
+        .filter((pl.col("precision") != "fp16_pure") | pl.col("hardware_id").map_elements(_has_fp16_peak, return_dtype=pl.Boolean))
         .unique(["model", "hardware_id", "precision"], keep="first", maintain_order=True)
         .sort("model", "hardware_id")
     )
@@ -161,7 +176,10 @@ def ryujaehun_steps(model: EfficiencyModel, rows: pl.DataFrame) -> list[tuple[di
     out = []
     for (name, precision, batch), group in rows.group_by(["model", "precision", "batch"], maintain_order=True):
         module, example = build_on_meta(partial(torchvision_model, str(name)), batch_size=int(batch))
-        trace = trace_step(module, example, optimizer="sgd", precision=str(precision), device_type="cuda")
+        if precision == "fp16_pure":  # model.half() on half inputs: FP16 ops throughout, no autocast
+            module, example = module.half(), (example[0].half(), example[1])
+        traced = "fp32" if precision == "fp16_pure" else str(precision)
+        trace = trace_step(module, example, optimizer="sgd", precision=traced, device_type="cuda")
         batch_bytes = example[0].numel() * example[0].element_size()
         hws = [get(h) for h in group.get_column("hardware_id").to_list()]
         for row, ops in zip(group.iter_rows(named=True), model.predict_many(trace.frame(), hws)):
@@ -175,9 +193,15 @@ def fit_host(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> tuple[
     """(host ms per issued op, its MAPE %, steps) fitted on the measured steps of the :data:`HOST_CALIBRATION`
     architectures (every GPU of :func:`load_ryujaehun_rows`), with ``model``'s GPU op times."""
     rows = load_ryujaehun_rows() if rows is None else rows
-    steps = [(r["measured_ms"], g, iss, h2d) for r, g, iss, h2d in ryujaehun_steps(model, rows.filter(pl.col("model").is_in(list(HOST_CALIBRATION))))]
+    cal = rows.filter(pl.col("model").is_in(list(HOST_CALIBRATION)) & pl.col("precision").is_in(list(RYU_HOST_PRECISIONS)))
+    steps = [(r["measured_ms"], g, iss, h2d) for r, g, iss, h2d in ryujaehun_steps(model, cal)]
     h, mape = fit_host_ms(steps)
     return h, mape, len(steps)
+
+
+def _calibration(row: dict) -> bool:
+    """Whether a row fits the host cost per op (:func:`fit_host`) rather than tests it."""
+    return row["model"] in HOST_CALIBRATION and row["precision"] in RYU_HOST_PRECISIONS
 
 
 def ryujaehun_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -190,11 +214,11 @@ def ryujaehun_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = No
     rows = load_ryujaehun_rows() if rows is None else rows
     steps = ryujaehun_steps(model, rows)
     own = model.host_ms.get("gpu", 0.0)
-    cal = [(r["hardware_id"], (r["measured_ms"], g, iss, h2d)) for r, g, iss, h2d in steps if r["model"] in HOST_CALIBRATION]
+    cal = [(r["hardware_id"], (r["measured_ms"], g, iss, h2d)) for r, g, iss, h2d in steps if _calibration(r)]
     held_out: dict[str, float] = {}
     out = []
     for row, g, iss, h2d_ms in steps:
-        calibration = row["model"] in HOST_CALIBRATION
+        calibration = _calibration(row)
         host_ms = own
         if own > 0 and not calibration:
             hw = row["hardware_id"]
@@ -228,12 +252,16 @@ def ryujaehun_summary(df: pl.DataFrame) -> dict:
     df = df.filter(~pl.col("calibration"))
     fp32 = df.filter(pl.col("precision") == "fp32")
     unseen = fp32.filter(~pl.col("kernels_seen"))
+    fp16 = df.filter(pl.col("precision") == "fp16_pure")
     return {
         "host_calibration": stats(calibration),
         "unseen_fp32": stats(unseen),
         "kernels_seen_fp32": stats(fp32.filter(pl.col("kernels_seen"))),
         "a100_tf32": stats(df.filter(pl.col("precision") == "tf32")),
         "per_gpu": {h: round(float(g["ape_pct"].mean()), 1) for (h,), g in unseen.group_by(["hardware_id"], maintain_order=True)},
+        # model.half() steps (FP16 everywhere, no autocast) on the GPUs with FP16 tensor cores, every architecture
+        "fp16_pure": stats(fp16),
+        "fp16_pure_per_gpu": {h: round(float(g["ape_pct"].mean()), 1) for (h,), g in fp16.group_by(["hardware_id"], maintain_order=True)},
     }
 
 
