@@ -141,3 +141,16 @@ def test_torchvision_check_predicts_forward_backward_without_the_optimizer_plus_
     assert h_row["predicted_ms"] == pytest.approx(h_pred.step_seconds * 1e3 - h_opt + h_row["h2d_ms"], rel=1e-6)
     assert h_row["predicted_ms"] < row["predicted_ms"] and not h_row["calibration"]
     assert s["fp16_pure"]["n"] == 4 and set(s["fp16_pure_per_gpu"]) == {"TITAN V", "RTX 2080 Ti", "TITAN RTX", "A100 40GB SXM4"}
+
+
+def test_dle_steps_are_traced_as_each_readme_runs_amp():
+    """The Transformer's AMP is apex O2 (fp16 weights and activations, no per-op casts); the ConvNets' is autocast in
+    channels_last (casts of the weights, no cuDNN layout transposes)."""
+    from prenet.steptime.reference_evaluation import trace_dle_step
+
+    o2 = trace_dle_step("Transformer (big, WMT14 en-de)", "fp16", 64)
+    gemms = [r for r in o2.records if r.family == "gemm"]
+    assert gemms and {r.unit for r in gemms} == {"fp16"} and not any(r.op == "_to_copy" for r in o2.records)
+    amp = trace_dle_step("ResNeXt101-32x4d", "fp16", 2)
+    assert any(r.op == "_to_copy" for r in amp.records) and not any(r.op in ("nchwToNhwc", "nhwcToNchw") for r in amp.records)
+    assert {r.unit for r in amp.records if r.family == "conv"} == {"fp16"}

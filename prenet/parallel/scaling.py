@@ -14,7 +14,6 @@ import polars as pl
 
 from prenet.parallel.data_parallel import Layout, OneGpuStep, ddp_step
 from prenet.parallel.model import ParallelModel
-from prenet.reference_models import DLE_RECIPES
 from prenet.steptime.efficiency import EfficiencyModel
 
 #: The vendored DeepLearningExamples tables with multi-GPU rows (``data/external/dle2024``)
@@ -53,20 +52,15 @@ def dle_scaling_pairs(base: Path) -> pl.DataFrame:
 def predict_scaling(pairs: pl.DataFrame, op_model: EfficiencyModel, model: ParallelModel) -> pl.DataFrame:
     """``pairs`` (those whose GPUs one node of the catalog GPU holds) with the predicted one-GPU step ``t1_ms``, the DDP step's ``comm_ms`` and ``exposed_ms`` on the
     GPU's own interconnect, and ``physics_ratio`` = (T_1 + exposed) / T_1 (no residual). Traced as
-    DeepLearningExamples runs them (:data:`DLE_RECIPES`)."""
+    DeepLearningExamples runs them (:func:`~prenet.steptime.reference_evaluation.trace_dle_step`)."""
     from prenet.hardware.catalog import get
-    from prenet.meta_device import build_on_meta
-    from prenet.ops.trace import trace_step
     from prenet.parallel.interconnect import interconnect
-    from prenet.reference_models import REFERENCE_MODELS
+    from prenet.steptime.reference_evaluation import trace_dle_step
     from prenet.steptime.step import predict_trace
 
     out = []
     for (name, precision, batch), group in pairs.group_by(["model", "precision", "batch"], maintain_order=True):
-        module, example = build_on_meta(REFERENCE_MODELS[str(name)], batch_size=int(batch))
-        optimizer, nhwc = DLE_RECIPES[str(name)]
-        fmt = "channels_last" if precision == "fp16" and nhwc else "contiguous"
-        trace = trace_step(module, example, optimizer=optimizer, precision=str(precision), device_type="cuda", memory_format=fmt)
+        trace = trace_dle_step(str(name), str(precision), int(batch))
         for row in group.iter_rows(named=True):
             hw = get(row["hardware_id"])
             if int(row["gpus"]) > interconnect(hw).gpus_per_node:  # e.g. DGX-2's 16 V100 SXM3: not a catalog node

@@ -11,8 +11,9 @@
 * DeepLearningExamples' Transformer (big, WMT14 en-de) on one A100 40GB or V100, in AMP, TF32 and FP32: the published
   figure is target tokens/s; the measured step is ``--max-tokens / throughput``. ``--max-tokens`` bounds a
   length-bucketed batch's padded size, while the throughput counts its real target tokens, so this measured step is
-  long by the batch's padding (a few %). Predicted with Adam as 320 pairs of 32-token sentences; its AMP (apex O2: fp16 weights, no per-op casts) is
-  traced as autocast, and its fused layer norm and dropout-add as torch's unfused ops.
+  long by the batch's padding (a few %). Predicted with Adam as 320 pairs of 32-token sentences; its AMP is
+  traced as its README runs it, apex O2 (:func:`trace_dle_step`), and its fused layer norm and dropout-add as torch's
+  unfused ops.
 * pytorch-gpu-benchmark's torchvision CNNs (``data/external/pytorch_gpu_benchmark``): the median FP32 step of 23
   architectures at batch 12 on five desktop GPUs (four absent from every training set) and an A100 (TF32 by torch's
   defaults of the time). That step is forward, loss and backward without an optimizer, plus the batch's host-to-device
@@ -87,16 +88,26 @@ def load_dle_rows(root: Path | None = None) -> pl.DataFrame:
     )
 
 
+def trace_dle_step(name: str, precision: str, batch: int, image_size: int | None = None):
+    """The CUDA training step DeepLearningExamples runs for model ``name`` at ``batch`` (and ``image_size``), as its
+    recipe says (:data:`~prenet.reference_models.DLE_RECIPES`): its optimizer; AMP (``precision`` fp16) as autocast,
+    in channels_last where it runs NHWC, or as apex O2, the model and its floating inputs in FP16 with no autocast."""
+    module, example = build_on_meta(REFERENCE_MODELS[name], batch_size=batch, **({} if image_size is None else {"image_size": image_size}))
+    optimizer, nhwc, amp = DLE_RECIPES[name]
+    if precision == "fp16" and amp == "o2":
+        x, y = example
+        return trace_step(module.half(), (x.half() if x.is_floating_point() else x, y), optimizer=optimizer, precision="fp32", device_type="cuda")
+    fmt = "channels_last" if precision == "fp16" and nhwc else "contiguous"
+    return trace_step(module, example, optimizer=optimizer, precision=precision, device_type="cuda", memory_format=fmt)
+
+
 def dle_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> pl.DataFrame:
     """``rows`` (default :func:`load_dle_rows`) plus ``predicted_ms``, ``ape_pct`` and each step's share of GEMM/conv
     time; one trace per (model, precision, batch), one batched prediction over its GPUs."""
     rows = load_dle_rows() if rows is None else rows
     out = []
     for (name, precision, batch, size), group in rows.group_by(["model", "precision", "batch", "image_size"], maintain_order=True):
-        module, example = build_on_meta(REFERENCE_MODELS[name], batch_size=int(batch), **({} if size is None else {"image_size": int(size)}))
-        optimizer, nhwc = DLE_RECIPES[str(name)]
-        fmt = "channels_last" if precision == "fp16" and nhwc else "contiguous"
-        trace = trace_step(module, example, optimizer=optimizer, precision=str(precision), device_type="cuda", memory_format=fmt)
+        trace = trace_dle_step(str(name), str(precision), int(batch), None if size is None else int(size))
         hws = [get(h) for h in group.get_column("hardware_id").to_list()]
         for row, (pred, _) in zip(group.iter_rows(named=True), predict_trace_many(trace, hws, model)):
             share = pred.family_share
