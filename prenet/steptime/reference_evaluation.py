@@ -88,6 +88,13 @@ def load_dle_rows(root: Path | None = None) -> pl.DataFrame:
     )
 
 
+def as_half(module: torch.nn.Module, example: tuple) -> tuple[torch.nn.Module, tuple]:
+    """``model.half()`` on FP16 inputs (token ids stay integers): every op in FP16 with no autocast, as apex O2 and a
+    pure-FP16 benchmark run it; trace it at precision fp32 (no autocast), its dtypes give the FP16 units."""
+    x, y = example
+    return module.half(), (x.half() if x.is_floating_point() else x, y)
+
+
 def trace_dle_step(name: str, precision: str, batch: int, image_size: int | None = None):
     """The CUDA training step DeepLearningExamples runs for model ``name`` at ``batch`` (and ``image_size``), as its
     recipe says (:data:`~prenet.reference_models.DLE_RECIPES`): its optimizer; AMP (``precision`` fp16) as autocast,
@@ -95,8 +102,7 @@ def trace_dle_step(name: str, precision: str, batch: int, image_size: int | None
     module, example = build_on_meta(REFERENCE_MODELS[name], batch_size=batch, **({} if image_size is None else {"image_size": image_size}))
     optimizer, nhwc, amp = DLE_RECIPES[name]
     if precision == "fp16" and amp == "o2":
-        x, y = example
-        return trace_step(module.half(), (x.half() if x.is_floating_point() else x, y), optimizer=optimizer, precision="fp32", device_type="cuda")
+        return trace_step(*as_half(module, example), optimizer=optimizer, precision="fp32", device_type="cuda")
     fmt = "channels_last" if precision == "fp16" and nhwc else "contiguous"
     return trace_step(module, example, optimizer=optimizer, precision=precision, device_type="cuda", memory_format=fmt)
 
@@ -116,17 +122,25 @@ def dle_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) ->
     return df.with_columns(_ape("predicted_ms").alias("ape_pct"))
 
 
+def _error_stats(g: pl.DataFrame) -> dict:
+    """Rows, MAPE (%) and signed median error (%, +: predicted too slow) of checked rows (``{"n": 0}`` for none)."""
+    if not g.height:
+        return {"n": 0}
+    signed = 100.0 * (g["predicted_ms"].to_numpy() / g["measured_ms"].to_numpy() - 1.0)
+    return {"n": g.height, "mape_pct": float(g["ape_pct"].mean()), "median_signed_pct": float(np.median(signed))}
+
+
+def _mape_by(df: pl.DataFrame, column: str) -> dict[str, float]:
+    """MAPE (%, one decimal) per value of ``column``, in order of appearance."""
+    return {k: round(float(g["ape_pct"].mean()), 1) for (k,), g in df.group_by([column], maintain_order=True)}
+
+
 def dle_summary(df: pl.DataFrame) -> dict:
     """MAPE and signed median error (+: predicted too slow) overall, per precision and per model (each model a held-out
     one: no row of any is fitted on)."""
-
-    def stats(g: pl.DataFrame) -> dict:
-        signed = 100.0 * (g["predicted_ms"].to_numpy() / g["measured_ms"].to_numpy() - 1.0)
-        return {"n": g.height, "mape_pct": float(g["ape_pct"].mean()), "median_signed_pct": float(np.median(signed))}
-
-    per = {p: stats(g) for (p,), g in df.group_by(["precision"], maintain_order=True)}
-    models = {m: stats(g) for (m,), g in df.group_by(["model"], maintain_order=True)}
-    return {**stats(df), "models": len(models), "per_precision": per, "per_model": models}
+    per = {p: _error_stats(g) for (p,), g in df.group_by(["precision"], maintain_order=True)}
+    models = {m: _error_stats(g) for (m,), g in df.group_by(["model"], maintain_order=True)}
+    return {**_error_stats(df), "models": len(models), "per_precision": per, "per_model": models}
 
 
 #: pytorch-gpu-benchmark's precision labels → prenet precisions (its A100 "float" ran TF32: torch ≥ 1.7 defaults);
@@ -187,8 +201,8 @@ def ryujaehun_steps(model: EfficiencyModel, rows: pl.DataFrame) -> list[tuple[di
     out = []
     for (name, precision, batch), group in rows.group_by(["model", "precision", "batch"], maintain_order=True):
         module, example = build_on_meta(partial(torchvision_model, str(name)), batch_size=int(batch))
-        if precision == "fp16_pure":  # model.half() on half inputs: FP16 ops throughout, no autocast
-            module, example = module.half(), (example[0].half(), example[1])
+        if precision == "fp16_pure":
+            module, example = as_half(module, example)
         traced = "fp32" if precision == "fp16_pure" else str(precision)
         trace = trace_step(module, example, optimizer="sgd", precision=traced, device_type="cuda")
         batch_bytes = example[0].numel() * example[0].element_size()
@@ -253,26 +267,21 @@ def ryujaehun_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = No
 def ryujaehun_summary(df: pl.DataFrame) -> dict:
     """MAPE and signed median error (+: predicted too slow) for the FP32 test rows on GPUs never fitted on (the target),
     on the GTX 1080 Ti (kernels seen), and the A100 (TF32); per GPU for the unseen ones; the host-cost calibration
-    rows (every GPU and precision) apart."""
-
-    def stats(g: pl.DataFrame) -> dict:
-        signed = 100.0 * (g["predicted_ms"].to_numpy() / g["measured_ms"].to_numpy() - 1.0)
-        return {"n": g.height, "mape_pct": float(g["ape_pct"].mean()), "median_signed_pct": float(np.median(signed))} if g.height else {"n": 0}
-
+    rows (every GPU, FP32/TF32) apart; the pure-FP16 rows, overall and per GPU."""
     calibration = df.filter(pl.col("calibration"))
     df = df.filter(~pl.col("calibration"))
     fp32 = df.filter(pl.col("precision") == "fp32")
     unseen = fp32.filter(~pl.col("kernels_seen"))
     fp16 = df.filter(pl.col("precision") == "fp16_pure")
     return {
-        "host_calibration": stats(calibration),
-        "unseen_fp32": stats(unseen),
-        "kernels_seen_fp32": stats(fp32.filter(pl.col("kernels_seen"))),
-        "a100_tf32": stats(df.filter(pl.col("precision") == "tf32")),
-        "per_gpu": {h: round(float(g["ape_pct"].mean()), 1) for (h,), g in unseen.group_by(["hardware_id"], maintain_order=True)},
+        "host_calibration": _error_stats(calibration),
+        "unseen_fp32": _error_stats(unseen),
+        "kernels_seen_fp32": _error_stats(fp32.filter(pl.col("kernels_seen"))),
+        "a100_tf32": _error_stats(df.filter(pl.col("precision") == "tf32")),
+        "per_gpu": _mape_by(unseen, "hardware_id"),
         # model.half() steps (FP16 everywhere, no autocast) on the GPUs with FP16 tensor cores, every architecture
-        "fp16_pure": stats(fp16),
-        "fp16_pure_per_gpu": {h: round(float(g["ape_pct"].mean()), 1) for (h,), g in fp16.group_by(["hardware_id"], maintain_order=True)},
+        "fp16_pure": _error_stats(fp16),
+        "fp16_pure_per_gpu": _mape_by(fp16, "hardware_id"),
     }
 
 
@@ -375,7 +384,7 @@ def neusight_summary(df: pl.DataFrame) -> dict:
     return {
         "unseen_fp32": stats(unseen),
         "seen_fp32": stats(df.filter(pl.col("gpu_seen"))),
-        "per_gpu": {h: round(float(g["ape_pct"].mean()), 1) for (h,), g in unseen.group_by(["hardware_id"], maintain_order=True)},
+        "per_gpu": _mape_by(unseen, "hardware_id"),
     }
 
 
