@@ -28,8 +28,10 @@ PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
 DIRECTIONS: tuple[str, ...] = ("forward", "forward_backward", "train_step")
 #: Optimizers of a timed or traced training step (:func:`prenet.optimizers.make_optimizer`): plain SGD, SGD with
 #: momentum 0.9 (its steady state: the buffer exists), SGD with Nesterov momentum 0.9, Adam, AdamW (its decoupled
-#: weight decay an op of the step).
-OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "nesterov", "adam", "adamw")
+#: weight decay an op of the step), RMSprop with momentum 0.9 (as EfficientNet and MobileNet train).
+OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop")
+#: The optimizers torch runs as one fused kernel (``fused=True``); torch has no fused RMSprop.
+FUSED_OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "nesterov", "adam", "adamw")
 #: Memory formats of a traced step's 4-D tensors: ``contiguous`` (NCHW, torch's default) or ``channels_last`` (NHWC,
 #: ``model.to(memory_format=torch.channels_last)`` and the same for the input batch).
 MEMORY_FORMATS: tuple[str, ...] = ("contiguous", "channels_last")

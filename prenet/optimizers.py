@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import torch
 
 from prenet.errors import PrenetError
-from prenet.names import OPTIMIZERS
+from prenet.names import FUSED_OPTIMIZERS, OPTIMIZERS
 
 #: Learning rate of a *timed* step: tiny, so weights do not drift over thousands of timed iterations.
 TIMING_LR = 1e-6
@@ -26,6 +26,11 @@ def prime_state(name: str, optimizer: torch.optim.Optimizer) -> None:
             state = optimizer.state[p]
             if name in ("momentum", "nesterov"):
                 state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            elif name == "rmsprop":
+                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                state["square_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                if group["momentum"] > 0:
+                    state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             elif name in ("adam", "adamw"):
                 on_device = group.get("fused") or group.get("capturable")
                 state["step"] = torch.zeros((), dtype=torch.float32, device=p.device) if on_device else torch.tensor(0.0, dtype=torch.float32)
@@ -44,8 +49,9 @@ def make_optimizer(
     momentum: float = 0.9,
 ) -> torch.optim.Optimizer:
     """``sgd``: plain SGD; ``momentum``: SGD with heavy-ball ``momentum`` (0.9 unless given); ``nesterov``: the same
-    with Nesterov's update; ``adam``: Adam (default betas, L2 weight decay); ``adamw``: AdamW (decoupled weight decay).
-    ``lr`` is per step (default :data:`TIMING_LR`); ``foreach`` and ``fused`` as torch takes them (``None``: torch's
+    with Nesterov's update; ``adam``: Adam (default betas, L2 weight decay); ``adamw``: AdamW (decoupled weight decay);
+    ``rmsprop``: RMSprop (torch's α and ε) with heavy-ball ``momentum``, as EfficientNet and MobileNet train (torch's
+    own default momentum is 0: one buffer and its passes fewer). ``lr`` is per step (default :data:`TIMING_LR`); ``foreach`` and ``fused`` as torch takes them (``None``: torch's
     own choice per device: foreach on CUDA, never fused)."""
     kw = {"lr": lr, "weight_decay": weight_decay, "foreach": foreach, "fused": fused}
     if name == "sgd":
@@ -58,4 +64,8 @@ def make_optimizer(
         return torch.optim.Adam(params, **kw)
     if name == "adamw":
         return torch.optim.AdamW(params, **kw)
+    if name == "rmsprop":
+        if fused:
+            raise PrenetError(f"torch has no fused RMSprop; drop --fused, or choose one of {', '.join(FUSED_OPTIMIZERS)}")
+        return torch.optim.RMSprop(params, lr=lr, weight_decay=weight_decay, foreach=foreach, momentum=momentum)
     raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")

@@ -241,9 +241,8 @@ REFERENCE_MODELS = {
     **{v: partial(efficientnet, v) for v in EFFICIENTNETS},
 }
 #: How DeepLearningExamples trains each model: (prenet optimizer, whether AMP runs NHWC, how AMP runs). ConvNets'
-#: ``configs.yml``: ResNeXt SGD with momentum; EfficientNet RMSprop with momentum 0.9, which prenet does not trace: Adam
-#: stands in (the same two state buffers per parameter and a comparable number of passes over them; the optimizer is
-#: under 1 % of these steps); AMP as ``torch.cuda.amp`` autocast in ``memory_format: nhwc``. The Transformer (fairseq):
+#: ``configs.yml``: ResNeXt SGD with momentum; EfficientNet RMSprop with momentum 0.9; AMP as ``torch.cuda.amp``
+#: autocast in ``memory_format: nhwc``. The Transformer (fairseq):
 #: Adam, AMP as apex ``--amp-level O2`` (its README): the model's weights and activations in FP16 throughout, no per-op
 #: casts (its FP32 master weights, their gradient and weight copies are not modelled: the optimizer runs on the FP16
 #: weights).
@@ -251,7 +250,7 @@ DLE_RECIPES = {
     "ResNeXt101-32x4d": ("momentum", True, "autocast"),
     "SE-ResNeXt101-32x4d": ("momentum", True, "autocast"),
     "Transformer (big, WMT14 en-de)": ("adam", False, "o2"),
-    **{v: ("adam", True, "autocast") for v in EFFICIENTNETS},
+    **{v: ("rmsprop", True, "autocast") for v in EFFICIENTNETS},
 }
 
 #: torchvision ResNet-family names → (blocks per stage, groups, width per group, basic blocks)

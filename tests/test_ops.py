@@ -221,7 +221,7 @@ def test_justus_peaks_follow_cores_times_clock():
         assert get(name).peak_fp32_tflops == pytest.approx(tflops, rel=1e-3)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "nesterov", "adam", "adamw"])
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop"])
 @pytest.mark.parametrize("device_type,precision", [("cpu", "fp32"), ("cpu", "bf16"), ("cuda", "fp32"), ("cuda", "fp16")])
 def test_the_meta_optimizer_step_traces_the_same_ops_as_torch_optim(optimizer, device_type, precision):
     """The functional optimizer step of a meta trace (no torch.optim.Optimizer, so no torch._dynamo import) records
@@ -364,3 +364,13 @@ def test_cuda_traces_run_a_convolutions_backward_as_cudnns_two_kernels_and_cpu_t
     w, bias = 16 * 16 * 9 * 4, 16 * 4
     assert data.bytes == grad_out + w + x  # reads dy and w, writes dx
     assert weight.bytes == grad_out + x + w + bias  # reads dy and x, writes dw and the bias gradient
+
+
+def test_a_fused_rmsprop_is_refused_in_one_line_naming_the_fused_optimizers():
+    """torch has no fused RMSprop: asking for one is an error that lists the optimizers torch fuses."""
+    from prenet.errors import PrenetError
+    from prenet.ops import trace_step
+
+    module = nn.Sequential(nn.Linear(8, 4))
+    with pytest.raises(PrenetError, match="no fused rmsprop.*sgd, momentum, nesterov, adam, adamw"):
+        trace_step(module, (torch.randn(2, 8), torch.randint(0, 4, (2,))), optimizer="rmsprop", fused=True, device_type="cuda")

@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from prenet.errors import PrenetError
 from prenet.meta_device import without_compiler_imports
-from prenet.names import DIRECTIONS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
+from prenet.names import DIRECTIONS, FUSED_OPTIMIZERS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
 from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, read_args, tensors, written_args
 from prenet.ops.autocast import Autocast
 from prenet.ops.families import FREE, LAYOUT_TRANSPOSES, TENSOR_CORE_FAMILIES, TF32_FAMILIES, base_name, family_of
@@ -567,6 +567,7 @@ def meta_optimizer_step(
     ``tracer`` as it reads and writes). ``scaled``: a GradScaler steps the fused kernel, which then unscales and writes
     back the gradients (``grad_scale``, ``found_inf``), as ``GradScaler.step`` does for ``fused=True``."""
     from torch.optim.adam import adam
+    from torch.optim.rmsprop import rmsprop
     from torch.optim.sgd import sgd
 
     from prenet.optimizers import STEP_WEIGHT_DECAY, TIMING_LR
@@ -601,6 +602,20 @@ def meta_optimizer_step(
                  lr=TIMING_LR, weight_decay=STEP_WEIGHT_DECAY.get(name, 0.0), eps=1e-8, maximize=False,
                  foreach=None if fused else foreach, capturable=False, differentiable=False, fused=fused or None, grad_scale=grad_scale,
                  found_inf=found_inf, decoupled_weight_decay=name == "adamw")  # fmt: skip
+        elif name == "rmsprop":
+            # steady state: the step counts, square averages and momentum buffers exist, as prime_state gives
+            # torch.optim (created outside the step: not recorded)
+            phase = tracer.phase if tracer is not None else None
+            if tracer is not None:
+                tracer.phase = "setup"
+            steps = [torch.tensor(0.0) for _ in with_grad]
+            square_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
+            buffers = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
+            if tracer is not None:
+                tracer.phase = phase
+            rmsprop(with_grad, grads, square_avgs, [], buffers, steps, foreach=foreach, maximize=False, differentiable=False,
+                    capturable=False, has_complex=False, lr=TIMING_LR, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.9,
+                    centered=False)  # fmt: skip
         else:
             raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
@@ -678,6 +693,8 @@ def trace_step(
     than ``train_step``, or ``input_grad``, traces one layer as the benchmarks time it: the input requires grad and backward
     starts from a given output gradient (see :func:`_run`)."""
     _check(precision, optimizer)
+    if fused and optimizer not in FUSED_OPTIMIZERS:
+        raise PrenetError(f"torch has no fused {optimizer}; drop fused (--fused), or choose one of {', '.join(FUSED_OPTIMIZERS)}")
     if precision == "tf32" and device_type != "cuda":
         raise PrenetError("precision tf32 exists on NVIDIA GPUs only (Ampere and later); use fp32 or bf16 on a CPU")
     if memory_format not in MEMORY_FORMATS:
