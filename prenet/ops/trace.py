@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -588,16 +588,12 @@ def meta_optimizer_step(
         elif name in ("adam", "adamw"):
             # steady state: the step counts (fused: on the parameters' device) and moment buffers exist, as
             # prime_state gives torch.optim (created outside the step: not recorded)
-            phase = tracer.phase if tracer is not None else None
-            if tracer is not None:
-                tracer.phase = "setup"
-            steps = [torch.zeros((), dtype=torch.float32, device=p.device) if fused else torch.tensor(0.0) for p in with_grad]
-            exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
-            exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
-            dev = with_grad[0].device if with_grad else None
-            grad_scale, found_inf = (torch.ones((), device=dev), torch.zeros((), device=dev)) if fused and scaled else (None, None)
-            if tracer is not None:
-                tracer.phase = phase
+            with _setup_phase(tracer):
+                steps = [torch.zeros((), dtype=torch.float32, device=p.device) if fused else torch.tensor(0.0) for p in with_grad]
+                exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
+                exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
+                dev = with_grad[0].device if with_grad else None
+                grad_scale, found_inf = (torch.ones((), device=dev), torch.zeros((), device=dev)) if fused and scaled else (None, None)
             adam(with_grad, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, has_complex=False, beta1=0.9, beta2=0.999,
                  lr=TIMING_LR, weight_decay=STEP_WEIGHT_DECAY.get(name, 0.0), eps=1e-8, maximize=False,
                  foreach=None if fused else foreach, capturable=False, differentiable=False, fused=fused or None, grad_scale=grad_scale,
@@ -605,19 +601,29 @@ def meta_optimizer_step(
         elif name == "rmsprop":
             # steady state: the step counts, square averages and momentum buffers exist, as prime_state gives
             # torch.optim (created outside the step: not recorded)
-            phase = tracer.phase if tracer is not None else None
-            if tracer is not None:
-                tracer.phase = "setup"
-            steps = [torch.tensor(0.0) for _ in with_grad]
-            square_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
-            buffers = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
-            if tracer is not None:
-                tracer.phase = phase
+            with _setup_phase(tracer):
+                steps = [torch.tensor(0.0) for _ in with_grad]
+                square_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
+                buffers = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in with_grad]
             rmsprop(with_grad, grads, square_avgs, [], buffers, steps, foreach=foreach, maximize=False, differentiable=False,
                     capturable=False, has_complex=False, lr=TIMING_LR, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.9,
                     centered=False)  # fmt: skip
         else:
             raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+@contextmanager
+def _setup_phase(tracer: _Tracer | None):
+    """Ops made inside are an optimizer's steady state (its buffers and step counts, as ``prime_state`` gives
+    torch.optim), created outside the step: recorded under phase ``setup``, not as ops of the step."""
+    phase = tracer.phase if tracer is not None else None
+    if tracer is not None:
+        tracer.phase = "setup"
+    try:
+        yield
+    finally:
+        if tracer is not None:
+            tracer.phase = phase
 
 
 def _fused_sgd_record(params: list[nn.Parameter], momentum: bool, scaled: bool = False) -> OpRecord:
