@@ -27,7 +27,8 @@ from prenet.data.split_rule import assign_frame
 from prenet.datasets import require_datasets
 from prenet.outcome.generator import SOURCE_DATASET, RunResult, RunSpec, domain_data, is_failure, plan_domain, train_run
 from prenet.outcome.models import accuracy_at
-from prenet.telemetry.recorder import TELEMETRY_FLOAT, telemetry_schema
+from prenet.outcome.telemetry_input import with_absent_columns
+from prenet.telemetry.recorder import telemetry_schema
 
 _DATA: dict = {}
 
@@ -178,10 +179,9 @@ def read_vendored(cfg: DictConfig) -> dict:
         )
     runs = read_table(folder / "runs.parquet")
     tel = read_table(folder / "telemetry.parquet")
-    absent = [c for c in TELEMETRY_FLOAT if c not in tel.columns]
+    tel, absent = with_absent_columns(tel)
     if absent:  # recorded by an older recorder: those columns are unknown, as in a user's table without them
         print(f"corpus: {folder} has no {', '.join(absent)} (an older recorder); they are left empty, their features unknown")
-        tel = tel.with_columns([pl.lit(None, dtype=pl.Float64).alias(c) for c in absent])
     tel = validate(tel, OutcomeTelemetry, source=folder / "telemetry.parquet")
     df = assign_frame(runs.drop("split") if "split" in runs.columns else runs, outcome_split_rule(cfg))
     write_artifact(df.select(list(OutcomeRuns.to_schema().columns)), cfg, "outcome_runs")

@@ -39,6 +39,15 @@ def _rules() -> dict[str, tuple[pl.DataType, bool, list[tuple[str, float]]]]:
     return out
 
 
+def with_absent_columns(table: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """(``table`` with every telemetry column it lacks (:class:`~prenet.data.schemas.Telemetry`) added as nulls of that
+    column's dtype, their names in schema order): a table from an older recorder, or a user's without some
+    measurements."""
+    rules = _rules()
+    absent = [c for c in rules if c not in table.columns]
+    return (table.with_columns([pl.lit(None, dtype=rules[c][0]).alias(c) for c in absent]) if absent else table), absent
+
+
 def _fail(source: str, col: str, row: int | None, rule: str) -> TelemetryError:
     where = f"column {col!r}" + (f", row {row}" if row is not None else "")
     return TelemetryError(f"{source}: {where}: {rule}")
@@ -56,13 +65,13 @@ def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.Dat
     for c in REQUIRED:
         if c not in table.columns:
             raise _fail(source, c, None, "required column is missing (one row per epoch with epoch, train_loss, train_accuracy)")
-    missing = [c for c in rules if c not in table.columns]
+    table, missing = with_absent_columns(table)
     if missing:
         warnings.warn(f"{source} has no {', '.join(missing)}; the prediction uses what is there", stacklevel=3)
     cols = []
     for c, (dtype, nullable, bounds) in rules.items():
-        if c not in table.columns:
-            cols.append(pl.lit(None, dtype=dtype).alias(c))
+        if c in missing:  # absent: left empty, not checked
+            cols.append(table[c])
             continue
         raw = table[c]
         cast = raw.cast(dtype, strict=False)
