@@ -58,7 +58,7 @@ def predict_step_time(
     (fp32 | tf32 | fp16 | bf16), through the op-level path (:mod:`prenet.steptime.step`). ``overhead_ms`` None: the
     measured null step of the local CPU. ``fused``: the optimizer step as ``torch.optim.*(fused=True)`` runs it (one
     kernel); by default as torch's default runs it (foreach kernels on a GPU, per-tensor ops on a CPU).
-    ``memory_format``: ``contiguous`` (NCHW, torch's default; FP16/BF16 convolutions on a GPU carry cuDNN's layout
+    ``memory_format``: ``contiguous`` (NCHW, torch's default; FP16/BF16/TF32 convolutions on a GPU carry cuDNN's layout
     transposes) or ``channels_last`` (NHWC, ``model.to(memory_format=torch.channels_last)``). ``grad_accum``: K
     micro-steps of ``batch_size`` per optimizer step; the answer is per optimizer step. ``checkpointing``: each block
     of the model's repeated stack under ``torch.utils.checkpoint`` (:mod:`prenet.checkpointing`). ``with_memory``: also

@@ -267,9 +267,9 @@ def test_a_fused_optimizer_step_traces_the_one_kernel_torch_runs(optimizer):
 
 
 def test_nchw_fp16_convolutions_carry_cudnns_layout_transposes_and_channels_last_does_not():
-    """On CUDA, FP16/BF16 convolutions of NCHW tensors get cuDNN's nchwToNhwc / nhwcToNchw copies (forward and both
-    backward passes); ``channels_last`` runs NHWC end to end (none), as do FP32 and every CPU trace; the caller's module
-    keeps its layout."""
+    """On CUDA, tensor-core (FP16/BF16/TF32) convolutions of NCHW tensors get cuDNN's nchwToNhwc / nhwcToNchw copies
+    (forward and both backward passes); ``channels_last`` runs NHWC end to end (none), plain FP32 runs cuDNN's NCHW SIMT
+    kernels (none), as does every CPU trace; the caller's module keeps its layout."""
     from prenet import zoo
     from prenet.ops import trace_step
 
@@ -286,6 +286,10 @@ def test_nchw_fp16_convolutions_carry_cudnns_layout_transposes_and_channels_last
     assert all(r.bytes > 0 and r.dtype == "float16" for r in nchw)
     assert transposes(precision="fp16", device_type="cuda", memory_format="channels_last") == []
     assert transposes(precision="bf16", device_type="cuda") and not transposes(precision="fp32", device_type="cuda")
+    tf32 = transposes(precision="tf32", device_type="cuda")
+    assert len(tf32) == len(nchw) and {r.dtype for r in tf32} == {"float32"}
+    assert sum(r.bytes for r in tf32) == 2 * sum(r.bytes for r in nchw)  # the same tensors in 4 bytes, not 2
+    assert transposes(precision="tf32", device_type="cuda", memory_format="channels_last") == []
     assert not transposes(precision="bf16", device_type="cpu")
     assert next(module.parameters()).is_contiguous()  # NCHW still
 

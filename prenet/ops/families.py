@@ -21,6 +21,11 @@ from typing import Any
 TENSOR_CORE_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "attention", "rnn"})
 #: ... and the ones TF32 applies to (cuBLAS GEMMs and cuDNN convolutions/RNNs; attention kernels stay FP32).
 TF32_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "rnn"})
+#: The tensor-core units: a convolution on them runs cuDNN's NHWC kernels. TF32 is one of them: on Ampere and later an
+#: FP32 convolution of NCHW tensors runs TF32 NHWC kernels (``..._tf32f32_tf32f32_f32_nhwckrsc_...``,
+#: ``cutlass_tensorop_s1688fprop_optimized_tf32_..._nhwc``) between ``nchwToNhwcKernel<float>`` / ``nhwcToNchwKernel``
+#: calls, as FP16 ones do (profiles of torch's default FP32 ResNets, where the transposes are ~10 % of CUDA time)
+TENSOR_CORE_UNITS = frozenset({"fp16", "bf16", "tf32"})
 #: cuDNN's layout transposes around a tensor-core convolution of NCHW tensors, as a CUDA trace records them: each 4-D
 #: operand into NHWC, each 4-D result back (copy ops)
 LAYOUT_TRANSPOSES = ("nchwToNhwc", "nhwcToNchw")

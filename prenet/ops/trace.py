@@ -29,7 +29,7 @@ from prenet.meta_device import without_compiler_imports
 from prenet.names import DIRECTIONS, FUSED_OPTIMIZERS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
 from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, read_args, tensors, written_args
 from prenet.ops.autocast import Autocast
-from prenet.ops.families import FREE, LAYOUT_TRANSPOSES, TENSOR_CORE_FAMILIES, TF32_FAMILIES, base_name, family_of
+from prenet.ops.families import FREE, LAYOUT_TRANSPOSES, TENSOR_CORE_FAMILIES, TENSOR_CORE_UNITS, TF32_FAMILIES, base_name, family_of
 from prenet.ops.records import OpRecord, StepTrace
 from prenet.optimizers import STEP_WEIGHT_DECAY, make_optimizer, prime_state
 
@@ -204,7 +204,7 @@ class _Tracer(TorchDispatchMode):
         self.stack: list[str] = []
         self.node_module: dict[Any, str] = {}
         self.records: list[OpRecord] = []
-        #: cuDNN's layout transposes around FP16/BF16 convolutions on NCHW tensors (set for CUDA traces)
+        #: cuDNN's layout transposes around tensor-core (FP16/BF16/TF32) convolutions on NCHW tensors (set for CUDA traces)
         self.conv_transposes = False
         #: a convolution's backward as cuDNN runs it (set for CUDA traces): backward-data and backward-filter (with the
         #: bias gradient) are separate kernels, recorded as two ops the way DeepBench times them; oneDNN's CPU backward
@@ -282,7 +282,7 @@ class _Tracer(TorchDispatchMode):
         calls = _backward_passes(args, out) if self.split_conv_backward and name == "convolution_backward" else [(args, out)]
         for call_args, call_out in calls:
             self._record(func, name, module, ins, tensors(call_out), call_args, kwargs, call_out, ms, spread)
-        if self.conv_transposes and self.records[-1].family == "conv" and self.records[-1].dtype in ("float16", "bfloat16"):
+        if self.conv_transposes and self.records[-1].family == "conv" and self.records[-1].unit in TENSOR_CORE_UNITS:
             self._nchw_transposes(module, self.records[-1].dtype, tensors(list(read_args(name, args))), outs)
         return out
 
@@ -693,7 +693,7 @@ def trace_step(
     the reference the tests compare it with). ``device_type`` (``cpu`` | ``cuda``) picks the autocast op lists and whether the optimizer uses foreach
     kernels, as torch does on that device; ``fused``: the optimizer as ``torch.optim.*(fused=True)`` runs it, one fused
     kernel. ``memory_format`` (:data:`~prenet.names.MEMORY_FORMATS`): ``channels_last`` puts the module's and the
-    batch's 4-D tensors in NHWC, as ``.to(memory_format=torch.channels_last)`` does; on CUDA, FP16/BF16 convolutions of
+    batch's 4-D tensors in NHWC, as ``.to(memory_format=torch.channels_last)`` does; on CUDA, tensor-core (FP16/BF16/TF32) convolutions of
     NCHW tensors carry cuDNN's layout transposes (copy ops), NHWC ones do not. The module is copied (its weights are
     never touched). ``direction`` other
     than ``train_step``, or ``input_grad``, traces one layer as the benchmarks time it: the input requires grad and backward
@@ -829,7 +829,7 @@ def _on_meta(module: nn.Module) -> bool:
 def trace_call(fn: Any, *meta_args: torch.Tensor, precision: str = "fp32", cuda: bool = False) -> list[OpRecord]:
     """The forward ops of one call ``fn(*meta_args)`` on meta tensors (no autograd): how a single measured op of an
     external dataset becomes the same record a traced model gives. ``cuda``: as a CUDA trace records it (cuDNN's
-    layout transposes around an FP16/BF16 convolution of NCHW tensors, as copy ops after it)."""
+    layout transposes around a tensor-core (FP16/BF16/TF32) convolution of NCHW tensors, as copy ops after it)."""
     tracer = _Tracer(precision=precision, meta=True, names={}, timing=None)
     tracer.conv_transposes = cuda
     with torch.no_grad(), tracer:
