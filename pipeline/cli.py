@@ -490,7 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--precision",
         choices=list(PRECISIONS),
         default="fp32",
-        help="fp32 (strict, default) | tf32 (GEMM/conv on TF32 tensor cores) | fp16 / bf16 (autocast, FP32 master weights)",
+        help="fp32 (default: as torch runs it, cuDNN convolutions/RNNs on TF32 tensor cores where the GPU has them, GEMMs IEEE FP32) "
+        "| tf32 (GEMMs on TF32 too) | fp16 / bf16 (autocast, FP32 master weights)",
     )
     st.add_argument("--dataset-size", type=_positive, help="samples per epoch (a positive integer; gives epoch_seconds)")
     _add_parallel_args(st)
@@ -606,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--precision",
         choices=list(PRECISIONS),
         default="fp32",
-        help="fp32 (strict, default) | tf32 | fp16 | bf16 (autocast); GPUs without the unit are listed with a note",
+        help="fp32 (default, as torch runs it: cuDNN on TF32 where the GPU has it) | tf32 | fp16 | bf16 (autocast); GPUs without the unit are listed with a note",
     )
     pn.add_argument("--pricing", default="on_demand", help="conf/pricing/ option or a YAML file of prices (default: %(default)s)")
     pn.add_argument("--price", action="append", metavar="NAME=USD", help="override one price per GPU-hour (repeatable)")

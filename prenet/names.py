@@ -21,7 +21,8 @@ FAMILIES: tuple[str, ...] = (
     "optimizer",
     "other",
 )
-#: Training precisions (:mod:`prenet.ops.trace`): strict FP32, TF32 GEMMs/convolutions, fp16 and bf16 autocast. Also the
+#: Training precisions (:mod:`prenet.ops.trace`): FP32 as torch runs it (cuDNN on TF32 where the GPU has it), TF32
+#: GEMMs/convolutions, fp16 and bf16 autocast. Also the
 #: compute units an op runs on.
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
 #: What one timed iteration does: inference forward, forward + backward (a layer inside a network), a training step.

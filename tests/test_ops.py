@@ -285,13 +285,47 @@ def test_nchw_fp16_convolutions_carry_cudnns_layout_transposes_and_channels_last
     assert len(nchw) == 2 * 2 * len(convs) and {r.family for r in nchw} == {"copy"} and {r.phase for r in nchw} == {"forward", "backward"}
     assert all(r.bytes > 0 and r.dtype == "float16" for r in nchw)
     assert transposes(precision="fp16", device_type="cuda", memory_format="channels_last") == []
-    assert transposes(precision="bf16", device_type="cuda") and not transposes(precision="fp32", device_type="cuda")
+    assert transposes(precision="bf16", device_type="cuda")
+    # an fp32 trace records them as a GPU with TF32 units runs them; one without runs none (test below)
+    assert len(transposes(precision="fp32", device_type="cuda")) == len(nchw)
     tf32 = transposes(precision="tf32", device_type="cuda")
     assert len(tf32) == len(nchw) and {r.dtype for r in tf32} == {"float32"}
     assert sum(r.bytes for r in tf32) == 2 * sum(r.bytes for r in nchw)  # the same tensors in 4 bytes, not 2
     assert transposes(precision="tf32", device_type="cuda", memory_format="channels_last") == []
     assert not transposes(precision="bf16", device_type="cpu")
     assert next(module.parameters()).is_contiguous()  # NCHW still
+
+
+def test_fp32_on_a_gpu_runs_as_torchs_defaults_cudnn_on_tf32_where_the_gpu_has_it():
+    """torch's defaults (cudnn.allow_tf32 True, cuda.matmul.allow_tf32 False): an fp32 step on a GPU with TF32 units runs
+    its convolutions on them between cuDNN's layout transposes, its GEMMs in IEEE FP32; on one without, every op on the
+    FP32 units and no transposes. The answer says which."""
+    import torch
+
+    from prenet import zoo
+    from prenet.hardware.catalog import get
+    from prenet.meta_device import build_on_meta
+    from prenet.ops import trace_step
+    from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.steptime.step import predict_trace
+
+    assert torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32  # the defaults modelled
+    module, batch = build_on_meta(zoo.resnet18, batch_size=2, image_size=32)
+    fp32, tf32 = (trace_step(module, batch, optimizer="sgd", precision=p, device_type="cuda") for p in ("fp32", "tf32"))
+    on, off = fp32.frame_for(True), fp32.frame_for(False)
+    is_t = pl.col("op").is_in(["nchwToNhwc", "nhwcToNchw"])
+    assert off.filter(is_t).height == 0 and set(off["unit"]) == {"fp32"}
+    assert on.filter(is_t).height == tf32.frame().filter(is_t).height > 0
+    convs = pl.col("family").is_in(["conv", "conv_grouped"])
+    assert set(on.filter(convs)["unit"]) == {"tf32"} and set(on.filter(pl.col("family") == "gemm")["unit"]) == {"fp32"}
+    assert set(tf32.frame().filter(pl.col("family") == "gemm")["unit"]) == {"tf32"}
+    assert tf32.frame_for(False).equals(tf32.frame())  # only fp32 depends on the GPU
+    model = EfficiencyModel(median_efficiency={"gpu": 0.5})
+    a100, v100 = (predict_trace(fp32, get(h), model)[0] for h in ("A100 80GB SXM4", "V100 SXM2"))
+    a100_tf32 = predict_trace(tf32, get("A100 80GB SXM4"), model)[0]
+    assert a100.family_ms["conv"] == pytest.approx(a100_tf32.family_ms["conv"]) and a100.ops == on.height > v100.ops
+    assert any("TF32 tensor cores" in n and "allow_tf32" in n for n in a100.notes)
+    assert not any("allow_tf32" in n for n in v100.notes) and v100.ops == off.height
 
 
 def test_channels_last_saves_the_transposes_in_the_answer_and_unknown_formats_list_the_choices():

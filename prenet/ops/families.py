@@ -26,6 +26,12 @@ TF32_FAMILIES = frozenset({"gemm", "conv", "conv_grouped", "rnn"})
 #: ``cutlass_tensorop_s1688fprop_optimized_tf32_..._nhwc``) between ``nchwToNhwcKernel<float>`` / ``nhwcToNchwKernel``
 #: calls, as FP16 ones do (profiles of torch's default FP32 ResNets, where the transposes are ~10 % of CUDA time)
 TENSOR_CORE_UNITS = frozenset({"fp16", "bf16", "tf32"})
+#: The families cuDNN runs (convolutions, grouped ones included, and the fused RNNs), whose FP32 math torch puts on TF32
+#: tensor cores by default where the GPU has them: ``torch.backends.cudnn.allow_tf32`` is True
+#: (``torch.backends.cudnn.conv.fp32_precision`` and ``.rnn.fp32_precision`` are ``"tf32"``), while cuBLAS GEMMs stay
+#: IEEE FP32 (``torch.backends.cuda.matmul.allow_tf32`` is False since torch 1.12). An ``fp32`` step on a GPU is
+#: predicted so (:meth:`prenet.ops.records.StepTrace.frame_for`); ``tf32`` puts the GEMMs on TF32 too.
+CUDNN_TF32_FAMILIES = frozenset({"conv", "conv_grouped", "rnn"})
 #: cuDNN's layout transposes around a tensor-core convolution of NCHW tensors, as a CUDA trace records them: each 4-D
 #: operand into NHWC, each 4-D result back (copy ops)
 LAYOUT_TRANSPOSES = ("nchwToNhwc", "nhwcToNchw")

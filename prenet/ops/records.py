@@ -8,6 +8,8 @@ from typing import Any
 
 import polars as pl
 
+from prenet.ops.families import CUDNN_TF32_FAMILIES, LAYOUT_TRANSPOSES
+
 
 @dataclass
 class OpRecord:
@@ -63,6 +65,27 @@ class StepTrace:
         """One row per op (columns of :class:`OpRecord`)."""
         # columns straight from the attributes (dataclasses.asdict deep-copies every record: ~70 ms of a ResNet-50 answer)
         return pl.DataFrame({c: [getattr(r, c) for r in self.records] for c in OP_SCHEMA}, schema=OP_SCHEMA)
+
+    @property
+    def tf32_by_default(self) -> bool:
+        """An ``fp32`` step traced for a GPU: torch runs its cuDNN ops (:data:`~prenet.ops.families.CUDNN_TF32_FAMILIES`)
+        on TF32 tensor cores by default where the GPU has them, so its ops depend on the GPU (:meth:`frame_for`)."""
+        return self.precision == "fp32" and self.device_type == "cuda"
+
+    def frame_for(self, tf32: bool) -> pl.DataFrame:
+        """:meth:`frame` as the step runs on a GPU with (``tf32``) or without TF32 tensor cores. Only an ``fp32`` CUDA
+        step differs (:attr:`tf32_by_default`; its trace records the layout transposes of its FP32 convolutions): with
+        TF32, its FP32 convolutions and RNNs run on the TF32 units, between those transposes, as FP16 ones do; without,
+        they run on the FP32 units in NCHW, and the transposes are not run."""
+        f = self.frame()
+        if not self.tf32_by_default:
+            return f
+        fp32 = pl.col("dtype") == "float32"  # a model.half() step traced at fp32 keeps its FP16 ops and their transposes
+        if not tf32:
+            return f.filter(~(pl.col("op").is_in(list(LAYOUT_TRANSPOSES)) & fp32))
+        return f.with_columns(
+            pl.when(pl.col("family").is_in(list(CUDNN_TF32_FAMILIES)) & fp32).then(pl.lit("tf32")).otherwise(pl.col("unit")).alias("unit")
+        )
 
 
 OP_SCHEMA = {

@@ -6,8 +6,9 @@ optimizer), the module it ran in, FLOPs, bytes, dtype and GEMM view. ``measure_s
 CPU tensors and also times every op in place (the op benchmark's ground truth). Views, allocations and host-side
 scalar bookkeeping (an optimizer's step counter) are not ops of the step and are not recorded.
 
-Precision (``PRECISIONS``): ``fp32`` strict FP32; ``tf32`` FP32 tensors with GEMMs and convolutions on TF32
-tensor cores; ``fp16``/``bf16`` autocast (torch's op lists, :mod:`prenet.ops.autocast`) with FP32 master weights;
+Precision (``PRECISIONS``): ``fp32`` FP32 as torch runs it by default (on a GPU with TF32 units, cuDNN's convolutions
+and RNNs on them, GEMMs in IEEE FP32: :meth:`~prenet.ops.records.StepTrace.frame_for`); ``tf32`` FP32 tensors with
+GEMMs and convolutions on TF32 tensor cores; ``fp16``/``bf16`` autocast (torch's op lists, :mod:`prenet.ops.autocast`) with FP32 master weights;
 ``fp16`` adds the GradScaler's unscale and inf check of every gradient.
 """
 
@@ -29,7 +30,16 @@ from prenet.meta_device import without_compiler_imports
 from prenet.names import DIRECTIONS, FUSED_OPTIMIZERS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
 from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, read_args, tensors, written_args
 from prenet.ops.autocast import Autocast
-from prenet.ops.families import FREE, LAYOUT_TRANSPOSES, TENSOR_CORE_FAMILIES, TENSOR_CORE_UNITS, TF32_FAMILIES, base_name, family_of
+from prenet.ops.families import (
+    CUDNN_TF32_FAMILIES,
+    FREE,
+    LAYOUT_TRANSPOSES,
+    TENSOR_CORE_FAMILIES,
+    TENSOR_CORE_UNITS,
+    TF32_FAMILIES,
+    base_name,
+    family_of,
+)
 from prenet.ops.records import OpRecord, StepTrace
 from prenet.optimizers import STEP_WEIGHT_DECAY, make_optimizer, prime_state
 
@@ -37,15 +47,18 @@ LOW_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64"}
 
 
-def unit_of(family: str, dtype: str, precision: str) -> str:
+def unit_of(family: str, dtype: str, precision: str, cudnn_tf32: bool = False) -> str:
     """The arithmetic unit of an op: tensor-core families in 16-bit dtypes use fp16/bf16 units, in FP32 under ``tf32``
-    the TF32 units; every other op runs on the FP32 units."""
+    the TF32 units, and under ``fp32`` with ``cudnn_tf32`` (a GPU with TF32 units, torch's defaults) the cuDNN ones
+    (:data:`~prenet.ops.families.CUDNN_TF32_FAMILIES`) too; every other op runs on the FP32 units."""
     if family in TENSOR_CORE_FAMILIES:
         if dtype == "float16":
             return "fp16"
         if dtype == "bfloat16":
             return "bf16"
         if precision == "tf32" and dtype == "float32" and family in TF32_FAMILIES:
+            return "tf32"
+        if cudnn_tf32 and precision == "fp32" and dtype == "float32" and family in CUDNN_TF32_FAMILIES:
             return "tf32"
     return "fp32"
 
@@ -206,6 +219,11 @@ class _Tracer(TorchDispatchMode):
         self.records: list[OpRecord] = []
         #: cuDNN's layout transposes around tensor-core (FP16/BF16/TF32) convolutions on NCHW tensors (set for CUDA traces)
         self.conv_transposes = False
+        #: an ``fp32`` step traced for any GPU: its FP32 convolutions' transposes are recorded too, as the ones a GPU
+        #: with TF32 units runs (:meth:`~prenet.ops.records.StepTrace.frame_for` drops them for one without)
+        self.tf32_transposes = False
+        #: an ``fp32`` step measured on a GPU with TF32 units: its cuDNN ops ran on them (torch's defaults)
+        self.cudnn_tf32 = False
         #: a convolution's backward as cuDNN runs it (set for CUDA traces): backward-data and backward-filter (with the
         #: bias gradient) are separate kernels, recorded as two ops the way DeepBench times them; oneDNN's CPU backward
         #: stays the one op the CPU benchmark times
@@ -282,8 +300,9 @@ class _Tracer(TorchDispatchMode):
         calls = _backward_passes(args, out) if self.split_conv_backward and name == "convolution_backward" else [(args, out)]
         for call_args, call_out in calls:
             self._record(func, name, module, ins, tensors(call_out), call_args, kwargs, call_out, ms, spread)
-        if self.conv_transposes and self.records[-1].family == "conv" and self.records[-1].unit in TENSOR_CORE_UNITS:
-            self._nchw_transposes(module, self.records[-1].dtype, tensors(list(read_args(name, args))), outs)
+        last = self.records[-1]
+        if self.conv_transposes and last.family == "conv" and (last.unit in TENSOR_CORE_UNITS or self.tf32_transposes and last.dtype == "float32"):
+            self._nchw_transposes(module, last.dtype, tensors(list(read_args(name, args))), outs)
         return out
 
     def _record(self, func, name: str, module: str, ins: list, outs: list, args: tuple, kwargs: dict, out: Any, ms, spread) -> None:
@@ -304,7 +323,7 @@ class _Tracer(TorchDispatchMode):
                 flops=op_flops(name, args, kwargs, out),
                 bytes=moved_bytes(read_args(name, args), kwargs, out, None if outs else written_args(func, args, kwargs)),
                 dtype=dtype,
-                unit=unit_of(family, dtype, self.precision),
+                unit=unit_of(family, dtype, self.precision, self.cudnn_tf32),
                 batch=b,
                 m=m,
                 n=n,
@@ -718,6 +737,7 @@ def trace_step(
             inputs = inputs.contiguous(memory_format=torch.channels_last)
     tracer = _Tracer(precision=precision, meta=True, names=_module_names(meta), timing=None)
     tracer.conv_transposes = tracer.split_conv_backward = device_type == "cuda"
+    tracer.tf32_transposes = device_type == "cuda" and precision == "fp32"
     tracer.channels_last = memory_format == "channels_last"
     with without_compiler_imports():
         _run(
@@ -801,20 +821,25 @@ def measure_step(
 ) -> StepTrace:
     """The ops of one real training step on the module's device (CPU or CUDA), each timed in place (``measured_ms`` per
     call, median of ``repeats`` blocks of ≥ ``min_block_ms``). ``fp16``/``bf16`` use the real ``torch.autocast`` of that
-    device; on CUDA ``fp32`` turns TF32 off in cuBLAS and cuDNN and ``tf32`` on. ``warmup`` runs one untimed step first
-    (allocator and kernel caches as in a running job)."""
+    device; on CUDA ``fp32`` runs as torch's defaults do (cuDNN on TF32 where the GPU has it, cuBLAS in IEEE FP32:
+    :data:`~prenet.ops.families.CUDNN_TF32_FAMILIES`, its records name the unit that ran) and ``tf32`` turns TF32 on in
+    both. ``warmup`` runs one untimed step first (allocator and kernel caches as in a running job)."""
     _check(precision, optimizer)
     inputs, labels = _split(example_batch)
     dev = inputs.device.type
     if dev == "cpu" and precision in ("tf32", "fp16"):
         raise PrenetError(f"precision {precision} cannot be measured on a CPU; measure fp32 or bf16")
+    cudnn_tf32 = False
     if dev == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = precision in ("fp32", "tf32")
+        cudnn_tf32 = precision == "fp32" and torch.cuda.get_device_capability(inputs.device) >= (8, 0)  # Ampere and later
     kw = dict(optimizer=optimizer, precision=precision, device_type=dev, real=True, input_grad=input_grad, fused=fused)
     if warmup:
         _run(module, inputs, labels, _Tracer(precision=precision, meta=False, names={}, timing=None), **kw)
         module.zero_grad(set_to_none=True)
     tracer = _Tracer(precision=precision, meta=False, names=_module_names(module), timing={"min_block_ms": min_block_ms, "repeats": repeats})
+    tracer.cudnn_tf32 = cudnn_tf32
     _run(module, inputs, labels, tracer, **kw)
     module.zero_grad(set_to_none=True)
     shape = [int(s) for s in inputs.shape]

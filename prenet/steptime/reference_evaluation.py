@@ -40,7 +40,7 @@ from prenet.paths import data_dir
 from prenet.reference_models import DLE_RECIPES, REFERENCE_MODELS, TORCHVISION_PARAMS, torchvision_model
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.host import HOST_CALIBRATION, fit_host_ms, issue_bound_ms, issued
-from prenet.steptime.step import grad_accumulation_records, predict_trace_many
+from prenet.steptime.step import grad_accumulation_records, predict_frames, predict_trace_many
 
 #: DeepLearningExamples' GPU and precision names → catalog GPUs (DGX-1 V100s are SXM2) and prenet precisions
 DLE_GPUS = {"A100 80GB": "A100 80GB SXM4", "A100 40GB": "A100 40GB SXM4", "V100 16GB": "V100 SXM2", "V100 32GB": "V100 SXM2"}
@@ -207,7 +207,7 @@ def ryujaehun_steps(model: EfficiencyModel, rows: pl.DataFrame) -> list[tuple[di
         trace = trace_step(module, example, optimizer="sgd", precision=traced, device_type="cuda")
         batch_bytes = example[0].numel() * example[0].element_size()
         hws = [get(h) for h in group.get_column("hardware_id").to_list()]
-        for row, ops in zip(group.iter_rows(named=True), model.predict_many(trace.frame(), hws)):
+        for row, ops in zip(group.iter_rows(named=True), predict_frames(trace, hws, model)):
             ops = ops.filter(pl.col("phase") != "optimizer")  # the benchmark times no optimizer step
             h2d_ms = batch_bytes / (H2D_GBPS.get(row["hardware_id"], H2D_GBPS_DEFAULT) * 1e9) * 1e3
             out.append((row, ops.get_column("predicted_ms").to_numpy(), issued(ops), h2d_ms))

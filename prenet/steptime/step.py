@@ -110,11 +110,26 @@ def predict_trace_many(
 ) -> list[tuple[StepPrediction, pl.DataFrame]]:
     """:func:`predict_trace` of one traced step on every hardware of ``hws`` (one device type, the trace's), in one
     batched model call; ``overhead_ms``: per hardware (default 0)."""
-    frames = model.predict_many(trace.frame(), hws)
+    frames = predict_frames(trace, hws, model)
     return [
         _summarize(trace, hw, ops, ovh, top, model.host_ms.get(hw.kind, 0.0) if host else 0.0)
         for hw, ops, ovh in zip(hws, frames, overhead_ms or [0.0] * len(hws))
     ]
+
+
+def predict_frames(trace: StepTrace, hws: list[HardwareSpec], model: EfficiencyModel) -> list[pl.DataFrame]:
+    """The per-op predictions of ``trace`` on every hardware of ``hws`` (one batched model call per kind of GPU): an
+    ``fp32`` CUDA step's ops as each GPU runs them, with or without TF32 units (:meth:`StepTrace.frame_for`)."""
+    if not trace.tf32_by_default:
+        return model.predict_many(trace.frame(), hws)
+    out: list[pl.DataFrame | None] = [None] * len(hws)
+    groups: dict[bool, list[int]] = {}
+    for i, hw in enumerate(hws):
+        groups.setdefault(hw.peak_tflops("tf32") is not None, []).append(i)
+    for tf32, idx in groups.items():
+        for i, f in zip(idx, model.predict_many(trace.frame_for(tf32), [hws[i] for i in idx])):
+            out[i] = f
+    return out  # type: ignore[return-value]
 
 
 def _summarize(
@@ -134,6 +149,8 @@ def _summarize(
             f"{100 * float(fallback['predicted_ms'].sum()) / max(total_ms, 1e-12):.1f} % of the time has no {hw.kind} "
             f"measurements of its own family: {kinds}"
         )
+    if note := default_tf32_note(trace, ops):
+        notes.append(note)
     if hw.kind == "cpu" and trace.precision == "bf16" and (note := cpu_bf16_note(hw)):
         notes.append(note)
     if note := cpu_cache_note(ops, hw):
@@ -228,6 +245,20 @@ def cpu_cache_note(ops: pl.DataFrame, hw: HardwareSpec) -> str | None:
         f"{CACHE_SENSITIVE_MAX_MB:g} MB, timed with their operands warm in the cache; inside a step they come from DRAM, "
         "and a step like it (a 784-1024-1024-1024-10 MLP at batch 16) ran 1.5x slower than predicted: read this as a "
         "lower bound (docs/hardware.md)"
+    )
+
+
+def default_tf32_note(trace: StepTrace, ops: pl.DataFrame) -> str | None:
+    """What an ``fp32`` step runs on a GPU with TF32 units, by torch's defaults (None elsewhere)."""
+    if not trace.tf32_by_default:
+        return None
+    n = int(ops.filter((pl.col("unit") == "tf32") & (pl.col("dtype") == "float32")).height)
+    if not n:
+        return None
+    return (
+        f"fp32 as torch runs it by default: its {n:,} cuDNN convolution/RNN ops on TF32 tensor cores "
+        "(torch.backends.cudnn.allow_tf32 is True by default), NCHW ones between cuDNN's layout transposes; "
+        "GEMMs in IEEE FP32 (--precision tf32 puts them on TF32 too; a job that sets allow_tf32 = False runs slower than this)"
     )
 
 
