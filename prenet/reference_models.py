@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -240,17 +241,29 @@ REFERENCE_MODELS = {
     "Transformer (big, WMT14 en-de)": transformer_big_wmt,
     **{v: partial(efficientnet, v) for v in EFFICIENTNETS},
 }
-#: How DeepLearningExamples trains each model: (prenet optimizer, whether AMP runs NHWC, how AMP runs). ConvNets'
-#: ``configs.yml``: ResNeXt SGD with momentum; EfficientNet RMSprop with momentum 0.9; AMP as ``torch.cuda.amp``
-#: autocast in ``memory_format: nhwc``. The Transformer (fairseq):
-#: Adam, AMP as apex ``--amp-level O2`` (its README): the model's weights and activations in FP16 throughout, no per-op
-#: casts (its FP32 master weights, their gradient and weight copies are not modelled: the optimizer runs on the FP16
-#: weights).
+
+
+class DleRecipe(NamedTuple):
+    """How DeepLearningExamples trains one model: the prenet optimizer, whether it is one fused kernel, whether AMP runs
+    NHWC, and how AMP runs (``autocast`` | ``o2``)."""
+
+    optimizer: str
+    fused: bool
+    nhwc: bool
+    amp: str
+
+
+#: How DeepLearningExamples trains each model. ConvNets' ``configs.yml``: ResNeXt SGD with momentum; EfficientNet RMSprop
+#: with momentum 0.9; AMP as ``torch.cuda.amp`` autocast in ``memory_format: nhwc``. The Transformer (fairseq): apex's
+#: ``FusedAdam`` in every precision (its ``fairseq/optim/adam.py``: one multi-tensor kernel, torch's ``fused=True``), AMP
+#: as apex ``--amp-level O2`` (its README): the model's weights and activations in FP16 throughout, no per-op casts, the
+#: loss scaled, and the optimizer on FP32 master weights (the FP16 gradients unscaled into FP32 ones, the FP32 weights
+#: copied back: :func:`prenet.ops.trace.trace_step`'s ``master_weights``).
 DLE_RECIPES = {
-    "ResNeXt101-32x4d": ("momentum", True, "autocast"),
-    "SE-ResNeXt101-32x4d": ("momentum", True, "autocast"),
-    "Transformer (big, WMT14 en-de)": ("adam", False, "o2"),
-    **{v: ("rmsprop", True, "autocast") for v in EFFICIENTNETS},
+    "ResNeXt101-32x4d": DleRecipe("momentum", False, True, "autocast"),
+    "SE-ResNeXt101-32x4d": DleRecipe("momentum", False, True, "autocast"),
+    "Transformer (big, WMT14 en-de)": DleRecipe("adam", True, False, "o2"),
+    **{v: DleRecipe("rmsprop", False, True, "autocast") for v in EFFICIENTNETS},
 }
 
 #: torchvision ResNet-family names → (blocks per stage, groups, width per group, basic blocks)

@@ -144,13 +144,21 @@ def test_torchvision_check_predicts_forward_backward_without_the_optimizer_plus_
 
 
 def test_dle_steps_are_traced_as_each_readme_runs_amp():
-    """The Transformer's AMP is apex O2 (fp16 weights and activations, no per-op casts); the ConvNets' is autocast in
-    channels_last (casts of the weights, no cuDNN layout transposes)."""
+    """The Transformer's AMP is apex O2 (fp16 weights and activations, no per-op casts; apex's FusedAdam on FP32 master
+    weights); the ConvNets' is autocast in channels_last (casts of the weights, no cuDNN layout transposes)."""
     from prenet.steptime.reference_evaluation import trace_dle_step
 
     o2 = trace_dle_step("Transformer (big, WMT14 en-de)", "fp16", 64)
     gemms = [r for r in o2.records if r.family == "gemm"]
-    assert gemms and {r.unit for r in gemms} == {"fp16"} and not any(r.op == "_to_copy" for r in o2.records)
+    assert gemms and {r.unit for r in gemms} == {"fp16"} and not any(r.op == "_to_copy" for r in o2.records if r.phase != "optimizer")
+    n = o2.params
+    opt = [r for r in o2.records if r.phase == "optimizer"]
+    to32 = [r for r in opt if r.op == "_to_copy"]  # each FP16 gradient into its FP32 master gradient: 2 + 4 bytes
+    back = [r for r in opt if r.op == "copy_"]  # each FP32 master weight into its FP16 weight
+    adam = [r for r in opt if r.op == "_fused_adam_"]  # one kernel over the FP32 masters, their grads and moments
+    assert len(to32) == len(back) > 0 and sum(r.bytes for r in to32) == 6 * n and {r.dtype for r in to32} == {"float32"}
+    # reads p, g, m, v and writes p, m, v (4 bytes each), and each tensor's step count
+    assert len(adam) == 1 and adam[0].dtype == "float32" and adam[0].bytes == 28 * n + 4 * len(back)
     amp = trace_dle_step("ResNeXt101-32x4d", "fp16", 2)
     assert any(r.op == "_to_copy" for r in amp.records) and not any(r.op in ("nchwToNhwc", "nhwcToNchw") for r in amp.records)
     assert {r.unit for r in amp.records if r.family == "conv"} == {"fp16"}

@@ -484,10 +484,12 @@ def _run(
     direction: str = "train_step",
     via_torch_optim: bool = False,
     fused: bool = False,
+    master_weights: bool = False,
 ) -> None:
     """One step under ``tracer``: forward and loss (autocast when asked), backward, optimizer step. ``direction``
     ``forward``: the forward alone (eval mode, no grad); ``forward_backward``: forward, then backward from a gradient of
-    the output's shape (no loss op: a layer inside a network) to weights and input; ``train_step``: the full step."""
+    the output's shape (no loss op: a layer inside a network) to weights and input; ``train_step``: the full step.
+    ``master_weights``: the optimizer steps FP32 master copies of the (FP16) parameters (:func:`_master_weights_step`)."""
     if direction not in DIRECTIONS:
         raise PrenetError(f"unknown direction {direction!r}; choose one of {', '.join(DIRECTIONS)}")
     layer = direction != "train_step" or input_grad
@@ -558,8 +560,8 @@ def _run(
                 tracer.phase = "backward"
                 out.backward(seed)
             else:
-                if precision == "fp16":
-                    loss = loss * 65536.0  # GradScaler: the scaled loss is what backward starts from
+                if precision == "fp16" or master_weights:
+                    loss = loss * 65536.0  # GradScaler / apex's loss scale: the scaled loss is what backward starts from
                 loss.backward()
             if direction == "forward_backward":
                 return
@@ -568,6 +570,8 @@ def _run(
                 _unscale_records(tracer, module)
             if opt is not None:
                 opt.step()
+            elif params and not real and master_weights:
+                _master_weights_step(optimizer, params, foreach=foreach, fused=fused, tracer=tracer)
             elif params and not real:
                 meta_optimizer_step(optimizer, params, foreach=foreach, fused=fused, tracer=tracer, scaled=precision == "fp16")
     finally:
@@ -629,6 +633,23 @@ def meta_optimizer_step(
                     centered=False)  # fmt: skip
         else:
             raise PrenetError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def _master_weights_step(optimizer: str, params: list[nn.Parameter], *, foreach: bool | None, fused: bool, tracer: _Tracer) -> None:
+    """The optimizer step of a model trained in FP16 with FP32 master weights (apex AMP O2, fairseq's FP16Optimizer):
+    each FP16 gradient unscaled into its FP32 master gradient (one pass: read 2 bytes, write 4 per element, as apex's
+    ``multi_tensor_scale``), the optimizer on the FP32 masters (with their FP32 state), and each master copied back into
+    its FP16 parameter. The master copies exist between steps (made under phase ``setup``, not recorded)."""
+    with_grad = [p for p in params if p.grad is not None]
+    with _setup_phase(tracer):
+        masters = [nn.Parameter(torch.empty_like(p, dtype=torch.float32)) for p in with_grad]
+    with torch.no_grad():
+        for m, p in zip(masters, with_grad):
+            m.grad = p.grad.to(torch.float32)
+    meta_optimizer_step(optimizer, masters, foreach=foreach, fused=fused, tracer=tracer)
+    with torch.no_grad():
+        for m, p in zip(masters, with_grad):
+            p.copy_(m)
 
 
 @contextmanager
@@ -706,6 +727,7 @@ def trace_step(
     via_torch_optim: bool = False,
     fused: bool = False,
     memory_format: str = "contiguous",
+    master_weights: bool = False,
 ) -> StepTrace:
     """The ops of one training step of ``module`` on ``example_batch`` (a tensor, or ``(inputs, labels)``), traced on the
     meta device (the optimizer step through :func:`meta_optimizer_step`; ``via_torch_optim``: through ``torch.optim``,
@@ -716,7 +738,8 @@ def trace_step(
     NCHW tensors carry cuDNN's layout transposes (copy ops), NHWC ones do not. The module is copied (its weights are
     never touched). ``direction`` other
     than ``train_step``, or ``input_grad``, traces one layer as the benchmarks time it: the input requires grad and backward
-    starts from a given output gradient (see :func:`_run`)."""
+    starts from a given output gradient (see :func:`_run`). ``master_weights``: a ``model.half()`` step as apex AMP O2
+    runs it, its loss scaled and its optimizer on FP32 master copies (:func:`_master_weights_step`)."""
     _check(precision, optimizer)
     if fused and optimizer not in FUSED_OPTIMIZERS:
         raise PrenetError(f"torch has no fused {optimizer}; drop fused (--fused), or choose one of {', '.join(FUSED_OPTIMIZERS)}")
@@ -753,6 +776,7 @@ def trace_step(
             direction=direction,
             via_torch_optim=via_torch_optim,
             fused=fused,
+            master_weights=master_weights,
         )
     return StepTrace(
         tracer.records,

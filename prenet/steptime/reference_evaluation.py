@@ -97,14 +97,15 @@ def as_half(module: torch.nn.Module, example: tuple) -> tuple[torch.nn.Module, t
 
 def trace_dle_step(name: str, precision: str, batch: int, image_size: int | None = None):
     """The CUDA training step DeepLearningExamples runs for model ``name`` at ``batch`` (and ``image_size``), as its
-    recipe says (:data:`~prenet.reference_models.DLE_RECIPES`): its optimizer; AMP (``precision`` fp16) as autocast,
-    in channels_last where it runs NHWC, or as apex O2, the model and its floating inputs in FP16 with no autocast."""
+    recipe says (:data:`~prenet.reference_models.DLE_RECIPES`): its optimizer, fused or not; AMP (``precision`` fp16) as autocast,
+    in channels_last where it runs NHWC, or as apex O2, the model and its floating inputs in FP16 with no autocast, the
+    loss scaled and the optimizer on FP32 master weights."""
     module, example = build_on_meta(REFERENCE_MODELS[name], batch_size=batch, **({} if image_size is None else {"image_size": image_size}))
-    optimizer, nhwc, amp = DLE_RECIPES[name]
-    if precision == "fp16" and amp == "o2":
-        return trace_step(*as_half(module, example), optimizer=optimizer, precision="fp32", device_type="cuda")
-    fmt = "channels_last" if precision == "fp16" and nhwc else "contiguous"
-    return trace_step(module, example, optimizer=optimizer, precision=precision, device_type="cuda", memory_format=fmt)
+    r = DLE_RECIPES[name]
+    if precision == "fp16" and r.amp == "o2":
+        return trace_step(*as_half(module, example), optimizer=r.optimizer, fused=r.fused, precision="fp32", device_type="cuda", master_weights=True)
+    fmt = "channels_last" if precision == "fp16" and r.nhwc else "contiguous"
+    return trace_step(module, example, optimizer=r.optimizer, fused=r.fused, precision=precision, device_type="cuda", memory_format=fmt)
 
 
 def dle_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> pl.DataFrame:
