@@ -4,13 +4,17 @@ Run from the repository root: ``PYTHONPATH=. python scripts/device_check.py OUT_
 with NAME the GPU's catalog name (``prenet hardware``, e.g. "H200 SXM 141GB"). The default steps, in order:
 
 - ``info``: the device as torch and nvidia-smi see it;
-- ``steps``: whole training steps of zoo models at GPU sizes in fp32 (TF32 off), tf32, fp16 and bf16 autocast, and every
+- ``steps``: whole training steps of zoo models at GPU sizes in fp32 (torch's defaults: cuDNN on TF32), tf32, fp16 and bf16 autocast, and every
   op of each timed in place (``prenet.ops.measure_step``): the ground truth of whole-model and per-op prediction by
   precision;
 - ``sampled``: sampled configurations of every registry layer and block over GPU-sized spaces, in every precision (the
   ``benchmark_ops`` stage's rows, on this GPU);
 - ``amp``: AMP as training runs it (GradScaler, channels_last, fused Adam) as whole steps;
 - ``zoo``: the zoo's FP32 steps at batch 16-256, with peak memory.
+
+A measured NCHW convolution on tensor cores (fp16, bf16, tf32, and fp32 on Ampere and later, torch's defaults) is timed
+with cuDNN's layout transposes inside its own op; before its rows fit a model, take them off as the DeepBench loader
+does (``prenet.data.external_kernels.conv_kernel_ms``), since a traced step carries them as ops of their own.
 
 ``convergence`` (the forecast's cost on the GPU) and ``layers_quick``/``layers_large`` (the layer benchmark, from plan
 files in ``--plans``) run when named. ``SMOKE=1 DEVICE=cpu`` rehearses it on a CPU in seconds. Every time is wall-clock
@@ -122,8 +126,10 @@ def layers(out: Path, plan_file: Path, tag: str, budget_s: float) -> None:
 
 def zoo_models(out: Path, budget_s: float) -> None:
     from prenet import zoo
+    from prenet.ops import set_tf32
 
     rows, t0 = [], time.time()
+    set_tf32("fp32")  # the zoo's FP32 steps as torch runs them by default, whatever an earlier step set
     for name in ["mlp", "vgg16", "resnet18", "resnet50", "lstm_lm", "bert_base_like", "gpt2_small_like"]:
         for bs in [16, 32, 64, 128, 256]:
             for opt in ["sgd", "adam"]:
@@ -161,10 +167,10 @@ def zoo_models(out: Path, budget_s: float) -> None:
 
 def ops_by_precision(out: Path, budget_s: float) -> None:
     """Whole training steps and every op of them timed in place (``prenet.ops.measure_step``) for the zoo models the op
-    path must handle, in fp32 (TF32 off), tf32, fp16 and bf16 autocast: GPU ground truth for the op-level model and for
+    path must handle, in fp32 (torch's defaults: cuDNN on TF32), tf32, fp16 and bf16 autocast: GPU ground truth for the op-level model and for
     the precision handling (JSONL, one op per line; one summary line per step)."""
     from prenet import zoo
-    from prenet.ops import measure_step
+    from prenet.ops import measure_step, set_tf32
     from prenet.reference_models import REFERENCE_MODELS
 
     t0 = time.time()
@@ -193,7 +199,7 @@ def ops_by_precision(out: Path, budget_s: float) -> None:
                     else zoo.build(name, 2 if SMOKE else bs, {name: kw})
                 )
                 module, batch = to_device(*built, DEV)
-                torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+                set_tf32(precision)  # fp32: torch's defaults (cuDNN on TF32), as prenet predicts it
                 t = measure_model(module, batch, optimizer="adam", warmup=2, repeats=5, min_block_ms=5.0, precision=precision)
                 trace = measure_step(module, batch, optimizer="adam", precision=precision, min_block_ms=0.5, repeats=3)
                 for r in trace.records:

@@ -159,6 +159,16 @@ def test_dle_steps_are_traced_as_each_readme_runs_amp():
     assert len(to32) == len(back) > 0 and sum(r.bytes for r in to32) == 6 * n and {r.dtype for r in to32} == {"float32"}
     # reads p, g, m, v and writes p, m, v (4 bytes each), and each tensor's step count
     assert len(adam) == 1 and adam[0].dtype == "float32" and adam[0].bytes == 28 * n + 4 * len(back)
+    from prenet.errors import PrenetError
+    from prenet.meta_device import build_on_meta
+    from prenet.ops import trace_step
+    from prenet.reference_models import REFERENCE_MODELS
+
+    module, example = build_on_meta(REFERENCE_MODELS["Transformer (big, WMT14 en-de)"], batch_size=64)
+    with pytest.raises(PrenetError, match="call model.half"):  # FP32 weights: no master copies to keep
+        trace_step(module, example, optimizer="adam", device_type="cuda", master_weights=True)
+    with pytest.raises(PrenetError, match="use precision fp32"):
+        trace_step(module, example, optimizer="adam", precision="fp16", device_type="cuda", master_weights=True)
     amp = trace_dle_step("ResNeXt101-32x4d", "fp16", 2)
     assert any(r.op == "_to_copy" for r in amp.records) and not any(r.op in ("nchwToNhwc", "nhwcToNchw") for r in amp.records)
     assert {r.unit for r in amp.records if r.family == "conv"} == {"fp16"}

@@ -8,7 +8,7 @@ from typing import Any
 
 from prenet.names import FAMILIES
 
-__all__ = ["FAMILIES", "OPTIMIZERS", "PRECISIONS", "OpRecord", "StepTrace", "measure_step", "trace_step", "training_loss"]
+__all__ = ["FAMILIES", "OPTIMIZERS", "PRECISIONS", "OpRecord", "StepTrace", "measure_step", "set_tf32", "trace_step", "training_loss"]
 
 
 def __getattr__(name: str) -> Any:

@@ -30,7 +30,9 @@ TENSOR_CORE_UNITS = frozenset({"fp16", "bf16", "tf32"})
 #: tensor cores by default where the GPU has them: ``torch.backends.cudnn.allow_tf32`` is True
 #: (``torch.backends.cudnn.conv.fp32_precision`` and ``.rnn.fp32_precision`` are ``"tf32"``), while cuBLAS GEMMs stay
 #: IEEE FP32 (``torch.backends.cuda.matmul.allow_tf32`` is False since torch 1.12). An ``fp32`` step on a GPU is
-#: predicted so (:meth:`prenet.ops.records.StepTrace.frame_for`); ``tf32`` puts the GEMMs on TF32 too.
+#: predicted so (:meth:`prenet.ops.records.StepTrace.frame_for`); ``tf32`` puts the GEMMs on TF32 too. An LSTM or GRU
+#: traced for a GPU is its GEMMs and gate ops (cuDNN's fused RNN is not traced), so under ``fp32`` its GEMMs stay on the
+#: FP32 units where torch's cuDNN RNN would use TF32: ``rnn`` here covers measured traces only.
 CUDNN_TF32_FAMILIES = frozenset({"conv", "conv_grouped", "rnn"})
 #: cuDNN's layout transposes around a tensor-core convolution of NCHW tensors, as a CUDA trace records them: each 4-D
 #: operand into NHWC, each 4-D result back (copy ops)

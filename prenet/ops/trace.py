@@ -641,6 +641,8 @@ def _master_weights_step(optimizer: str, params: list[nn.Parameter], *, foreach:
     ``multi_tensor_scale``), the optimizer on the FP32 masters (with their FP32 state), and each master copied back into
     its FP16 parameter. The master copies exist between steps (made under phase ``setup``, not recorded)."""
     with_grad = [p for p in params if p.grad is not None]
+    if other := sorted({str(p.dtype) for p in with_grad} - {"torch.float16"}):
+        raise PrenetError(f"master_weights keeps FP32 copies of FP16 weights, but the model has {', '.join(other)} ones; call model.half() first")
     with _setup_phase(tracer):
         masters = [nn.Parameter(torch.empty_like(p, dtype=torch.float32)) for p in with_grad]
     with torch.no_grad():
@@ -741,6 +743,8 @@ def trace_step(
     starts from a given output gradient (see :func:`_run`). ``master_weights``: a ``model.half()`` step as apex AMP O2
     runs it, its loss scaled and its optimizer on FP32 master copies (:func:`_master_weights_step`)."""
     _check(precision, optimizer)
+    if master_weights and (precision != "fp32" or via_torch_optim):
+        raise PrenetError("master_weights traces a model.half() step as apex O2 runs it: use precision fp32 (no autocast), without via_torch_optim")
     if fused and optimizer not in FUSED_OPTIMIZERS:
         raise PrenetError(f"torch has no fused {optimizer}; drop fused (--fused), or choose one of {', '.join(FUSED_OPTIMIZERS)}")
     if precision == "tf32" and device_type != "cuda":
@@ -831,6 +835,14 @@ def grad_params(module: nn.Module) -> list[list[Any]]:
     return [[names.get(n) or top, int(p.numel())] for n, p in module.named_parameters() if p.requires_grad]
 
 
+def set_tf32(precision: str) -> None:
+    """Set torch's TF32 switches as ``precision`` means them: ``tf32`` turns TF32 on in cuBLAS and cuDNN; every other
+    precision leaves torch's defaults, cuDNN on TF32 (``fp32``: :data:`~prenet.ops.families.CUDNN_TF32_FAMILIES`) and
+    cuBLAS in IEEE FP32."""
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = True
+
+
 def measure_step(
     module: nn.Module,
     example_batch: Any,
@@ -855,8 +867,7 @@ def measure_step(
         raise PrenetError(f"precision {precision} cannot be measured on a CPU; measure fp32 or bf16")
     cudnn_tf32 = False
     if dev == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-        torch.backends.cudnn.allow_tf32 = precision in ("fp32", "tf32")
+        set_tf32(precision)
         cudnn_tf32 = precision == "fp32" and torch.cuda.get_device_capability(inputs.device) >= (8, 0)  # Ampere and later
     kw = dict(optimizer=optimizer, precision=precision, device_type=dev, real=True, input_grad=input_grad, fused=fused)
     if warmup:

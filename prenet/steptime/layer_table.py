@@ -17,7 +17,8 @@ from prenet.names import LAYER_OPTIMIZERS, OPTIMIZERS
 LAYER_CSV_REQUIRED = ("op", "direction", "dtype")
 
 
-#: ``dtype`` cells of the layer CSV → precisions (``float32`` means strict FP32, as ``fp32``).
+#: ``dtype`` cells of the layer CSV → precisions (``float32`` means ``fp32``: FP32 as torch runs it, so on a GPU with TF32
+#: units a convolution runs on them, between cuDNN's layout transposes).
 DTYPE_PRECISION = {"float32": "fp32", "fp32": "fp32", "tf32": "tf32", "float16": "fp16", "fp16": "fp16", "bfloat16": "bf16", "bf16": "bf16"}
 
 

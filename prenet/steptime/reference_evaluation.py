@@ -343,7 +343,8 @@ def layer_replicated_trace(config: dict, batch: int, seq_len: int):
 
 def neusight_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None, root: Path | None = None) -> pl.DataFrame:
     """``rows`` (default :func:`load_neusight_e2e_rows`) plus ``predicted_ms`` and ``ape_pct`` (and NeuSight's own
-    ``neusight_ape_pct``). Predicted as NeuSight timed it: FP32 (TF32 off), forward without the loss, the loss's
+    ``neusight_ape_pct``). Predicted as NeuSight timed it: FP32 (its transformers have no convolutions, so torch's default
+    TF32 convolutions change nothing: every op on the FP32 units), forward without the loss, the loss's
     backward and the model's, gradients accumulated (no ``zero_grad``), no optimizer step."""
     import json
 

@@ -109,7 +109,7 @@ def predict_trace_many(
     host: bool = True,
 ) -> list[tuple[StepPrediction, pl.DataFrame]]:
     """:func:`predict_trace` of one traced step on every hardware of ``hws`` (one device type, the trace's), in one
-    batched model call; ``overhead_ms``: per hardware (default 0)."""
+    batched model call per kind of GPU (:func:`predict_frames`); ``overhead_ms``: per hardware (default 0)."""
     frames = predict_frames(trace, hws, model)
     return [
         _summarize(trace, hw, ops, ovh, top, model.host_ms.get(hw.kind, 0.0) if host else 0.0)
@@ -256,7 +256,7 @@ def default_tf32_note(trace: StepTrace, ops: pl.DataFrame) -> str | None:
     if not n:
         return None
     return (
-        f"fp32 as torch runs it by default: its {n:,} cuDNN convolution/RNN ops on TF32 tensor cores "
+        f"fp32 as torch runs it by default: its {n:,} cuDNN ops (convolutions) on TF32 tensor cores "
         "(torch.backends.cudnn.allow_tf32 is True by default), NCHW ones between cuDNN's layout transposes; "
         "GEMMs in IEEE FP32 (--precision tf32 puts them on TF32 too; a job that sets allow_tf32 = False runs slower than this)"
     )
