@@ -237,6 +237,15 @@ def test_plan_states_precision_shape_params_and_family_shares(tiny_run, capsys):
     assert "input 8x3x64x64" in text and "fp32" in text and "time by op family on local" in text
 
 
+def test_plan_says_which_gpus_run_fp32_convolutions_on_tf32(tiny_run, capsys):
+    """fp32 is torch's defaults: an Ampere+ option's convolutions run on its TF32 units (and faster there than on the FP32
+    units), a V100's do not; the plan says which options assume it."""
+    root, _, _ = tiny_run
+    args = ("--model", "resnet18", "--batch-size", "8", "--steps", "10", "--gpus", "1", "--hardware", "A100 80GB SXM4", "V100 PCIe 16/32GB")
+    notes = [n for n in _plan_json(capsys, root, *args)["notes"] if "fp32 as torch runs it" in n]
+    assert len(notes) == 1 and "A100 80GB SXM4" in notes[0] and "V100" not in notes[0]
+
+
 def test_plan_prices_node_options(tiny_run, capsys):
     """1, 2 and 8 GPUs of each GPU: the price counts every GPU, an epoch is split over them, compute and communication
     are apart, and a count larger than a node holds is left out with a note."""
