@@ -89,6 +89,18 @@ def test_recorder_in_a_real_loop_gives_a_validated_table():
     assert len(res["rows"]) == 3 and 0 <= res["final_test_accuracy"] <= 1 and not res["diverged"]
     assert res["rows"][1]["saturated_frac"] is not None and 0 <= res["rows"][2]["val_accuracy"] <= 1
     assert res["rows"][0]["minibatches"] == 4  # half of 256 samples in batches of 32
+    # the recorder read the optimizer: the epoch's mean lr under warm-up then cosine over 3 × 4 steps, SGD's momentum
+    from prenet.outcome.generator import lr_factor, optimizer_telemetry
+
+    want = [0.05 * np.mean([lr_factor("warmup_cosine", t, 12) for t in range(4 * e, 4 * e + 4)]) for e in range(3)]
+    assert [r["lr"] for r in res["rows"]] == pytest.approx(want) and {(r["momentum"], r["adaptive"]) for r in res["rows"]} == {(spec.momentum, 0.0)}
+    # a corpus recorded before the recorder read the optimizer gets the same columns from the run's settings
+    runs = pl.DataFrame([{"run_id": "r", "lr": 0.05, "schedule": "warmup_cosine", "optimizer": "momentum", "momentum": spec.momentum, "epochs": 3}])
+    tel = pl.DataFrame([{"run_id": "r", "epoch": r["epoch"], "minibatches": r["minibatches"]} for r in res["rows"]])
+    derived = optimizer_telemetry(runs, tel)
+    assert derived["lr"].to_list() == pytest.approx(want) and derived["momentum"].to_list() == [spec.momentum] * 3
+    adam = optimizer_telemetry(runs.with_columns(pl.lit("adam").alias("optimizer")), tel)
+    assert adam["momentum"].to_list() == [0.9] * 3 and adam["adaptive"].to_list() == [1.0] * 3
 
 
 def test_a_diverging_run_is_recorded_as_such():
@@ -190,6 +202,16 @@ def test_features_are_normalised_and_name_their_groups():
     assert math.isnan(X[0, col["d_log10_grad_snr"]])  # no SNR recorded
     assert "weight_growth" in feature_names(2, "telemetry") and "loss_curvature" not in feature_names(2, "telemetry")
     assert not [n for n in feature_names(1, "telemetry") if n in ("weight_growth", "d_log10_grad_snr")]
+    # the optimizer's settings as the recorder read them: SGD's heavy-ball step lr / (1 − m); none for Adam's scale
+    opt = tel.with_columns(
+        pl.when(pl.col("epoch") == 1).then(0.1).otherwise(0.05).alias("lr"),
+        pl.lit(0.9).alias("momentum"),
+        pl.when(pl.col("run_id") == "a").then(0.0).otherwise(1.0).alias("adaptive"),
+    )
+    Xo = design(opt, ["a", "b"], 3, "telemetry")
+    assert Xo[0, col["log10_lr"]] == pytest.approx(math.log10(0.05)) and Xo[0, col["log10_lr_ratio"]] == pytest.approx(math.log10(0.5))
+    assert Xo[0, col["log10_sgd_step"]] == pytest.approx(math.log10(0.5)) and math.isnan(Xo[1, col["log10_sgd_step"]])
+    assert math.isnan(X[0, col["log10_lr"]])  # a recorder not given the optimizer: unknown
 
 
 def test_scores():
@@ -458,7 +480,7 @@ def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run, tmp_path):
     assert 0 <= e2["interval"]["coverage"] <= 1 and e2["interval"]["nominal"] == pytest.approx(0.8)
     assert 0 <= e2["failure_reliability"]["ece"] <= 1 and sum(b["n"] for b in e2["failure_reliability"]["bins"]) == n
     ab = res["group_ablation"]
-    assert ab["epoch"] == 2 and set(ab["groups"]) == {"curve", "trend", "within", "gradient", "weights"} and ab["runs"] <= n
+    assert ab["epoch"] == 2 and set(ab["groups"]) == {"curve", "trend", "within", "gradient", "weights", "optimizer"} and ab["runs"] <= n
     assert all(np.isfinite(v["r2"]["difference"]) for v in ab["groups"].values())
     flag = e2["take_off_flag"]
     assert flag["late_bloomers"] == round(n * res["late_bloomer_share"]) and flag["late_bloomers_flagged"] <= flag["flagged"]

@@ -296,6 +296,9 @@ class Telemetry(pa.DataFrameModel):
     val_accuracy: float = pa.Field(ge=0, le=1, nullable=True)
     dead_relu_frac: float = pa.Field(ge=0, le=1, nullable=True)
     saturated_frac: float = pa.Field(ge=0, le=1, nullable=True)
+    lr: float = pa.Field(gt=0, nullable=True)
+    momentum: float = pa.Field(ge=0, lt=1, nullable=True)
+    adaptive: float = pa.Field(isin=[0.0, 1.0], nullable=True)
     minibatches: int = pa.Field(ge=0)
 
     class Config:

@@ -27,6 +27,9 @@ as log10. Feature groups (``GROUPS``; ``loss_acc`` alone is the ablation baselin
   before it moves the epoch means; and ln of the loss projected to ``PROJECT_EPOCH`` from the epoch's end at the
   epoch's own rate (log-linear: ln(last / first quarter) over the ¾ of an epoch between the quarters' centres;
   floored at 1e-4);
+* ``optimizer``: what the recorder read off the optimizer (when given it): log10 of the epoch's mean learning rate,
+  log10 of its ratio to epoch 1's (the schedule so far), the momentum, whether the optimizer is adaptive, and for SGD
+  log10 of the heavy-ball step lr / (1 − momentum) (NaN for an adaptive one, whose lr is on another scale);
 * ``domain``: architecture and dataset codes (``ARCH_CODES``, ``DATASET_CODES``; NaN when unknown);
 * ``schedule``: the run's learning-rate schedule for the epochs to come (``SCHEDULE_CODES``; NaN when not given) —
   the one piece of the plan telemetry cannot show: a slow start recovers under a constant rate, not under a decay.
@@ -35,7 +38,8 @@ The pooled model is trained on every run twice: as recorded, and with what a use
 shares of the rows (``OPTIONAL_MASKS``: the domain and the schedule unstated, no validation, no probe batch, no update
 ratio), each independently — so any such call is a case it has seen.
 
-No other hyperparameter enters: the models read one run's own telemetry (and its domain and schedule when given). Missing values
+No other hyperparameter enters: the models read one run's own telemetry (the optimizer's settings as the recorder read
+them, and its domain and schedule when given). Missing values
 (a diverged run's losses, a column the user's recorder did not fill) stay NaN; the gradient-boosted trees route
 them.
 """
@@ -49,7 +53,20 @@ import numpy as np
 import polars as pl
 
 FEATURE_SETS = ("telemetry", "loss_acc")
-GROUPS = ("loss_acc", "progress", "curve", "trend", "within", "gradient", "weights", "activations", "generalization", "domain", "schedule")
+GROUPS = (
+    "loss_acc",
+    "progress",
+    "curve",
+    "trend",
+    "within",
+    "gradient",
+    "weights",
+    "activations",
+    "generalization",
+    "optimizer",
+    "domain",
+    "schedule",
+)
 ARCH_CODES = {"mlp": 0.0, "cnn": 1.0, "resnet": 2.0}
 DATASET_CODES = {"digits": 0.0, "fashion": 1.0}
 #: learning-rate schedule codes (the user's plan for the rest of the run; NaN when not given)
@@ -84,6 +101,7 @@ def _groups(epoch: int) -> dict[str, list[str]]:
         "weights": [f"{c}_e{k}" for k in ks for c in (*_WEIGHTS, "log10_update_ratio")],
         "activations": [f"{c}_e{k}" for k in ks for c in ("dead_relu_frac", "saturated_frac")],
         "generalization": [f"{c}_e{k}" for k in ks for c in ("val_accuracy", "val_loss", "gap_accuracy", "gap_loss")],
+        "optimizer": ["log10_lr", "log10_lr_ratio", "momentum", "adaptive", "log10_sgd_step"],
         "domain": ["arch_code", "dataset_code"],
         "schedule": ["schedule_code"],
     }
@@ -150,6 +168,10 @@ def _row(tel: dict[int, dict], epoch: int, domain: str | None, schedule: str | N
     if epoch >= 2:
         out["loss_exponent"], out["loss_projected"] = _power_law([get(k, "train_loss") for k in ks])
         out["error_exponent"], out["error_projected"] = _power_law([1 - get(k, "train_accuracy") for k in ks])
+    lr, m, adaptive = get(epoch, "lr"), get(epoch, "momentum"), get(epoch, "adaptive")
+    out["log10_lr"], out["log10_lr_ratio"] = log10(lr), log10(ratio(lr, get(1, "lr")))
+    out["momentum"], out["adaptive"] = m, adaptive
+    out["log10_sgd_step"] = log10(lr / (1 - m)) if adaptive == 0 and 0 <= m < 1 else float("nan")
     out["arch_code"], out["dataset_code"] = domain_codes(domain)
     out["schedule_code"] = SCHEDULE_CODES.get(schedule, float("nan")) if schedule else float("nan")
     return out
@@ -182,6 +204,7 @@ def design(
 
 #: What a user's call may lack, and in what share of the pooled model's second training copy it is masked: the
 #: domain and the schedule (unstated), validation (no ``val_*`` passed to the recorder), activations (no probe batch),
+#: the optimizer's settings (a recorder not given the optimizer),
 #: the update ratio and the within-epoch quarters (a table from an older recorder: the whole group), the loss quarters
 #: alone (no loss passed to ``after_backward``). Keys are feature groups, or column prefixes joined by ``|``, masked
 #: together.
@@ -190,6 +213,7 @@ OPTIONAL_MASKS = {
     "schedule": 0.75,
     "generalization": 0.5,
     "activations": 0.5,
+    "optimizer": 0.5,
     "log10_update_ratio": 0.25,
     "within": 0.15,
     "loss_end|loss_trend|log_loss_projected_within": 0.15,

@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 import numpy as np
+import polars as pl
 import torch
 from torch import nn
 
@@ -159,6 +160,27 @@ def lr_factor(schedule: str, t: int, total: int) -> float:
     raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
 
 
+def optimizer_telemetry(runs: pl.DataFrame, telemetry: pl.DataFrame) -> pl.DataFrame:
+    """``telemetry`` with the optimizer columns (``lr``, ``momentum``, ``adaptive``) a recorder given each run's optimizer
+    records, from the run's settings (``runs``: ``run_id``, ``lr``, ``schedule``, ``optimizer``, ``momentum``,
+    ``epochs``) exactly as :func:`train_run` sets them: ``lr`` the mean of ``spec.lr`` × :func:`lr_factor` over the
+    epoch's steps (a full epoch's ``minibatches``: the run's most, since a diverging epoch stops early); ``momentum`` the heavy-ball momentum (``momentum``), 0 (``sgd``) or Adam's β₁ = 0.9;
+    ``adaptive`` 1 for Adam/AdamW. For a corpus recorded before the recorder read the optimizer."""
+    spec = {r["run_id"]: r for r in runs.select("run_id", "lr", "schedule", "optimizer", "momentum", "epochs").iter_rows(named=True)}
+    per_epoch = dict(telemetry.group_by("run_id").agg(pl.col("minibatches").max()).iter_rows())
+    lr, mom, ada = [], [], []
+    for rid, epoch in telemetry.select("run_id", "epoch").iter_rows():
+        s, steps = spec[rid], max(int(per_epoch[rid]), 1)
+        total = int(steps) * int(s["epochs"])
+        start = (int(epoch) - 1) * int(steps)
+        factors = [lr_factor(s["schedule"], t, total) for t in range(start, start + int(steps))] or [lr_factor(s["schedule"], start, total)]
+        lr.append(float(s["lr"]) * float(np.mean(factors)))
+        adaptive = s["optimizer"] in ("adam", "adamw")
+        mom.append(0.9 if adaptive else float(s["momentum"]) if s["optimizer"] == "momentum" else 0.0)
+        ada.append(1.0 if adaptive else 0.0)
+    return telemetry.with_columns(pl.Series("lr", lr, pl.Float64), pl.Series("momentum", mom, pl.Float64), pl.Series("adaptive", ada, pl.Float64))
+
+
 def run_optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
     """The run's optimizer (:data:`OPTIMIZERS`, built by :func:`prenet.optimizers.make_optimizer`)."""
     return make_optimizer(spec.optimizer, params, lr=spec.lr, weight_decay=spec.weight_decay, momentum=spec.momentum)
@@ -227,7 +249,7 @@ def train_run(
     opt = run_optimizer(spec, model.parameters())
     steps_per_epoch = math.ceil(len(train) / spec.batch_size)
     total = steps_per_epoch * spec.epochs
-    rec = Recorder(model, probe_inputs=train.x[:probe]) if record else None
+    rec = Recorder(model, probe_inputs=train.x[:probe], optimizer=opt) if record else None
     g = torch.Generator().manual_seed(spec.seed)
     t0 = time.perf_counter()
     diverged_at = None

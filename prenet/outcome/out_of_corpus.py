@@ -96,7 +96,7 @@ def train_run(spec: OocSpec, data: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
     xt, yt = (torch.from_numpy(a) for a in data["train"])
     xv, yv = (torch.from_numpy(a) for a in data["val"])
     xs, ys = (torch.from_numpy(a) for a in data["test"])
-    rec = Recorder(model, probe_inputs=xv[:64])
+    rec = Recorder(model, probe_inputs=xv[:64], optimizer=opt)
     gen = torch.Generator().manual_seed(spec.seed)
     diverged = False
     for _epoch in range(spec.epochs):

@@ -1,6 +1,6 @@
 """Per-epoch training telemetry for any torch training loop (the early-success predictor's input).
 
-    rec = Recorder(model, probe_inputs=X_probe)
+    rec = Recorder(model, probe_inputs=X_probe, optimizer=opt)
     for epoch in range(epochs):
         for x, y in loader:
             opt.zero_grad(); loss = loss_fn(model(x), y); loss.backward()
@@ -30,6 +30,10 @@ Definitions (all per epoch, over the epoch's minibatches):
   not finite.
 * **validation** (optional) — ``val_loss`` (nats) and ``val_accuracy`` as passed to ``end_epoch``; null when not
   given. With them the early-success features include the train–validation gap.
+* **the optimizer** (when the recorder is given it) — ``lr`` = the mean learning rate of the epoch's minibatch steps
+  (read at each ``after_backward``, so a schedule shows), ``momentum`` = its heavy-ball momentum (SGD, RMSprop) or
+  β₁ (Adam, AdamW), ``adaptive`` = 1 for an optimizer that scales each step by its gradients' second moment (Adam,
+  AdamW, RMSprop, …), 0 for SGD. Null without an optimizer.
 * **activation saturation** at every epoch end (or only at ``snapshot_epoch`` when one is given) — the probe batch is run through the model (eval mode,
   no gradients) with hooks on every ReLU, Tanh and Sigmoid module: ``dead_relu_frac`` = share of ReLU units
   (a unit = one feature or one channel) that output 0 for every probe sample; ``saturated_frac`` = share of tanh
@@ -57,11 +61,13 @@ class _Moments:
     s2: list[torch.Tensor] = field(default_factory=list)
     norms: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
 
 
 class Recorder:
     """Collects gradient moments after each backward pass and, at each epoch end, the weight norms and (at
-    ``snapshot_epoch``) the activation saturation on ``probe_inputs``. ``seconds`` is the recorder's own wall time."""
+    ``snapshot_epoch``) the activation saturation on ``probe_inputs``; with ``optimizer``, its learning rate and momentum
+    (read, never changed). ``seconds`` is the recorder's own wall time."""
 
     def __init__(
         self,
@@ -70,8 +76,10 @@ class Recorder:
         probe_inputs: torch.Tensor | None = None,
         snapshot_epoch: int | None = None,
         saturation_threshold: float = SATURATION_THRESHOLD,
+        optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
         self.model = model
+        self.optimizer = optimizer
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters to record")
@@ -98,6 +106,8 @@ class Recorder:
         t0 = time.perf_counter()
         if loss is not None:
             self._m.losses.append(float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss))
+        if self.optimizer is not None and self.optimizer.param_groups:
+            self._m.lrs.append(float(self.optimizer.param_groups[0]["lr"]))
         with torch.no_grad():
             sq = 0.0
             for p, a, b in zip(self.params, self._m.s1, self._m.s2):
@@ -204,12 +214,23 @@ class Recorder:
             "val_accuracy": float(val_accuracy) if finite(val_accuracy) else None,
             "dead_relu_frac": dead,
             "saturated_frac": sat,
+            **self._optimizer_fields(m),
             "minibatches": m.count,
         }
         self.rows.append(row)
         self._m = self._fresh()
         self.seconds += time.perf_counter() - t0
         return row
+
+    def _optimizer_fields(self, m: _Moments) -> dict:
+        """``lr``, ``momentum`` and ``adaptive`` of the epoch (module docstring); None without an optimizer."""
+        if self.optimizer is None or not self.optimizer.param_groups:
+            return {"lr": None, "momentum": None, "adaptive": None}
+        g = self.optimizer.param_groups[0]
+        lr = float(np.mean(m.lrs)) if m.lrs else float(g["lr"])
+        momentum = float(g["momentum"]) if "momentum" in g else float(g["betas"][0]) if "betas" in g else 0.0
+        adaptive = 0.0 if isinstance(self.optimizer, torch.optim.SGD) else 1.0
+        return {"lr": lr if math.isfinite(lr) and lr > 0 else None, "momentum": momentum if 0 <= momentum < 1 else None, "adaptive": adaptive}
 
     def table(self):
         """The epochs so far as a polars frame validated by :class:`prenet.data.schemas.Telemetry`."""
@@ -251,6 +272,9 @@ TELEMETRY_FLOAT = (
     "val_accuracy",
     "dead_relu_frac",
     "saturated_frac",
+    "lr",
+    "momentum",
+    "adaptive",
 )
 
 
