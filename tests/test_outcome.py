@@ -96,11 +96,16 @@ def test_recorder_in_a_real_loop_gives_a_validated_table():
     assert [r["lr"] for r in res["rows"]] == pytest.approx(want) and {(r["momentum"], r["adaptive"]) for r in res["rows"]} == {(spec.momentum, 0.0)}
     # a corpus recorded before the recorder read the optimizer gets the same columns from the run's settings
     runs = pl.DataFrame([{"run_id": "r", "lr": 0.05, "schedule": "warmup_cosine", "optimizer": "momentum", "momentum": spec.momentum, "epochs": 3}])
-    tel = pl.DataFrame([{"run_id": "r", "epoch": r["epoch"], "minibatches": r["minibatches"]} for r in res["rows"]])
+    tel = pl.DataFrame([{"run_id": "r", "epoch": r["epoch"], "minibatches": r["minibatches"], "train_loss": r["train_loss"]} for r in res["rows"]])
     derived = optimizer_telemetry(runs, tel)
     assert derived["lr"].to_list() == pytest.approx(want) and derived["momentum"].to_list() == [spec.momentum] * 3
     adam = optimizer_telemetry(runs.with_columns(pl.lit("adam").alias("optimizer")), tel)
     assert adam["momentum"].to_list() == [0.9] * 3 and adam["adaptive"].to_list() == [1.0] * 3
+    # from the epoch a run diverged in on, its rows are copies: the optimizer's reading there is unknown
+    diverged = optimizer_telemetry(
+        runs, tel.with_columns(pl.when(pl.col("epoch") >= 2).then(None).otherwise(pl.col("train_loss")).alias("train_loss"))
+    )
+    assert diverged["lr"].to_list()[0] == pytest.approx(want[0]) and diverged["lr"].to_list()[1:] == [None, None]
 
 
 def test_a_diverging_run_is_recorded_as_such():
@@ -404,7 +409,9 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
 def _good_table() -> pl.DataFrame:
     from prenet.telemetry.recorder import telemetry_schema
 
-    rows = [{c: (e if c == "epoch" else 10 if c == "minibatches" else 0.5) for c in telemetry_schema()} for e in (1, 2, 3)]
+    rows = [
+        {c: (e if c == "epoch" else 10 if c == "minibatches" else 0.0 if c == "adaptive" else 0.5) for c in telemetry_schema()} for e in (1, 2, 3)
+    ]
     return pl.DataFrame(rows, schema=telemetry_schema())
 
 
@@ -422,6 +429,9 @@ def _good_table() -> pl.DataFrame:
         (lambda t: t.with_columns(pl.lit(1.0).alias("test_loss")), "column 'test_loss': unknown column"),
         (lambda t: t.with_columns(pl.Series("train_loss", ["1.0", "x", "2"])), "column 'train_loss', row 2: 'x' is not a number"),
         (lambda t: t.head(0), "the table has no rows"),
+        (lambda t: t.with_columns(pl.Series("lr", [0.1, 0.0, 0.1])), "column 'lr', row 2: 0 breaks the rule lr > 0"),
+        (lambda t: t.with_columns(pl.Series("momentum", [0.9, 0.9, 1.0])), "column 'momentum', row 3: 1 breaks the rule momentum < 1"),
+        (lambda t: t.with_columns(pl.Series("adaptive", [0.5, 0.0, 0.0])), "column 'adaptive', row 1: 0.5 breaks the rule adaptive in {0, 1}"),
     ],
 )
 def test_bad_telemetry_is_one_line_naming_column_row_and_rule(edit, message):
@@ -439,6 +449,37 @@ def test_absent_optional_telemetry_columns_warn_and_are_empty():
     with pytest.warns(UserWarning, match="has no grad_norm"):
         out = check_telemetry(_good_table().drop("grad_norm"))
     assert out["grad_norm"].null_count() == 3
+    with pytest.warns(UserWarning, match=r"has no lr, momentum, adaptive; .*Recorder\(model, optimizer=opt\)"):
+        check_telemetry(_good_table().drop("lr", "momentum", "adaptive"))
+
+
+def test_the_recorder_reads_what_each_optimizer_is():
+    """Momentum or β₁ and whether the optimizer is adaptive, from its first group; unknown kinds and an lr that is not a
+    number stay empty rather than guessed (or crash the user's loop)."""
+    from prenet.telemetry.recorder import Recorder, optimizer_settings
+
+    p = [nn.Parameter(torch.zeros(2))]
+    got = {
+        name: optimizer_settings(opt)
+        for name, opt in {
+            "sgd": torch.optim.SGD(p, lr=0.1),
+            "nesterov": torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True),
+            "adam": torch.optim.Adam(p, betas=(0.8, 0.99)),
+            "rmsprop": torch.optim.RMSprop(p, momentum=0.5),
+            "lbfgs": torch.optim.LBFGS(p),
+        }.items()
+    }
+    assert got["sgd"] == {"momentum": 0.0, "adaptive": 0.0} and got["nesterov"] == {"momentum": 0.9, "adaptive": 0.0}
+    assert got["adam"] == {"momentum": 0.8, "adaptive": 1.0} and got["rmsprop"] == {"momentum": 0.5, "adaptive": 1.0}
+    assert got["lbfgs"]["adaptive"] is None
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt.param_groups[0]["lr"] = None  # e.g. Adafactor's relative step
+    rec = Recorder(model, optimizer=opt)
+    model(torch.ones(4, 2)).sum().backward()
+    rec.after_backward()
+    row = rec.end_epoch(train_loss=1.0, train_accuracy=0.5)
+    assert row["lr"] is None and row["momentum"] == 0.0
 
 
 def test_out_of_corpus_runs_are_a_users_loop_outside_the_prior():

@@ -7,7 +7,7 @@ CPU tensors and also times every op in place (the op benchmark's ground truth). 
 scalar bookkeeping (an optimizer's step counter) are not ops of the step and are not recorded.
 
 Precision (``PRECISIONS``): ``fp32`` FP32 as torch runs it by default (on a GPU with TF32 units, cuDNN's convolutions
-and RNNs on them, GEMMs in IEEE FP32: :meth:`~prenet.ops.records.StepTrace.frame_for`); ``tf32`` FP32 tensors with
+on them, GEMMs in IEEE FP32: :meth:`~prenet.ops.records.StepTrace.frame_for`); ``tf32`` FP32 tensors with
 GEMMs and convolutions on TF32 tensor cores; ``fp16``/``bf16`` autocast (torch's op lists, :mod:`prenet.ops.autocast`) with FP32 master weights;
 ``fp16`` adds the GradScaler's unscale and inf check of every gradient.
 """

@@ -164,20 +164,34 @@ def optimizer_telemetry(runs: pl.DataFrame, telemetry: pl.DataFrame) -> pl.DataF
     """``telemetry`` with the optimizer columns (``lr``, ``momentum``, ``adaptive``) a recorder given each run's optimizer
     records, from the run's settings (``runs``: ``run_id``, ``lr``, ``schedule``, ``optimizer``, ``momentum``,
     ``epochs``) exactly as :func:`train_run` sets them: ``lr`` the mean of ``spec.lr`` × :func:`lr_factor` over the
-    epoch's steps (a full epoch's ``minibatches``: the run's most, since a diverging epoch stops early); ``momentum`` the heavy-ball momentum (``momentum``), 0 (``sgd``) or Adam's β₁ = 0.9;
-    ``adaptive`` 1 for Adam/AdamW. For a corpus recorded before the recorder read the optimizer."""
+    epoch's steps (an epoch's ``minibatches``, from the epochs that ran to their end); ``momentum`` and ``adaptive`` as
+    the recorder reads them off the run's optimizer (:func:`~prenet.telemetry.recorder.optimizer_settings`). From the
+    epoch a run diverged in on, its rows are copies whose optimizer reading is not known: null. For a corpus recorded
+    before the recorder read the optimizer."""
+    from prenet.telemetry.recorder import optimizer_settings
+
     spec = {r["run_id"]: r for r in runs.select("run_id", "lr", "schedule", "optimizer", "momentum", "epochs").iter_rows(named=True)}
-    per_epoch = dict(telemetry.group_by("run_id").agg(pl.col("minibatches").max()).iter_rows())
-    lr, mom, ada = [], [], []
+    ran = telemetry.filter(pl.col("train_loss").is_not_null()).group_by("run_id")
+    per_epoch, last = (dict(ran.agg(pl.col(c).max()).select("run_id", c).iter_rows()) for c in ("minibatches", "epoch"))
+    settings = {
+        rid: optimizer_settings(make_optimizer(s["optimizer"], [torch.zeros(1, requires_grad=True)], lr=s["lr"], momentum=s["momentum"]))
+        for rid, s in spec.items()
+    }
+    lr: list[float | None] = []
+    mom: list[float | None] = []
+    ada: list[float | None] = []
     for rid, epoch in telemetry.select("run_id", "epoch").iter_rows():
-        s, steps = spec[rid], max(int(per_epoch[rid]), 1)
-        total = int(steps) * int(s["epochs"])
-        start = (int(epoch) - 1) * int(steps)
-        factors = [lr_factor(s["schedule"], t, total) for t in range(start, start + int(steps))] or [lr_factor(s["schedule"], start, total)]
-        lr.append(float(s["lr"]) * float(np.mean(factors)))
-        adaptive = s["optimizer"] in ("adam", "adamw")
-        mom.append(0.9 if adaptive else float(s["momentum"]) if s["optimizer"] == "momentum" else 0.0)
-        ada.append(1.0 if adaptive else 0.0)
+        s = spec[rid]
+        if rid not in per_epoch or epoch > last[rid]:  # the diverging epoch and its copies
+            lr.append(None)
+            mom.append(None)
+            ada.append(None)
+            continue
+        steps = int(per_epoch[rid])
+        total, start = steps * int(s["epochs"]), (int(epoch) - 1) * steps
+        lr.append(float(s["lr"]) * float(np.mean([lr_factor(s["schedule"], t, total) for t in range(start, start + steps)])))
+        mom.append(settings[rid]["momentum"])
+        ada.append(settings[rid]["adaptive"])
     return telemetry.with_columns(pl.Series("lr", lr, pl.Float64), pl.Series("momentum", mom, pl.Float64), pl.Series("adaptive", ada, pl.Float64))
 
 

@@ -16,6 +16,8 @@ from prenet.errors import PrenetError
 
 #: Columns a prediction cannot do without; the other telemetry columns may be absent (predicted from what is there).
 REQUIRED = ("epoch", "train_loss", "train_accuracy")
+#: Columns a recorder given the optimizer fills (:class:`prenet.telemetry.Recorder`).
+OPTIMIZER_COLUMNS = ("lr", "momentum", "adaptive")
 #: Columns that may come along and are ignored (a corpus table's run key).
 IGNORED = ("run_id",)
 
@@ -24,7 +26,7 @@ class TelemetryError(PrenetError):
     """The telemetry table breaks a rule: which column, which row, which rule."""
 
 
-def _rules() -> dict[str, tuple[pl.DataType, bool, list[tuple[str, float]]]]:
+def _rules() -> dict[str, tuple[pl.DataType, bool, list[tuple[str, object]]]]:
     from prenet.data.schemas import Telemetry
 
     out = {}
@@ -35,6 +37,12 @@ def _rules() -> dict[str, tuple[pl.DataType, bool, list[tuple[str, float]]]]:
                 bounds.append((">=", float(ch.statistics["min_value"])))
             elif ch.name == "less_than_or_equal_to":
                 bounds.append(("<=", float(ch.statistics["max_value"])))
+            elif ch.name == "greater_than":
+                bounds.append((">", float(ch.statistics["min_value"])))
+            elif ch.name == "less_than":
+                bounds.append(("<", float(ch.statistics["max_value"])))
+            elif ch.name == "isin":
+                bounds.append(("in", [float(v) for v in ch.statistics["allowed_values"]]))
         out[name] = (pl.Int64 if "Int" in str(col.dtype) else pl.Float64, bool(col.nullable), bounds)
     return out
 
@@ -67,7 +75,8 @@ def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.Dat
             raise _fail(source, c, None, "required column is missing (one row per epoch with epoch, train_loss, train_accuracy)")
     table, missing = with_absent_columns(table)
     if missing:
-        warnings.warn(f"{source} has no {', '.join(missing)}; the prediction uses what is there", stacklevel=3)
+        remedy = " (Recorder(model, optimizer=opt) records the optimizer's)" if set(missing) & set(OPTIMIZER_COLUMNS) else ""
+        warnings.warn(f"{source} has no {', '.join(missing)}; the prediction uses what is there{remedy}", stacklevel=3)
     cols = []
     for c, (dtype, nullable, bounds) in rules.items():
         if c in missing:  # absent: left empty, not checked
@@ -89,10 +98,12 @@ def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.Dat
             if len(nulls):
                 raise _fail(source, c, int(nulls[0]) + 1, "is empty; this column needs a value in every row")
         for op, v in bounds:
-            viol = (cast < v if op == ">=" else cast > v).fill_null(False).arg_true()
+            ok = {">=": cast >= v, "<=": cast <= v, ">": cast > v, "<": cast < v}[op] if op != "in" else cast.is_in(v)
+            viol = (~ok).fill_null(False).arg_true()
             if len(viol):
                 i = int(viol[0])
-                raise _fail(source, c, i + 1, f"{cast[i]:g} breaks the rule {c} {op} {v:g}")
+                rule = f"{c} in {{{', '.join(f'{x:g}' for x in v)}}}" if op == "in" else f"{c} {op} {v:g}"
+                raise _fail(source, c, i + 1, f"{cast[i]:g} breaks the rule {rule}")
         cols.append(cast.alias(c))
     out = table.select(cols)
     ep = out["epoch"].to_list()

@@ -33,7 +33,8 @@ Definitions (all per epoch, over the epoch's minibatches):
 * **the optimizer** (when the recorder is given it) — ``lr`` = the mean learning rate of the epoch's minibatch steps
   (read at each ``after_backward``, so a schedule shows), ``momentum`` = its heavy-ball momentum (SGD, RMSprop) or
   β₁ (Adam, AdamW), ``adaptive`` = 1 for an optimizer that scales each step by its gradients' second moment (Adam,
-  AdamW, RMSprop, …), 0 for SGD. Null without an optimizer.
+  AdamW, RMSprop, Adagrad, …), 0 for SGD, null for another (LBFGS, Rprop, a wrapper). Read off the first parameter
+  group; null without an optimizer, and ``lr`` null where it is not a positive number (e.g. Adafactor's relative step).
 * **activation saturation** at every epoch end (or only at ``snapshot_epoch`` when one is given) — the probe batch is run through the model (eval mode,
   no gradients) with hooks on every ReLU, Tanh and Sigmoid module: ``dead_relu_frac`` = share of ReLU units
   (a unit = one feature or one channel) that output 0 for every probe sample; ``saturated_frac`` = share of tanh
@@ -106,8 +107,8 @@ class Recorder:
         t0 = time.perf_counter()
         if loss is not None:
             self._m.losses.append(float(loss.detach()) if isinstance(loss, torch.Tensor) else float(loss))
-        if self.optimizer is not None and self.optimizer.param_groups:
-            self._m.lrs.append(float(self.optimizer.param_groups[0]["lr"]))
+        if self.optimizer is not None and self.optimizer.param_groups and (lr := _number(self.optimizer.param_groups[0].get("lr"))) is not None:
+            self._m.lrs.append(lr)
         with torch.no_grad():
             sq = 0.0
             for p, a, b in zip(self.params, self._m.s1, self._m.s2):
@@ -226,11 +227,8 @@ class Recorder:
         """``lr``, ``momentum`` and ``adaptive`` of the epoch (module docstring); None without an optimizer."""
         if self.optimizer is None or not self.optimizer.param_groups:
             return {"lr": None, "momentum": None, "adaptive": None}
-        g = self.optimizer.param_groups[0]
-        lr = float(np.mean(m.lrs)) if m.lrs else float(g["lr"])
-        momentum = float(g["momentum"]) if "momentum" in g else float(g["betas"][0]) if "betas" in g else 0.0
-        adaptive = 0.0 if isinstance(self.optimizer, torch.optim.SGD) else 1.0
-        return {"lr": lr if math.isfinite(lr) and lr > 0 else None, "momentum": momentum if 0 <= momentum < 1 else None, "adaptive": adaptive}
+        lr = float(np.mean(m.lrs)) if m.lrs else _number(self.optimizer.param_groups[0].get("lr"))
+        return {"lr": lr if lr is not None and math.isfinite(lr) and lr > 0 else None, **optimizer_settings(self.optimizer)}
 
     def table(self):
         """The epochs so far as a polars frame validated by :class:`prenet.data.schemas.Telemetry`."""
@@ -241,6 +239,28 @@ class Recorder:
 
         df = pl.DataFrame(self.rows, schema=telemetry_schema())
         return validate(df, Telemetry, source="Recorder.table()")
+
+
+#: Optimizers that scale each step by their gradients' second moment (``adaptive`` 1); SGD is 0, any other unknown.
+ADAPTIVE = ("Adam", "AdamW", "Adamax", "NAdam", "RAdam", "SparseAdam", "RMSprop", "Adagrad", "Adadelta")
+
+
+def _number(v) -> float | None:
+    """``v`` as a float (a tensor lr too); None for what is not a number (``None``, a string)."""
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def optimizer_settings(optimizer: torch.optim.Optimizer) -> dict:
+    """``momentum`` (SGD's and RMSprop's heavy-ball momentum, Adam's β₁; None where it has neither or it is outside
+    [0, 1)) and ``adaptive`` (1, 0 or None: :data:`ADAPTIVE`) of ``optimizer``'s first parameter group."""
+    g = optimizer.param_groups[0]
+    m = _number(g["momentum"]) if "momentum" in g else _number(g["betas"][0]) if "betas" in g else 0.0
+    kind = type(optimizer).__name__
+    adaptive = 0.0 if type(optimizer) is torch.optim.SGD else 1.0 if kind in ADAPTIVE else None
+    return {"momentum": m if m is not None and 0 <= m < 1 else None, "adaptive": adaptive}
 
 
 def quarter_trend(values: list[float]) -> tuple[float | None, float | None]:
