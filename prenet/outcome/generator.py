@@ -55,6 +55,7 @@ from prenet import datasets
 from prenet.optimizers import make_optimizer
 from prenet.outcome.space import SCHEDULES
 from prenet.telemetry import Recorder
+from prenet.telemetry.recorder import optimizer_settings
 
 DOMAIN_ARCHS = ("mlp", "cnn", "resnet")
 DOMAIN_DATASETS = ("digits", "fashion")
@@ -168,8 +169,6 @@ def optimizer_telemetry(runs: pl.DataFrame, telemetry: pl.DataFrame) -> pl.DataF
     the recorder reads them off the run's optimizer (:func:`~prenet.telemetry.recorder.optimizer_settings`). From the
     epoch a run diverged in on, its rows are copies whose optimizer reading is not known: null. For a corpus recorded
     before the recorder read the optimizer."""
-    from prenet.telemetry.recorder import optimizer_settings
-
     spec = {r["run_id"]: r for r in runs.select("run_id", "lr", "schedule", "optimizer", "momentum", "epochs").iter_rows(named=True)}
     ran = telemetry.filter(pl.col("train_loss").is_not_null()).group_by("run_id")
     per_epoch, last = (dict(ran.agg(pl.col(c).max()).select("run_id", c).iter_rows()) for c in ("minibatches", "epoch"))
