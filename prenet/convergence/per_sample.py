@@ -104,7 +104,12 @@ def _passes(model: nn.Module, x: torch.Tensor, logit_weights: torch.Tensor | Non
     finally:
         for h in hooks:
             h.remove()
-    return mods, {m: torch.cat(v) for m, v in ins.items()}, {m: torch.cat(v) for m, v in grads.items()}
+    return mods, {m: _joined(v) for m, v in ins.items()}, {m: _joined(v) for m, v in grads.items()}
+
+
+def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    """The chunks concatenated along samples; one chunk as it is (``torch.cat`` would copy it)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _per_sample(m: nn.Module, a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -140,8 +145,8 @@ def layer_gram(
             G = g.reshape(rows, -1)
             AA = a @ a.T + (1.0 if m.bias is not None else 0.0)
             part = (G @ G.T) * (AA if summed else AA.repeat_interleave(r, 0).repeat_interleave(r, 1))
-        else:
-            part = gram(_per_sample(m, a, g).reshape(rows, -1))
+        else:  # Σ over the layer's parameters of their Grams: J Jᵀ without concatenating J (a copy of it)
+            part = sum(gram(t.reshape(rows, -1)) for t in _grads(m, a, g))
         theta = part if theta is None else theta + part
     assert theta is not None, "a covered network has parameters"
     return theta
