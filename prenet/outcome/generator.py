@@ -172,10 +172,9 @@ def optimizer_telemetry(runs: pl.DataFrame, telemetry: pl.DataFrame) -> pl.DataF
     spec = {r["run_id"]: r for r in runs.select("run_id", "lr", "schedule", "optimizer", "momentum", "epochs").iter_rows(named=True)}
     ran = telemetry.filter(pl.col("train_loss").is_not_null()).group_by("run_id")
     per_epoch, last = (dict(ran.agg(pl.col(c).max()).select("run_id", c).iter_rows()) for c in ("minibatches", "epoch"))
-    settings = {
-        rid: optimizer_settings(make_optimizer(s["optimizer"], [torch.zeros(1, requires_grad=True)], lr=s["lr"], momentum=s["momentum"]))
-        for rid, s in spec.items()
-    }
+    kinds = {(s["optimizer"], s["momentum"]) for s in spec.values()}  # what the reading depends on: one optimizer each
+    read = {k: optimizer_settings(make_optimizer(k[0], [torch.zeros(1, requires_grad=True)], momentum=k[1])) for k in kinds}
+    settings = {rid: read[(s["optimizer"], s["momentum"])] for rid, s in spec.items()}
     lr: list[float | None] = []
     mom: list[float | None] = []
     ada: list[float | None] = []
