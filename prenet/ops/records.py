@@ -73,19 +73,23 @@ class StepTrace:
         return self.precision == "fp32" and self.device_type == "cuda"
 
     def frame_for(self, tf32: bool) -> pl.DataFrame:
-        """:meth:`frame` as the step runs on a GPU with (``tf32``) or without TF32 tensor cores. Only an ``fp32`` CUDA
-        step differs (:attr:`tf32_by_default`; its trace records the layout transposes of its FP32 convolutions): with
-        TF32, its FP32 convolutions and RNNs run on the TF32 units, between those transposes, as FP16 ones do; without,
-        they run on the FP32 units in NCHW, and the transposes are not run."""
-        f = self.frame()
-        if not self.tf32_by_default:
-            return f
-        fp32 = pl.col("dtype") == "float32"  # a model.half() step traced at fp32 keeps its FP16 ops and their transposes
-        if not tf32:
-            return f.filter(~(pl.col("op").is_in(list(LAYOUT_TRANSPOSES)) & fp32))
-        return f.with_columns(
-            pl.when(pl.col("family").is_in(list(CUDNN_TF32_FAMILIES)) & fp32).then(pl.lit("tf32")).otherwise(pl.col("unit")).alias("unit")
-        )
+        """:meth:`frame` as the step runs on a GPU with (``tf32``) or without TF32 tensor cores (:func:`as_run_on`)."""
+        return as_run_on(self, self.frame(), tf32)
+
+
+def as_run_on(trace: StepTrace, frame: pl.DataFrame, tf32: bool) -> pl.DataFrame:
+    """``frame`` (``trace``'s :meth:`~StepTrace.frame`) as the step runs on a GPU with (``tf32``) or without TF32 tensor
+    cores. Only an ``fp32`` CUDA step differs (:attr:`~StepTrace.tf32_by_default`; its trace records the layout
+    transposes of its FP32 convolutions): with TF32, its FP32 cuDNN ops run on the TF32 units, between those transposes,
+    as FP16 ones do; without, they run on the FP32 units in NCHW, and the transposes are not run."""
+    if not trace.tf32_by_default:
+        return frame
+    fp32 = pl.col("dtype") == "float32"  # a model.half() step traced at fp32 keeps its FP16 ops and their transposes
+    if not tf32:
+        return frame.filter(~(pl.col("op").is_in(list(LAYOUT_TRANSPOSES)) & fp32))
+    return frame.with_columns(
+        pl.when(pl.col("family").is_in(list(CUDNN_TF32_FAMILIES)) & fp32).then(pl.lit("tf32")).otherwise(pl.col("unit")).alias("unit")
+    )
 
 
 OP_SCHEMA = {

@@ -20,7 +20,7 @@ import polars as pl
 
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
-from prenet.ops.records import StepTrace
+from prenet.ops.records import StepTrace, as_run_on
 from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.host import issue_bound_ms, issued
@@ -126,8 +126,9 @@ def predict_frames(trace: StepTrace, hws: list[HardwareSpec], model: EfficiencyM
     groups: dict[bool, list[int]] = {}
     for i, hw in enumerate(hws):
         groups.setdefault(hw.peak_tflops("tf32") is not None, []).append(i)
+    frame = trace.frame()  # built once, viewed per group
     for tf32, idx in groups.items():
-        for i, f in zip(idx, model.predict_many(trace.frame_for(tf32), [hws[i] for i in idx])):
+        for i, f in zip(idx, model.predict_many(as_run_on(trace, frame, tf32), [hws[i] for i in idx])):
             out[i] = f
     return out  # type: ignore[return-value]
 
