@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from prenet import datasets
-from prenet.convergence import dynamics, forecast, targets
+from prenet.convergence import dynamics, forecast, losses, targets
 from prenet.convergence.baselines import curve_fit_forecast
 from prenet.convergence.ntk import ProblemTooLargeError, empirical_ntk, gram, jacobian, relative_error
 from prenet.convergence.training import dense_curve, finetune, log_grid
@@ -321,6 +321,52 @@ def test_trajectory_correction_relinearizes_only_where_the_kernel_moves(digits_s
     assert not np.allclose(moved.loss, moved.plain.loss) and moved.plain.variant == "plain"
     with pytest.raises(PrenetError, match="unknown correction"):
         forecast(_mlp(), x, y, lr=0.1, batch_size=8, steps=5, correction="sometimes")
+
+
+def test_once_the_kernel_moves_each_later_check_computes_the_whole_kernel_only(digits_small, monkeypatch):
+    """The drift check measures the kernel on ``DRIFT_SAMPLES`` samples first, so a kernel that stays costs little; once
+    a check has re-linearized, the next goes straight to the whole kernel (it moved: the sample kernel would be thrown
+    away), and its drift on the sample is read off the whole kernel's block."""
+    from prenet.convergence import forecaster
+    from prenet.convergence.ntk import outputs
+
+    x, y = digits_small
+    model = _mlp()
+    theta = empirical_ntk(model, x, method="exact").theta
+    F0 = outputs(model, x).double().numpy()
+    sizes = []
+    real = forecaster.empirical_ntk
+    monkeypatch.setattr(forecaster, "empirical_ntk", lambda m, xs, **k: sizes.append(len(xs)) or real(m, xs, **k))
+    kw = dict(loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=8, steps=80, n_full=48, seed=0, sde_paths=4, lam_max=None)
+    kw |= dict(at=(0.025, 0.08, 0.25), drift_threshold=0.0, method="exact", proj_dim=10, max_bytes=2**30)
+    records = forecaster.trajectory("exact", model, x, y.numpy(), theta, F0, **kw)[3]
+    s = forecaster.DRIFT_SAMPLES
+    assert sizes == [s, len(x), len(x), len(x)]  # one sample kernel, then whole kernels
+    assert all(r["drift"] > 0 and r["drift_sample"] > 0 for r in records)
+    # the rule is the sample's drift either way (here scripted): read off a whole kernel's block, it can stay below the
+    # threshold; that kernel is not adopted, and the next point measures a sample kernel again
+    sizes.clear()
+    scripted = iter([0.5, 0.6, 0.05, 0.05])  # point 1: sample drift, whole drift; point 2: block drift; point 3: sample
+    monkeypatch.setattr(forecaster, "relative_error", lambda a, b: next(scripted))
+    records = forecaster.trajectory("exact", model, x, y.numpy(), theta, F0, **(kw | {"drift_threshold": 0.1}))[3]
+    assert sizes == [s, len(x), len(x), s] and [r["drift"] for r in records] == [0.6, None, None]
+    assert [r["drift_sample"] for r in records] == [0.5, 0.05, 0.05]
+    monkeypatch.setattr(forecaster, "relative_error", relative_error)
+    sizes.clear()  # a threshold no drift reaches: sample kernels only, none adopted
+    kw["drift_threshold"] = 1e9
+    records = forecaster.trajectory("exact", model, x, y.numpy(), theta, F0, **kw)[3]
+    assert sizes == [s] * 3 and [r["drift"] for r in records] == [None] * 3
+
+
+def test_loss_values_and_gradients_from_one_softmax_match_their_separate_definitions():
+    F = np.random.default_rng(0).normal(size=(3, 7, 4)) * 5
+    y = np.random.default_rng(1).integers(0, 4, 7)
+    Y = losses.onehot(y, 4)
+    for kind in ("mse", "cross_entropy"):
+        L, G = losses.values_and_grads(F, Y[None], kind)
+        np.testing.assert_allclose(G, np.stack([losses.grad(f, Y, kind) for f in F]), rtol=1e-12)
+        torch_L = [float(losses.torch_loss(torch.as_tensor(f), torch.as_tensor(y), kind)) for f in F]
+        np.testing.assert_allclose(L, torch_L, rtol=1e-9)
 
 
 def test_relinearizing_keeps_to_the_cost_budget_only_where_the_budget_can_hold(digits_small):

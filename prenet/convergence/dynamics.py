@@ -269,20 +269,22 @@ def sde_segment(
     for t in range(steps):
         if bar is not None:
             bar.update(1)
-        loss[t], acc[t] = _values(F, Y, y, kind)
+        loss[t], acc[t], G3 = _values_grads(F, Y, y, kind)
         if not np.isfinite(loss[t]).all():
             break
-        for _ in range(substeps):
-            G = losses.grad(F, Y[None], kind).reshape(paths, -1)  # (paths, n·C)
+        for k in range(substeps):
+            if k:
+                G3 = losses.grad(F, Y[None], kind)
+            G = G3.reshape(paths, -1)  # (paths, n·C)
             z = rng.standard_normal((paths, n, 1)) if fpc > 0 else np.zeros((paths, n, 1))
             mean = G / n
-            noise = ((z * G.reshape(paths, n, c)).reshape(paths, -1) - G * z.sum(axis=(1, 2))[:, None] / n) / np.sqrt(n)
+            noise = ((z * G3).reshape(paths, -1) - G * z.sum(axis=(1, 2))[:, None] / n) / np.sqrt(n)
             if m > 0:
                 u = m * u + mean + np.sqrt(fpc) * noise
                 step = lr * u
             else:
                 step = lr * dt * mean + lr * np.sqrt(fpc * dt) * noise
-            F = F - (theta32 @ step.T.astype(np.float32)).T.astype(np.float64).reshape(paths, n, c)
+            F = F - (step.astype(np.float32) @ theta32).astype(np.float64).reshape(paths, n, c)  # Θ symmetric: (Θ stepᵀ)ᵀ
             D += step.mean(axis=0)
     state.F, state.u = F, u
     return loss, acc, D
@@ -302,9 +304,16 @@ def path_means(L: np.ndarray, A: np.ndarray, state: SDEState, y: np.ndarray, kin
 
 def _values(F: np.ndarray, Y: np.ndarray, y: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """Loss (inf where a path is not finite) and accuracy of each path of ``F`` (paths, n, C)."""
+    return _values_grads(F, Y, y, kind, grads=False)[:2]
+
+
+def _values_grads(F: np.ndarray, Y: np.ndarray, y: np.ndarray, kind: str, *, grads: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_values`, and the per-sample loss gradients of each path (paths, n, C; None unless ``grads``) from the
+    same softmax. A path is finite where the sum of its outputs is (an inf or a NaN anywhere makes it so)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        finite = np.isfinite(F).all(axis=(1, 2))
-        return np.where(finite, losses.values(F, Y[None], kind), np.inf), losses.accuracies(F, y)
+        finite = np.isfinite(F.sum(axis=(1, 2)))
+        L, G = losses.values_and_grads(F, Y[None], kind, grads=grads)
+        return np.where(finite, L, np.inf), losses.accuracies(F, y), G
 
 
 def sde(

@@ -16,7 +16,8 @@ Steps (all timed into ``Forecast.seconds``):
      linearized network has reached, w₀ − Jᵀ D (D the paths' mean displacement in coefficient space, one backward
      pass), are set on a copy of the network. The kernel is measured there on ``DRIFT_SAMPLES`` samples; where it moved
      by more than ``drift_threshold`` (‖ΔΘ‖_F/‖Θ‖_F) the whole kernel is recomputed and the dynamics go on with it,
-     carrying the paths' outputs and weight-space velocity. Fine-tuning that moves the features (out of regime, the
+     carrying the paths' outputs and weight-space velocity. Once a kernel has moved that far, the next point computes
+     the whole kernel straight away. Fine-tuning that moves the features (out of regime, the
      kernel grows) is followed at the cost of a few more kernels; where the kernel stays, the static forecast answers
      unchanged. ``drift`` is ‖Θ_last − Θ₀‖_F/‖Θ₀‖_F, ``details["relinearized"]`` has one record per point. The
      exact and SDE dynamics are followed; the full-batch ODE keeps its kernel.
@@ -64,7 +65,9 @@ DYNAMICS = ("auto", "ode", "sde", "exact")
 #: Where ``correction="trajectory"`` may re-linearize, as fractions of the step budget (geometric: the kernel moves
 #: most while the loss falls fastest).
 RELINEARIZE_AT = (0.025, 0.08, 0.25)
-#: Samples on which a candidate kernel's drift is measured before the whole kernel is recomputed.
+#: Samples on which a candidate kernel's drift is measured before the whole kernel is recomputed (at the first point, and
+#: after any point where the kernel stayed: on the four full-data reference checks all 12 points re-linearized, so a
+#: sample kernel after a move was thrown away each time).
 DRIFT_SAMPLES = 32
 #: Held-out samples on which a subset forecast measures its generalization gap (forward passes only), and where along
 #: the steps (fractions; the end is always one).
@@ -305,7 +308,8 @@ def trajectory(
     weights of the linearized network (w₀ − Jᵀ D, D the mean displacement of the paths so far) are set on a copy of
     ``model``; the kernel is measured there on the first ``DRIFT_SAMPLES`` samples, and where it moved by more than
     ``drift_threshold`` (‖ΔΘ‖_F/‖Θ‖_F) the whole kernel is recomputed and the paths go on with it (their outputs and
-    weight-space velocity carried over). Returns (loss, accuracy, the last kernel, one record per re-linearization
+    weight-space velocity carried over); after such a move, the next point computes the whole kernel directly and reads
+    the sample's drift off its block (adopted, as before, only where that drift is past the threshold). Returns (loss, accuracy, the last kernel, one record per re-linearization
     point: step, drift on the sample, drift of the whole kernel when recomputed, or ``skipped`` when the cost ``budget``
     would hold without another kernel (at the first kernel's ``kernel_seconds``) and not with it, or when another kernel
     would take the forecast past ``ceiling``: the fine-tune's own estimated time, past which a forecast is dearer than
@@ -330,6 +334,7 @@ def trajectory(
     s = min(n, DRIFT_SAMPLES)
     batches = dynamics.path_batches(n, batch_size, steps, seed, sde_paths) if kind == "exact" else None
     t_dyn, t_sample = 0.0, kernel_seconds * s / n
+    moving = False  # whether the last check found the kernel moving (its next check then goes to the whole kernel)
     with dynamics.progress_bar(steps, f"forecast ({kind}, re-linearized)", progress) as bar:
         for a, b in zip(bounds[:-1], bounds[1:]):
             t_seg = time.perf_counter()
@@ -362,6 +367,8 @@ def trajectory(
             if b == steps or b not in relin_at or not np.isfinite(L).all():
                 continue
             rest = t_dyn / b * (steps - b)  # the remaining dynamics, at the pace so far
+            if moving:
+                t_sample = 0.0
             # a kernel is skipped only where the budget holds without it: where the target is already out of reach,
             # the more accurate forecast is the better use of the time
             if budget is not None and not budget.allows(t_sample + kernel_seconds + rest) and budget.allows(rest):
@@ -372,12 +379,18 @@ def trajectory(
                 continue
             if cand is None:
                 cand = _moved_copy(work, x, D_acc)
-            t_k = time.perf_counter()
-            sample = empirical_ntk(cand, x[:s], method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
-            t_sample = time.perf_counter() - t_k
-            rec = {"step": b, "drift_sample": relative_error(sample, theta[: s * c, : s * c]), "drift": None}
-            if rec["drift_sample"] > drift_threshold:
+            if moving:  # the kernel moved past the threshold at the last check: this one computes the whole kernel
                 new = empirical_ntk(cand, x, method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
+                sample = new[: s * c, : s * c]  # the sample's block: the sample kernel, as its own call computes it
+            else:
+                t_k = time.perf_counter()
+                new, sample = None, empirical_ntk(cand, x[:s], method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
+                t_sample = time.perf_counter() - t_k
+            rec = {"step": b, "drift_sample": relative_error(sample, theta[: s * c, : s * c]), "drift": None}
+            moving = rec["drift_sample"] > drift_threshold  # the rule either way: a whole kernel computed is adopted only past it
+            if moving:
+                if new is None:
+                    new = empirical_ntk(cand, x, method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
                 rec["drift"] = relative_error(new, theta)
                 theta, work, D_acc = new, cand, np.zeros(n * c)
                 lam = dynamics.top_eigenvalue(lambda v: theta @ v, n * c)  # once per kernel: the SDE's sub-steps follow it

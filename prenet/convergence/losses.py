@@ -38,19 +38,33 @@ def onehot(y: np.ndarray, classes: int) -> np.ndarray:
     return out
 
 
-def softmax(F: np.ndarray) -> np.ndarray:
+def _softmax_parts(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(z, exp z) of the logits shifted by their maximum over the last axis, z = F − max F: log softmax = z − log Σ exp z,
+    softmax = exp z / Σ exp z."""
     z = F - F.max(axis=-1, keepdims=True)
-    e = np.exp(z)
+    return z, np.exp(z)
+
+
+def softmax(F: np.ndarray) -> np.ndarray:
+    z, e = _softmax_parts(F)
     return e / e.sum(axis=-1, keepdims=True)
 
 
 def values(F: np.ndarray, Y: np.ndarray, kind: str) -> np.ndarray:
     """Mean loss over the samples of ``F`` (… × N × C, any leading axes such as SDE paths) against one-hot ``Y``."""
+    return values_and_grads(F, Y, kind, grads=False)[0]
+
+
+def values_and_grads(F: np.ndarray, Y: np.ndarray, kind: str, *, grads: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """(mean loss over the samples of ``F`` (… × N × C), the per-sample gradients ∂lᵢ/∂Fᵢ (… × N × C, not divided by
+    N; None unless ``grads``)), from one softmax: the SDE needs both at every step."""
     if kind == "mse":
-        return 0.5 * ((F - Y) ** 2).sum(-1).mean(-1)
-    z = F - F.max(axis=-1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(-1, keepdims=True))
-    return -(logp * Y).sum(-1).mean(-1)
+        R = F - Y
+        return 0.5 * (R * R).sum(-1).mean(-1), (R if grads else None)
+    z, e = _softmax_parts(F)
+    s = e.sum(-1, keepdims=True)
+    loss = (np.log(s[..., 0]) - (z * Y).sum(-1)).mean(-1)  # −log softmax[y] = log Σ exp z − z_y (Y one-hot)
+    return loss, (e / s - Y if grads else None)
 
 
 def value(F: np.ndarray, Y: np.ndarray, kind: str) -> float:
