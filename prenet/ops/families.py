@@ -465,3 +465,19 @@ def family_of(name: str, *, phase: str, groups: int = 1, channels: int = 0, poin
     if pointwise or name in _ELEMENTWISE_EXTRA:
         return "elementwise"
     return "other"
+
+
+def unit_of(family: str, dtype: str, precision: str, cudnn_tf32: bool = False) -> str:
+    """The arithmetic unit of an op: tensor-core families in 16-bit dtypes use fp16/bf16 units, in FP32 under ``tf32``
+    the TF32 units, and under ``fp32`` with ``cudnn_tf32`` (a GPU with TF32 units, torch's defaults) the cuDNN ones
+    (:data:`~prenet.ops.families.CUDNN_TF32_FAMILIES`) too; every other op runs on the FP32 units."""
+    if family in TENSOR_CORE_FAMILIES:
+        if dtype == "float16":
+            return "fp16"
+        if dtype == "bfloat16":
+            return "bf16"
+        if precision == "tf32" and dtype == "float32" and family in TF32_FAMILIES:
+            return "tf32"
+        if cudnn_tf32 and precision == "fp32" and dtype == "float32" and family in CUDNN_TF32_FAMILIES:
+            return "tf32"
+    return "fp32"

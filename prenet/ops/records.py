@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from prenet.ops.families import CUDNN_TF32_FAMILIES, LAYOUT_TRANSPOSES
+from prenet.ops.families import LAYOUT_TRANSPOSES, unit_of
 
 
 @dataclass
@@ -87,9 +87,8 @@ def as_run_on(trace: StepTrace, frame: pl.DataFrame, tf32: bool) -> pl.DataFrame
     fp32 = pl.col("dtype") == "float32"  # a model.half() step traced at fp32 keeps its FP16 ops and their transposes
     if not tf32:
         return frame.filter(~(pl.col("op").is_in(list(LAYOUT_TRANSPOSES)) & fp32))
-    return frame.with_columns(
-        pl.when(pl.col("family").is_in(list(CUDNN_TF32_FAMILIES)) & fp32).then(pl.lit("tf32")).otherwise(pl.col("unit")).alias("unit")
-    )
+    units = {f"{f}|{d}": unit_of(f, d, "fp32", cudnn_tf32=True) for f, d in frame.select("family", "dtype").unique().iter_rows()}
+    return frame.with_columns(pl.concat_str("family", "dtype", separator="|").replace_strict(units).alias("unit"))
 
 
 OP_SCHEMA = {

@@ -31,36 +31,18 @@ from prenet.names import DIRECTIONS, FUSED_OPTIMIZERS, MEMORY_FORMATS, OPTIMIZER
 from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, read_args, tensors, written_args
 from prenet.ops.autocast import Autocast
 from prenet.ops.families import (
-    CUDNN_TF32_FAMILIES,
     FREE,
     LAYOUT_TRANSPOSES,
-    TENSOR_CORE_FAMILIES,
     TENSOR_CORE_UNITS,
-    TF32_FAMILIES,
     base_name,
     family_of,
+    unit_of,
 )
 from prenet.ops.records import OpRecord, StepTrace
 from prenet.optimizers import STEP_WEIGHT_DECAY, make_optimizer, prime_state
 
 LOW_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64"}
-
-
-def unit_of(family: str, dtype: str, precision: str, cudnn_tf32: bool = False) -> str:
-    """The arithmetic unit of an op: tensor-core families in 16-bit dtypes use fp16/bf16 units, in FP32 under ``tf32``
-    the TF32 units, and under ``fp32`` with ``cudnn_tf32`` (a GPU with TF32 units, torch's defaults) the cuDNN ones
-    (:data:`~prenet.ops.families.CUDNN_TF32_FAMILIES`) too; every other op runs on the FP32 units."""
-    if family in TENSOR_CORE_FAMILIES:
-        if dtype == "float16":
-            return "fp16"
-        if dtype == "bfloat16":
-            return "bf16"
-        if precision == "tf32" and dtype == "float32" and family in TF32_FAMILIES:
-            return "tf32"
-        if cudnn_tf32 and precision == "fp32" and dtype == "float32" and family in CUDNN_TF32_FAMILIES:
-            return "tf32"
-    return "fp32"
 
 
 def _stride_text(args: tuple) -> str:
