@@ -58,6 +58,7 @@ SCHEMAS: dict[str, type[pa.DataFrameModel] | None] = {
     "plots/op_torchvision.csv": None,
     "plots/op_neusight_e2e.csv": None,
     "plots/op_hf_parity.csv": None,
+    "plots/op_neusight_unseen.csv": None,
     "plots/memory_zoo.csv": None,
     "parallel_scaling": ParallelScaling,
     "plots/parallel_collectives.csv": None,

@@ -24,7 +24,7 @@ from prenet.measurement.probe import at_reference_speed, reference_probe_ms
 from prenet.memory.evaluation import memory_summary, zoo_memory
 from prenet.planner.intervals import RatioSet, StepTimeErrors, interval_ratios, write_errors
 from prenet.steptime.efficiency import EfficiencyModel
-from prenet.steptime.op_evaluation import ape, errors_by, leave_one_gpu_out, predict_rows
+from prenet.steptime.op_evaluation import ape, errors_by, leave_one_gpu_out, neusight_unseen_ops, predict_rows, unseen_ops_summary
 from prenet.steptime.reference_evaluation import (
     dle_summary,
     dle_whole_model,
@@ -124,12 +124,15 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     write_artifact(w, cfg, "plots/op_zoo.csv")
     metrics["whole_model"] = {p: whole_model_summary(w.filter(pl.col("precision") == p)) for p in ("fp32", "bf16")}
     # whole-model checks on GPUs never fitted on: DeepLearningExamples' published throughput (AMP/TF32/FP32),
-    # NeuSight's measured transformer steps (H100, L4, A100 80GB), pytorch-gpu-benchmark's torchvision CNN steps
+    # NeuSight's measured transformer steps (H100, L4, A100 80GB), pytorch-gpu-benchmark's torchvision CNN steps; and
+    # NeuSight's op-level test set on those three GPUs
     checks = {
         "dle_whole_model": ("plots/op_dle.csv", dle_whole_model, dle_summary),
         "neusight_whole_model": ("plots/op_neusight_e2e.csv", neusight_whole_model, neusight_summary),
         "torchvision_whole_model": ("plots/op_torchvision.csv", ryujaehun_whole_model, ryujaehun_summary),
         "hf_parity": ("plots/op_hf_parity.csv", hf_parity, hf_parity_summary),
+        # op by op, NeuSight's test set on the GPUs the op model never saw (L4, H100; the A100 80GB PCIe's convs only)
+        "neusight_unseen_ops": ("plots/op_neusight_unseen.csv", neusight_unseen_ops, unseen_ops_summary),
     }
     for key, (name, run_check, summary) in checks.items():
         if cfg.ops.evaluate.get(key, True):

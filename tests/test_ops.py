@@ -360,6 +360,30 @@ def test_leave_one_gpu_out_in_worker_processes_gives_the_same_folds():
     assert serial.equals(leave_one_gpu_out(gpu, params=params, workers=2))
 
 
+def test_neusight_test_ops_are_on_gpus_the_training_set_lacks_and_are_scored_per_gpu_and_kind():
+    """NeuSight's op-level test set: L4 and H100 have no training op at all, the A100 80GB PCIe convolutions only; a
+    linear layer is the addmm of its dense view (B·M rows), as in the training files; the summary splits addmm and bmm."""
+    from prenet.data.external_ops import load_gpu_ops, load_unseen_gpu_ops
+    from prenet.steptime.op_evaluation import neusight_unseen_ops, unseen_ops_summary
+
+    test = load_unseen_gpu_ops()
+    train = load_gpu_ops(40)
+    assert sorted(test["hardware_id"].unique()) == ["A100 80GB PCIe", "H100 SXM5 80GB", "L4"]
+    assert train.filter(pl.col("hardware_id").is_in(["L4", "H100 SXM5 80GB"])).is_empty()
+    assert set(train.filter(pl.col("hardware_id") == "A100 80GB PCIe")["family"]) == {"conv"}
+    lin = test.filter((pl.col("hardware_id") == "L4") & (pl.col("config_id") == "linear,1024,1024,1024")).row(0, named=True)
+    assert lin["op"] == "addmm" and lin["flops"] == 2 * 1024**3 and lin["measured_ms"] == pytest.approx(0.3089, rel=1e-3)
+    rows = test.filter(pl.col("hardware_id").is_in(["L4", "H100 SXM5 80GB"])).group_by("hardware_id", "op").head(3)
+    scored = neusight_unseen_ops(EfficiencyModel(median_efficiency={"gpu": 0.5}), rows)  # no trees: roofline ÷ 0.5
+    np.testing.assert_allclose(scored["predicted_ms"], scored["roofline_ms"] / 0.5)
+    summary = unseen_ops_summary(scored)
+    assert summary["gpus"] == ["H100 SXM5 80GB", "L4"] and {"L4/addmm", "L4/bmm", "L4/norm", "H100 SXM5 80GB/addmm"} <= set(summary["per_gpu_family"])
+    l4 = scored.filter(pl.col("hardware_id") == "L4")
+    assert summary["per_gpu"]["L4"]["rows"] == l4.height
+    ratio = np.median(l4["measured_ms"].to_numpy() / l4["predicted_ms"].to_numpy())
+    assert summary["per_gpu"]["L4"]["median_measured_over_predicted"] == pytest.approx(ratio, abs=1e-3)
+
+
 @pytest.mark.parametrize("optimizer, lists", [("adam", 4), ("sgd", 2), ("momentum", 3)])
 def test_a_fused_optimizer_writes_its_gradients_back_only_under_a_grad_scaler(optimizer, lists):
     """The fused kernels read the parameters, gradients and state, and store the parameters and state; the gradients

@@ -96,18 +96,48 @@ def load_gpu_ops(max_rows_per_gpu: int | None = 600, root: Path | None = None) -
         raw = loader(None, base).filter(pl.col("direction") == "forward").select("hardware_id", *cols, pl.col("time_ms").alias("measured_ms"))
         raw = _cap(raw, cols, max_rows_per_gpu)
         frames.append(_finish(raw, source, kind, cols))
-    ns = base / "external" / "neusight2025"
-    bmm = pl.read_csv(ns / "bmm_5gpu.csv.gz").select(pl.col("Device").alias("hardware_id"), "B", "M", "N", "K", pl.col("latency_ms").alias("measured_ms"))
-    row_files = [("layernorm_5gpu.csv.gz", None), ("softmax_5gpu.csv.gz", None), ("elementwise_5gpu.csv.gz", None)]
-    parts = [("bmm", bmm, ["B", "M", "N", "K"])]
-    for name, _ in row_files:
+    frames += _neusight_rows(base / "external" / "neusight2025", NEUSIGHT_TRAIN, max_rows_per_gpu)
+    return pl.concat(frames, how="vertical_relaxed")
+
+
+#: NeuSight's op files (forward, strict FP32) by kind: ``linear`` and ``bmm`` (B, M, N, K), and the [B, H] row-wise
+#: files, whose ``OPName`` column names the op. The training set covers P4, P100, T4, V100 and A100 40GB; the test set
+#: (``scripts/vendor_neusight_test.py``) its other three GPUs, which no prenet model is fitted on.
+NEUSIGHT_TRAIN = {"bmm": "bmm_5gpu.csv.gz", "rowwise": ("layernorm_5gpu.csv.gz", "softmax_5gpu.csv.gz", "elementwise_5gpu.csv.gz")}
+NEUSIGHT_TEST = {
+    "linear": "test_linear_3gpu.csv.gz",
+    "bmm": "test_bmm_3gpu.csv.gz",
+    "rowwise": ("test_layernorm_3gpu.csv.gz", "test_softmax_3gpu.csv.gz", "test_elementwise_3gpu.csv.gz"),
+}
+
+
+def _neusight_rows(ns: Path, files: dict, max_rows_per_gpu: int | None) -> list[pl.DataFrame]:
+    """Op rows of NeuSight's ``files`` (:data:`NEUSIGHT_TRAIN` or :data:`NEUSIGHT_TEST`) in folder ``ns``: a
+    ``linear`` file as dense layers of batch B·M, ``bmm`` and each row-wise op as traced; devices as catalog names, one
+    row per (GPU, shape) at the median latency."""
+    parts = []
+    if "linear" in files:
+        lin = pl.read_csv(ns / files["linear"])
+        lin = lin.select(pl.col("Device").alias("hardware_id"), (pl.col("B") * pl.col("M")).alias("batch"), pl.col("N").alias("in_features"),
+                         pl.col("K").alias("out_features"), pl.col("latency_ms").alias("measured_ms"))
+        parts.append(("linear", lin, ["batch", "in_features", "out_features"]))
+    bmm = pl.read_csv(ns / files["bmm"]).select(pl.col("Device").alias("hardware_id"), "B", "M", "N", "K", pl.col("latency_ms").alias("measured_ms"))
+    parts.append(("bmm", bmm, ["B", "M", "N", "K"]))
+    for name in files["rowwise"]:
         t = pl.read_csv(ns / name)
         for op in t.get_column("OPName").unique().sort().to_list():
             sub = t.filter(pl.col("OPName") == op).select(pl.col("Device").alias("hardware_id"), "B", "H", pl.col("latency_ms").alias("measured_ms"))
             parts.append((op, sub, ["B", "H"]))
+    frames = []
     for kind, raw, cols in parts:
         raw = raw.with_columns(pl.col("hardware_id").replace_strict({n: resolve_name(n) for n in raw.get_column("hardware_id").unique().to_list()}))
         raw = raw.group_by(["hardware_id", *cols], maintain_order=True).agg(pl.col("measured_ms").median()).filter(pl.col("measured_ms") > 0)
         raw = _cap(raw, cols, max_rows_per_gpu)
         frames.append(_finish(raw, "neusight2025", kind, cols))
-    return pl.concat(frames, how="vertical_relaxed")
+    return frames
+
+
+def load_unseen_gpu_ops(root: Path | None = None) -> pl.DataFrame:
+    """NeuSight's op-level test set on the GPUs no prenet model is fitted on at op level (L4, H100 SXM5; the A100 80GB
+    PCIe has training rows for convolutions only): one op row per (GPU, shape), as :func:`load_gpu_ops` gives them."""
+    return pl.concat(_neusight_rows((root or data_dir()) / "external" / "neusight2025", NEUSIGHT_TEST, None), how="vertical_relaxed")

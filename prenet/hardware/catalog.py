@@ -26,6 +26,9 @@ ALIASES: dict[str, str] = {
     "NVIDIA A100-PCIE-40GB": "A100 40GB PCIe",
     "NVIDIA A100 80GB PCIe": "A100 80GB PCIe",
     "Tesla P100-PCIE-16GB": "Tesla P100 PCIe 16GB",
+    # NeuSight 2025 test set (`Device` column of scripts/asplos/data/dataset/test/*.csv)
+    "NVIDIA L4": "L4",
+    "NVIDIA H100 80GB HBM3": "H100 SXM5 80GB",
     # Justus 2018 `gpu_name` column (its V100 had NVLink, io 300 GB/s: an SXM2 board)
     "V100": "V100 SXM2",
     "P100": "Tesla P100 PCIe 16GB",

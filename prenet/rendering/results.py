@@ -218,6 +218,24 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
                 f"NeuSight {_pct(u.get('neusight_mape_pct'))} on the same rows",
             )
         )
+    uo = _ran(eo, "neusight_unseen_ops")
+    if uo.get("per_gpu"):
+        fam = uo.get("per_gpu_family", {})
+        rows.append(
+            (
+                "per op on GPUs whose FP32 ops no model was fitted on: NeuSight's op-level test set (linear, bmm, layer norm, "
+                "softmax, elementwise calls of its transformers; FP32 forward): MAPE per GPU (roofline); linear layers (addmm): "
+                "median measured ÷ predicted, best measured / predicted TFLOP/s",
+                "; ".join(f"{h} {_pct(v['mape_pct'])} ({_pct(v['roofline_mape_pct'])}, {v['rows']:,} ops)" for h, v in uo["per_gpu"].items())
+                + "; addmm "
+                + "; ".join(
+                    f"{h} ×{a['median_measured_over_predicted']:.2f}, {a['max_measured_tflops']:.1f} / {a['max_predicted_tflops']:.1f}"
+                    for h in uo["per_gpu"]
+                    if (a := fam.get(f"{h}/addmm"))
+                ),
+                "–",
+            )
+        )
     hp = _ran(eo, "hf_parity")
     if hp:
         rows.append(
