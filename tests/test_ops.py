@@ -176,6 +176,20 @@ def test_fused_kernels_as_the_device_runs_them():
     assert Names.seen.count("mkldnn_rnn_layer") == 2  # what the emulation assumes a CPU does
 
 
+def test_an_op_that_overwrites_its_destination_moves_only_what_it_reads_and_writes():
+    """copy_ reads its source and writes its destination; zero_ and fill_ only write; add_ reads both and writes one."""
+    from prenet.ops.trace import trace_call
+
+    a, b = torch.empty(1000, device="meta"), torch.empty(1000, device="meta")
+    moved = {
+        r.op: r.bytes
+        for fn, args in ((torch.Tensor.copy_, (a, b)), (torch.Tensor.zero_, (a,)), (torch.Tensor.add_, (a, b)))
+        for r in trace_call(fn, *args)
+    }
+    assert moved == {"copy_": 8000, "zero_": 4000, "add_": 12000}
+    assert [r.bytes for r in trace_call(lambda x: x.fill_(1.0), a)] == [4000]
+
+
 def test_roofline_knows_winograd_alignment_and_per_element_work():
     from prenet.ops.families import op_class, winograd_3x3
     from prenet.steptime.efficiency import algorithmic_gain, alignment

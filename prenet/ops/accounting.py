@@ -37,10 +37,17 @@ def moved_bytes(args: tuple, kwargs: dict, out: Any, written: list[torch.Tensor]
     return total + sum(nbytes(t) for t in (outs if outs else written or []))
 
 
+#: In-place ops that overwrite their destination (the first argument) without reading it: a copy reads only its
+#: source, a fill or zero nothing.
+OVERWRITES = frozenset({"copy_", "fill_", "zero_"})
+
+
 def read_args(name: str, args: tuple) -> tuple:
-    """The arguments an op reads: all of them, but for ``convolution_backward``, whose input gradient needs the output
-    gradient and the weight, and whose weight gradient the output gradient and the input (``mask`` says which it forms;
-    the unread tensor is left out)."""
+    """The arguments an op reads: all of them, but the destination of an op that overwrites it (:data:`OVERWRITES`),
+    and for ``convolution_backward``, whose input gradient needs the output gradient and the weight, and whose weight
+    gradient the output gradient and the input (``mask`` says which it forms; the unread tensor is left out)."""
+    if name in OVERWRITES and args:
+        return (None, *args[1:])
     if name != "convolution_backward" or len(args) <= 10:
         return args
     mask = args[10]
