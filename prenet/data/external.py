@@ -108,9 +108,10 @@ def _neusight_forward(raw: pl.DataFrame, shape: list[pl.Expr]) -> pl.DataFrame:
     )
 
 
-def load_neusight_linear(max_rows_per_gpu: int | None = None, root: Path | None = None) -> pl.DataFrame:
-    """NeuSight 2025 ``nn.Linear`` forward on [B, M, N] → K, as a dense layer of batch B·M (PyTorch, strict FP32)."""
-    raw = pl.read_csv((root or data_dir()) / "external" / "neusight2025" / "train_linear_5gpu.csv.gz")
+def load_neusight_linear(max_rows_per_gpu: int | None = None, root: Path | None = None, file: str = "train_linear_5gpu.csv.gz") -> pl.DataFrame:
+    """NeuSight 2025 ``nn.Linear`` forward on [B, M, N] → K, as a dense layer of batch B·M (PyTorch, strict FP32);
+    ``file``: its training set, or its test set (``test_linear_3gpu.csv.gz``)."""
+    raw = pl.read_csv((root or data_dir()) / "external" / "neusight2025" / file)
     shape = [(pl.col("B") * pl.col("M")).alias("batch"), pl.col("N").alias("in_features"), pl.col("K").alias("out_features")]
     return _finish(_neusight_forward(raw, shape), "neusight2025", "linear", max_rows_per_gpu)
 

@@ -96,7 +96,7 @@ def load_gpu_ops(max_rows_per_gpu: int | None = 600, root: Path | None = None) -
         raw = loader(None, base).filter(pl.col("direction") == "forward").select("hardware_id", *cols, pl.col("time_ms").alias("measured_ms"))
         raw = _cap(raw, cols, max_rows_per_gpu)
         frames.append(_finish(raw, source, kind, cols))
-    frames += _neusight_rows(base / "external" / "neusight2025", NEUSIGHT_TRAIN, max_rows_per_gpu)
+    frames += _neusight_rows(base, NEUSIGHT_TRAIN, max_rows_per_gpu)
     return pl.concat(frames, how="vertical_relaxed")
 
 
@@ -111,16 +111,16 @@ NEUSIGHT_TEST = {
 }
 
 
-def _neusight_rows(ns: Path, files: dict, max_rows_per_gpu: int | None) -> list[pl.DataFrame]:
-    """Op rows of NeuSight's ``files`` (:data:`NEUSIGHT_TRAIN` or :data:`NEUSIGHT_TEST`) in folder ``ns``: a
-    ``linear`` file as dense layers of batch B·M, ``bmm`` and each row-wise op as traced; devices as catalog names, one
-    row per (GPU, shape) at the median latency."""
+def _neusight_rows(base: Path, files: dict, max_rows_per_gpu: int | None) -> list[pl.DataFrame]:
+    """Op rows of NeuSight's ``files`` (:data:`NEUSIGHT_TRAIN` or :data:`NEUSIGHT_TEST`) under data folder ``base``: a
+    ``linear`` file as :func:`~prenet.data.external.load_neusight_linear` reads it (dense layers of batch B·M), ``bmm``
+    and each row-wise op as traced; devices as catalog names, one row per (GPU, shape) at the median latency."""
+    ns = base / "external" / "neusight2025"
     parts = []
     if "linear" in files:
-        lin = pl.read_csv(ns / files["linear"])
-        lin = lin.select(pl.col("Device").alias("hardware_id"), (pl.col("B") * pl.col("M")).alias("batch"), pl.col("N").alias("in_features"),
-                         pl.col("K").alias("out_features"), pl.col("latency_ms").alias("measured_ms"))
-        parts.append(("linear", lin, ["batch", "in_features", "out_features"]))
+        cols = ["batch", "in_features", "out_features"]
+        lin = load_neusight_linear(None, base, file=files["linear"]).select("hardware_id", *cols, pl.col("time_ms").alias("measured_ms"))
+        parts.append(("linear", lin, cols))
     bmm = pl.read_csv(ns / files["bmm"]).select(pl.col("Device").alias("hardware_id"), "B", "M", "N", "K", pl.col("latency_ms").alias("measured_ms"))
     parts.append(("bmm", bmm, ["B", "M", "N", "K"]))
     for name in files["rowwise"]:
@@ -140,4 +140,4 @@ def _neusight_rows(ns: Path, files: dict, max_rows_per_gpu: int | None) -> list[
 def load_unseen_gpu_ops(root: Path | None = None) -> pl.DataFrame:
     """NeuSight's op-level test set on the GPUs no prenet model is fitted on at op level (L4, H100 SXM5; the A100 80GB
     PCIe has training rows for convolutions only): one op row per (GPU, shape), as :func:`load_gpu_ops` gives them."""
-    return pl.concat(_neusight_rows((root or data_dir()) / "external" / "neusight2025", NEUSIGHT_TEST, None), how="vertical_relaxed")
+    return pl.concat(_neusight_rows(root or data_dir(), NEUSIGHT_TEST, None), how="vertical_relaxed")
