@@ -131,7 +131,7 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         "neusight_whole_model": ("plots/op_neusight_e2e.csv", neusight_whole_model, neusight_summary),
         "torchvision_whole_model": ("plots/op_torchvision.csv", ryujaehun_whole_model, ryujaehun_summary),
         "hf_parity": ("plots/op_hf_parity.csv", hf_parity, hf_parity_summary),
-        # op by op, NeuSight's test set on the GPUs the op model never saw (L4, H100; the A100 80GB PCIe's convs only)
+        # op by op, NeuSight's test set on GPUs whose FP32 GEMM and row-wise ops were never fitted (L4, H100, A100 80GB)
         "neusight_unseen_ops": ("plots/op_neusight_unseen.csv", neusight_unseen_ops, unseen_ops_summary),
     }
     for key, (name, run_check, summary) in checks.items():

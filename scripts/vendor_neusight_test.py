@@ -6,7 +6,7 @@ keeps the rows of the three others, with the columns the training files keep (op
 gzipped, into ``data/external/neusight2025/test_*_3gpu.csv.gz``. The source is a checkout (or a bare git mirror) of
 sitar-lab/NeuSight at commit 6945927; the files are ``scripts/asplos/data/dataset/test/{linear,bmm,elem,ln,softmax}.csv``.
 
-Usage: ``python scripts/vendor_neusight_test.py <NeuSight git dir> [commit]``
+Usage: ``python scripts/vendor_neusight_test.py <NeuSight checkout or bare mirror> [commit]``
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main(repo: str, commit: str = "6945927") -> None:
     out = Path(__file__).resolve().parents[1] / "data" / "external" / "neusight2025"
     for name, (target, cols) in FILES.items():
         text = subprocess.run(
-            ["git", "--git-dir", repo, "show", f"{commit}:scripts/asplos/data/dataset/test/{name}.csv"], check=True, capture_output=True
+            ["git", "-C", repo, "show", f"{commit}:scripts/asplos/data/dataset/test/{name}.csv"], check=True, capture_output=True
         ).stdout
         raw = pl.read_csv(io.BytesIO(text), infer_schema_length=0)
         keep = raw.filter(pl.col("Device").is_in(UNSEEN)).select(

@@ -350,6 +350,7 @@ def test_once_the_kernel_moves_each_later_check_computes_the_whole_kernel_only(d
     monkeypatch.setattr(forecaster, "relative_error", lambda a, b: next(scripted))
     records = forecaster.trajectory("exact", model, x, y.numpy(), theta, F0, **(kw | {"drift_threshold": 0.1}))[3]
     assert sizes == [s, len(x), len(x), s] and [r["drift"] for r in records] == [0.6, None, None]
+    assert [r["whole_kernel"] for r in records] == [True, True, False]  # the second computed, not adopted
     assert [r["drift_sample"] for r in records] == [0.5, 0.05, 0.05]
     monkeypatch.setattr(forecaster, "relative_error", relative_error)
     sizes.clear()  # a threshold no drift reaches: sample kernels only, none adopted

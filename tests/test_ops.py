@@ -375,8 +375,10 @@ def test_leave_one_gpu_out_in_worker_processes_gives_the_same_folds():
 
 
 def test_neusight_test_ops_are_on_gpus_the_training_set_lacks_and_are_scored_per_gpu_and_kind():
-    """NeuSight's op-level test set: L4 and H100 have no training op at all, the A100 80GB PCIe convolutions only; a
-    linear layer is the addmm of its dense view (B·M rows), as in the training files; the summary splits addmm and bmm."""
+    """NeuSight's op-level test set: no FP32 GEMM or row-wise training op on its GPUs (the L4 has no training op at all,
+    the H100 its BF16/TF32 matmul kernels, the A100 80GB PCIe its convolutions); a linear layer is the addmm of its
+    dense view (B·M rows), as in the training files; the summary splits addmm and bmm."""
+    from prenet.data.external_kernels import load_kernel_ops
     from prenet.data.external_ops import load_gpu_ops, load_unseen_gpu_ops
     from prenet.steptime.op_evaluation import neusight_unseen_ops, unseen_ops_summary
 
@@ -385,6 +387,9 @@ def test_neusight_test_ops_are_on_gpus_the_training_set_lacks_and_are_scored_per
     assert sorted(test["hardware_id"].unique()) == ["A100 80GB PCIe", "H100 SXM5 80GB", "L4"]
     assert train.filter(pl.col("hardware_id").is_in(["L4", "H100 SXM5 80GB"])).is_empty()
     assert set(train.filter(pl.col("hardware_id") == "A100 80GB PCIe")["family"]) == {"conv"}
+    kernels = load_kernel_ops()
+    assert kernels.filter(pl.col("hardware_id").is_in(["L4", "A100 80GB PCIe"])).is_empty()
+    assert set(kernels.filter(pl.col("hardware_id") == "H100 SXM5 80GB")["unit"]) == {"tf32", "bf16"}
     lin = test.filter((pl.col("hardware_id") == "L4") & (pl.col("config_id") == "linear,1024,1024,1024")).row(0, named=True)
     assert lin["op"] == "addmm" and lin["flops"] == 2 * 1024**3 and lin["measured_ms"] == pytest.approx(0.3089, rel=1e-3)
     rows = test.filter(pl.col("hardware_id").is_in(["L4", "H100 SXM5 80GB"])).group_by("hardware_id", "op").head(3)

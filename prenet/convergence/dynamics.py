@@ -309,9 +309,9 @@ def _values(F: np.ndarray, Y: np.ndarray, y: np.ndarray, kind: str) -> tuple[np.
 
 def _values_grads(F: np.ndarray, Y: np.ndarray, y: np.ndarray, kind: str, *, grads: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`_values`, and the per-sample loss gradients of each path (paths, n, C; None unless ``grads``) from the
-    same softmax. A path is finite where the sum of its outputs is (an inf or a NaN anywhere makes it so)."""
+    same softmax. A path is finite where all its outputs are."""
     with np.errstate(over="ignore", invalid="ignore"):
-        finite = np.isfinite(F.sum(axis=(1, 2)))
+        finite = np.isfinite(F).all(axis=(1, 2))
         L, G = losses.values_and_grads(F, Y[None], kind, grads=grads)
         return np.where(finite, L, np.inf), losses.accuracies(F, y), G
 

@@ -310,7 +310,8 @@ def trajectory(
     ``drift_threshold`` (‖ΔΘ‖_F/‖Θ‖_F) the whole kernel is recomputed and the paths go on with it (their outputs and
     weight-space velocity carried over); after such a move, the next point computes the whole kernel directly and reads
     the sample's drift off its block (adopted, as before, only where that drift is past the threshold). Returns (loss, accuracy, the last kernel, one record per re-linearization
-    point: step, drift on the sample, drift of the whole kernel when recomputed, or ``skipped`` when the cost ``budget``
+    point: step, drift on the sample, drift of the whole kernel when adopted, ``whole_kernel`` whether one was computed
+    (adopted or not), or ``skipped`` when the cost ``budget``
     would hold without another kernel (at the first kernel's ``kernel_seconds``) and not with it, or when another kernel
     would take the forecast past ``ceiling``: the fine-tune's own estimated time, past which a forecast is dearer than
     the training it predicts). ``heldout`` (inputs, labels of samples outside ``x``): at the fractions ``heldout_at`` and
@@ -367,14 +368,13 @@ def trajectory(
             if b == steps or b not in relin_at or not np.isfinite(L).all():
                 continue
             rest = t_dyn / b * (steps - b)  # the remaining dynamics, at the pace so far
-            if moving:
-                t_sample = 0.0
+            more = (0.0 if moving else t_sample) + kernel_seconds + rest  # a moving check computes no sample kernel
             # a kernel is skipped only where the budget holds without it: where the target is already out of reach,
             # the more accurate forecast is the better use of the time
-            if budget is not None and not budget.allows(t_sample + kernel_seconds + rest) and budget.allows(rest):
+            if budget is not None and not budget.allows(more) and budget.allows(rest):
                 records.append({"step": b, "drift_sample": None, "drift": None, "skipped": "cost budget"})
                 continue
-            if ceiling is not None and not ceiling.allows(t_sample + kernel_seconds + rest):
+            if ceiling is not None and not ceiling.allows(more):
                 records.append({"step": b, "drift_sample": None, "drift": None, "skipped": "dearer than the fine-tune"})
                 continue
             if cand is None:
@@ -395,6 +395,7 @@ def trajectory(
                 theta, work, D_acc = new, cand, np.zeros(n * c)
                 lam = dynamics.top_eigenvalue(lambda v: theta @ v, n * c)  # once per kernel: the SDE's sub-steps follow it
                 state.rekernel(theta)
+            rec["whole_kernel"] = new is not None  # computed at this point, adopted or not
             records.append(rec)
     L, A = dynamics.path_means(np.vstack(Ls), np.vstack(As), state, y, loss)
     for i in range(1, len(gaps)):  # once off the linearization, the offset persists: a shrinking share of a growing move

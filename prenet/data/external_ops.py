@@ -102,7 +102,8 @@ def load_gpu_ops(max_rows_per_gpu: int | None = 600, root: Path | None = None) -
 
 #: NeuSight's op files (forward, strict FP32) by kind: ``linear`` and ``bmm`` (B, M, N, K), and the [B, H] row-wise
 #: files, whose ``OPName`` column names the op. The training set covers P4, P100, T4, V100 and A100 40GB; the test set
-#: (``scripts/vendor_neusight_test.py``) its other three GPUs, which no prenet model is fitted on.
+#: (``scripts/vendor_neusight_test.py``) its other three GPUs, whose FP32 GEMM and row-wise ops no prenet model is fitted
+#: on (the H100's BF16/TF32 matmul kernels from XLA's table and the A100 80GB PCIe's convolutions are).
 NEUSIGHT_TRAIN = {"bmm": "bmm_5gpu.csv.gz", "rowwise": ("layernorm_5gpu.csv.gz", "softmax_5gpu.csv.gz", "elementwise_5gpu.csv.gz")}
 NEUSIGHT_TEST = {
     "linear": "test_linear_3gpu.csv.gz",
@@ -138,6 +139,7 @@ def _neusight_rows(base: Path, files: dict, max_rows_per_gpu: int | None) -> lis
 
 
 def load_unseen_gpu_ops(root: Path | None = None) -> pl.DataFrame:
-    """NeuSight's op-level test set on the GPUs no prenet model is fitted on at op level (L4, H100 SXM5; the A100 80GB
-    PCIe has training rows for convolutions only): one op row per (GPU, shape), as :func:`load_gpu_ops` gives them."""
+    """NeuSight's op-level test set on the GPUs whose FP32 GEMM and row-wise ops no prenet model is fitted on (L4; H100
+    SXM5, with training rows for its BF16/TF32 matmul kernels only; A100 80GB PCIe, for its convolutions only): one op
+    row per (GPU, shape), as :func:`load_gpu_ops` gives them."""
     return pl.concat(_neusight_rows(root or data_dir(), NEUSIGHT_TEST, None), how="vertical_relaxed")

@@ -88,7 +88,7 @@ def as_run_on(trace: StepTrace, frame: pl.DataFrame, tf32: bool) -> pl.DataFrame
     if not tf32:
         return frame.filter(~(pl.col("op").is_in(list(LAYOUT_TRANSPOSES)) & fp32))
     units = {f"{f}|{d}": unit_of(f, d, "fp32", cudnn_tf32=True) for f, d in frame.select("family", "dtype").unique().iter_rows()}
-    return frame.with_columns(pl.concat_str("family", "dtype", separator="|").replace_strict(units).alias("unit"))
+    return frame.with_columns(pl.concat_str("family", "dtype", separator="|").replace_strict(units, default=pl.col("unit")).alias("unit"))
 
 
 OP_SCHEMA = {

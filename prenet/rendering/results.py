@@ -223,9 +223,10 @@ def _step_time_ops(eo: dict, ev: dict) -> list[Row]:
         fam = uo.get("per_gpu_family", {})
         rows.append(
             (
-                "per op on GPUs whose FP32 ops no model was fitted on: NeuSight's op-level test set (linear, bmm, layer norm, "
-                "softmax, elementwise calls of its transformers; FP32 forward): MAPE per GPU (roofline); linear layers (addmm): "
-                "median measured ÷ predicted, best measured / predicted TFLOP/s",
+                "per op on GPUs whose FP32 GEMM and row-wise ops no model was fitted on (H100: only its BF16/TF32 matmul kernels; "
+                "A100 80GB PCIe: only its convolutions): NeuSight's op-level test set (linear, bmm, layer norm, softmax, "
+                "elementwise calls of its transformers, the H100's linear and bmm only; FP32 forward): MAPE per GPU (roofline); "
+                "linear layers (addmm): median measured ÷ predicted, best measured / predicted TFLOP/s",
                 "; ".join(f"{h} {_pct(v['mape_pct'])} ({_pct(v['roofline_mape_pct'])}, {v['rows']:,} ops)" for h, v in uo["per_gpu"].items())
                 + "; addmm "
                 + "; ".join(

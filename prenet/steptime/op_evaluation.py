@@ -97,9 +97,9 @@ def errors_by(df: pl.DataFrame, by: list[str]) -> list[dict]:
 
 
 def neusight_unseen_ops(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Every op of NeuSight's test set on the GPUs the op model was not fitted on (``rows``: default
-    :func:`~prenet.data.external_ops.load_unseen_gpu_ops`; L4 and H100 SXM5, and the A100 80GB PCIe whose only training
-    rows are convolutions), predicted from the spec sheet: one row per (GPU, shape) with ``measured_ms``,
+    """Every op of NeuSight's test set on the GPUs whose FP32 GEMM and row-wise ops the op model was not fitted on
+    (``rows``: default :func:`~prenet.data.external_ops.load_unseen_gpu_ops`; L4, H100 SXM5 (its BF16/TF32 matmul
+    kernels are fitted), A100 80GB PCIe (its convolutions are)), predicted from the spec sheet: one row per (GPU, shape) with ``measured_ms``,
     ``predicted_ms`` and ``roofline_ms``. FP32 forward, as NeuSight timed them (TF32 off)."""
     rows = load_unseen_gpu_ops() if rows is None else rows
     pred = predict_rows(model, rows, {h: get(h) for h in rows.get_column("hardware_id").unique().to_list()})
@@ -107,9 +107,9 @@ def neusight_unseen_ops(model: EfficiencyModel, rows: pl.DataFrame | None = None
 
 
 def unseen_ops_summary(df: pl.DataFrame) -> dict:
-    """Per GPU, and per GPU and family (GEMMs split into ``addmm``, the linear layers, and ``bmm``): rows, MAPE (%), the
-    roofline's MAPE, and the median of measured ÷ predicted (> 1: the prediction is too fast), with the best measured
-    and predicted TFLOP/s there."""
+    """Per GPU (each over its own op mix: the H100 has linear and bmm rows only), and per GPU and family (GEMMs split
+    into ``addmm``, the linear layers, and ``bmm``): rows, MAPE (%), the roofline's MAPE, and the median of measured ÷
+    predicted (> 1: the prediction is too fast), with the best measured and predicted TFLOP/s there."""
 
     def stats(g: pl.DataFrame) -> dict:
         t, p = g["measured_ms"].to_numpy(), g["predicted_ms"].to_numpy()
@@ -126,10 +126,4 @@ def unseen_ops_summary(df: pl.DataFrame) -> dict:
     per_gpu = {str(h): stats(g) for (h,), g in df.group_by("hardware_id", maintain_order=True)}
     kinds = df.with_columns(pl.when(pl.col("family") == "gemm").then(pl.col("op")).otherwise(pl.col("family")).alias("_kind"))  # addmm ≠ bmm
     per_family = {f"{h}/{k}": stats(g) for (h, k), g in kinds.sort("hardware_id", "_kind").group_by("hardware_id", "_kind", maintain_order=True)}
-    gpus = sorted(per_gpu)
-    return {
-        "gpus": gpus,
-        "mean_mape_pct": round(float(np.mean([per_gpu[h]["mape_pct"] for h in gpus])), 1),
-        "per_gpu": per_gpu,
-        "per_gpu_family": per_family,
-    }
+    return {"gpus": sorted(per_gpu), "per_gpu": per_gpu, "per_gpu_family": per_family}  # no mean: the GPUs' op mixes differ

@@ -33,7 +33,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from prenet.hardware.catalog import get
+from prenet.hardware.catalog import get, resolve_name
 from prenet.meta_device import build_on_meta
 from prenet.ops import trace_step
 from prenet.paths import data_dir
@@ -286,13 +286,9 @@ def ryujaehun_summary(df: pl.DataFrame) -> dict:
     }
 
 
-#: NeuSight's device names → catalog GPUs (its A100 80GB is the PCIe board; its H100 the SXM5 HBM3 one)
-NEUSIGHT_GPUS = {
-    "NVIDIA_H100_80GB_HBM3": "H100 SXM5 80GB",
-    "NVIDIA_L4": "L4",
-    "NVIDIA_A100_80GB_PCIe": "A100 80GB PCIe",
-    "Tesla_V100-PCIE-32GB": "V100 PCIe 16/32GB",
-}
+#: NeuSight's device names of the rows predicted, as catalog GPUs through ``resolve_name`` and the catalog's aliases
+#: (its A100 80GB is the PCIe board; its H100 the SXM5 HBM3 one)
+NEUSIGHT_GPUS = ("NVIDIA_H100_80GB_HBM3", "NVIDIA_L4", "NVIDIA_A100_80GB_PCIe", "Tesla_V100-PCIE-32GB")
 #: GPUs whose FP32 op timings some op model was fitted on (NeuSight's own training GPUs): reported apart from the target.
 #: The others' FP32 ops never were, but the H100's BF16/TF32 matmul kernels (XLA's table) are fitted, and the A100
 #: 80GB PCIe is the sibling of NeuSight's A100 40GB PCIe
@@ -312,7 +308,7 @@ def load_neusight_e2e_rows(root: Path | None = None) -> pl.DataFrame:
             pl.col("model_name").alias("model"),
             pl.col("seqlen").cast(pl.Int64).alias("seq_len"),
             pl.col("batch").cast(pl.Int64),
-            pl.col("device").replace_strict(NEUSIGHT_GPUS).alias("hardware_id"),
+            pl.col("device").replace_strict({d: resolve_name(d) for d in NEUSIGHT_GPUS}).alias("hardware_id"),
             pl.col("label_all_e2e_latency").cast(pl.Float64).alias("measured_ms"),
             pl.col("label_all_fw_latency").cast(pl.Float64).alias("measured_forward_ms"),
             pl.col("neusight_all_e2e_latency").cast(pl.Float64).alias("neusight_ms"),
