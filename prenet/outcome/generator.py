@@ -175,6 +175,7 @@ def optimizer_telemetry(runs: pl.DataFrame, telemetry: pl.DataFrame) -> pl.DataF
     kinds = {(s["optimizer"], s["momentum"]) for s in spec.values()}  # what the reading depends on: one optimizer each
     read = {k: optimizer_settings(make_optimizer(k[0], [torch.zeros(1, requires_grad=True)], momentum=k[1])) for k in kinds}
     settings = {rid: read[(s["optimizer"], s["momentum"])] for rid, s in spec.items()}
+    factor: dict[tuple, float] = {}  # the epoch's mean lr factor, shared by the runs of one schedule and length
     lr: list[float | None] = []
     mom: list[float | None] = []
     ada: list[float | None] = []
@@ -185,9 +186,11 @@ def optimizer_telemetry(runs: pl.DataFrame, telemetry: pl.DataFrame) -> pl.DataF
             mom.append(None)
             ada.append(None)
             continue
-        steps = int(per_epoch[rid])
-        total, start = steps * int(s["epochs"]), (int(epoch) - 1) * steps
-        lr.append(float(s["lr"]) * float(np.mean([lr_factor(s["schedule"], t, total) for t in range(start, start + steps)])))
+        key = (s["schedule"], int(per_epoch[rid]), int(s["epochs"]), int(epoch))
+        if key not in factor:
+            sched, steps, epochs, e = key
+            factor[key] = float(np.mean([lr_factor(sched, t, steps * epochs) for t in range((e - 1) * steps, e * steps)]))
+        lr.append(float(s["lr"]) * factor[key])
         mom.append(settings[rid]["momentum"])
         ada.append(settings[rid]["adaptive"])
     return telemetry.with_columns(pl.Series("lr", lr, pl.Float64), pl.Series("momentum", mom, pl.Float64), pl.Series("adaptive", ada, pl.Float64))

@@ -432,7 +432,7 @@ def make_plan(
     from prenet.hardware.catalog import alias_note
     from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError, peaks
     from prenet.steptime.job_trace import job_notes, job_trace
-    from prenet.steptime.step import DEFAULT_OVERHEAD, default_overhead_ms, default_tf32_note, device_type, predict_trace_many
+    from prenet.steptime.step import CUDNN_TF32_DEFAULT, DEFAULT_OVERHEAD, default_overhead_ms, device_type, predict_trace_many, tf32_default_ops
 
     if batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {batch_size}")
@@ -544,7 +544,7 @@ def make_plan(
         overheads = [default_overhead_ms(specs[n], optimizer, overhead_path or DEFAULT_OVERHEAD) for n in runnable]
         on_tf32: list[str] = []
         for n, (pred, ops) in zip(runnable, predict_trace_many(traces[dt], [specs[n] for n in runnable], op_model, overhead_ms=overheads)):
-            if default_tf32_note(traces[dt], ops):
+            if tf32_default_ops(traces[dt], ops):
                 on_tf32.append(n)
             if 1 in gpus and nodes == 1 or specs[n].kind != "gpu":
                 step_s[n] = pred.step_seconds
@@ -561,8 +561,8 @@ def make_plan(
                     )
         if on_tf32:
             notes.append(
-                f"fp32 as torch runs it by default: on {', '.join(on_tf32)} (TF32 units) the cuDNN convolutions run on TF32 "
-                "tensor cores (torch.backends.cudnn.allow_tf32 is True by default), GEMMs in IEEE FP32; a job that turns it off is slower there"
+                f"fp32 as torch runs it by default: on {', '.join(on_tf32)} (TF32 units) the cuDNN convolutions run {CUDNN_TF32_DEFAULT}, "
+                "GEMMs in IEEE FP32; a job that turns it off is slower there"
             )
     notes += job_notes(job)
     if grad_accum > 1:

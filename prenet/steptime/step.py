@@ -249,16 +249,24 @@ def cpu_cache_note(ops: pl.DataFrame, hw: HardwareSpec) -> str | None:
     )
 
 
+#: Where torch's default fp32 runs cuDNN's convolutions on a GPU with TF32 units (the notes of ``predict`` and ``plan``).
+CUDNN_TF32_DEFAULT = "on TF32 tensor cores (torch.backends.cudnn.allow_tf32 is True by default)"
+
+
+def tf32_default_ops(trace: StepTrace, ops: pl.DataFrame) -> int:
+    """How many of ``ops`` (the predicted frame of ``trace`` on one GPU) an ``fp32`` step runs on TF32 units by torch's
+    defaults (0 for any other precision or device, and on a GPU without TF32 units)."""
+    return int(ops.filter((pl.col("unit") == "tf32") & (pl.col("dtype") == "float32")).height) if trace.tf32_by_default else 0
+
+
 def default_tf32_note(trace: StepTrace, ops: pl.DataFrame) -> str | None:
     """What an ``fp32`` step runs on a GPU with TF32 units, by torch's defaults (None elsewhere)."""
-    if not trace.tf32_by_default:
-        return None
-    n = int(ops.filter((pl.col("unit") == "tf32") & (pl.col("dtype") == "float32")).height)
+    n = tf32_default_ops(trace, ops)
     if not n:
         return None
     return (
-        f"fp32 as torch runs it by default: its {n:,} cuDNN ops (convolutions) on TF32 tensor cores "
-        "(torch.backends.cudnn.allow_tf32 is True by default), NCHW ones between cuDNN's layout transposes; "
+        f"fp32 as torch runs it by default: its {n:,} cuDNN ops (convolutions) {CUDNN_TF32_DEFAULT}, "
+        "NCHW ones between cuDNN's layout transposes; "
         "GEMMs in IEEE FP32 (--precision tf32 puts them on TF32 too; a job that sets allow_tf32 = False runs slower than this)"
     )
 
