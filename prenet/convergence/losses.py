@@ -55,16 +55,21 @@ def values(F: np.ndarray, Y: np.ndarray, kind: str) -> np.ndarray:
     return values_and_grads(F, Y, kind, grads=False)[0]
 
 
+def _residual(P: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """∂lᵢ/∂Fᵢ of both losses, from their prediction ``P`` (the outputs for MSE, the softmax for cross-entropy)."""
+    return P - Y
+
+
 def values_and_grads(F: np.ndarray, Y: np.ndarray, kind: str, *, grads: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """(mean loss over the samples of ``F`` (… × N × C), the per-sample gradients ∂lᵢ/∂Fᵢ (… × N × C, not divided by
     N; None unless ``grads``)), from one softmax: the SDE needs both at every step."""
     if kind == "mse":
-        R = F - Y
+        R = _residual(F, Y)
         return 0.5 * (R * R).sum(-1).mean(-1), (R if grads else None)
     z, e = _softmax_parts(F)
     s = e.sum(-1, keepdims=True)
     loss = (np.log(s[..., 0]) - (z * Y).sum(-1)).mean(-1)  # −log softmax[y] = log Σ exp z − z_y (Y one-hot)
-    return loss, (e / s - Y if grads else None)
+    return loss, (_residual(e / s, Y) if grads else None)
 
 
 def value(F: np.ndarray, Y: np.ndarray, kind: str) -> float:
@@ -73,8 +78,8 @@ def value(F: np.ndarray, Y: np.ndarray, kind: str) -> float:
 
 
 def grad(F: np.ndarray, Y: np.ndarray, kind: str) -> np.ndarray:
-    """Per-sample gradient ∂lᵢ/∂Fᵢ (N × C), not divided by N."""
-    return F - Y if kind == "mse" else softmax(F) - Y
+    """Per-sample gradient ∂lᵢ/∂Fᵢ (N × C), not divided by N (no loss: the exact SGD's per-batch loop needs none)."""
+    return _residual(F if kind == "mse" else softmax(F), Y)
 
 
 def ce_hessian_blocks(F: np.ndarray) -> np.ndarray:
