@@ -84,6 +84,7 @@ def corpus_plan(cfg: DictConfig, results: dict[str, RunResult] | None = None) ->
         failure_fraction=float(cfg.outcome.failure_fraction),
         takeoff_runs=int(c.takeoff_runs),
         takeoff_below=float(c.takeoff_below),
+        enrich=OmegaConf.to_container(c.enrich, resolve=True) if "enrich" in c else None,
     )
     return [it for d in c.domains for it in plan_domain(str(d), space, prior_results=results, **kw)]
 

@@ -4,7 +4,7 @@ Seed the corpus stage's shard folder (``paths.outcome_shards``) with the runs of
 data/outcome/vendored), so that regenerating with settings that only add runs (``python -m pipeline.corpus
 corpus=full``) trains only the new ones. Every vendored run must be one the composed configuration plans, with the
 same specification (its run id is a hash of it), the recorded generating settings must equal this configuration's
-but for ``takeoff_runs``, and the code must still reproduce them: the shortest vendored run of each domain that did
+but for ``takeoff_runs`` and ``enrich``, and the code must still reproduce them: the shortest vendored run of each domain that did
 not diverge is trained again and must give the same first two epochs (:func:`reproduces`). A change to the generator
 files since (their SHA-256 in the provenance) is printed; one that shows only after epoch 2 (a schedule, say) is not
 caught by that check: regenerate in full after such a change. When a check fails, nothing
@@ -50,15 +50,16 @@ def shard_rows(runs, telemetry) -> list[dict]:
 
 def settings_changed(old: dict | None, new: dict) -> list[str]:
     """The generating settings (``pipeline.corpus.generating_settings``) that differ between a corpus's provenance and
-    this configuration, other than ``takeoff_runs`` (more or fewer take-off runs plan the others the same way only
-    while every old run stays planned, which :func:`main` checks separately). A missing provenance differs in all."""
+    this configuration, other than ``takeoff_runs`` and ``enrich`` (more or fewer take-off or recipe runs plan the
+    others the same way only while every old run stays planned, which :func:`main` checks separately). A missing
+    provenance differs in all."""
     if not old:
         return ["all (no recorded settings)"]
     was, now = old.get("corpus", {}), new["corpus"]
     # a corpus made before the take-off phase recorded no take-off settings: any of them plans its runs the same way
     before_takeoff = {k: now[k] for k in now if k.startswith("takeoff_") and k not in was}
     was = {**was, **before_takeoff}
-    out = [k for k in sorted(set(was) | set(now)) if k != "takeoff_runs" and was.get(k) != now.get(k)]
+    out = [k for k in sorted(set(was) | set(now)) if k not in ("takeoff_runs", "enrich") and was.get(k) != now.get(k)]
     return out + [k for k in ("failure_fraction", "seed") if old.get(k) != new.get(k)]
 
 
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     changed = settings_changed(prov.get("settings"), generating_settings(cfg))
     if changed:
         print(
-            f"resume_corpus: {src} was made with other settings ({', '.join(changed)}); only takeoff_runs may differ: regenerate in full",
+            f"resume_corpus: {src} was made with other settings ({', '.join(changed)}); only takeoff_runs and enrich may differ: regenerate in full",
             file=sys.stderr,
         )
         return 2
@@ -116,14 +117,21 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if code:
         print(f"resume_corpus: note: {', '.join(code)} changed since {src} was made; the reproduction check below decides")
+    from prenet.outcome.generator import optimizer_telemetry
+    from prenet.outcome.telemetry_input import OPTIMIZER_COLUMNS
     from prenet.telemetry.recorder import TELEMETRY_FLOAT
 
     tel = pl.read_parquet(src / "telemetry.parquet")
+    runs = pl.read_parquet(src / "runs.parquet")
     absent = [c for c in TELEMETRY_FLOAT if c not in tel.columns]
+    if absent and set(absent) <= set(OPTIMIZER_COLUMNS):  # recorded before the recorder read the optimizer
+        tel = optimizer_telemetry(runs, tel)  # the runs' own settings and schedules, as the corpus stage reads them
+        print(f"resume_corpus: {src} predates the {', '.join(absent)} columns; they are its runs' own settings and schedules")
+        absent = [c for c in TELEMETRY_FLOAT if c not in tel.columns]
     if absent:  # its runs would lack what the new ones record: the features would tell the phases apart, not the runs
         print(f"resume_corpus: {src} was recorded without {', '.join(absent)}; regenerate in full", file=sys.stderr)
         return 2
-    rows = shard_rows(pl.read_parquet(src / "runs.parquet"), tel)
+    rows = shard_rows(runs, tel)
     done = {r["run_id"]: r for r in rows}
     bad = [r["run_id"] for r in rows if RunSpec(**r["spec"]).run_id != r["run_id"]]
     planned = {s.run_id for s, _ in corpus_plan(cfg, prior_results(done, int(cfg.outcome.corpus.takeoff_epoch)))}

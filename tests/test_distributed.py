@@ -245,13 +245,14 @@ def test_corpus_on_two_workers_equals_the_single_machine_corpus(tmp_path, servic
     from pipeline.distribute import distribute, setup
 
     env, endpoint = services
-    # PRENET_DISTRIBUTED_CORPUS_RUNS=N: the default corpus settings (4 domains) with N runs per domain (no take-off runs), instead of tiny
+    # PRENET_DISTRIBUTED_CORPUS_RUNS=N: the default corpus settings (4 domains) with N runs per domain (no take-off or recipe runs), instead of tiny
     runs = os.environ.get("PRENET_DISTRIBUTED_CORPUS_RUNS")
     size = (
         [
             "outcome.corpus.source=generate",
             f"outcome.corpus.runs_per_domain={runs}",
             "outcome.corpus.takeoff_runs=0",
+            "outcome.corpus.enrich.heavy_ball.runs=0",
             "outcome.corpus.overhead_runs=1",
         ]
         if runs
@@ -280,7 +281,8 @@ def test_corpus_on_two_workers_equals_the_single_machine_corpus(tmp_path, servic
     one = pl.read_parquet(coord / "data/outcome/runs.parquet").drop("split").sort("run_id")
     dist = pl.read_parquet(coord / "data/distributed/corpus/runs.parquet").sort("run_id")
     c = cfg.outcome.corpus
-    planned = len(c.domains) * (int(c.runs_per_domain) + int(c.takeoff_runs))  # prior + boundary + take-off runs
+    recipes = sum(int(r.runs) * sum(d in r.domains for d in c.domains) for r in c.enrich.values())  # on the domains each names
+    planned = len(c.domains) * (int(c.runs_per_domain) + int(c.takeoff_runs)) + recipes  # prior + boundary + take-off + recipe runs
     assert one.height == planned and one.drop(timing).equals(dist.drop(timing))
     print(f"two-machine corpus: {one.height} runs identical to the single-machine corpus (timings aside)")
     assert (

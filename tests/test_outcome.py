@@ -174,6 +174,31 @@ def test_plan_is_deterministic_and_enriches_after_the_prior():
     assert [ph for _, ph in alone[10:]] == ["prior", "takeoff"] and alone[11][0].width in (p1[1][0].width, p1[3][0].width)
 
 
+def test_a_recipe_adds_runs_from_its_own_settings_and_leaves_the_others_planned_as_before():
+    from omegaconf import OmegaConf
+
+    from pipeline.config import compose
+
+    c = compose([]).outcome.corpus
+    space, enrich = OmegaConf.to_container(c.space), OmegaConf.to_container(c.enrich)
+    hb = enrich["heavy_ball"]
+    kw = dict(n_runs=10, prior_fraction=0.5, epochs=15, seed=0, takeoff_runs=2)
+    p1 = plan_domain("mlp_digits", space, **kw)
+    results = {s.run_id: (0.9 if i % 2 else 0.05, False, 0.1) for i, (s, _) in enumerate(p1)}
+    before = plan_domain("mlp_digits", space, prior_results=results, **kw)
+    recipe = {"heavy_ball": {**hb, "runs": 6}}
+    after = plan_domain("mlp_digits", space, prior_results=results, enrich=recipe, **kw)
+    assert after[:12] == before and [ph for _, ph in after[12:]] == ["heavy_ball"] * 6
+    for s, _ in after[12:]:  # the recipe's settings replace the prior's; the rest is the prior's
+        assert s.optimizer == "momentum" and s.momentum in hb["space"]["momentum_values"] and s.schedule in hb["space"]["schedules"]
+        assert s.width in hb["space"]["widths"] and hb["space"]["lr_range"]["momentum"][0] <= s.lr <= hb["space"]["lr_range"]["momentum"][1]
+        assert s.depth in space["depths"] and s.activation in space["activations"]
+    assert len({s.run_id for s, _ in after}) == len(after)
+    # recipe runs need no results (the first pass plans them too) and a domain the recipe does not name gets none
+    assert plan_domain("mlp_digits", space, enrich=recipe, **kw)[-6:] == after[12:]
+    assert all(ph != "heavy_ball" for _, ph in plan_domain("cnn_digits", space, prior_results=results, enrich=recipe, **kw))
+
+
 @pytest.mark.skipif(not datasets.fashion_mnist_available(), reason="dataset-fashion-mnist not installed (make install)")
 def test_fashion_domain_data_is_a_fixed_downsampled_subset():
     tr, va, te = domain_data("fashion", fashion_train=100, fashion_test=20)
@@ -327,11 +352,11 @@ def test_resume_corpus_reuses_a_corpus_and_refuses_other_settings(tiny_run, tmp_
 
     _, cfg, _ = tiny_run
     runs, tel = pl.read_parquet(cfg.paths.outcome_runs), pl.read_parquet(cfg.paths.outcome_telemetry)
-    assert runs.height == 2 * (8 + 2)  # tiny: 2 domains × (8 runs + 2 take-off runs)
+    assert runs.height == 2 * (8 + 2) + 2  # tiny: 2 domains × (8 runs + 2 take-off runs), 2 heavy-ball runs on its MLP one
     src = tmp_path / "vendored"
     src.mkdir()
     runs.drop("split").write_parquet(src / "runs.parquet")
-    tel.write_parquet(src / "telemetry.parquet")
+    tel.drop("lr", "momentum", "adaptive").write_parquet(src / "telemetry.parquet")  # recorded before the optimizer columns
     from pipeline.corpus import generating_settings
 
     (src / "provenance.json").write_text(json.dumps({"settings": {**generating_settings(cfg), "seed": -1}}))
@@ -346,7 +371,7 @@ def test_resume_corpus_reuses_a_corpus_and_refuses_other_settings(tiny_run, tmp_
     assert "made with other settings (space)" in capsys.readouterr().err
     # the recorded settings are those of a corpus before the take-off phase: its runs are still planned
     before = generating_settings(cfg)
-    before["corpus"] = {k: v for k, v in before["corpus"].items() if not k.startswith("takeoff_")}
+    before["corpus"] = {k: v for k, v in before["corpus"].items() if not k.startswith("takeoff_") and k != "enrich"}  # nor a recipe
     assert mod.settings_changed(before, generating_settings(cfg)) == []
     assert mod.settings_changed(None, generating_settings(cfg)) == ["all (no recorded settings)"]
     edited = tmp_path / "edited"  # a run whose configuration no longer hashes to its id
@@ -358,12 +383,15 @@ def test_resume_corpus_reuses_a_corpus_and_refuses_other_settings(tiny_run, tmp_
     assert "1 runs of" in capsys.readouterr().err
     new = tmp_path / "new"
     assert mod.main(["--from", str(src), *tiny_overrides(new)]) == 0
-    assert f"{runs.height} runs of" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"{runs.height} runs of" in out and "predates the lr, momentum, adaptive columns" in out
     cfg2 = compose(tiny_overrides(new))
     corpus(cfg2)  # every planned run is in the seeded shard: nothing is trained again
     again = pl.read_parquet(cfg2.paths.outcome_runs).sort("run_id")
     assert again["final_test_accuracy"].to_list() == runs.sort("run_id")["final_test_accuracy"].to_list()
     assert again["wall_seconds"].to_list() == runs.sort("run_id")["wall_seconds"].to_list()
+    lr = pl.read_parquet(cfg2.paths.outcome_telemetry).sort("run_id", "epoch")["lr"].to_numpy()  # the runs' own settings
+    np.testing.assert_allclose(lr, tel.sort("run_id", "epoch")["lr"].to_numpy(), rtol=1e-9)
 
 
 def test_outcome_cli(tiny_run, tmp_path, capsys):

@@ -328,7 +328,7 @@ class OutcomeRuns(pa.DataFrameModel):
     label_noise: float = pa.Field(ge=0, le=1)
     train_fraction: float = pa.Field(gt=0, le=1)
     momentum: float = pa.Field(ge=0, lt=1)
-    phase: str = pa.Field(isin=["prior", "boundary", "takeoff"])
+    phase: str = pa.Field(isin=["prior", "boundary", "takeoff", "heavy_ball"])
     final_test_accuracy: float = pa.Field(ge=0, le=1)
     diverged: bool
     wall_seconds: float = pa.Field(ge=0)

@@ -35,6 +35,13 @@ Sampling (documented method, ``sample_configs``):
   success (the failure rule, :func:`is_failure`): the vendored corpus's prior holds 16–29 of them among 300 runs
   per domain, its stall↔take-off half lands 10–14 % of its runs there, its take-off↔take-off half 20–28 %. Where the
   halves split depends on ``takeoff_runs``: changing it re-plans part of the second half.
+* enrichment by **recipe** (issue 29: runs unlike the corpus): after the take-off runs, each recipe of ``enrich``
+  (name → ``runs`` per domain, ``domains``, and ``space``: settings that replace the prior's, ``lr_range`` per
+  optimizer) adds ``runs`` prior samples from the prior with those settings, phase = the recipe's name. The default
+  ``heavy_ball`` recipe: heavy-ball SGD (momentum 0.9 or 0.99, constant or step schedule, lr 0.003–1) on MLPs 32–256
+  wide, the region where a user's plain loop takes off late or collapses after looking fine (the out-of-corpus
+  check's late collapses are MLPs 16–256 wide at momentum 0.99; the prior's widths stop at 64). Recipe runs do not
+  depend on earlier results, and adding a recipe leaves every other run's plan as it was.
 """
 
 from __future__ import annotations
@@ -407,20 +414,23 @@ def plan_domain(
     failure_fraction: float = 0.5,
     takeoff_runs: int = 0,
     takeoff_below: float = 0.2,
+    enrich: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[tuple[RunSpec, str]]:
     """The runs of one domain, as (spec, phase). The first ⌈prior_fraction · n_runs⌉ come from the prior; the
     rest of the ``n_runs`` are boundary interpolations between prior runs, then ``takeoff_runs`` take-off
     interpolations (module docstring); both need ``prior_results`` (run_id → :data:`RunResult`); without it, only
     the prior runs are returned. Where a domain's prior has no pair to interpolate between, the run comes from the
-    prior instead. Deterministic in (domain, seed, results)."""
+    prior instead. Then the runs of each ``enrich`` recipe that names the domain (:func:`recipe_runs`), with or
+    without results. Deterministic in (domain, seed, results)."""
     import zlib
 
     n_prior = min(n_runs, max(1, math.ceil(prior_fraction * n_runs)))
     base = [seed, zlib.crc32(domain.encode())]
     prior = [sample_prior(domain, space, np.random.default_rng([*base, i]), seed=seed * 100_000 + i, epochs=epochs) for i in range(n_prior)]
+    extra = recipe_runs(domain, space, enrich or {}, start=n_runs + takeoff_runs, base=base, seed=seed, epochs=epochs)
     out = [(s, "prior") for s in prior]
     if prior_results is None or n_prior == n_runs + takeoff_runs:
-        return out
+        return out + extra
     done = [(s, prior_results[s.run_id]) for s in prior if s.run_id in prior_results]
     accs = [r[0] for _, r in done]
     thr = failure_fraction * float(np.quantile(accs, 0.9)) if accs else 0.0
@@ -439,4 +449,30 @@ def plan_domain(
             out.append((sample_between(*_pick_pair(rng, *pool), rng, seed=seed * 100_000 + i), phase))
         else:
             out.append((sample_prior(domain, space, rng, seed=seed * 100_000 + i, epochs=epochs), "prior"))
+    return out + extra
+
+
+def recipe_space(space: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The prior's ``space`` with a recipe's ``settings`` in place of its own (``lr_range`` and
+    ``weight_decay_range`` per optimizer, the others whole)."""
+    out = dict(space)
+    for k, v in settings.items():
+        out[k] = {**space[k], **v} if k in ("lr_range", "weight_decay_range") else v
+    return out
+
+
+def recipe_runs(
+    domain: str, space: Mapping[str, Any], enrich: Mapping[str, Mapping[str, Any]], *, start: int, base: list[int], seed: int, epochs: int
+) -> list[tuple[RunSpec, str]]:
+    """The runs of each recipe of ``enrich`` (name → ``runs``, ``domains``, ``space``) that names ``domain``, as
+    (spec, recipe name), indexed on from ``start`` (after the domain's prior, boundary and take-off runs)."""
+    out: list[tuple[RunSpec, str]] = []
+    i = start
+    for name, r in enrich.items():
+        if domain not in r["domains"]:
+            continue
+        sub = recipe_space(space, r.get("space", {}))
+        for _ in range(int(r["runs"])):
+            out.append((sample_prior(domain, sub, np.random.default_rng([*base, i]), seed=seed * 100_000 + i, epochs=epochs), str(name)))
+            i += 1
     return out
