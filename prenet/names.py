@@ -67,6 +67,12 @@ LAYER_OPS: tuple[str, ...] = (
 CORPUS_OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam", "adamw")
 #: Learning-rate schedules of the corpus, per minibatch step (:func:`prenet.outcome.generator.lr_factor`).
 SCHEDULES: tuple[str, ...] = ("constant", "step", "cosine", "warmup_cosine")
+#: The ``outcome.corpus.enrich`` recipes a corpus may hold (:func:`prenet.outcome.generator.recipe_runs`); a recipe's
+#: runs carry its name as their phase.
+CORPUS_RECIPES: tuple[str, ...] = ("heavy_ball",)
+#: Phases of a corpus run (:func:`prenet.outcome.generator.plan_domain`): sampled from the prior, boundary and take-off
+#: interpolations, and the recipes.
+CORPUS_PHASES: tuple[str, ...] = ("prior", "boundary", "takeoff", *CORPUS_RECIPES)
 #: Fine-tuning losses of the convergence predictor.
 LOSSES: tuple[str, ...] = ("mse", "cross_entropy")
 #: Empirical-NTK estimators of the convergence forecast (:func:`prenet.convergence.ntk.resolve_method`); ``kron``: the

@@ -197,6 +197,8 @@ def test_a_recipe_adds_runs_from_its_own_settings_and_leaves_the_others_planned_
     # recipe runs need no results (the first pass plans them too) and a domain the recipe does not name gets none
     assert plan_domain("mlp_digits", space, enrich=recipe, **kw)[-6:] == after[12:]
     assert all(ph != "heavy_ball" for _, ph in plan_domain("cnn_digits", space, prior_results=results, enrich=recipe, **kw))
+    with pytest.raises(PrenetError, match="unknown recipe 'wide'"):  # a recipe's name is the phase its runs carry
+        plan_domain("mlp_digits", space, enrich={"wide": hb}, **kw)
 
 
 @pytest.mark.skipif(not datasets.fashion_mnist_available(), reason="dataset-fashion-mnist not installed (make install)")

@@ -12,7 +12,7 @@ import pandera.polars as pa
 from pandera.api.polars.types import PolarsData
 import polars as pl
 
-from prenet.names import CORPUS_OPTIMIZERS, DIRECTIONS, FAMILIES, LAYER_OPS, LAYER_OPTIMIZERS, LOSSES, NTK_METHODS, OPTIMIZERS, PRECISIONS, SCHEDULES
+from prenet.names import CORPUS_OPTIMIZERS, CORPUS_PHASES, DIRECTIONS, FAMILIES, LAYER_OPS, LAYER_OPTIMIZERS, LOSSES, NTK_METHODS, OPTIMIZERS, PRECISIONS, SCHEDULES
 
 
 def _is_finite(data: PolarsData) -> pl.LazyFrame:
@@ -328,7 +328,7 @@ class OutcomeRuns(pa.DataFrameModel):
     label_noise: float = pa.Field(ge=0, le=1)
     train_fraction: float = pa.Field(gt=0, le=1)
     momentum: float = pa.Field(ge=0, lt=1)
-    phase: str = pa.Field(isin=["prior", "boundary", "takeoff", "heavy_ball"])
+    phase: str = pa.Field(isin=list(CORPUS_PHASES))
     final_test_accuracy: float = pa.Field(ge=0, le=1)
     diverged: bool
     wall_seconds: float = pa.Field(ge=0)

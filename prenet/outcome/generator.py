@@ -59,6 +59,8 @@ import torch
 from torch import nn
 
 from prenet import datasets
+from prenet.errors import PrenetError
+from prenet.names import CORPUS_RECIPES
 from prenet.optimizers import make_optimizer
 from prenet.outcome.space import SCHEDULES
 from prenet.telemetry import Recorder
@@ -469,6 +471,11 @@ def recipe_runs(
     out: list[tuple[RunSpec, str]] = []
     i = start
     for name, r in enrich.items():
+        if name not in CORPUS_RECIPES:
+            raise PrenetError(
+                f"outcome.corpus.enrich: unknown recipe {name!r} (its runs' phase); choose one of {', '.join(CORPUS_RECIPES)}, "
+                "or add the name to prenet.names.CORPUS_RECIPES"
+            )
         if domain not in r["domains"]:
             continue
         sub = recipe_space(space, r.get("space", {}))
