@@ -25,7 +25,7 @@ from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.shard_files import read_shards
 from prenet.data.split_rule import assign_frame
 from prenet.datasets import require_datasets
-from prenet.outcome.generator import SOURCE_DATASET, RunResult, RunSpec, domain_data, is_failure, optimizer_telemetry, plan_domain, train_run
+from prenet.outcome.generator import SOURCE_DATASET, RunResult, RunSpec, domain_data, is_failure, plan_domain, train_run, with_optimizer_columns
 from prenet.outcome.models import accuracy_at
 from prenet.outcome.telemetry_input import with_absent_columns
 from prenet.telemetry.recorder import telemetry_schema
@@ -180,9 +180,9 @@ def read_vendored(cfg: DictConfig) -> dict:
         )
     runs = read_table(folder / "runs.parquet")
     tel = read_table(folder / "telemetry.parquet")
-    if "lr" not in tel.columns:  # recorded before the recorder read the optimizer: its settings are the run's own
-        tel = optimizer_telemetry(runs, tel)
-        print(f"corpus: {folder} predates the optimizer columns; lr, momentum and adaptive are the runs' own settings and schedules")
+    tel, filled = with_optimizer_columns(runs, tel)  # recorded before the recorder read the optimizer: the runs' own settings
+    if filled:
+        print(f"corpus: {folder} predates the optimizer columns; {', '.join(filled)} are the runs' own settings and schedules")
     tel, absent = with_absent_columns(tel)
     if absent:  # recorded by an older recorder: those columns are unknown, as in a user's table without them
         print(f"corpus: {folder} has no {', '.join(absent)} (an older recorder); they are left empty, their features unknown")

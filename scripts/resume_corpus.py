@@ -117,17 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if code:
         print(f"resume_corpus: note: {', '.join(code)} changed since {src} was made; the reproduction check below decides")
-    from prenet.outcome.generator import optimizer_telemetry
-    from prenet.outcome.telemetry_input import OPTIMIZER_COLUMNS
+    from prenet.outcome.generator import with_optimizer_columns
     from prenet.telemetry.recorder import TELEMETRY_FLOAT
 
     tel = pl.read_parquet(src / "telemetry.parquet")
     runs = pl.read_parquet(src / "runs.parquet")
+    tel, filled = with_optimizer_columns(runs, tel)  # as the corpus stage reads a vendored corpus
+    if filled:
+        print(f"resume_corpus: {src} predates the {', '.join(filled)} columns; they are its runs' own settings and schedules")
     absent = [c for c in TELEMETRY_FLOAT if c not in tel.columns]
-    if absent and set(absent) <= set(OPTIMIZER_COLUMNS):  # recorded before the recorder read the optimizer
-        tel = optimizer_telemetry(runs, tel)  # the runs' own settings and schedules, as the corpus stage reads them
-        print(f"resume_corpus: {src} predates the {', '.join(absent)} columns; they are its runs' own settings and schedules")
-        absent = [c for c in TELEMETRY_FLOAT if c not in tel.columns]
     if absent:  # its runs would lack what the new ones record: the features would tell the phases apart, not the runs
         print(f"resume_corpus: {src} was recorded without {', '.join(absent)}; regenerate in full", file=sys.stderr)
         return 2

@@ -63,6 +63,7 @@ from prenet.errors import PrenetError
 from prenet.names import CORPUS_RECIPES
 from prenet.optimizers import make_optimizer
 from prenet.outcome.space import SCHEDULES
+from prenet.outcome.telemetry_input import OPTIMIZER_COLUMNS
 from prenet.telemetry import Recorder
 from prenet.telemetry.recorder import optimizer_settings
 
@@ -203,6 +204,13 @@ def optimizer_telemetry(runs: pl.DataFrame, telemetry: pl.DataFrame) -> pl.DataF
         mom.append(settings[rid]["momentum"])
         ada.append(settings[rid]["adaptive"])
     return telemetry.with_columns(pl.Series("lr", lr, pl.Float64), pl.Series("momentum", mom, pl.Float64), pl.Series("adaptive", ada, pl.Float64))
+
+
+def with_optimizer_columns(runs: pl.DataFrame, telemetry: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """``telemetry`` with the optimizer columns it lacks filled by :func:`optimizer_telemetry` (a corpus recorded before
+    the recorder read the optimizer), and the names of those it lacked (empty: ``telemetry`` as it is)."""
+    missing = [c for c in OPTIMIZER_COLUMNS if c not in telemetry.columns]
+    return (optimizer_telemetry(runs, telemetry) if missing else telemetry), missing
 
 
 def run_optimizer(spec: RunSpec, params) -> torch.optim.Optimizer:
