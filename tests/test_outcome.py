@@ -299,6 +299,33 @@ def test_take_off_model_is_saved_loaded_and_answers_slow_runs(tiny_run, tmp_path
     assert predict(table, loaded=train_all(runs, tel, take_off_min_runs=10_000, **kw)).take_off_probability is None
 
 
+def test_the_accuracy_model_learns_the_gain_over_the_accuracy_now(tmp_path):
+    import json
+
+    from prenet.outcome.features import feature_names
+    from prenet.outcome.models import ACCURACY_TARGET, accuracy_columns, accuracy_now, fit_one, load, save
+
+    val, train = cols = accuracy_columns(2, "telemetry")
+    assert feature_names(2, "telemetry")[val] == "val_accuracy_e2" and feature_names(2, "telemetry")[train] == "train_accuracy_e2"
+    assert accuracy_columns(2, "loss_acc")[0] is None  # no validation in that set: the train accuracy is the accuracy now
+    X = np.random.default_rng(0).random((200, len(feature_names(2, "telemetry"))))
+    X[:100, val] = np.nan  # no validation recorded: the train accuracy, as accuracy_at reads a table
+    now = accuracy_now(X, cols)
+    assert (now[:100] == X[:100, train]).all() and (now[100:] == X[100:, val]).all()
+    params = {"n_estimators": 50, "max_depth": 2, "learning_rate": 0.3, "subsample": 1.0, "colsample_bytree": 1.0, "max_bin": 16}
+    y = np.clip(now + 0.1, 0, 1)  # every run gains 0.1 (capped at 1): one constant for the trees, not a level per run
+    m = fit_one("final_test_accuracy", X, y, params, 0, base=cols)
+    np.testing.assert_allclose(m.predict(X), y, atol=0.02)
+    assert np.abs(fit_one("final_test_accuracy", X, y, params, 0).predict(X) - y).max() > 0.02  # the level itself: not
+    assert fit_one("failure", X, (y > 0.6).astype(int), params, 0, base=cols).base is None  # only the accuracy model
+    # saved and loaded, it adds the accuracy now back; a manifest without the key holds models of the level
+    manifest = {"epochs": [2], "scopes": ["pooled"], "feature_sets": ["telemetry"], "targets": ["final_test_accuracy"]}
+    folder = save({("pooled", 2, "telemetry", "final_test_accuracy"): m}, {**manifest, "accuracy_target": ACCURACY_TARGET}, tmp_path / "m")
+    np.testing.assert_allclose(load(folder)[0][("pooled", 2, "telemetry", "final_test_accuracy")].predict(X), m.predict(X))
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "constants": {}}))
+    assert load(folder)[0][("pooled", 2, "telemetry", "final_test_accuracy")].base is None
+
+
 def test_interval_bands_widen_an_undecided_run_and_never_narrow_below_all_runs():
     from prenet.outcome.models import interval_bounds, residual_bands
 

@@ -131,31 +131,59 @@ def _model(target: str, params: dict, seed: int):
     return xgb.XGBClassifier(**kw, eval_metric="logloss")
 
 
+#: What the accuracy model learns, recorded in the manifest: the gain from the run's accuracy now to its final accuracy
+#: (the naive guess's residual: trees do not extrapolate a level, and a domain never seen has its own), added back
+#: to the accuracy now on prediction. A manifest without it holds models of the final accuracy itself.
+ACCURACY_TARGET = "gain over the accuracy now"
+
+
+def accuracy_columns(epoch: int, feature_set: str, drop: tuple[str, ...] = ()) -> tuple[int | None, int] | None:
+    """Where :func:`~prenet.outcome.features.design`'s rows hold the validation and the train accuracy at ``epoch``
+    (validation None where the features lack it); None where they hold no train accuracy."""
+    names = feature_names(epoch, feature_set, drop)
+    val, train = f"val_accuracy_e{epoch}", f"train_accuracy_e{epoch}"
+    return (names.index(val) if val in names else None, names.index(train)) if train in names else None
+
+
+def accuracy_now(X: np.ndarray, columns: tuple[int | None, int]) -> np.ndarray:
+    """Each design row's accuracy at its epoch, by :func:`accuracy_at`'s rule: validation where recorded, else train,
+    0 where neither is (``columns``: :func:`accuracy_columns`)."""
+    val, train = columns
+    acc = X[:, train] if val is None else np.where(np.isnan(X[:, val]), X[:, train], X[:, val])
+    return np.nan_to_num(acc, nan=0.0)
+
+
 @dataclass
 class Fitted:
-    """One fitted model: XGBoost estimator, or a constant when the training labels had one class."""
+    """One fitted model: XGBoost estimator, or a constant when the training labels had one class. ``base``: for the
+    accuracy model, the design columns of the accuracy now (:func:`accuracy_columns`) when it learned the gain over it
+    (:data:`ACCURACY_TARGET`); None when it learned the final accuracy itself."""
 
     target: str
     model: Any = None
     constant: float | None = None
+    base: tuple[int | None, int] | None = None
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """Accuracy (regression) or failure probability (binary)."""
+        """Accuracy (regression, clipped to [0, 1]) or failure probability (binary)."""
         if self.constant is not None:
             return np.full(len(X), self.constant)
         if self.target == "final_test_accuracy":
-            return self.model.predict(X)
+            return np.clip(self.model.predict(X) + (accuracy_now(X, self.base) if self.base is not None else 0.0), 0.0, 1.0)
         return self.model.predict_proba(X)[:, 1]
 
 
-def fit_one(target: str, X: np.ndarray, y: np.ndarray, params: dict, seed: int) -> Fitted:
+def fit_one(target: str, X: np.ndarray, y: np.ndarray, params: dict, seed: int, base: tuple[int | None, int] | None = None) -> Fitted:
+    """One model of ``target`` on ``X``; the accuracy model with ``base`` (:func:`accuracy_columns`) learns the gain
+    from the accuracy now (:class:`Fitted`)."""
     if target != "final_test_accuracy" and len(np.unique(y)) == 1:
         return Fitted(target, constant=float(y[0]))
+    base = base if target == "final_test_accuracy" else None
     m = _model(target, params, seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        m.fit(X, y)
-    return Fitted(target, m)
+        m.fit(X, y - accuracy_now(X, base) if base is not None else y)
+    return Fitted(target, m, base=base)
 
 
 def relative_class(
@@ -205,9 +233,10 @@ def fit_targets(
         X = np.vstack([X, B])
         reps = 2
     out = {}
+    base = accuracy_columns(epoch, feature_set, drop)
     for target in targets:
         y = np.tile(runs[target].to_numpy().astype(float if target == "final_test_accuracy" else int), reps)
-        out[target] = fit_one(target, X, y, params, seed)
+        out[target] = fit_one(target, X, y, params, seed, base=base)
     return out
 
 
@@ -357,6 +386,7 @@ def train_all(
         "scopes": ["pooled"],
         "feature_sets": list(FEATURE_SETS),
         "targets": list(TARGETS),
+        "accuracy_target": ACCURACY_TARGET,
         "classes": classes,
         "thresholds": thr,
         "pooled_thresholds": pooled,
@@ -420,5 +450,6 @@ def load(folder: str | Path) -> tuple[dict, dict]:
             continue
         m = xgb.XGBRegressor() if target == "final_test_accuracy" else xgb.XGBClassifier()
         m.load_model(folder / f"{name}.json")
-        models[(scope, e, fs, target)] = Fitted(target, m)
+        gain = target == "final_test_accuracy" and manifest.get("accuracy_target") == ACCURACY_TARGET
+        models[(scope, e, fs, target)] = Fitted(target, m, base=accuracy_columns(e, fs) if gain else None)
     return models, manifest
