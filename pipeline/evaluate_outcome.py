@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 from omegaconf import DictConfig, OmegaConf
 
@@ -22,7 +23,17 @@ from prenet.data.schemas import OutcomeRuns, OutcomeTelemetry
 from prenet.data.split_rule import assign
 from prenet.outcome.crossval import ablate_groups, leave_group_out, mean_over_groups, naive_guess, score_predictions
 from prenet.outcome.evaluation import auc, interval_coverage, paired_difference, r2, reliability
-from prenet.outcome.models import accuracy_at, interval_bounds, labels, load, may_take_off, predict_targets, residual_key, take_off_interval
+from prenet.outcome.models import (
+    accuracy_at,
+    failure_probability,
+    interval_bounds,
+    labels,
+    load,
+    may_take_off,
+    predict_targets,
+    residual_key,
+    take_off_interval,
+)
 from prenet.rendering import figures
 
 _SHARED: dict = {}
@@ -80,9 +91,16 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
         fitted = {fs: {t: models[("pooled", e, fs, t)] for t in manifest["targets"]} for fs in manifest["feature_sets"]}
         for fs in manifest["feature_sets"]:
             out[fs] = predict_targets(fitted[fs], hold, tel, e, fs)
-            per[fs] = score_predictions(hold, out[fs], n_boot, seed, thr, fallback)
         # the default call, predict(table): neither the domain nor the schedule stated
         unstated = predict_targets(fitted["telemetry"], hold, tel, e, "telemetry", known_domain=False, known_schedule=False)
+        # the failure probability as predict() answers it (the loss/accuracy-only ablation keeps its classifier's)
+        for pred, stated in ((out["telemetry"], True), (unstated, False)):
+            run_thr = [(thr.get(d, fallback) if stated else fallback)["failure_threshold"] for d in doms]
+            pred["failure"] = failure_probability(
+                pred["failure"], pred["final_test_accuracy"], manifest["residuals"].get(residual_key(e, stated)), np.array(run_thr)
+            )
+        for fs in manifest["feature_sets"]:
+            per[fs] = score_predictions(hold, out[fs], n_boot, seed, thr, fallback)
         per["telemetry_unstated"] = score_predictions(hold, unstated, n_boot, seed, thr, fallback)
         per["naive"] = score_predictions(hold, naive_guess(hold, tel, e), n_boot, seed, thr, fallback)
         results[f"epoch_{e}"] = per

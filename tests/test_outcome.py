@@ -326,6 +326,18 @@ def test_the_accuracy_model_learns_the_gain_over_the_accuracy_now(tmp_path):
     assert load(folder)[0][("pooled", 2, "telemetry", "final_test_accuracy")].base is None
 
 
+def test_the_failure_probability_mixes_the_classifier_with_the_accuracy_models_residuals():
+    from prenet.outcome.models import FAILURE_CLASSIFIER_SHARE, failure_probability
+
+    res = [-0.3, -0.1, 0.0, 0.1]  # out-of-fold actual − predicted
+    clf, acc = np.array([0.2, 0.9]), np.array([0.45, 0.8])
+    # run 1: 0.45 − 0.3 and 0.45 − 0.1 fall below 0.4 (2 of 4); run 2: none below 0.4, 0.8 − 0.3 and 0.8 − 0.1 below 0.75
+    want = FAILURE_CLASSIFIER_SHARE * clf + (1 - FAILURE_CLASSIFIER_SHARE) * np.array([0.5, 0.0])
+    np.testing.assert_allclose(failure_probability(clf, acc, res, 0.4), want)
+    np.testing.assert_allclose(failure_probability(clf, acc, res, np.array([0.4, 0.75])), want + (1 - FAILURE_CLASSIFIER_SHARE) * np.array([0, 0.5]))
+    assert (failure_probability(clf, acc, None, 0.4) == clf).all() and (failure_probability(clf, acc, [], 0.4) == clf).all()
+
+
 def test_interval_bands_widen_an_undecided_run_and_never_narrow_below_all_runs():
     from prenet.outcome.models import interval_bounds, residual_bands
 

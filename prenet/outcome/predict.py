@@ -18,6 +18,7 @@ from prenet.outcome.models import (
     LATE_BLOOMER,
     SLOW_BELOW,
     accuracy_at,
+    failure_probability,
     interval_bounds,
     load,
     may_take_off,
@@ -125,8 +126,10 @@ def predict(
         took = spec.get("took_off_final_accuracy", {}).get(str(e), [])
         _, hi_arr = take_off_interval(np.array([lo]), np.array([hi]), np.array([p_take]), np.array([True]), took, up_level)
         hi = float(hi_arr[0])
-    pf = float(models[(scope, e, "telemetry", "failure")].predict(X)[0])
-    cuts = manifest["thresholds"][domain]["class_cuts"] if domain in known else manifest["pooled_thresholds"]["class_cuts"]
+    thresholds = manifest["thresholds"][domain] if domain in known else manifest["pooled_thresholds"]
+    classifier = models[(scope, e, "telemetry", "failure")].predict(X)
+    pf = float(failure_probability(classifier, np.array([acc]), manifest.get("residuals", {}).get(rkey), thresholds["failure_threshold"])[0])
+    cuts = thresholds["class_cuts"]
     cls, pc = relative_class(np.array([acc]), cuts, manifest.get("residuals", {}).get(rkey))
     return Outcome(
         acc,
