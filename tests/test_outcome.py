@@ -336,6 +336,7 @@ def test_the_failure_probability_mixes_the_classifier_with_the_accuracy_models_r
     np.testing.assert_allclose(failure_probability(clf, acc, res, 0.4), want)
     np.testing.assert_allclose(failure_probability(clf, acc, res, np.array([0.4, 0.75])), want + (1 - FAILURE_CLASSIFIER_SHARE) * np.array([0, 0.5]))
     assert (failure_probability(clf, acc, None, 0.4) == clf).all() and (failure_probability(clf, acc, [], 0.4) == clf).all()
+    np.testing.assert_allclose(failure_probability(clf, acc, np.array(res), 0.4), want)  # an array of residuals too
 
 
 def test_interval_bands_widen_an_undecided_run_and_never_narrow_below_all_runs():

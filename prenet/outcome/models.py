@@ -319,12 +319,14 @@ def interval_bounds(accuracy: np.ndarray, quantiles: list[float], bands: dict[st
 FAILURE_CLASSIFIER_SHARE = 0.5
 
 
-def failure_probability(classifier: np.ndarray, accuracy: np.ndarray, residuals: list[float] | None, threshold: np.ndarray | float) -> np.ndarray:
+def failure_probability(
+    classifier: np.ndarray, accuracy: np.ndarray, residuals: list[float] | np.ndarray | None, threshold: np.ndarray | float
+) -> np.ndarray:
     """The answer's failure probability (:data:`FAILURE_CLASSIFIER_SHARE`): the ``classifier``'s mixed with the share
     of the out-of-fold ``residuals`` (actual − predicted accuracy) that would put the predicted ``accuracy`` below the
     failure ``threshold`` (per run, or one); the classifier's alone without residuals."""
     p = np.asarray(classifier, dtype=float)
-    if not residuals:
+    if residuals is None or len(residuals) == 0:
         return p
     res = np.asarray(residuals, dtype=float)
     acc = np.asarray(accuracy, dtype=float)[:, None]
