@@ -421,8 +421,8 @@ def _ooc_rows(oo: dict) -> list[Row]:
     if not oo:
         return []
 
-    def ci(v: list) -> str:
-        return f"{v[0]:.2f} [{v[1]:.2f}, {v[2]:.2f}]"
+    def ci(v: list) -> str:  # three decimals: a target at 0.95 or 0.97 must not round into being met
+        return f"{v[0]:.3f} [{v[1]:.2f}, {v[2]:.2f}]"
 
     cells = "; ".join(
         f"epoch {e}: R² {ci(m['r2'])} (naive {m['naive_r2'][0]:.2f}), AUC {ci(m['failure_auc'])} (naive {m['naive_failure_auc'][0]:.2f})"
