@@ -35,6 +35,7 @@ MATRIX = [
     "outcome.corpus.domains=[mlp_digits]",
     f"outcome.corpus.runs_per_domain={2 * ITEMS}",
     "outcome.corpus.prior_fraction=0.5",
+    "outcome.corpus.enrich.heavy_ball.runs=0",  # the prior runs only: one shard of ITEMS
     "distribute.hardware=[cpu]",
     "distribute.shards=[0]",
     "distribute.zombie_after_s=45",
@@ -380,6 +381,7 @@ def test_a_killed_dask_worker_leaves_every_corpus_output_exactly_once(tmp_path, 
             tmp_path,
             "outcome.corpus.domains=[mlp_digits]",
             f"outcome.corpus.runs_per_domain={2 * n}",
+            "outcome.corpus.enrich.heavy_ball.runs=0",  # the prior runs only: n items
             "distribute.hardware=[cpu]",
             "distribute.shards=[0]",
             f"distribute.scratch={tmp_path / 'scratch'}",
