@@ -281,11 +281,14 @@ def cv_residuals(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, par
 
 def residual_bands(predicted: np.ndarray, residuals: np.ndarray, interval: list[float], bands: int) -> dict[str, list]:
     """Residual quantiles by band of predicted accuracy: ``bands`` equal-count bands of the out-of-fold predictions
-    (``edges``: their inner boundaries) and each band's ``interval`` quantiles of the residuals (actual − predicted),
-    never narrower than all runs' quantiles. A run still undecided (predicted between failing and succeeding) falls
-    in a band whose residuals are wide, so its interval widens. A band the corpus calls narrowly (runs predicted at
-    chance stay there in the corpus) keeps the overall width: runs unlike the corpus do take off from there
-    (``evaluate_outcome_ooc`` measures it). One band (no edges) with fewer than 20 runs a band."""
+    (``edges``: their inner boundaries) and each band's ``interval`` quantiles of the residuals (actual − predicted).
+    A run still undecided (predicted between failing and succeeding) falls in a band whose residuals are wide, so its
+    interval widens. The lowest band, which the corpus calls narrowly (runs predicted at chance stay there in the
+    corpus), is never narrower than all runs' quantiles: runs unlike the corpus do take off from there
+    (``evaluate_outcome_ooc`` measures it). The other bands keep their own: floored too, the intervals over-covered
+    (measured at 80 % nominal: holdout 87 / 86 % at epochs 2 / 5; out of corpus 80/79/86/88 % at epochs 1/2/3/5, and
+    88/90/91/91 % on a second draw), where the lowest band alone gives 85 / 83 %, 73/76/81/83 % and 80/88/87/88 %.
+    One band (no edges) with fewer than 20 runs a band."""
     pred, res = np.asarray(predicted, dtype=float), np.asarray(residuals, dtype=float)
     overall = [float(np.quantile(res, q)) for q in interval] if len(res) else []
     if bands < 2 or len(res) < 20 * bands:
@@ -295,7 +298,7 @@ def residual_bands(predicted: np.ndarray, residuals: np.ndarray, interval: list[
     per = []
     for b in range(bands):
         q = [float(np.quantile(res[idx == b], v)) for v in interval]
-        per.append([min(q[0], overall[0]), *q[1:-1], max(q[-1], overall[-1])])
+        per.append([min(q[0], overall[0]), *q[1:-1], max(q[-1], overall[-1])] if b == 0 else q)
     return {"edges": [float(v) for v in edges], "quantiles": per}
 
 
