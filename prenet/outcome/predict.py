@@ -105,7 +105,7 @@ def predict(
             f"domain {domain!r} was not in the corpus (known: {', '.join(known)}); the pooled model answers as for an unknown domain", stacklevel=2
         )
     X = single_run(table, e, "telemetry", domain=domain if domain in known else None, schedule=schedule)
-    acc = float(np.clip(models[(scope, e, "telemetry", "final_test_accuracy")].predict(X)[0], 0.0, 1.0))
+    acc = float(models[(scope, e, "telemetry", "final_test_accuracy")].predict(X)[0])  # in [0, 1] (Fitted.predict)
     rkey = residual_key(e, stated=domain in known and schedule is not None)
     q = manifest["residual_quantiles"].get(rkey, [float("nan"), float("nan")])
     lo, hi = (float(b[0]) for b in interval_bounds(np.array([acc]), q, manifest.get("residual_bands", {}).get(rkey)))
