@@ -31,6 +31,8 @@ DIRECTIONS: tuple[str, ...] = ("forward", "forward_backward", "train_step")
 #: momentum 0.9 (its steady state: the buffer exists), SGD with Nesterov momentum 0.9, Adam, AdamW (its decoupled
 #: weight decay an op of the step), RMSprop with momentum 0.9 (as EfficientNet and MobileNet train).
 OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop")
+#: Optimizer state buffers per parameter (memory estimates; the data a step touches).
+OPTIMIZER_STATE_BUFFERS: dict[str, int] = {"none": 0, "sgd": 0, "sgd_momentum": 1, "momentum": 1, "nesterov": 1, "adam": 2, "adamw": 2, "rmsprop": 2}
 #: The optimizers torch runs as one fused kernel (``fused=True``); torch has no fused RMSprop.
 FUSED_OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "nesterov", "adam", "adamw")
 #: Memory formats of a traced step's 4-D tensors: ``contiguous`` (NCHW, torch's default) or ``channels_last`` (NHWC,

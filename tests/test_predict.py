@@ -24,23 +24,59 @@ def models_dir(tiny_run):
 def test_step_time_of_a_zoo_model_sums_its_ops(models_dir):
     p = predict_step_time("mlp", batch_size=32, hardware="local", models_dir=models_dir, dataset_size=1000, overhead_ms=0.0)
     assert p.step_seconds > 0 and p.steps_per_epoch == 32 and p.epoch_seconds == pytest.approx(32 * p.step_seconds)
-    assert p.step_seconds * 1e3 == pytest.approx(sum(p.family_ms.values()))
+    assert p.step_seconds * 1e3 == pytest.approx(sum(p.family_ms.values()) + p.dram_refetch_ms)
     assert {"gemm", "loss", "optimizer"} <= set(p.family_ms)  # forward, the loss, backward and the update are all in the step
     assert p.input_shape == [32, 784] and p.params > 0 and p.precision == "fp32"
     assert sum(p.estimate_share.values()) == pytest.approx(1.0)
 
 
-def test_a_cpu_step_of_cache_sensitive_ops_says_its_prediction_is_a_lower_bound(models_dir):
-    """The batch-16 MLP's time is in skinny GEMMs of 3-4 MB, timed warm but run from DRAM in a step: the answer says so;
-    ResNet-18's convolutions are compute-bound, and a GPU's answer never carries the CPU note."""
+def _local_cpu(cache_mb: float | None):
+    """This machine's CPU as the benchmark recorded it (or measures it), with the cache capacity ``cache_mb``."""
+    import dataclasses
+
+    from prenet.api import _hardware
+
+    return dataclasses.replace(_hardware("local", 1), cache_mb=cache_mb)
+
+
+def test_a_cpu_step_whose_data_outgrows_the_caches_fetches_its_skinny_gemms_operands_from_dram(models_dir):
+    """The batch-16 MLP (2.9 M parameters: 22 MiB of weights and gradients) spends its time in skinny GEMMs of 3-4 MB,
+    timed in place with warm operands: on a CPU whose caches hold 12 MB, the step adds their bytes at the DRAM bandwidth
+    and says so; where the caches hold its data, or on a GPU, nothing is added; a record without a measured capacity
+    only warns."""
+    from prenet.steptime.step import dram_refetch_ms
 
     def cache_notes(p) -> list[str]:
         return [n for n in p.notes if n.startswith("cache:")]
 
-    mlp = predict_step_time("mlp", batch_size=16, hardware="local", models_dir=models_dir)
-    assert len(cache_notes(mlp)) == 1 and "lower bound" in cache_notes(mlp)[0]
-    assert not cache_notes(predict_step_time("resnet18", batch_size=16, hardware="local", models_dir=models_dir))
-    assert not cache_notes(predict_step_time("mlp", batch_size=16, hardware="Tesla T4", models_dir=models_dir))
+    kw = dict(batch_size=16, models_dir=models_dir, overhead_ms=0.0)
+    small = _local_cpu(12.0)
+    mlp = predict_step_time("mlp", hardware=small, **kw)
+    gemm_bytes = 2 * (16 * 1024 + 1024 * 1024 + 16 * 1024) * 4  # per hidden layer: forward and input-gradient GEMMs
+    assert mlp.dram_refetch_ms >= 2 * gemm_bytes / (small.mem_bw_gbps * 1e9) * 1e3
+    assert mlp.step_seconds * 1e3 == pytest.approx(sum(mlp.family_ms.values()) + mlp.dram_refetch_ms)
+    assert len(cache_notes(mlp)) == 1 and "(22 MB)" in cache_notes(mlp)[0] and f"+ {mlp.dram_refetch_ms:.2f} ms" in cache_notes(mlp)[0]
+    roomy = predict_step_time("mlp", hardware=_local_cpu(64.0), **kw)
+    assert roomy.dram_refetch_ms == 0 and not cache_notes(roomy)
+    assert roomy.step_seconds < mlp.step_seconds and roomy.family_ms == pytest.approx(mlp.family_ms)  # one op, one time
+    old = predict_step_time("mlp", hardware=_local_cpu(None), **kw)
+    assert old.dram_refetch_ms == 0 and "lower bound" in cache_notes(old)[0]
+    gpu = predict_step_time("mlp", hardware="Tesla T4", **kw)
+    assert gpu.dram_refetch_ms == 0 and not cache_notes(gpu)
+    ops = pl.DataFrame({"bytes": [4.3e6, 0.5e6, 4.3e6], "flops": [3.4e7, 1e6, 1e9]})  # skinny GEMM, small op, dense op
+    assert dram_refetch_ms(ops, small, 23 * 2**20) == pytest.approx(4.3e6 / (small.mem_bw_gbps * 1e9) * 1e3)
+    assert dram_refetch_ms(ops, small, 11 * 2**20) == 0.0  # the step's data fits: its operands stay warm
+
+
+def test_the_cache_capacity_is_where_copies_fall_half_way_to_dram(monkeypatch):
+    """The capacity is the largest copy footprint still at least half-way from DRAM to cache bandwidth."""
+    from prenet.hardware import local
+
+    curve = {1: 90.0, 2: 91.0, 4: 84.0, 6: 75.0, 8: 53.0, 12: 40.0, 16: 24.0, 24: 21.0, 32: 19.0}  # copy MB -> GB/s
+    monkeypatch.setattr(local, "measure_bandwidth_gbps", lambda size_mb, repeats=5: curve[int(size_mb)])
+    assert local.measure_cache_mb(90.0, 20.0) == 12.0  # 6 MB copies (12 MB footprint) run at 75 >= 55 GB/s
+    monkeypatch.setattr(local, "measure_bandwidth_gbps", lambda size_mb, repeats=5: 20.0)
+    assert local.measure_cache_mb(90.0, 20.0) == 1.0  # no footprint runs from the caches
 
 
 def test_unseen_hardware_from_its_spec_sheet(models_dir, tmp_path):

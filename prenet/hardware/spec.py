@@ -39,6 +39,10 @@ class HardwareSpec:
     #: CPU only: measured bandwidth (GB/s) of a copy that stays in the last-level cache — the op roofline's bandwidth on a
     #: CPU, where a working set of a few MB (an RNN's weights, a layer's activations) never reaches DRAM.
     cache_bw_gbps: float | None = None
+    #: CPU only: how many MB a working set may span and still come from the caches (:func:`prenet.hardware.local.
+    #: measure_cache_mb`, measured: a shared host leaves a core far less than its L3); a step whose data is larger
+    #: fetches its operands from DRAM (:func:`prenet.steptime.step.dram_refetch_ms`). None: unknown.
+    cache_mb: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property

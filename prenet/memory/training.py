@@ -34,10 +34,8 @@ from torch import nn
 
 from prenet.measurement.steps import unpack_example
 from prenet.memory.estimate import MemoryEstimate
+from prenet.names import OPTIMIZER_STATE_BUFFERS
 from prenet.ops.trace import training_loss
-
-#: Optimizer state buffers per parameter.
-OPTIMIZER_STATE_BUFFERS: dict[str, int] = {"none": 0, "sgd": 0, "sgd_momentum": 1, "momentum": 1, "nesterov": 1, "adam": 2, "adamw": 2, "rmsprop": 2}
 
 
 def trace_saved(module: nn.Module, example_batch: Any) -> tuple[list[int], list[tuple[int, int]]]:

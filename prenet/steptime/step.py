@@ -16,10 +16,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import polars as pl
 
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
+from prenet.names import OPTIMIZER_STATE_BUFFERS
 from prenet.ops.records import StepTrace, as_run_on
 from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
@@ -59,6 +61,9 @@ class StepPrediction:
     grad_accum: int = 1  # micro-steps of ``batch_size`` per optimizer step: the step is one optimizer step
     memory_bytes: int | None = None  # predicted peak memory of the step (bytes), when asked for
     host_issue_ms: float = 0.0  # the host's time to issue the step's ops (GPU: ops × the fitted host cost; ms)
+    #: CPU: the time (ms) the step's cache-sensitive ops spend fetching operands from DRAM that the op benchmark timed
+    #: warm (:func:`dram_refetch_ms`); in ``step_seconds``, not in ``family_ms`` (an op's own time is its in-place one)
+    dram_refetch_ms: float = 0.0
     #: A multi-GPU job (:class:`prenet.parallel.data_parallel.ParallelStep` as a dict): ``step_seconds`` is then its
     #: step, and ``family_ms`` the one-GPU compute it starts from. None: one device.
     parallel: dict[str, Any] | None = None
@@ -154,7 +159,9 @@ def _summarize(
         notes.append(note)
     if hw.kind == "cpu" and trace.precision == "bf16" and (note := cpu_bf16_note(hw)):
         notes.append(note)
-    if note := cpu_cache_note(ops, hw):
+    data_bytes = step_data_bytes(trace)
+    refetch_ms = dram_refetch_ms(ops, hw, data_bytes)
+    if note := cpu_cache_note(ops, hw, refetch_ms, data_bytes):
         notes.append(note)
     if host_issue_ms > total_ms:
         notes.append(
@@ -164,7 +171,7 @@ def _summarize(
         )
     top_rows = ops.sort("predicted_ms", descending=True).head(top).select("op", "family", "phase", "module", "shapes", "predicted_ms", "estimate")
     pred = StepPrediction(
-        step_seconds=(step_ms + overhead_ms) / 1e3,
+        step_seconds=(step_ms + refetch_ms + overhead_ms) / 1e3,
         hardware=hw.to_dict(),
         optimizer=trace.optimizer,
         precision=trace.precision,
@@ -181,6 +188,7 @@ def _summarize(
         memory_format=trace.memory_format,
         grad_accum=trace.grad_accum,
         host_issue_ms=host_issue_ms,
+        dram_refetch_ms=refetch_ms,
     )
     return pred, ops
 
@@ -218,34 +226,73 @@ def accumulate(trace: StepTrace, module: nn.Module, k: int) -> StepTrace:
 
 
 #: A CPU op is cache-sensitive when it is memory-bound (under this many FLOPs per byte: a GEMM of a batch of 16 rows
-#: through a weight matrix has ~8) and its operands (bytes moved) lie between the L2 and this many MB: the benchmark
-#: times it in place, its operands warm in the last-level cache, while inside a step they come from DRAM
-#: (measured 2026-12-04 on this host, docs/hardware.md: the 784-1024-1024-1024-10 MLP's ops ran ~1.5x slower inside
-#: the step than in place; its step is predicted 34 % too fast, while the zoo's other steps are within 16 %).
+#: through a weight matrix has ~8) and its operands (bytes moved) lie between the L2 and the caches' capacity
+#: (:attr:`~prenet.hardware.spec.HardwareSpec.cache_mb`; :data:`CACHE_SENSITIVE_MAX_MB` where a record predates it):
+#: the op benchmark times it in place, its operands warm in the last-level cache, while inside a step whose data
+#: outgrows the caches they come from DRAM (:func:`dram_refetch_ms`).
 CACHE_SENSITIVE_FLOPS_PER_BYTE = 12.0
 CACHE_SENSITIVE_MAX_MB = 12.0
-#: ... and the answer says so when such ops hold more than this share of the predicted step.
+#: Without a measured cache capacity the answer only warns, when such ops hold more than this share of the step.
 CACHE_NOTE_SHARE = 0.5
+#: Bytes per trainable parameter of each copy a step keeps (FP32 weights, gradients, optimizer state buffers).
+PARAM_BYTES = 4
 
 
-def cpu_cache_note(ops: pl.DataFrame, hw: HardwareSpec) -> str | None:
-    """A note for a CPU step whose predicted time is mostly in cache-sensitive ops (above), which the prediction
-    times with warm caches: such a step ran up to ~1.5× slower than predicted. None for GPUs and other steps."""
+def cache_sensitive(ops: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
+    """Which of a CPU step's ``ops`` are cache-sensitive (above): a boolean per row (all False on a GPU)."""
     if hw.kind != "cpu" or ops.height == 0:
-        return None
-    l2_mb = hw.l2_mb or 1.0
+        return np.zeros(ops.height, dtype=bool)
     by = ops.get_column("bytes").to_numpy().astype(float)
     fl = ops.get_column("flops").to_numpy().astype(float)
+    top = (hw.cache_mb or CACHE_SENSITIVE_MAX_MB) * 2**20
+    return (by > (hw.l2_mb or 1.0) * 2**20) & (by <= top) & (fl < CACHE_SENSITIVE_FLOPS_PER_BYTE * by)
+
+
+def step_data_bytes(trace: StepTrace) -> float:
+    """The data a step touches every time (bytes): its parameters' FP32 weights, gradients and the optimizer's state
+    buffers (:data:`~prenet.names.OPTIMIZER_STATE_BUFFERS`; unknown optimizers count none)."""
+    return float(trace.params) * PARAM_BYTES * (2 + OPTIMIZER_STATE_BUFFERS.get(trace.optimizer, 0))
+
+
+def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, data_bytes: float) -> float:
+    """On a CPU whose caches (:attr:`~prenet.hardware.spec.HardwareSpec.cache_mb`, measured) hold less than the step's
+    ``data_bytes`` (:func:`step_data_bytes`): the time (ms) its cache-sensitive ops (:func:`cache_sensitive`) spend
+    fetching their operands from DRAM, at the measured DRAM bandwidth, on top of their in-place times. Additive, not
+    overlapped: one thread packs a GEMM's operand before it computes on it (measured on this host, 2026-12-05: the
+    skinny GEMMs of a 784-1024-1024-1024-10 MLP at batch 16 took 0.20-0.36 ms more after a 64 MB eviction than in
+    place, 3.3-4.3 MB each, i.e. 12-22 GB/s against 20.6 GB/s copy bandwidth). 0 on a GPU, for a step whose data fits the caches,
+    or without a measured cache capacity."""
+    if hw.kind != "cpu" or not hw.cache_mb or data_bytes <= hw.cache_mb * 2**20:
+        return 0.0
+    by = ops.get_column("bytes").to_numpy().astype(float)
+    return float(by[cache_sensitive(ops, hw)].sum() / (hw.mem_bw_gbps * 1e9) * 1e3)
+
+
+def cpu_cache_note(ops: pl.DataFrame, hw: HardwareSpec, refetch_ms: float = 0.0, data_bytes: float = 0.0) -> str | None:
+    """What the answer says of a CPU step's caches: the DRAM refetch it added (:func:`dram_refetch_ms`), or, without a
+    measured cache capacity, a warning where cache-sensitive ops hold most of the step (they ran up to ~1.5× slower
+    inside a step than timed in place). None for GPUs and other steps."""
+    if hw.kind != "cpu" or ops.height == 0:
+        return None
+    sel = cache_sensitive(ops, hw)
+    if refetch_ms > 0:
+        return (
+            f"cache: the step's weights, gradients and optimizer state ({data_bytes / 2**20:.0f} MB) outgrow the "
+            f"{hw.cache_mb:g} MB its caches hold (measured), so {int(sel.sum())} memory-bound ops of {hw.l2_mb or 1.0:g}-"
+            f"{hw.cache_mb:g} MB, timed in place with warm operands, fetch them from DRAM: + {refetch_ms:.2f} ms at "
+            f"{hw.mem_bw_gbps:.1f} GB/s"
+        )
+    if hw.cache_mb:
+        return None
     t = ops.get_column("predicted_ms").to_numpy()
-    sel = (by > l2_mb * 2**20) & (by <= CACHE_SENSITIVE_MAX_MB * 2**20) & (fl < CACHE_SENSITIVE_FLOPS_PER_BYTE * by)
     share = float(t[sel].sum() / max(t.sum(), 1e-12))
     if share <= CACHE_NOTE_SHARE:
         return None
     return (
-        f"cache: {100 * share:.0f} % of this step's predicted time is in memory-bound ops of {l2_mb:g}-"
+        f"cache: {100 * share:.0f} % of this step's predicted time is in memory-bound ops of {hw.l2_mb or 1.0:g}-"
         f"{CACHE_SENSITIVE_MAX_MB:g} MB, timed with their operands warm in the cache; inside a step they come from DRAM, "
         "and a step like it (a 784-1024-1024-1024-10 MLP at batch 16) ran 1.5x slower than predicted: read this as a "
-        "lower bound (docs/hardware.md)"
+        "lower bound (docs/hardware.md; this CPU's record predates the measured cache capacity)"
     )
 
 
