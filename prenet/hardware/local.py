@@ -75,13 +75,22 @@ CACHE_FOOTPRINTS_MB = (2, 4, 8, 12, 16, 24, 32, 48, 64)
 
 
 def measure_cache_mb(cache_bw_gbps: float, dram_bw_gbps: float, repeats: int = 15) -> float:
-    """How large a working set (MB) still runs from the caches: the largest copy footprint (source + destination,
-    :data:`CACHE_FOOTPRINTS_MB`) whose measured bandwidth is at least half-way from ``dram_bw_gbps`` to
-    ``cache_bw_gbps``. Measured, not read off the L3 size: on a shared host (this one: a 32 MB L3, 2 vCPUs) a copy
-    past 12 MB already runs at half the cache bandwidth (2026-12-05: 92 GB/s at 4 MB, 75 at 12, 53 at 16, 19 at 32)."""
+    """How large a working set (MB) still runs from the caches: the copy footprint (source + destination) at which the
+    measured bandwidth falls to half-way from ``dram_bw_gbps`` to ``cache_bw_gbps``, interpolated between the
+    footprints of :data:`CACHE_FOOTPRINTS_MB` around the crossing (the knee is soft, and a reading at one footprint
+    alone flips with the noise; each footprint's reading is the fastest of 3). Measured, not read off the L3 size: on a shared host (this one: a 32 MB L3, 2 vCPUs)
+    a copy past 12 MB already runs at half the cache bandwidth (2026-12-05: 91 GB/s at 4 MB, 75 at 12, 53 at 16, 19
+    at 32, crossing at ~15 MB)."""
     mid = 0.5 * (cache_bw_gbps + dram_bw_gbps)
-    fits = [fp for fp in CACHE_FOOTPRINTS_MB if measure_bandwidth_gbps(fp / 2, repeats) >= mid]
-    return float(max(fits)) if fits else float(CACHE_FOOTPRINTS_MB[0]) / 2
+    prev = None
+    for fp in CACHE_FOOTPRINTS_MB:
+        bw = max(measure_bandwidth_gbps(fp / 2, repeats) for _ in range(3))  # a neighbour only slows a reading
+        if bw < mid:
+            if prev is None:
+                return float(fp)
+            return float(prev[0] + (fp - prev[0]) * (prev[1] - mid) / (prev[1] - bw))
+        prev = (fp, bw)
+    return float(CACHE_FOOTPRINTS_MB[-1])
 
 
 def measure_gemm_tflops(dtype: torch.dtype | None = None, n: int = 1024, repeats: int = 5) -> float:

@@ -248,10 +248,17 @@ def cache_sensitive(ops: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
     return (by > (hw.l2_mb or 1.0) * 2**20) & (by <= top) & (fl < CACHE_SENSITIVE_FLOPS_PER_BYTE * by)
 
 
+#: Bytes per parameter a bf16 / fp16 autocast step adds: the 16-bit weight copies its cast cache holds (2) and their
+#: 16-bit gradients, which the backward casts into the FP32 ones (2).
+CAST_COPY_BYTES = 4
+
+
 def step_data_bytes(trace: StepTrace) -> float:
     """The data a step touches every time (bytes): its parameters' FP32 weights, gradients and the optimizer's state
-    buffers (:data:`~prenet.names.OPTIMIZER_STATE_BUFFERS`; unknown optimizers count none)."""
-    return float(trace.params) * PARAM_BYTES * (2 + OPTIMIZER_STATE_BUFFERS.get(trace.optimizer, 0))
+    buffers (:data:`~prenet.names.OPTIMIZER_STATE_BUFFERS`; unknown optimizers count none), and under autocast the
+    16-bit weight copies and their gradients (:data:`CAST_COPY_BYTES`). Activations are left out: made and used within a few ops, they stay warm."""
+    per = PARAM_BYTES * (2 + OPTIMIZER_STATE_BUFFERS.get(trace.optimizer, 0)) + (CAST_COPY_BYTES if trace.precision in ("bf16", "fp16") else 0)
+    return float(trace.params) * per
 
 
 def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, data_bytes: float) -> float:
@@ -278,8 +285,8 @@ def cpu_cache_note(ops: pl.DataFrame, hw: HardwareSpec, refetch_ms: float = 0.0,
     if refetch_ms > 0:
         return (
             f"cache: the step's weights, gradients and optimizer state ({data_bytes / 2**20:.0f} MB) outgrow the "
-            f"{hw.cache_mb:g} MB its caches hold (measured), so {int(sel.sum())} memory-bound ops of {hw.l2_mb or 1.0:g}-"
-            f"{hw.cache_mb:g} MB, timed in place with warm operands, fetch them from DRAM: + {refetch_ms:.2f} ms at "
+            f"{hw.cache_mb:.0f} MB its caches hold (measured), so {int(sel.sum())} memory-bound ops of {hw.l2_mb or 1.0:g}-"
+            f"{hw.cache_mb:.0f} MB, timed in place with warm operands, fetch them from DRAM: + {refetch_ms:.2f} ms at "
             f"{hw.mem_bw_gbps:.1f} GB/s"
         )
     if hw.cache_mb:
