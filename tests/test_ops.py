@@ -150,6 +150,39 @@ def test_tensor_core_precision_changes_units_and_halves_activation_bytes():
     assert gemm_bytes(f16) < 0.6 * gemm_bytes(f32)
 
 
+def test_cpu_attention_with_dropout_runs_the_math_as_torch_picks_it():
+    """torch's CPU flash kernel takes no dropout: with dropout > 0 torch picks the math (``_fused_sdp_choice`` 0),
+    so a training step of ``nn.TransformerEncoderLayer`` (dropout 0.1) runs ``bmm`` and the attention's dropout mask;
+    without dropout the flash kernel for CPUs."""
+    q = torch.randn(2, 2, 8, 8)
+    assert torch._fused_sdp_choice(q, q, q, None, 0.1, False) == 0 and torch._fused_sdp_choice(q, q, q, None, 0.0, False) == 1
+    for dropout, flash in ((0.1, False), (0.0, True)):
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=dropout, batch_first=True)
+        ops = [r.op for r in trace_step(layer, (torch.randn(2, 8, 32), torch.randn(2, 8, 32)), device_type="cpu").records]
+        assert ("_scaled_dot_product_flash_attention_for_cpu" in ops) == flash and ("bmm" in ops) != flash
+        assert ops.count("bernoulli_") == (4 if dropout else 0)  # attention weights, its output, the feed-forward's two
+
+
+def test_a_random_draw_is_timed_by_its_generators_arithmetic():
+    """A dropout mask's ``bernoulli_`` costs its generator's arithmetic per element: on a CPU its roofline is
+    compute-bound and grows with the elements (the trees then extrapolate past the measured sizes); on a GPU it stays
+    memory-bound; other elementwise ops keep their counted FLOPs."""
+    from prenet.hardware.catalog import get
+    from prenet.hardware.spec import HardwareSpec
+    from prenet.steptime.efficiency import RANDOM_DRAW_FLOPS_PER_ELEMENT, roofline_ms
+
+    n = np.array([1e5, 1e6])
+    frame = pl.DataFrame({"op": ["bernoulli_", "bernoulli_"], "flops": n, "bytes": 8 * n, "unit": ["fp32", "fp32"], "family": ["elementwise"] * 2})
+    cpu = HardwareSpec("cpu-test", "cpu", peak_fp32_tflops=0.1, mem_bw_gbps=20.0, cores=1, clock_mhz=2600, cache_bw_gbps=95.0)
+    compute, memory = roofline_ms(frame, cpu)
+    assert compute == pytest.approx(RANDOM_DRAW_FLOPS_PER_ELEMENT * n / (cpu.peak_fp32_tflops * 1e12) * 1e3)
+    assert (compute > memory).all() and compute[1] == pytest.approx(10 * compute[0])
+    g_compute, g_memory = roofline_ms(frame, get("A100 80GB SXM4"))
+    assert (g_memory > g_compute).all()
+    add = frame.with_columns(pl.lit("add").alias("op"))
+    assert roofline_ms(add, cpu)[0] == pytest.approx(n / (cpu.peak_fp32_tflops * 1e12) * 1e3)
+
+
 def test_fused_kernels_as_the_device_runs_them():
     """On meta, attention and an LSTM would decompose into their math; the trace uses the kernels a real device picks
     (CPU: flash attention for CPUs and oneDNN's fused LSTM layer, as torch.autocast-free real runs show)."""

@@ -76,7 +76,7 @@ _NORM = {
     "batch_norm_elemt",
     "batch_norm_gather_stats",
 }
-_SOFTMAX = {"_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "softmax", "log_softmax"}
+_SOFTMAX = {"_softmax", "_safe_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "softmax", "log_softmax"}
 _REDUCTION = {
     "sum",
     "mean",

@@ -86,11 +86,15 @@ def fused_attention(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> torch.Tensor:
-    """``F.scaled_dot_product_attention`` as the fused kernel torch picks on a real device (on ``meta`` it decomposes into
-    its math: more GEMMs, the L×L scores in memory, FP32 on a CPU): on a CPU the flash kernel for CPUs; on CUDA flash
-    attention for FP16/BF16 without a mask, else memory-efficient attention. Their backward ops follow through autograd."""
+    """``F.scaled_dot_product_attention`` as the kernel torch picks on a real device (on ``meta`` it decomposes into
+    its math: more GEMMs, the L×L scores in memory, FP32 on a CPU): on a CPU the flash kernel for CPUs, but the math
+    when ``dropout_p`` > 0 (torch's CPU flash kernel takes no dropout: ``torch._fused_sdp_choice`` answers math, and a
+    training step of ``nn.TransformerEncoderLayer``, dropout 0.1, runs ``bmm``, ``bernoulli_`` and ``mul`` there);
+    on CUDA flash attention for FP16/BF16 without a mask, else memory-efficient attention. Their backward ops follow
+    through autograd."""
     aten = torch.ops.aten
-    if enable_gqa or query.shape[-3:-2] != key.shape[-3:-2]:
+    math = device_type == "cpu" and float(dropout_p) > 0
+    if math or enable_gqa or query.shape[-3:-2] != key.shape[-3:-2]:
         return _SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
     if device_type == "cpu":
         return aten._scaled_dot_product_flash_attention_for_cpu(

@@ -105,9 +105,23 @@ def roofline_bandwidth_gbps(hw: HardwareSpec) -> float:
 WINOGRAD_GAIN = 2.25
 
 
+#: Arithmetic per element of a random draw (``op_class`` 3: dropout's ``bernoulli_``, ``uniform_``, ``normal_``), in
+#: FLOP-equivalents: a counter-based generator (Philox-4x32-10: 10 rounds of 2 multiplies and 4 xors per 4 outputs)
+#: plus the conversion and comparison, ~20 per element. The traced FLOPs count 1 per element, so the roofline called
+#: these memory-bound at any size and the trees, which do not extrapolate, flattened their time beyond the measured
+#: sizes: a 1 M-element ``bernoulli_`` was predicted 1.6 ms on this CPU and took 6.2 ms, 5.8 ns per element as
+#: at every measured size from 10 k to 139 k (2026-12-05). On a GPU the draw stays memory-bound.
+RANDOM_DRAW_FLOPS_PER_ELEMENT = 20.0
+
+
 def algorithmic_gain(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
-    """Per op, by how much the device's fastest algorithm cuts the direct FLOPs (1 but for GPU Winograd convolutions)."""
+    """Per op, by how much the device's fastest algorithm cuts the counted FLOPs: 1 but for GPU Winograd convolutions,
+    and 1 / :data:`RANDOM_DRAW_FLOPS_PER_ELEMENT` for a random draw (its generator's arithmetic, not counted)."""
     gain = np.ones(frame.height)
+    ops = frame.get_column("op").to_list() if "op" in frame.columns else []
+    for i, o in enumerate(ops):
+        if op_class(o) == 3:
+            gain[i] = 1.0 / RANDOM_DRAW_FLOPS_PER_ELEMENT
     if hw.kind != "gpu" or "shapes" not in frame.columns:
         return gain
     fams = frame.get_column("family").to_numpy()
