@@ -74,17 +74,23 @@ def measure_bandwidth_gbps(size_mb: float = 256, repeats: int = 5) -> float:
 CACHE_FOOTPRINTS_MB = (2, 4, 8, 12, 16, 24, 32, 48, 64)
 
 
-def measure_cache_mb(cache_bw_gbps: float, dram_bw_gbps: float, repeats: int = 15) -> float:
+def measure_cache_mb(cache_bw_gbps: float, dram_bw_gbps: float, repeats: int = 15, passes: int = 3) -> float:
     """How large a working set (MB) still runs from the caches: the copy footprint (source + destination) at which the
     measured bandwidth falls to half-way from ``dram_bw_gbps`` to ``cache_bw_gbps``, interpolated between the
-    footprints of :data:`CACHE_FOOTPRINTS_MB` around the crossing (the knee is soft, and a reading at one footprint
-    alone flips with the noise; each footprint's reading is the fastest of 3). Measured, not read off the L3 size: on a shared host (this one: a 32 MB L3, 2 vCPUs)
-    a copy past 12 MB already runs at half the cache bandwidth (2026-12-05: 91 GB/s at 4 MB, 75 at 12, 53 at 16, 19
-    at 32, crossing at ~15 MB)."""
+    footprints of :data:`CACHE_FOOTPRINTS_MB` around the crossing (the knee is soft), each footprint's reading the
+    fastest of 3 (a neighbour only slows a reading), the median of ``passes`` such crossings (single crossings read
+    14-19 MB here within minutes; medians of 3 read 14.7-15.5). Measured, not read off the L3 size: on a shared host
+    (this one: a 32 MB L3, 2 vCPUs) a copy past 12 MB already runs at half the cache bandwidth (2026-12-05: 91 GB/s at
+    4 MB, 75 at 12, 53 at 16, 19 at 32)."""
+    return float(statistics.median(_cache_crossing_mb(cache_bw_gbps, dram_bw_gbps, repeats) for _ in range(passes)))
+
+
+def _cache_crossing_mb(cache_bw_gbps: float, dram_bw_gbps: float, repeats: int) -> float:
+    """One reading of :func:`measure_cache_mb`'s crossing (MB)."""
     mid = 0.5 * (cache_bw_gbps + dram_bw_gbps)
     prev = None
     for fp in CACHE_FOOTPRINTS_MB:
-        bw = max(measure_bandwidth_gbps(fp / 2, repeats) for _ in range(3))  # a neighbour only slows a reading
+        bw = max(measure_bandwidth_gbps(fp / 2, repeats) for _ in range(3))
         if bw < mid:
             if prev is None:
                 return float(fp)
