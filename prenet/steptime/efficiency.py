@@ -118,10 +118,10 @@ def algorithmic_gain(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
     """Per op, by how much the device's fastest algorithm cuts the counted FLOPs: 1 but for GPU Winograd convolutions,
     and 1 / :data:`RANDOM_DRAW_FLOPS_PER_ELEMENT` for a random draw (its generator's arithmetic, not counted)."""
     gain = np.ones(frame.height)
-    ops = frame.get_column("op").to_list() if "op" in frame.columns else []
-    for i, o in enumerate(ops):
-        if op_class(o) == 3:
-            gain[i] = 1.0 / RANDOM_DRAW_FLOPS_PER_ELEMENT
+    if "op" in frame.columns:
+        ops = frame.get_column("op")
+        draws = [o for o in ops.unique().to_list() if op_class(o) == 3]  # one look-up per distinct op
+        gain[ops.is_in(draws).to_numpy()] = 1.0 / RANDOM_DRAW_FLOPS_PER_ELEMENT
     if hw.kind != "gpu" or "shapes" not in frame.columns:
         return gain
     fams = frame.get_column("family").to_numpy()

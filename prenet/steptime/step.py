@@ -159,9 +159,9 @@ def _summarize(
         notes.append(note)
     if hw.kind == "cpu" and trace.precision == "bf16" and (note := cpu_bf16_note(hw)):
         notes.append(note)
-    data_bytes = step_data_bytes(trace)
-    refetch_ms = dram_refetch_ms(ops, hw, data_bytes)
-    if note := cpu_cache_note(ops, hw, refetch_ms, data_bytes):
+    data_bytes, sensitive = step_data_bytes(trace), cache_sensitive(ops, hw)
+    refetch_ms = dram_refetch_ms(ops, hw, data_bytes, sensitive)
+    if note := cpu_cache_note(ops, hw, refetch_ms, data_bytes, sensitive):
         notes.append(note)
     if host_issue_ms > total_ms:
         notes.append(
@@ -256,32 +256,36 @@ CAST_COPY_BYTES = 4
 def step_data_bytes(trace: StepTrace) -> float:
     """The data a step touches every time (bytes): its parameters' FP32 weights, gradients and the optimizer's state
     buffers (:data:`~prenet.names.OPTIMIZER_STATE_BUFFERS`; unknown optimizers count none), and under autocast the
-    16-bit weight copies and their gradients (:data:`CAST_COPY_BYTES`). Activations are left out: made and used within a few ops, they stay warm."""
+    16-bit weight copies and their gradients (:data:`CAST_COPY_BYTES`). Activations are left out: made and used within
+    a few ops, they stay warm."""
     per = PARAM_BYTES * (2 + OPTIMIZER_STATE_BUFFERS.get(trace.optimizer, 0)) + (CAST_COPY_BYTES if trace.precision in ("bf16", "fp16") else 0)
     return float(trace.params) * per
 
 
-def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, data_bytes: float) -> float:
+def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, data_bytes: float, sensitive: np.ndarray | None = None) -> float:
     """On a CPU whose caches (:attr:`~prenet.hardware.spec.HardwareSpec.cache_mb`, measured) hold less than the step's
     ``data_bytes`` (:func:`step_data_bytes`): the time (ms) its cache-sensitive ops (:func:`cache_sensitive`) spend
     fetching their operands from DRAM, at the measured DRAM bandwidth, on top of their in-place times. Additive, not
     overlapped: one thread packs a GEMM's operand before it computes on it (measured on this host, 2026-12-05: the
     skinny GEMMs of a 784-1024-1024-1024-10 MLP at batch 16 took 0.20-0.36 ms more after a 64 MB eviction than in
-    place, 3.3-4.3 MB each, i.e. 12-22 GB/s against 20.6 GB/s copy bandwidth). 0 on a GPU, for a step whose data fits the caches,
-    or without a measured cache capacity."""
+    place, 3.3-4.3 MB each, i.e. 12-22 GB/s against 20.6 GB/s copy bandwidth). 0 on a GPU, for a step whose data fits
+    the caches, or without a measured cache capacity. ``sensitive``: :func:`cache_sensitive` of ``ops``, if known."""
     if hw.kind != "cpu" or not hw.cache_mb or data_bytes <= hw.cache_mb * 2**20:
         return 0.0
     by = ops.get_column("bytes").to_numpy().astype(float)
-    return float(by[cache_sensitive(ops, hw)].sum() / (hw.mem_bw_gbps * 1e9) * 1e3)
+    return float(by[cache_sensitive(ops, hw) if sensitive is None else sensitive].sum() / (hw.mem_bw_gbps * 1e9) * 1e3)
 
 
-def cpu_cache_note(ops: pl.DataFrame, hw: HardwareSpec, refetch_ms: float = 0.0, data_bytes: float = 0.0) -> str | None:
+def cpu_cache_note(
+    ops: pl.DataFrame, hw: HardwareSpec, refetch_ms: float = 0.0, data_bytes: float = 0.0, sensitive: np.ndarray | None = None
+) -> str | None:
     """What the answer says of a CPU step's caches: the DRAM refetch it added (:func:`dram_refetch_ms`), or, without a
     measured cache capacity, a warning where cache-sensitive ops hold most of the step (they ran up to ~1.5× slower
-    inside a step than timed in place). None for GPUs and other steps."""
+    inside a step than timed in place). None for GPUs and other steps. ``sensitive``: :func:`cache_sensitive` of ``ops``,
+    if known."""
     if hw.kind != "cpu" or ops.height == 0:
         return None
-    sel = cache_sensitive(ops, hw)
+    sel = cache_sensitive(ops, hw) if sensitive is None else sensitive
     if refetch_ms > 0:
         return (
             f"cache: the step's weights, gradients and optimizer state ({data_bytes / 2**20:.0f} MB) outgrow the "
