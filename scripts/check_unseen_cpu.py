@@ -1,0 +1,93 @@
+"""Usage: python scripts/check_unseen_cpu.py [--threads 1] (about 1 min on 2 shared cores).
+
+The CPU step-time answer on models no part of the pipeline was fitted on (not in the zoo, not in any benchmark):
+three MLPs of skinny GEMMs (SGD and Adam), torchvision's MobileNetV3-Small, a user's 2-layer ``nn.TransformerEncoder``
+(dropout 0.1) and an LSTM tagger. Each training step is measured here the way the zoo's steps are (the project's timer,
+glibc keeping freed memory: without it page faults add 10-30 % to such steps), and predicted through
+``prenet.api.predict_step_time(..., hardware="local")``, the call a user makes. Prints one line per model and the MAPE.
+Timings on a shared host move by ~10 % within minutes: compare the errors, not single milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+class Tagger(nn.Module):
+    """Embedding → 2-layer LSTM → the last step's tag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(5000, 128)
+        self.lstm = nn.LSTM(128, 256, num_layers=2, batch_first=True)
+        self.out = nn.Linear(256, 20)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.lstm(self.emb(x))[0][:, -1])
+
+
+def mlp(widths: list[int]) -> nn.Sequential:
+    """Linear layers of ``widths`` with ReLU between them."""
+    layers: list[nn.Module] = []
+    for a, b in zip(widths[:-1], widths[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def cases() -> dict[str, tuple[nn.Module, tuple[torch.Tensor, torch.Tensor], str]]:
+    """(module, example batch, optimizer) of each model."""
+    from prenet.torchvision_import import import_torchvision
+
+    tv = import_torchvision()
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(256, 4, 1024, batch_first=True), 2)
+    return {
+        "mlp 512-2048-2048-10, batch 32": (mlp([512, 2048, 2048, 10]), (torch.randn(32, 512), torch.randint(0, 10, (32,))), "sgd"),
+        "mlp 784-1536x3-10, batch 8": (mlp([784, 1536, 1536, 1536, 10]), (torch.randn(8, 784), torch.randint(0, 10, (8,))), "sgd"),
+        "mlp 256-1024-1024-10, batch 64, adam": (mlp([256, 1024, 1024, 10]), (torch.randn(64, 256), torch.randint(0, 10, (64,))), "adam"),
+        "mobilenet_v3_small 128 px, batch 8": (
+            tv.models.mobilenet_v3_small(num_classes=10),
+            (torch.randn(8, 3, 128, 128), torch.randint(0, 10, (8,))),
+            "sgd",
+        ),
+        "TransformerEncoder 2 x d256, 16 x 64 tokens": (
+            nn.Sequential(encoder, nn.Flatten(), nn.Linear(256 * 64, 10)),
+            (torch.randn(16, 64, 256), torch.randint(0, 10, (16,))),
+            "sgd",
+        ),
+        "LSTM tagger 2 x 256, 16 x 50 tokens": (Tagger(), (torch.randint(0, 5000, (16, 50)), torch.randint(0, 20, (16,))), "sgd"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    from prenet.api import predict_step_time
+    from prenet.measurement.allocator import keep_freed_memory
+    from prenet.measurement.models import measure_model
+
+    print(f"allocator: {keep_freed_memory()}, threads {a.threads}")
+    errors = []
+    for name, (module, example, optimizer) in cases().items():
+        measured = measure_model(module, example, optimizer=optimizer, warmup=3, repeats=7, min_block_ms=20.0)
+        p = predict_step_time((module, example), batch_size=int(example[0].shape[0]), hardware="local", optimizer=optimizer, threads=a.threads)
+        predicted = p.step_seconds * 1e3
+        errors.append(abs(predicted / measured.median_ms - 1))
+        print(
+            f"{name:46s} measured {measured.median_ms:8.2f} ms (spread {measured.spread_rel:.2f})  predicted {predicted:8.2f} ms  "
+            f"{100 * (predicted / measured.median_ms - 1):+6.1f} %  (DRAM refetch {p.dram_refetch_ms:.2f} ms)"
+        )
+    print(f"MAPE over {len(errors)} models: {100 * sum(errors) / len(errors):.1f} %")
+
+
+if __name__ == "__main__":
+    main()
