@@ -124,7 +124,10 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     fmt = " · channels_last" if args.memory_format == "channels_last" else ""
     where = hw.hardware_id if p.parallel is None else f"{p.parallel['gpus'] * p.parallel['nodes']} × {hw.hardware_id} ({p.parallel['strategy']})"
     print(f"{args.model} · input {shape} · {p.params / 1e6:.2f} M parameters · {args.precision} · {opt}{fmt} · {where}")
-    print(f"  step   {p.step_seconds * 1e3:10.2f} ms   ({p.ops} ops{f', + {p.overhead_ms:.2f} ms measured null step' if p.overhead_ms else ''})")
+    parts = [f"{p.ops} ops"] + [
+        f"+ {ms:.2f} ms {what}" for ms, what in ((p.dram_refetch_ms, "from DRAM (cache note)"), (p.overhead_ms, "measured null step")) if ms
+    ]
+    print(f"  step   {p.step_seconds * 1e3:10.2f} ms   ({', '.join(parts)})")
     if p.parallel is not None:
         par = p.parallel
         print(
