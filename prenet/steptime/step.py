@@ -5,7 +5,9 @@ gets one number everywhere.
     step_ms = Σ over the step's ATen ops of roofline_ms / efficiency  +  the measured null-step overhead (local CPU)
 
 On a GPU the ops are issued by the host while the GPU runs earlier ones: the step is the later of the two at every
-op (:mod:`prenet.steptime.host`), Σ of the op times when the GPU is the bottleneck.
+op (:mod:`prenet.steptime.host`), Σ of the op times when the GPU is the bottleneck. On a CPU whose caches hold less
+than the step's data, the step adds the DRAM fetches of the operands its ops were timed with warm
+(:func:`dram_refetch_ms`).
 """
 
 from __future__ import annotations
