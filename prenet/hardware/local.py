@@ -156,10 +156,9 @@ def detect_cpu(threads: int = 1, bandwidth_mb: int = 256) -> HardwareSpec:
     """Describe this machine's CPU as used with ``threads`` threads.
 
     Peak FP32 and BF16 FLOP/s are **measured** with a 1024³ matrix product on ``threads`` threads (the clock × SIMD
-    width figure, which assumes 2 FMA units, is kept in ``extra`` for reference), the best of :data:`DETECT_PASSES`
-    passes; the DRAM bandwidth (a 256 MB copy) and
-    the last-level-cache bandwidth (a 4 MB copy) are measured too, and how large a working set stays in the caches
-    (:func:`measure_cache_mb`).
+    width figure, which assumes 2 FMA units, is kept in ``extra`` for reference); the DRAM bandwidth (a 256 MB copy)
+    and the last-level-cache bandwidth (a 4 MB copy) are measured too, each figure the best of :data:`DETECT_PASSES`
+    interleaved passes; then how large a working set stays in the caches (:func:`measure_cache_mb`).
     """
     info = _cpuinfo()
     model = info.get("model name") or platform.processor() or platform.machine()
@@ -173,8 +172,7 @@ def detect_cpu(threads: int = 1, bandwidth_mb: int = 256) -> HardwareSpec:
     before = torch.get_num_threads()
     bw = fp32 = bf16 = cache_bw = 0.0
     for _ in range(DETECT_PASSES):  # interleaved, each the best of its passes (see DETECT_PASSES)
-        torch.set_num_threads(before)
-        bw = max(bw, measure_bandwidth_gbps(bandwidth_mb))
+        bw = max(bw, measure_bandwidth_gbps(bandwidth_mb))  # at the caller's thread setting, as before
         torch.set_num_threads(used)
         try:
             fp32 = max(fp32, measure_gemm_tflops(torch.float32))
