@@ -33,6 +33,7 @@ from prenet.outcome.models import (
     predict_targets,
     residual_key,
     take_off_interval,
+    thresholds_for,
 )
 from prenet.rendering import figures
 
@@ -95,7 +96,7 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
         unstated = predict_targets(fitted["telemetry"], hold, tel, e, "telemetry", known_domain=False, known_schedule=False)
         # the failure probability as predict() answers it (the loss/accuracy-only ablation keeps its classifier's)
         for pred, stated in ((out["telemetry"], True), (unstated, False)):
-            run_thr = [(thr.get(d, fallback) if stated else fallback)["failure_threshold"] for d in doms]
+            run_thr = [thresholds_for(manifest, d if stated else None)["failure_threshold"] for d in doms]
             pred["failure"] = failure_probability(
                 pred["failure"], pred["final_test_accuracy"], manifest["residuals"].get(residual_key(e, stated)), np.array(run_thr)
             )

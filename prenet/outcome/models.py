@@ -343,6 +343,12 @@ def residual_key(epoch: int, stated: bool) -> str:
     return f"pooled|{epoch}" + ("" if stated else "|unstated")
 
 
+def thresholds_for(manifest: dict, domain: str | None) -> dict[str, Any]:
+    """The failure threshold and class cuts an answer uses: the domain's when the models know it, else the pooled ones
+    (an unstated or unknown domain)."""
+    return manifest["thresholds"].get(domain, manifest["pooled_thresholds"]) if domain is not None else manifest["pooled_thresholds"]
+
+
 def pooled_thresholds(thr: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Thresholds for a domain without its own: the medians over the known domains."""
     return {

@@ -25,6 +25,7 @@ from prenet.outcome.models import (
     relative_class,
     residual_key,
     take_off_interval,
+    thresholds_for,
 )
 from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
@@ -126,7 +127,7 @@ def predict(
         took = spec.get("took_off_final_accuracy", {}).get(str(e), [])
         _, hi_arr = take_off_interval(np.array([lo]), np.array([hi]), np.array([p_take]), np.array([True]), took, up_level)
         hi = float(hi_arr[0])
-    thresholds = manifest["thresholds"][domain] if domain in known else manifest["pooled_thresholds"]
+    thresholds = thresholds_for(manifest, domain if domain in known else None)
     classifier = models[(scope, e, "telemetry", "failure")].predict(X)
     pf = float(failure_probability(classifier, np.array([acc]), manifest.get("residuals", {}).get(rkey), thresholds["failure_threshold"])[0])
     cuts = thresholds["class_cuts"]
