@@ -90,7 +90,7 @@ def _stages() -> list[tuple[str, str, dict]]:
 #: Vendored data a library module reads at run time (the import closure cannot see it): a stage that imports the module
 #: depends on the data too.
 DATA_READ: dict[str, tuple[str, ...]] = {
-    "prenet/hardware/catalog.py": ("data/hardware/gpu_specs.csv", "data/external/justus2018/justus_gpu_specs.csv"),
+    "prenet/hardware/catalog.py": ("data/hardware/gpu_specs.csv", "data/hardware/gpu_clocks.csv", "data/external/justus2018/justus_gpu_specs.csv"),
     "prenet/data/external.py": ("data/external/justus2018", "data/external/neusight2025"),
     "prenet/data/external_ops.py": ("data/external/neusight2025",),
     "prenet/data/external_kernels.py": ("data/external/deepbench", "data/external/xla_perf_tables"),

@@ -42,11 +42,22 @@ def test_catalog_rows_carry_the_spec_sheet_values():
         resolve_name(n)
 
 
+def test_every_catalog_gpu_has_its_base_clock_below_its_boost_and_an_architecture():
+    gpus = [s for s in catalog().values() if s.kind == "gpu"]
+    assert gpus and all(s.architecture and s.base_clock_mhz and 0 < s.base_clock_mhz < s.clock_mhz for s in gpus)
+    t4 = get("T4")
+    assert (t4.base_clock_mhz, t4.clock_mhz, t4.tdp_w, t4.architecture) == (585, 1590, 70, "Turing")
+
+
 def test_yaml_spec_file(tmp_path):
     p = tmp_path / "mygpu.yaml"
     p.write_text("name: My GPU\nkind: gpu\npeak_fp32_tflops: 40\nmem_bw_gbps: 960\ncores: 10752\nclock_mhz: 1800\nmem_gb: 48\n")
     s = resolve(str(p))
     assert s.hardware_id == "My GPU" and s.peak_flops == 40e12 and s.mem_gb == 48
+    assert s.base_clock_mhz is None and s.architecture is None
+    p.write_text(p.read_text() + "base_clock_mhz: 900\narchitecture: Ada Lovelace\n")
+    s = resolve(str(p))
+    assert (s.base_clock_mhz, s.architecture) == (900.0, "Ada Lovelace")
 
 
 def test_yaml_spec_file_errors_name_the_problem(tmp_path):

@@ -1,7 +1,8 @@
 """The hardware catalog: vendored GPU spec tables → :class:`HardwareSpec`, looked up by name.
 
 Sources: ``data/hardware/gpu_specs.csv`` (one row per GPU, with provenance) and, for the four GPUs of
-Justus et al. 2018 that table lacks, ``data/external/justus2018/justus_gpu_specs.csv``.
+Justus et al. 2018 that table lacks, ``data/external/justus2018/justus_gpu_specs.csv``; every GPU's base clock and
+architecture from ``data/hardware/gpu_clocks.csv`` (TechPowerUp's GPU database).
 Names match case-insensitively, ignoring spaces, dashes and underscores, and through :data:`ALIASES`
 (the device strings the external datasets use).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -105,6 +107,7 @@ def _load(root: str) -> dict[str, HardwareSpec]:
             peak_bf16_tflops=_first_number(r["bf16_tensor_dense_tflops"]),
             tdp_w=_first_number(r["tdp_w"]),
         )
+    clocks = {r["gpu"]: r for r in pl.read_csv(base / "hardware" / "gpu_clocks.csv").iter_rows(named=True)}
     justus = pl.read_csv(base / "external" / "justus2018" / "justus_gpu_specs.csv")
     for r in justus.iter_rows(named=True):
         name = _JUSTUS_NAMES.get(r["gpu_name"])
@@ -123,6 +126,10 @@ def _load(root: str) -> dict[str, HardwareSpec]:
             tdp_w=_JUSTUS_TDP_W[r["gpu_name"]],
             source=f"justus_gpu_specs.csv (Justus et al. 2018; {_JUSTUS_PEAK_NOTE})",
         )
+    for name, spec in specs.items():
+        c = clocks.get(name)
+        if c is not None:
+            specs[name] = replace(spec, base_clock_mhz=float(c["base_mhz"]), architecture=str(c["architecture"]))
     return specs
 
 

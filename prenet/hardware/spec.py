@@ -43,6 +43,12 @@ class HardwareSpec:
     #: measure_cache_mb`, measured: a shared host leaves a core far less than its L3); a step whose data is larger
     #: fetches its operands from DRAM (:func:`prenet.steptime.step.dram_refetch_ms`). None: unknown.
     cache_mb: float | None = None
+    #: GPU only: the base clock (MHz), the clock the vendor guarantees within ``tdp_w`` under a heavy load; ``clock_mhz``
+    #: is the boost clock. None: unknown.
+    base_clock_mhz: float | None = None
+    #: GPU only: the architecture (``Ampere``, ``Ada Lovelace``, …) as TechPowerUp names it; with the FP32 lanes per SM it
+    #: says which boards share one chip design, and so one power per lane and clock. None: unknown.
+    architecture: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -95,6 +101,8 @@ def load_spec_yaml(path: str | Path) -> HardwareSpec:
         peak_fp16_tflops: 160
         peak_bf16_tflops: 160
         tdp_w: 300           # optional: board power (power-limited GPUs sustain less than their peak)
+        base_clock_mhz: 1200 # optional: base clock; clock_mhz is the boost clock
+        architecture: Ada Lovelace  # optional: with tdp_w, compares the board's power with its catalog siblings'
     """
     p = Path(path)
     try:
@@ -130,6 +138,8 @@ def load_spec_yaml(path: str | Path) -> HardwareSpec:
         peak_fp16_tflops=_opt_float(raw.get("peak_fp16_tflops")),
         peak_bf16_tflops=_opt_float(raw.get("peak_bf16_tflops")),
         tdp_w=_opt_float(raw.get("tdp_w")),
+        base_clock_mhz=_opt_float(raw.get("base_clock_mhz")),
+        architecture=None if raw.get("architecture") is None else str(raw["architecture"]),
     )
 
 
