@@ -16,10 +16,12 @@ def _cmd_hardware(args: argparse.Namespace) -> None:
     from prenet.hardware import catalog, resolve
 
     if args.action == "list":
-        print(f"{'name':28} {'TFLOP/s fp32':>12} {'GB/s':>8} {'mem GB':>7}  source")
+        print(f"{'name':28} {'TFLOP/s fp32':>12} {'GB/s':>8} {'mem GB':>7} {'MHz boost→math':>15}  source")
         for name, s in sorted(catalog().items()):
             mem = f"{s.mem_gb:g}" if s.mem_gb else "-"
-            print(f"{name:28} {s.peak_fp32_tflops:12.1f} {s.mem_bw_gbps:8.0f} {mem:>7}  {s.source}")
+            clock = f"{s.clock_mhz:.0f}→{s.sustained_clock_mhz:.0f}" if s.compute_clock_share < 1 else f"{s.clock_mhz:.0f}"
+            print(f"{name:28} {s.peak_fp32_tflops:12.1f} {s.mem_bw_gbps:8.0f} {mem:>7} {clock:>15}  {s.source}")
+        print("MHz boost→math: a power-limited board's clock on dense math (prenet.hardware.power), which scales its peaks")
         print("also: 'local' (this machine, detected) or a path to a YAML spec file")
         return
     if not args.name:
@@ -170,6 +172,14 @@ def _cmd_predict_layers(args: argparse.Namespace) -> None:
     out = predict_layers(table, hardware=args.hardware, threads=args.threads, models_dir=args.models)
     write_table(out, args.output)  # atomic: no partial file on failure
     print(f"wrote {len(out)} predictions to {args.output}")
+    if args.hardware != "local":
+        from prenet.hardware import resolve
+        from prenet.hardware.power import power_note
+        from prenet.steptime.efficiency import EfficiencyModel
+
+        hw = resolve(args.hardware)
+        if note := power_note(hw, measured=hw.hardware_id in EfficiencyModel.load(args.models).measured_devices):
+            print(f"note: {note}")
 
 
 def _convergence_task(args: argparse.Namespace):

@@ -299,6 +299,7 @@ def test_cli_step_time_zoo_arg_and_memory_warning(models_dir, capsys):
     )
     out = capsys.readouterr().out
     assert "input 256x3x224x224" in out and "DOES NOT FIT" in out
+    assert "Tesla T4 is power-limited (70 W: about 1230 of its 1590 MHz boost clock on dense math), but its own measured ops" in out
 
 
 @pytest.mark.parametrize(

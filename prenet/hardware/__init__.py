@@ -6,6 +6,7 @@ other (``local`` reads the catalog for a detected GPU's spec sheet)."""
 from pathlib import Path
 
 from prenet.hardware.catalog import catalog, get, resolve_name
+from prenet.hardware.power import with_sustained_clock
 from prenet.hardware.spec import HardwareSpec, load_spec_yaml
 
 __all__ = ["HardwareSpec", "catalog", "get", "load_spec_yaml", "resolve", "resolve_name"]
@@ -19,5 +20,5 @@ def resolve(target: str, *, threads: int = 1, local_record: str | Path | None = 
 
         return detect_local(threads=threads, record=local_record)
     if target.endswith((".yaml", ".yml")):
-        return load_spec_yaml(target)
+        return with_sustained_clock(load_spec_yaml(target), catalog().values())
     return get(target)

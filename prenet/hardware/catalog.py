@@ -18,6 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from prenet.errors import UnknownHardwareError
+from prenet.hardware.power import with_sustained_clock
 from prenet.hardware.spec import HardwareSpec
 from prenet.paths import data_dir
 
@@ -130,7 +131,8 @@ def _load(root: str) -> dict[str, HardwareSpec]:
         c = clocks.get(name)
         if c is not None:
             specs[name] = replace(spec, base_clock_mhz=float(c["base_mhz"]), architecture=str(c["architecture"]))
-    return specs
+    fleet = list(specs.values())
+    return {name: with_sustained_clock(spec, fleet) for name, spec in specs.items()}
 
 
 def catalog() -> dict[str, HardwareSpec]:

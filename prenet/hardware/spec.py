@@ -49,6 +49,10 @@ class HardwareSpec:
     #: GPU only: the architecture (``Ampere``, ``Ada Lovelace``, …) as TechPowerUp names it; with the FP32 lanes per SM it
     #: says which boards share one chip design, and so one power per lane and clock. None: unknown.
     architecture: str | None = None
+    #: GPU only: the clock (MHz) the board sustains on dense math within its power (:mod:`prenet.hardware.power`), and
+    #: why; None: the boost clock (``clock_mhz``).
+    sustained_clock_mhz: float | None = None
+    power_reference: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -60,6 +64,14 @@ class HardwareSpec:
     def mem_bw_bytes_per_s(self) -> float:
         """Memory bandwidth in bytes/s."""
         return self.mem_bw_gbps * 1e9
+
+    @property
+    def compute_clock_share(self) -> float:
+        """Share of the spec-sheet compute peaks (all at the boost clock) the board sustains on dense math: 1 unless
+        its power limits it (:mod:`prenet.hardware.power`)."""
+        if self.sustained_clock_mhz is None or not self.clock_mhz:
+            return 1.0
+        return min(1.0, self.sustained_clock_mhz / self.clock_mhz)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

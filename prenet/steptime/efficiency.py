@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from prenet.errors import PrenetError
+from prenet.hardware.power import at_boost_clock
 from prenet.hardware.spec import HardwareSpec
 from prenet.ops.families import ANALOGY, op_class, winograd_3x3
 from prenet.steptime.forest import Forest
@@ -78,7 +79,8 @@ class UnsupportedPrecisionError(PrenetError):
 
 
 def peaks(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
-    """Peak FLOP/s of each op's unit on ``hw``; raises :class:`UnsupportedPrecisionError` naming the unit the spec lacks."""
+    """Peak FLOP/s of each op's unit on ``hw`` at the clock it sustains (:attr:`HardwareSpec.compute_clock_share`: a
+    power-limited board runs below boost); raises :class:`UnsupportedPrecisionError` naming the unit the spec lacks."""
     out = np.empty(frame.height)
     units = frame.get_column("unit").to_numpy()
     for u in np.unique(units):
@@ -89,7 +91,7 @@ def peaks(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
                 f"{hw.hardware_id} has no {what} in its spec sheet; its GEMMs cannot run in {u} "
                 f"(choose another --precision, e.g. fp32{', fp16' if hw.peak_fp16_tflops else ''})"
             )
-        out[units == u] = p * 1e12
+        out[units == u] = p * 1e12 * hw.compute_clock_share
     return out
 
 
@@ -220,6 +222,15 @@ class EfficiencyModel:
     #: per device kind, the host's cost of issuing one op (ms; :mod:`prenet.steptime.host`), fitted after the trees; a
     #: kind without one (the CPU, whose measured op times already hold it) pipelines nothing
     host_ms: dict[str, float] = field(default_factory=dict)
+    #: the devices whose measured ops the trees were fitted on: their timings already ran at the clock their power
+    #: allowed, so they are answered at their spec-sheet (boost) peaks (:meth:`clock_for`)
+    measured_devices: list[str] = field(default_factory=list)
+
+    def clock_for(self, hw: HardwareSpec) -> HardwareSpec:
+        """``hw`` as this model answers it: at its sustained clock (:mod:`prenet.hardware.power`) unless its own measured
+        ops trained the model, whose efficiencies then already hold its power limit (a seen T4 scaled again was
+        double-counted: frozen-holdout GPU FP16 26.0 → 31.8 %, FP32 12.9 → 14.9 %, 2026-12-05)."""
+        return at_boost_clock(hw) if hw.hardware_id in self.measured_devices else hw
 
     @staticmethod
     def fit(
@@ -232,13 +243,20 @@ class EfficiencyModel:
     ) -> "EfficiencyModel":
         """Train on measured ops: ``data`` = [(ops with ``measured_ms`` on one device, that device)]. A (device kind,
         family) gets its own model with at least ``min_rows`` rows (``min_rows_family[family]`` where given); with fewer
-        it is answered by its analogy (:data:`~prenet.ops.families.ANALOGY`)."""
+        it is answered by its analogy (:data:`~prenet.ops.families.ANALOGY`).
+
+        Efficiencies are taken against each device's spec-sheet peaks at its boost clock, not the sustained clock of a
+        power-limited board (:mod:`prenet.hardware.power`), which applies to boards no op was measured on
+        (:meth:`clock_for`): the vendored op timings are bursts (NeuSight's are the fastest 5 of 25 runs), and taking them against sustained clocks raised the
+        efficiencies learned from the PCIe boards and made the unthrottled H100 predicted 11-16 % too fast (NeuSight
+        whole-model FP32 6.7 → 10.5 %, 2026-12-05)."""
         import xgboost as xgb
 
         feats: dict[str, list[np.ndarray]] = {}
         targets: dict[str, list[np.ndarray]] = {}
         effs: dict[str, list[np.ndarray]] = {}
         for frame, hw in data:
+            hw = at_boost_clock(hw)
             frame = frame.filter(pl.col("measured_ms").is_not_null() & (pl.col("measured_ms") > 0))
             if frame.height == 0:
                 continue
@@ -251,7 +269,7 @@ class EfficiencyModel:
                 sel = fams == fam
                 feats.setdefault(key, []).append(x[sel])
                 targets.setdefault(key, []).append(_logit(eff[sel]))
-        model = EfficiencyModel(params=dict(params))
+        model = EfficiencyModel(params=dict(params), measured_devices=sorted({hw.hardware_id for f, hw in data if f.height}))
         for kind, e in effs.items():
             model.median_efficiency[kind] = float(np.median(np.clip(np.concatenate(e), EFF_MIN, 1.0)))
         p = {"objective": "reg:squarederror", "nthread": threads, "verbosity": 0, **{k: v for k, v in params.items() if k != "n_estimators"}}
@@ -291,6 +309,7 @@ class EfficiencyModel:
                 pl.lit(0.0).alias("roofline_ms"), pl.lit(1.0).alias("efficiency"), pl.lit(0.0).alias("predicted_ms"), pl.lit("").alias("estimate")
             )
             return [empty for _ in hws]
+        hws = [self.clock_for(hw) for hw in hws]
         feats = [feature_matrix(frame, hw) for hw in hws]
         fams = frame.get_column("family").to_numpy()
         eff = np.empty((len(hws), frame.height))
@@ -332,6 +351,7 @@ class EfficiencyModel:
                     "median_efficiency": self.median_efficiency,
                     "params": self.params,
                     "host_ms": self.host_ms,
+                    "measured_devices": self.measured_devices,
                 },
                 indent=2,
             )
@@ -349,7 +369,14 @@ class EfficiencyModel:
         if missing := [p.name for p in files.values() if not p.is_file()]:
             raise PrenetError(f"the op-level model in {d} lacks {', '.join(missing)}; rerun `dvc repro train_ops`")
         boosters = LazyForests(files)
-        return EfficiencyModel(boosters, man["median_efficiency"], man.get("rows", {}), man.get("params", {}), man.get("host_ms", {}))  # type: ignore[arg-type]
+        return EfficiencyModel(
+            boosters,  # type: ignore[arg-type]
+            man["median_efficiency"],
+            man.get("rows", {}),
+            man.get("params", {}),
+            man.get("host_ms", {}),
+            man.get("measured_devices", []),
+        )
 
 
 class LazyForests(Mapping[str, Forest]):

@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from prenet.errors import PrenetError
+from prenet.hardware.power import power_note
 from prenet.hardware.spec import HardwareSpec
 from prenet.names import OPTIMIZER_STATE_BUFFERS
 from prenet.ops.records import StepTrace, as_run_on
@@ -119,7 +120,7 @@ def predict_trace_many(
     batched model call per kind of GPU (:func:`predict_frames`); ``overhead_ms``: per hardware (default 0)."""
     frames = predict_frames(trace, hws, model)
     return [
-        _summarize(trace, hw, ops, ovh, top, model.host_ms.get(hw.kind, 0.0) if host else 0.0)
+        _summarize(trace, hw, ops, ovh, top, model.host_ms.get(hw.kind, 0.0) if host else 0.0, measured=hw.hardware_id in model.measured_devices)
         for hw, ops, ovh in zip(hws, frames, overhead_ms or [0.0] * len(hws))
     ]
 
@@ -141,7 +142,7 @@ def predict_frames(trace: StepTrace, hws: list[HardwareSpec], model: EfficiencyM
 
 
 def _summarize(
-    trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_ms: float, top: int, host_ms: float = 0.0
+    trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_ms: float, top: int, host_ms: float = 0.0, measured: bool = False
 ) -> tuple[StepPrediction, pl.DataFrame]:
     total_ms = float(ops.get_column("predicted_ms").sum())
     issued_ops = issued(ops)
@@ -158,6 +159,8 @@ def _summarize(
             f"measurements of its own family: {kinds}"
         )
     if note := default_tf32_note(trace, ops):
+        notes.append(note)
+    if note := power_note(hw, measured=measured):
         notes.append(note)
     if hw.kind == "cpu" and trace.precision == "bf16" and (note := cpu_bf16_note(hw)):
         notes.append(note)
