@@ -183,6 +183,19 @@ def test_a_random_draw_is_timed_by_its_generators_arithmetic():
     assert roofline_ms(add, cpu)[0] == pytest.approx(n / (cpu.peak_fp32_tflops * 1e12) * 1e3)
 
 
+def test_a_training_batch_norm_moves_its_tensors_as_often_as_its_kernels_pass_over_them():
+    """Batch norm reads its input once for the statistics and again to normalise (3 tensors for the 2 traced), and its
+    backward reduces dy·x before it writes dx (5 for 3): its memory roofline is that much longer than an elementwise op
+    moving the same traced bytes."""
+    from prenet.hardware.catalog import get
+    from prenet.steptime.efficiency import roofline_ms
+
+    ops = ["native_batch_norm", "native_batch_norm_backward", "cudnn_batch_norm", "add"]
+    frame = pl.DataFrame({"op": ops, "flops": [1e6] * 4, "bytes": [3e8] * 4, "unit": ["fp32"] * 4, "family": ["norm"] * 3 + ["elementwise"]})
+    memory = roofline_ms(frame, get("V100 SXM2"))[1]
+    assert memory / memory[3] == pytest.approx([1.5, 5 / 3, 1.5, 1.0])
+
+
 def test_fused_kernels_as_the_device_runs_them():
     """On meta, attention and an LSTM would decompose into their math; the trace uses the kernels a real device picks
     (CPU: flash attention for CPUs and oneDNN's fused LSTM layer, as torch.autocast-free real runs show)."""

@@ -1,7 +1,8 @@
 """Op-level step time: roofline time ÷ a learned efficiency in (0, 1), per operator family and device kind.
 
-    roofline_ms = max(FLOPs / (peak of the op's unit × algorithmic gain), bytes / memory bandwidth)
-                  (CPU: last-level-cache bandwidth; gain: 2.25 for Winograd 3×3 convolutions on GPUs, else 1)
+    roofline_ms = max(FLOPs / (peak of the op's unit × algorithmic gain), bytes × passes / memory bandwidth)
+                  (CPU: last-level-cache bandwidth; gain: 2.25 for Winograd 3×3 convolutions on GPUs, else 1;
+                  passes: 1.5 and 5/3 for batch norm's forward and backward, else 1)
     time_ms     = roofline_ms / efficiency,   efficiency = sigmoid(z),  z = XGBoost(features)
 
 The efficiency is bounded, so no prediction beats the roofline, and a GPU never benchmarked follows its spec
@@ -134,10 +135,27 @@ def algorithmic_gain(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
     return gain
 
 
+#: Passes over its tensors a batch norm of a training step makes, against the one its traced bytes (operands + results)
+#: count: the statistics reduce over N×H×W, so the input is read once for them and again to normalise (forward: x, x, y:
+#: 3 tensors for 2), and the backward reduces dy·x before it writes dx (dy, x, then dy, x, dx: 5 for 3); torch's CUDA
+#: kernels (``batch_norm_collect_statistics`` + ``batch_norm_transform_input``, ``batch_norm_backward_reduce`` +
+#: ``batch_norm_backward_elemt``, their channels-last twins) run so. The GPU ``norm`` model is fitted on LayerNorm rows,
+#: one pass with each row in registers, so without this batch norm came out 1.5× too fast: DeepLearningExamples'
+#: EfficientNets 20-24 % too fast (2026-12-05). A batch norm in eval mode (one pass) is counted the same: a traced
+#: training step runs it in training mode unless the user froze it.
+MEMORY_PASSES = {"native_batch_norm": 1.5, "cudnn_batch_norm": 1.5, "native_batch_norm_backward": 5 / 3, "cudnn_batch_norm_backward": 5 / 3}
+
+
+def memory_passes(frame: pl.DataFrame) -> np.ndarray:
+    """Per op, its memory traffic over its traced bytes (:data:`MEMORY_PASSES`; 1 for every other op)."""
+    ops = frame.get_column("op").to_list()
+    return np.array([MEMORY_PASSES.get(o, 1.0) for o in ops])
+
+
 def roofline_ms(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray]:
     """(compute-bound ms, memory-bound ms) of every op on ``hw``."""
     compute = frame.get_column("flops").to_numpy().astype(float) / (peaks(frame, hw) * algorithmic_gain(frame, hw)) * 1e3
-    memory = frame.get_column("bytes").to_numpy().astype(float) / (roofline_bandwidth_gbps(hw) * 1e9) * 1e3
+    memory = frame.get_column("bytes").to_numpy().astype(float) * memory_passes(frame) / (roofline_bandwidth_gbps(hw) * 1e9) * 1e3
     return compute, memory
 
 
