@@ -523,3 +523,24 @@ def test_cli_model_arg_and_seq_len_name_a_models_sizes(models_dir, capsys):
     for arg, message in [("image_size=0", "must be positive"), ("drop_path_rate=fast", "an integer, a number or true/false")]:
         assert main([*base, "--model", "timm:resnet18", "--model-arg", arg]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_grouped_convolution_on_tensor_cores_is_answered_at_memory_speed(models_dir):
+    """On fp16/tf32 tensor cores a grouped convolution's narrow per-group GEMMs are memory-bound: it is answered by the
+    elementwise model; on the FP32 units (a V100's: an A100 runs FP32 convolutions on TF32 by torch's defaults),
+    compute-bound, by the conv model."""
+    import torch
+
+    from prenet.hardware import get
+    from prenet.ops import trace_step
+    from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.steptime.step import predict_trace
+
+    model = EfficiencyModel.load(models_dir)
+    module = torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3, padding=1, groups=16), torch.nn.Flatten(), torch.nn.Linear(64 * 8 * 8, 10))
+    example = (torch.randn(8, 64, 8, 8), torch.randint(0, 10, (8,)))
+    estimates = {}
+    for precision, hw in (("fp16", get("A100 80GB SXM4")), ("fp32", get("V100 SXM2"))):
+        _, ops = predict_trace(trace_step(module, example, precision=precision, device_type="cuda"), hw, model)
+        estimates[precision] = set(ops.filter(pl.col("family") == "conv_grouped")["estimate"].to_list())
+    assert estimates == {"fp16": {"analogy:elementwise"}, "fp32": {"analogy:conv"}}

@@ -264,10 +264,19 @@ FREE = {
     "detach_",
 }
 
+#: A grouped convolution on tensor cores (fp16, bf16, tf32), answered as its own pseudo-family: its per-group GEMMs are
+#: narrow (ResNeXt-32x4d: 4-32 channels a group, k = 36-288), so its arithmetic intensity (~20 FLOPs per byte) sits far
+#: below a tensor core's ridge (~150 on an A100) and it runs at memory speed, which the elementwise model knows. The conv
+#: model's tensor-core rows (DeepBench's dense convolutions) hold no such narrow shape: answered by it, ResNeXt101's
+#: grouped convolutions took 8-15 % of their roofline and the AMP steps came out 23-29 % too slow (2026-12-05). On the
+#: FP32 units (compute-bound there) grouped convolutions keep the conv analogy, whose FP32 rows include narrow convs.
+TENSOR_GROUPED_CONV = "conv_grouped_tensor"
+
 #: Families that a trained efficiency model answers by analogy when its own family has no data on a device kind:
 #: the analogy is named in every answer (``estimate`` column).
 ANALOGY: dict[str, str] = {
     "conv_grouped": "conv",
+    TENSOR_GROUPED_CONV: "elementwise",
     "conv_depthwise": "elementwise",
     "attention": "gemm",
     "norm": "softmax",

@@ -33,7 +33,7 @@ import polars as pl
 from prenet.errors import PrenetError
 from prenet.hardware.power import at_boost_clock
 from prenet.hardware.spec import HardwareSpec
-from prenet.ops.families import ANALOGY, op_class, winograd_3x3
+from prenet.ops.families import ANALOGY, TENSOR_CORE_UNITS, TENSOR_GROUPED_CONV, op_class, winograd_3x3
 from prenet.steptime.forest import Forest
 
 FEATURES: tuple[str, ...] = (
@@ -329,15 +329,19 @@ class EfficiencyModel:
             return [empty for _ in hws]
         hws = [self.clock_for(hw) for hw in hws]
         feats = [feature_matrix(frame, hw) for hw in hws]
-        fams = frame.get_column("family").to_numpy()
+        fams = frame.get_column("family").to_numpy().astype(object)
+        on_tensor_units = np.isin(frame.get_column("unit").to_numpy(), list(TENSOR_CORE_UNITS))
         eff = np.empty((len(hws), frame.height))
         how: dict[str, np.ndarray] = {}
         for kind in dict.fromkeys(hw.kind for hw in hws):
             idx = [i for i, hw in enumerate(hws) if hw.kind == kind]
             eff[idx] = self.median_efficiency.get(kind, 0.5)
             how[kind] = np.empty(frame.height, dtype=object)
-            for fam in np.unique(fams):
-                sel = fams == fam
+            answer_as = fams
+            if kind == "gpu" and f"{kind}/conv_grouped" not in self.boosters:
+                answer_as = np.where((fams == "conv_grouped") & on_tensor_units, TENSOR_GROUPED_CONV, fams)
+            for fam in np.unique(answer_as):
+                sel = answer_as == fam
                 src = self.source_of(kind, str(fam))
                 how[kind][sel] = src
                 if src == "roofline":
