@@ -178,7 +178,7 @@ def _cmd_predict_layers(args: argparse.Namespace) -> None:
         from prenet.steptime.efficiency import EfficiencyModel
 
         hw = resolve(args.hardware)
-        if note := power_note(hw, measured=hw.hardware_id in EfficiencyModel.load(args.models).measured_devices):
+        if note := power_note(hw, measured=EfficiencyModel.load(args.models).measured(hw)):
             print(f"note: {note}")
 
 

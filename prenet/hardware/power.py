@@ -12,7 +12,8 @@ range, falls to it:
 
 (the base clock is the vendor's promise under its board power). All arithmetic units scale with it; memory bandwidth
 does not. The op models are fitted against boost-clock peaks (the vendored op timings are bursts); the sustained
-clock applies to what is predicted, ``predict layers`` and ``predict step-time`` alike.
+clock applies to the boards whose own ops did not train them (a measured board's efficiencies already hold its limit:
+:meth:`prenet.steptime.efficiency.EfficiencyModel.clock_for`), in ``predict layers`` and ``predict step-time`` alike.
 
 Measured (2026-12-05, ``evaluate_ops``): leave-one-GPU-out over the 12 GPUs with measured ops, mean per-GPU MAPE
 27.5 → 27.4 %; the held-out power-limited boards T4 23.8 → 21.8 %, A100 40GB PCIe 14.2 → 12.7 %, but P4 22.6 → 24.4 %

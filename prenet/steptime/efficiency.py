@@ -244,11 +244,15 @@ class EfficiencyModel:
     #: allowed, so they are answered at their spec-sheet (boost) peaks (:meth:`clock_for`)
     measured_devices: list[str] = field(default_factory=list)
 
+    def measured(self, hw: HardwareSpec) -> bool:
+        """Whether ``hw``'s own measured ops trained this model."""
+        return hw.hardware_id in self.measured_devices
+
     def clock_for(self, hw: HardwareSpec) -> HardwareSpec:
         """``hw`` as this model answers it: at its sustained clock (:mod:`prenet.hardware.power`) unless its own measured
         ops trained the model, whose efficiencies then already hold its power limit (a seen T4 scaled again was
         double-counted: frozen-holdout GPU FP16 26.0 → 31.8 %, FP32 12.9 → 14.9 %, 2026-12-05)."""
-        return at_boost_clock(hw) if hw.hardware_id in self.measured_devices else hw
+        return at_boost_clock(hw) if self.measured(hw) else hw
 
     @staticmethod
     def fit(

@@ -120,7 +120,7 @@ def predict_trace_many(
     batched model call per kind of GPU (:func:`predict_frames`); ``overhead_ms``: per hardware (default 0)."""
     frames = predict_frames(trace, hws, model)
     return [
-        _summarize(trace, hw, ops, ovh, top, model.host_ms.get(hw.kind, 0.0) if host else 0.0, measured=hw.hardware_id in model.measured_devices)
+        _summarize(trace, hw, ops, ovh, top, model.host_ms.get(hw.kind, 0.0) if host else 0.0, measured=model.measured(hw))
         for hw, ops, ovh in zip(hws, frames, overhead_ms or [0.0] * len(hws))
     ]
 
