@@ -501,3 +501,21 @@ def test_a_fused_rmsprop_is_refused_in_one_line_naming_the_fused_optimizers():
     module = nn.Sequential(nn.Linear(8, 4))
     with pytest.raises(PrenetError, match="no fused rmsprop.*sgd, momentum, nesterov, adam, adamw"):
         trace_step(module, (torch.randn(2, 8), torch.randint(0, 4, (2,))), optimizer="rmsprop", fused=True, device_type="cuda")
+
+
+def test_activations_torch_does_not_tag_pointwise_are_elementwise_ops():
+    """Hardswish (MobileNetV3), Mish, GLU, PReLU, RReLU, LogSigmoid and their backwards are untagged in ATen; each is an
+    elementwise op of its arithmetic class, not an op of no family (answered by the roofline ÷ the median efficiency, 16×
+    its measured time for hardswish on this CPU); every activation of a traced torchvision MobileNetV3 has a family."""
+    import torch
+
+    from prenet.ops import trace_step
+    from prenet.ops.families import family_of, op_class
+    from prenet.torchvision_import import import_torchvision
+
+    for name in ("hardswish_", "hardswish", "mish_", "glu", "glu_backward", "_prelu_kernel", "rrelu_with_noise", "log_sigmoid_forward"):
+        assert family_of(name, phase="forward", pointwise=False) == "elementwise", name
+    assert op_class("hardswish_") == 0 and op_class("mish_") == op_class("glu") == 2 and op_class("rrelu_with_noise") == 3
+    tv = import_torchvision()
+    trace = trace_step(tv.models.mobilenet_v3_small(num_classes=10), (torch.randn(2, 3, 64, 64), torch.randint(0, 10, (2,))))
+    assert not [r.op for r in trace.records if r.family == "other"]
