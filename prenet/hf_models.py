@@ -9,6 +9,9 @@ masked-LM head; it runs as transformers runs it by default (its default attentio
 model supports it). The example batch is ``batch_size × seq_len`` token ids (512, or the model's maximum when shorter,
 unless ``seq_len`` is given); the loss is cross-entropy over the ``(batch · seq_len, vocab)`` logits, as for the
 rebuilt transformers of :mod:`prenet.transformer_references` (which check NeuSight's timings without transformers).
+An encoder-decoder (T5) gets the same ids as its decoder's input. A vision config (an image size and channels, no
+vocabulary: ViT, Swin, ConvNeXt) is built with its image-classification head and trained on ``batch_size`` images of
+its ``image_size`` against its ``num_labels`` classes.
 Other ``--model-arg KEY=N`` values override config fields of the same name (e.g. ``num_hidden_layers=4``).
 """
 
@@ -37,13 +40,32 @@ class LMLogits(nn.Module):
         self.lm = model
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        out = self.lm(input_ids=ids)
+        if getattr(self.lm.config, "is_encoder_decoder", False):
+            out = self.lm(input_ids=ids, decoder_input_ids=ids)
+        else:
+            out = self.lm(input_ids=ids)
         logits = getattr(out, "logits", None)
         if logits is None:
             logits = getattr(out, "prediction_logits", None)
         if logits is None:
             logits = out.last_hidden_state
         return logits.flatten(0, 1)
+
+
+class ImageLogits(nn.Module):
+    """A transformers image classifier whose forward takes pixels and returns its ``(batch, classes)`` logits."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.vision = model
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return self.vision(pixel_values=pixels).logits
+
+
+def is_vision(config: Any) -> bool:
+    """A vision config: an image size and input channels, and no token vocabulary."""
+    return getattr(config, "vocab_size", None) is None and hasattr(config, "image_size") and hasattr(config, "num_channels")
 
 
 def import_transformers() -> Any:
@@ -117,19 +139,42 @@ def build_from_config(config: Any) -> nn.Module:
 
 
 def hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:
-    """``(model, (ids, labels))`` for ``hf:<spec>``: ``sizes`` holds ``seq_len`` and config overrides."""
+    """``(model, (ids, labels))`` for ``hf:<spec>`` (a vision config: ``(model, (pixels, labels))``): ``sizes`` holds
+    ``seq_len`` and config overrides."""
     config = hf_config(spec)
     sizes = dict(sizes or {})
+    if is_vision(config):
+        return _vision_model(spec, config, batch_size, sizes, meta)
     longest = int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or DEFAULT_SEQ_LEN)
     seq_len = int(sizes.pop("seq_len", min(DEFAULT_SEQ_LEN, longest)))
     if not 1 <= seq_len <= longest:
         raise PrenetError(f"seq_len {seq_len} is outside 1..{longest}, the positions hf:{spec} allows")
+    _override(spec, config, sizes)
+    with torch.device("meta") if meta else nullcontext():
+        model = build_from_config(config)
+        ids = torch.ones(batch_size, seq_len, dtype=torch.long)
+    return LMLogits(model), (ids, ids.flatten())
+
+
+def _override(spec: str, config: Any, sizes: dict[str, Any]) -> None:
+    """Set the config fields ``sizes`` names; one that the config lacks is one line naming the closest field."""
     for key, value in sizes.items():
         if not hasattr(config, key):
             close = difflib.get_close_matches(key, list(config.to_dict()), n=3)
             raise PrenetError(f"hf:{spec} has no config field {key!r}{f' (closest: {close[0]})' if close else ''}; --model-arg sets config fields")
         setattr(config, key, value)
+
+
+def _vision_model(spec: str, config: Any, batch_size: int, sizes: dict[str, Any], meta: bool) -> tuple[nn.Module, Any]:
+    """``(model, (pixels, labels))`` for a vision config: its image-classification head on ``image_size``² images."""
+    _override(spec, config, sizes)
+    tf = import_transformers()
+    side = config.image_size if isinstance(config.image_size, int) else int(config.image_size[0])
     with torch.device("meta") if meta else nullcontext():
-        model = build_from_config(config)
-        ids = torch.ones(batch_size, seq_len, dtype=torch.long)
-    return LMLogits(model), (ids, ids.flatten())
+        try:
+            model = tf.AutoModelForImageClassification.from_config(config)
+        except ValueError as e:
+            raise PrenetError(f"hf:{spec} is a vision config with no image-classification model in transformers") from e
+        pixels = torch.randn(batch_size, int(config.num_channels), side, side)
+        labels = torch.zeros(batch_size, dtype=torch.long)
+    return ImageLogits(model), (pixels, labels)

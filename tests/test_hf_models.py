@@ -29,6 +29,19 @@ def test_model_types_build_the_published_architectures_on_meta():
     assert tuple(logits.shape) == (8, 50257)
 
 
+def test_vision_and_encoder_decoder_configs_build_and_trace_on_meta():
+    """A vision config (ViT) is its image classifier on images of its size against its classes; an encoder-decoder (T5)
+    takes the ids as its decoder's input too; both trace with every op in a family."""
+    from prenet.ops import trace_step
+
+    vit, (pixels, labels) = build_model("hf:vit", 2, {"num_hidden_layers": 2})
+    assert type(vit.vision).__name__ == "ViTForImageClassification" and tuple(pixels.shape) == (2, 3, 224, 224) and tuple(labels.shape) == (2,)
+    t5, (ids, _) = build_model("hf:t5", 2, {"num_layers": 1, "num_decoder_layers": 1, "seq_len": 16})
+    for module, example in ((vit, (pixels, labels)), (t5, (ids, ids.flatten()))):
+        trace = trace_step(module, example, precision="bf16", device_type="cuda")
+        assert trace.records and not [r.op for r in trace.records if r.family == "other"]
+
+
 def test_a_config_json_is_read_by_transformers(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(

@@ -148,6 +148,9 @@ _COPY = {
     "roll",
     "pixel_shuffle",
     "pixel_unshuffle",
+    "arange",
+    "linspace",
+    "scalar_tensor",
     "fill",
     "fill_",
     "zero",
@@ -350,6 +353,8 @@ _ELEMENTWISE_EXTRA = {
     "softshrink_backward",
     "hardshrink_backward",
     "_masked_scale",
+    "rand",
+    "randn",
 }
 
 
@@ -428,6 +433,8 @@ _OP_CLASS: dict[str, int] = {
             "multinomial",
             "rrelu_with_noise",
             "rrelu_with_noise_",
+            "rand",
+            "randn",
         ),
         3,
     ),
