@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -44,7 +45,9 @@ def _cmd_retrain(args: argparse.Namespace) -> None:
     print(f"retrain finished; dvc status: {result['dvc_status']}")
 
 
-def _model_arg_value(item: str, val: str) -> int | float | bool:
+def _model_arg_value(item: str, val: str) -> int | float | bool | str:
+    """A ``--model-arg`` value: true/false, a positive integer (a size), a number, or a name (a transformers config
+    field such as ``_attn_implementation=eager``)."""
     if val.lower() in ("true", "false"):
         return val.lower() == "true"
     try:
@@ -53,7 +56,9 @@ def _model_arg_value(item: str, val: str) -> int | float | bool:
         try:
             return float(val)
         except ValueError:
-            raise PrenetError(f"--model-arg {item!r}: the value must be an integer, a number or true/false") from None
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]*", val):
+                return val
+            raise PrenetError(f"--model-arg {item!r}: the value must be an integer, a number, true/false or a name") from None
     if n < 1:
         raise PrenetError(f"--model-arg {item!r}: an integer is a size and must be positive (a rate of zero is 0.0)")
     return n

@@ -520,7 +520,12 @@ def test_cli_model_arg_and_seq_len_name_a_models_sizes(models_dir, capsys):
     assert json.loads(capsys.readouterr().out)["input_shape"] == [1, 3, 64, 64]
     assert main([*base, "--model", "torchvision:googlenet", "--model-arg", "aux_logits=false", "--model-arg", "image_size=64"]) == 0
     capsys.readouterr()
-    for arg, message in [("image_size=0", "must be positive"), ("drop_path_rate=fast", "an integer, a number or true/false")]:
+    # a name reaches a transformers config field (OPT's default SDPA mask check reads a tensor's value: eager runs on meta)
+    assert (
+        main([*base, "--model", "hf:opt", "--model-arg", "_attn_implementation=eager", "--model-arg", "num_hidden_layers=2", "--seq-len", "64"]) == 0
+    )
+    capsys.readouterr()
+    for arg, message in [("image_size=0", "must be positive"), ("drop_path_rate=0.1x", "an integer, a number, true/false or a name")]:
         assert main([*base, "--model", "timm:resnet18", "--model-arg", arg]) == 2
         assert message in capsys.readouterr().err
 

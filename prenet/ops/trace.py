@@ -528,9 +528,16 @@ def _run(
                     raise
                 except Exception as e:  # noqa: BLE001 - the user's model failed: say where
                     where = tracer.stack[-1] if tracer.stack else "the top module"
+                    hint = (
+                        "; its forward reads a tensor's value, which a trace on the meta device has not (for a transformers "
+                        "model, --model-arg _attn_implementation=eager skips SDPA's padding check, and the answer then times "
+                        "eager attention)"
+                        if tracer.meta and "cannot be called on meta tensors" in str(e)
+                        else ""
+                    )
                     raise PrenetError(
                         f"the model's forward failed in {where} ({tracer.records[-1].op if tracer.records else 'before any op'} "
-                        f"was the last op): {type(e).__name__}: {e}"
+                        f"was the last op): {type(e).__name__}: {e}{hint}"
                     ) from e
                 if not isinstance(out, torch.Tensor):
                     raise PrenetError(f"the model's forward returned {type(out).__name__}; prenet needs a tensor (logits or a value to average)")
