@@ -115,7 +115,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         p.notes.insert(0, note)
     dev_gib = hw.mem_gb if hw.kind == "gpu" else None
     mem_bytes = int(p.memory_bytes or 0)
-    fit = fits(mem_bytes, dev_gib, 1.0) if dev_gib else None
+    fit = fits(mem_bytes, dev_gib, 1.0) if dev_gib and p.memory_bytes is not None else None
     if fit is False:
         p.notes.append(
             f"a step needs about {mem_bytes / GIB:.1f} GiB and {hw.hardware_id} has {dev_gib:g} GiB: it does not fit; "
@@ -150,7 +150,10 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         per_step = args.batch_size * args.grad_accum * (p.parallel["gpus"] * p.parallel["nodes"] // p.parallel["tp"] if p.parallel is not None else 1)
         print(f"  epoch  {p.epoch_seconds:10.2f} s   ({p.steps_per_epoch} optimizer steps of {per_step})")
     per_gpu = " per GPU" if p.parallel is not None else ""
-    print(f"  memory {mem_bytes / GIB:10.2f} GiB predicted peak{per_gpu}" + ("" if fit is None else ("  (fits)" if fit else "  (DOES NOT FIT)")))
+    if p.memory_bytes is None:
+        print("  memory        not predicted (see the note)")
+    else:
+        print(f"  memory {mem_bytes / GIB:10.2f} GiB predicted peak{per_gpu}" + ("" if fit is None else ("  (fits)" if fit else "  (DOES NOT FIT)")))
     print("  time by op family:  " + ", ".join(f"{f} {100 * v:.0f} %" for f, v in p.family_share.items() if v >= 0.005))
     how = ", ".join(f"{k} {100 * v:.0f} %" for k, v in sorted(p.estimate_share.items()))
     print(f"  estimated by:       {how}  (model: a measured family; analogy: a related family's model; roofline: none)")

@@ -92,3 +92,23 @@ def test_transformers_and_the_rebuilt_model_give_the_same_step(models_dir, model
     b = predict_step_time(rebuilt, **kw)
     assert a.params == b.params
     assert a.step_seconds == pytest.approx(b.step_seconds, rel=0.02)
+
+
+def test_a_mixture_of_experts_traces_its_grouped_gemms_in_bf16():
+    """transformers' Mixtral runs its experts as ``torch._grouped_mm`` (BF16 only): under bf16 the trace casts its
+    operands as autocast does, and each grouped GEMM counts 2 × tokens × top-k × in × out FLOPs (forward, and the input
+    and weight gradients); the FP32 memory trace cannot run it, and the answer says so instead of failing."""
+    from prenet.api import predict_step_time
+    from prenet.ops import trace_step
+
+    module, (ids, labels) = build_model("hf:mixtral", 1, {"num_hidden_layers": 1, "seq_len": 16})
+    trace = trace_step(module, (ids, labels), precision="bf16", device_type="cuda")
+    grouped = [r for r in trace.records if r.op == "_grouped_mm"]
+    rows, hidden, ffn = 16 * 2, 4096, 14336  # 16 tokens × top-2 experts; Mixtral-8x7B's widths
+    assert {r.family for r in grouped} == {"gemm"} and {r.unit for r in grouped} == {"bf16"}
+    assert sorted(r.flops for r in grouped if r.phase == "forward") == [2 * rows * ffn * hidden, 2 * rows * hidden * 2 * ffn]
+    assert len([r for r in grouped if r.phase == "backward"]) == 4 and not [r.op for r in trace.records if r.family == "other"]
+    p = predict_step_time(
+        "hf:mixtral", batch_size=1, hardware="H100", precision="bf16", zoo_kwargs={"num_hidden_layers": 1, "seq_len": 16}, with_memory=True
+    )
+    assert p.memory_bytes is None and any(n.startswith("peak memory not predicted: the FP32 forward") for n in p.notes)

@@ -80,6 +80,22 @@ def _conv_dims(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, groups: int)
     return groups, m, n, k
 
 
+def _grouped_dims(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor | None) -> tuple[int, int, int, int]:
+    """(groups, m, n, k) of ``torch._grouped_mm`` (a mixture of experts' per-expert GEMMs in one kernel): tokens
+    ``[rows, k]`` against experts ``[g, k, n]`` (the forward; ``m`` = rows / g, the tokens an expert gets on average,
+    for the offsets that split them are data), batched ``[g, m, k] × [g, k, n]``, or ``[m, K] × [K, n]`` with K split
+    into g groups (the experts' weight gradients: m = k of the weights, k = K / g)."""
+    if x.dim() == 2 and w.dim() == 3:
+        g = int(w.shape[0])
+        return g, max(1, int(x.shape[0]) // max(g, 1)), int(w.shape[2]), int(x.shape[1])
+    if x.dim() == 3 and w.dim() == 3:
+        return int(x.shape[0]), int(x.shape[1]), int(w.shape[2]), int(x.shape[2])
+    if x.dim() == 2 and w.dim() == 2 and offs is not None and offs.dim() == 1:
+        g = int(offs.shape[0])
+        return g, int(x.shape[0]), int(w.shape[1]), max(1, int(x.shape[1]) // max(g, 1))
+    return 0, 0, 0, 0
+
+
 def gemm_view(name: str, args: tuple, out: Any) -> tuple[int, int, int, int]:
     """(batch, m, n, k) of the product op ``name`` computes; (0, 0, 0, 0) for ops that are not products."""
     a = [x for x in args if isinstance(x, torch.Tensor)]
@@ -92,6 +108,8 @@ def gemm_view(name: str, args: tuple, out: Any) -> tuple[int, int, int, int]:
             return int(a[0].shape[0]), int(a[0].shape[1]), int(a[1].shape[2]), int(a[0].shape[2])
         if name == "baddbmm" and len(a) >= 3:
             return int(a[1].shape[0]), int(a[1].shape[1]), int(a[2].shape[2]), int(a[1].shape[2])
+        if name == "_grouped_mm" and len(a) >= 2:
+            return _grouped_dims(a[0], a[1], a[2] if len(a) > 2 else None)
         if name in ("mv", "addmv"):
             mat = a[0] if name == "mv" else a[1]
             return 1, int(mat.shape[0]), 1, int(mat.shape[1])

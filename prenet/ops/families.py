@@ -38,7 +38,7 @@ CUDNN_TF32_FAMILIES = frozenset({"conv", "conv_grouped", "rnn"})
 #: operand into NHWC, each 4-D result back (copy ops)
 LAYOUT_TRANSPOSES = ("nchwToNhwc", "nhwcToNchw")
 
-_GEMM = {"mm", "addmm", "bmm", "baddbmm", "linear", "matmul", "addbmm", "addmv", "mv", "dot", "_int_mm"}
+_GEMM = {"mm", "addmm", "bmm", "baddbmm", "linear", "matmul", "addbmm", "addmv", "mv", "dot", "_int_mm", "_grouped_mm"}
 _CONV = {
     "convolution",
     "_convolution",
@@ -79,6 +79,10 @@ _NORM = {
 _SOFTMAX = {"_softmax", "_safe_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data", "softmax", "log_softmax"}
 _REDUCTION = {
     "adaptive_avg_pool2d",
+    # a mixture-of-experts router's: the top-k experts of each token, their order and per-expert counts
+    "topk",
+    "sort",
+    "histc",
     "sum",
     "mean",
     "amax",
@@ -123,7 +127,10 @@ _EMBEDDING = {
     "scatter_add",
     "index_add",
     "index_put",
+    "index_put_",
     "_index_put_impl",
+    "_index_put_impl_",
+    "index_add_",
     "index",
     "take",
     "embedding_renorm_",
@@ -355,6 +362,7 @@ _ELEMENTWISE_EXTRA = {
     "_masked_scale",
     "rand",
     "randn",
+    "floor_divide",
 }
 
 
@@ -379,6 +387,7 @@ _OP_CLASS: dict[str, int] = {
             "_foreach_sqrt_",
             "remainder",
             "fmod",
+            "floor_divide",
         ),
         1,
     ),

@@ -179,6 +179,7 @@ _LOW_ATEN = frozenset(
         "addbmm",
         "mv",
         "addmv",
+        "_grouped_mm",
         "convolution",
         "_convolution",
         "_scaled_dot_product_flash_attention_for_cpu",

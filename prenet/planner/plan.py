@@ -474,6 +474,8 @@ def make_plan(
         checkpointing=checkpointing,
     )
     memory = job.memory
+    if memory is None:
+        raise PrenetError(f"{job.memory_note}; a plan needs it to say what fits")
     label = type(model[0]).__name__ if isinstance(model, tuple) else str(model)
     if zoo_kwargs:
         label += " (" + ", ".join(f"{k}={v}" for k, v in zoo_kwargs.items()) + ")"

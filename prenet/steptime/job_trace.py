@@ -46,6 +46,8 @@ class JobTrace:
     memory: MemoryEstimate | None
     blocks: int
     stored: bool = False
+    #: why ``memory`` is None though it was asked for ("" when it was predicted or not asked for)
+    memory_note: str = ""
 
 
 def cache_dir() -> Path | None:
@@ -199,13 +201,19 @@ def job_trace(
     for dt in device_types:
         t = trace_step(module, batch, optimizer=optimizer, precision=precision, device_type=dt, fused=fused, memory_format=memory_format)
         traces[dt] = accumulate(t, module, grad_accum)
-    memory = predict_training_memory(module, batch, optimizer, grad_accum) if with_memory else None
+    memory, memory_note = None, ""
+    if with_memory:
+        try:
+            memory = predict_training_memory(module, batch, optimizer, grad_accum)
+        except (RuntimeError, NotImplementedError) as e:  # a forward only the job's precision runs (MoE grouped GEMMs: BF16)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            memory_note = f"peak memory not predicted: the FP32 forward on meta it is traced with failed ({type(e).__name__}: {first})"
     if keys and _source_fingerprint() == _FINGERPRINT:  # prenet's files unchanged since this process imported them
         for dt, t in traces.items():
             store(keys[dt], {"trace": trace_to_dict(t)})
         if memory is not None or load(keys["memory"]) is None:  # never overwrite a stored estimate with none
             store(keys["memory"], {"memory": asdict(memory) if memory is not None else None, "blocks": blocks})
-    return JobTrace(traces=traces, memory=memory, blocks=blocks)
+    return JobTrace(traces=traces, memory=memory, blocks=blocks, memory_note=memory_note)
 
 
 def job_notes(job: JobTrace) -> list[str]:
@@ -213,6 +221,8 @@ def job_notes(job: JobTrace) -> list[str]:
     notes = []
     if job.blocks:
         notes.append(f"activation checkpointing: {job.blocks} blocks recompute their forward in the backward pass and keep only their inputs")
+    if job.memory_note:
+        notes.append(job.memory_note)
     if job.stored:
         where = cache_dir()
         notes.append(f"the traced step was read from the trace store ({where}; PRENET_TRACE_CACHE=off traces it again)")
