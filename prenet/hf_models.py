@@ -12,7 +12,8 @@ rebuilt transformers of :mod:`prenet.transformer_references` (which check NeuSig
 An encoder-decoder (T5) gets the same ids as its decoder's input. A vision config (an image size and channels, no
 vocabulary: ViT, Swin, ConvNeXt) is built with its image-classification head and trained on ``batch_size`` images of
 its ``image_size`` against its ``num_labels`` classes.
-Other ``--model-arg KEY=N`` values override config fields of the same name (e.g. ``num_hidden_layers=4``).
+Other ``--model-arg KEY=VALUE`` values override config fields of the same name (``num_hidden_layers=4``,
+``_attn_implementation=eager``).
 """
 
 from __future__ import annotations
