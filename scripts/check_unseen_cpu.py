@@ -1,10 +1,12 @@
-"""Usage: python scripts/check_unseen_cpu.py [--threads 1] (about 1 min on 2 shared cores).
+"""Usage: python scripts/check_unseen_cpu.py [--threads 1] [--hf] (about 1 min on 2 shared cores; 2 more with --hf).
 
 The CPU step-time answer on models no part of the pipeline was fitted on (not in the zoo, not in any benchmark):
 three MLPs of skinny GEMMs (SGD and Adam), torchvision's MobileNetV3-Small, a user's 2-layer ``nn.TransformerEncoder``
 (dropout 0.1) and an LSTM tagger. Each training step is measured here the way the zoo's steps are (the project's timer,
 glibc keeping freed memory: without it page faults add 10-30 % to such steps), and predicted through
 ``prenet.api.predict_step_time(..., hardware="local")``, the call a user makes. Prints one line per model and the MAPE.
+``--hf`` measures transformers' own ViT, ConvNeXt, T5, BERT and GPT-2 instead (small configs built by transformers with
+real weights), predicted from their ``hf:`` names, which the answer builds on ``meta``.
 Timings on a shared host move by ~10 % within minutes: compare the errors, not single milliseconds.
 """
 
@@ -66,9 +68,32 @@ def cases() -> dict[str, tuple[nn.Module, tuple[torch.Tensor, torch.Tensor], str
     }
 
 
+#: transformers' own models for ``--hf``: (model, config fields / sizes, batch size)
+HF_CASES = [
+    ("hf:vit", {"num_hidden_layers": 2, "image_size": 96}, 8),
+    ("hf:convnext", {"image_size": 64, "depths": [1, 1, 1, 1]}, 8),
+    ("hf:t5", {"num_layers": 1, "num_decoder_layers": 1, "seq_len": 64, "d_model": 256, "d_ff": 1024, "num_heads": 4}, 8),
+    ("hf:bert", {"num_hidden_layers": 2, "seq_len": 128}, 4),
+    ("hf:gpt2", {"n_layer": 2, "seq_len": 128}, 4),
+]
+
+
+def hf_cases() -> dict[str, tuple[nn.Module, tuple[torch.Tensor, torch.Tensor], str, str, dict]]:
+    """(module with real weights, example batch, optimizer, the name it is predicted from, its sizes) of each."""
+    from prenet.user_models import build_model
+
+    out = {}
+    for spec, sizes, batch in HF_CASES:
+        torch.manual_seed(0)
+        module, example = build_model(spec, batch, dict(sizes), meta=False)
+        out[f"{spec} {sizes}"[:46]] = (module, example, "sgd", spec, dict(sizes))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--hf", action="store_true", help="transformers' own models instead of the torch ones")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from prenet.api import predict_step_time
@@ -77,9 +102,11 @@ def main() -> None:
 
     print(f"allocator: {keep_freed_memory()}, threads {a.threads}")
     errors = []
-    for name, (module, example, optimizer) in cases().items():
+    todo = hf_cases() if a.hf else {k: (*v, None, None) for k, v in cases().items()}
+    for name, (module, example, optimizer, spec, sizes) in todo.items():
         measured = measure_model(module, example, optimizer=optimizer, warmup=3, repeats=7, min_block_ms=20.0)
-        p = predict_step_time((module, example), batch_size=int(example[0].shape[0]), hardware="local", optimizer=optimizer, threads=a.threads)
+        target = (module, example) if spec is None else spec
+        p = predict_step_time(target, batch_size=int(example[0].shape[0]), hardware="local", optimizer=optimizer, threads=a.threads, zoo_kwargs=sizes)
         predicted = p.step_seconds * 1e3
         errors.append(abs(predicted / measured.median_ms - 1))
         print(
