@@ -38,19 +38,24 @@ from prenet.names import OPTIMIZER_STATE_BUFFERS
 from prenet.ops.trace import training_loss
 
 
-def trace_saved(module: nn.Module, example_batch: Any) -> tuple[list[int], list[tuple[int, int]]]:
+def trace_saved(module: nn.Module, example_batch: Any, traced_in: torch.dtype | None = None) -> tuple[list[int], list[tuple[int, int]]]:
     """One training forward pass of ``module`` traced on the ``meta`` device (no memory, no weights needed):
     the bytes of each distinct storage autograd saves for backward, in the order saved (parameters excluded), and
     for each module with its own trainable parameters, (number of storages saved before its first call, bytes of
-    those parameters) — where its gradients will appear in the backward pass."""
+    those parameters) — where its gradients will appear in the backward pass. ``traced_in``: the forward runs with the
+    model and its floating inputs in that dtype (a forward FP32 cannot run: a mixture of experts' grouped GEMMs are
+    BF16-only), its bytes counted at FP32 size."""
     import copy
 
     from prenet.graph.walk import _on_meta
     from prenet.meta_device import without_compiler_imports
 
     meta = module if _on_meta(module) else copy.deepcopy(module).to("meta")
+    if traced_in is not None:
+        meta = copy.deepcopy(meta).to(traced_in)
+    scale = 4 // torch.empty((), dtype=traced_in).element_size() if traced_in is not None else 1
     inputs, labels = unpack_example(example_batch)
-    x = inputs.to("meta")
+    x = inputs.to("meta", dtype=traced_in) if traced_in is not None and inputs.is_floating_point() else inputs.to("meta")
     y = labels.to("meta") if labels is not None else None
     params = {p.untyped_storage()._cdata for p in meta.parameters()}
     seen: dict[int, int] = {}
@@ -61,13 +66,13 @@ def trace_saved(module: nn.Module, example_batch: Any) -> tuple[list[int], list[
         s = t.untyped_storage()
         key = s._cdata
         if key not in params and key not in seen:
-            seen[key] = int(s.nbytes())
+            seen[key] = int(s.nbytes()) * (scale if t.is_floating_point() else 1)
         return t
 
     def pre(mod: nn.Module, args: Any) -> None:
         if id(mod) not in called:
             called.add(id(mod))
-            own = sum(p.numel() * p.element_size() for p in mod.parameters(recurse=False) if p.requires_grad)
+            own = sum(p.numel() * p.element_size() * scale for p in mod.parameters(recurse=False) if p.requires_grad)
             if own:
                 uses.append((len(seen), int(own)))
 
@@ -139,18 +144,20 @@ def backward_live_peak(saved: list[int], uses: list[tuple[int, int]], unplaced_g
     return int((alive + formed).max()) + int(unplaced_grad_bytes)
 
 
-def predict_training_memory(module: nn.Module, example_batch: Any, optimizer: str = "sgd", grad_accum: int = 1) -> MemoryEstimate:
+def predict_training_memory(
+    module: nn.Module, example_batch: Any, optimizer: str = "sgd", grad_accum: int = 1, *, traced_in: torch.dtype | None = None
+) -> MemoryEstimate:
     """Predicted peak memory (bytes) of one steady-state training step of ``module`` on ``example_batch`` with
     ``optimizer`` (``sgd`` plain, ``sgd_momentum``, ``adam``); float32 parameters and activations. ``grad_accum`` > 1:
     from the second micro-step on every gradient stays allocated through the forward and backward passes, so all
-    saved activations and all gradients are live together."""
+    saved activations and all gradients are live together. ``traced_in``: see :func:`trace_saved`."""
     if optimizer not in OPTIMIZER_STATE_BUFFERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZER_STATE_BUFFERS)}, got {optimizer!r}")
     trainable = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
     weights = sum(p.numel() * p.element_size() for p in module.parameters())
     inputs, labels = unpack_example(example_batch)
     in_bytes = inputs.numel() * inputs.element_size() + (labels.numel() * labels.element_size() if labels is not None else 0)
-    saved, uses = trace_saved(module, example_batch)
+    saved, uses = trace_saved(module, example_batch, traced_in)
     placed = sum(b for _, b in uses)
     return MemoryEstimate(
         weights_bytes=int(weights),

@@ -46,7 +46,8 @@ class JobTrace:
     memory: MemoryEstimate | None
     blocks: int
     stored: bool = False
-    #: why ``memory`` is None though it was asked for ("" when it was predicted or not asked for)
+    #: how ``memory`` was traced when its FP32 forward could not run (in BF16), or why it is None though asked for; ""
+    #: when it was predicted as usual or not asked for
     memory_note: str = ""
 
 
@@ -205,9 +206,16 @@ def job_trace(
     if with_memory:
         try:
             memory = predict_training_memory(module, batch, optimizer, grad_accum)
-        except (RuntimeError, NotImplementedError) as e:  # a forward only the job's precision runs (MoE grouped GEMMs: BF16)
+        except (RuntimeError, NotImplementedError) as e:  # a forward only BF16 runs (a mixture of experts' grouped GEMMs)
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            memory_note = f"peak memory not predicted: the FP32 forward on meta it is traced with failed ({type(e).__name__}: {first})"
+            why = f"its FP32 forward cannot run on meta ({type(e).__name__}: {first})"
+            try:
+                import torch
+
+                memory = predict_training_memory(module, batch, optimizer, grad_accum, traced_in=torch.bfloat16)
+                memory_note = f"peak memory: {why}, so its saved activations were traced in BF16 and counted at FP32 size"
+            except (RuntimeError, NotImplementedError):
+                memory_note = f"peak memory not predicted: {why}"
     if keys and _source_fingerprint() == _FINGERPRINT:  # prenet's files unchanged since this process imported them
         for dt, t in traces.items():
             store(keys[dt], {"trace": trace_to_dict(t)})
