@@ -115,3 +115,15 @@ def test_a_mixture_of_experts_traces_its_grouped_gemms_in_bf16():
     params = sum(q.numel() for q in module.parameters())
     assert p.memory_bytes > 8 * params  # FP32 weights and gradients at least
     assert any(n.startswith("peak memory: its FP32 forward cannot run on meta") and "traced in BF16" in n for n in p.notes)
+
+
+def test_a_stored_memory_estimate_keeps_the_line_on_how_it_was_traced(tmp_path, monkeypatch):
+    """A job read back from the trace store says what the traced one said: Mixtral's activations were traced in BF16."""
+    from prenet.steptime.job_trace import job_trace
+
+    monkeypatch.setenv("PRENET_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PRENET_TRACE_CACHE", "on")
+    kw = {"zoo_kwargs": {"num_hidden_layers": 1, "seq_len": 16}, "precision": "bf16", "device_types": ("cuda",)}
+    first, again = job_trace("hf:mixtral", 1, **kw), job_trace("hf:mixtral", 1, **kw)
+    assert not first.stored and again.stored and again.memory == first.memory
+    assert again.memory_note == first.memory_note and "traced in BF16" in again.memory_note

@@ -171,6 +171,22 @@ def predict_training_memory(
     )
 
 
+def predict_memory_noted(module: nn.Module, example_batch: Any, optimizer: str = "sgd", grad_accum: int = 1) -> tuple[MemoryEstimate | None, str]:
+    """(:func:`predict_training_memory`, "") — or, where the model's FP32 forward cannot run on ``meta`` (a mixture of
+    experts' BF16-only grouped GEMMs), the estimate with its activations traced in BF16 and the line that says so, or
+    (None, the line that says why there is none)."""
+    try:
+        return predict_training_memory(module, example_batch, optimizer, grad_accum), ""
+    except (RuntimeError, NotImplementedError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        why = f"its FP32 forward cannot run on meta ({type(e).__name__}: {first})"
+    try:
+        memory = predict_training_memory(module, example_batch, optimizer, grad_accum, traced_in=torch.bfloat16)
+    except (RuntimeError, NotImplementedError):
+        return None, f"peak memory not predicted: {why}"
+    return memory, f"peak memory: {why}, so its saved activations were traced in BF16 and counted at FP32 size"
+
+
 def _tensor_bytes(obj: Any) -> int:
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()

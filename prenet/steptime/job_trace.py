@@ -184,10 +184,11 @@ def job_trace(
                     memory=MemoryEstimate(**mem["memory"]) if with_memory else None,
                     blocks=int(mem["blocks"]),
                     stored=True,
+                    memory_note=str(mem.get("note", "")) if with_memory else "",
                 )
             except (KeyError, TypeError, ValueError):  # an entry of another shape: traced again and overwritten
                 pass
-    from prenet.memory.training import predict_training_memory
+    from prenet.memory.training import predict_memory_noted
     from prenet.ops.trace import trace_step
     from prenet.steptime.step import accumulate
     from prenet.user_models import build_model
@@ -202,25 +203,12 @@ def job_trace(
     for dt in device_types:
         t = trace_step(module, batch, optimizer=optimizer, precision=precision, device_type=dt, fused=fused, memory_format=memory_format)
         traces[dt] = accumulate(t, module, grad_accum)
-    memory, memory_note = None, ""
-    if with_memory:
-        try:
-            memory = predict_training_memory(module, batch, optimizer, grad_accum)
-        except (RuntimeError, NotImplementedError) as e:  # a forward only BF16 runs (a mixture of experts' grouped GEMMs)
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            why = f"its FP32 forward cannot run on meta ({type(e).__name__}: {first})"
-            try:
-                import torch
-
-                memory = predict_training_memory(module, batch, optimizer, grad_accum, traced_in=torch.bfloat16)
-                memory_note = f"peak memory: {why}, so its saved activations were traced in BF16 and counted at FP32 size"
-            except (RuntimeError, NotImplementedError):
-                memory_note = f"peak memory not predicted: {why}"
+    memory, memory_note = predict_memory_noted(module, batch, optimizer, grad_accum) if with_memory else (None, "")
     if keys and _source_fingerprint() == _FINGERPRINT:  # prenet's files unchanged since this process imported them
         for dt, t in traces.items():
             store(keys[dt], {"trace": trace_to_dict(t)})
         if memory is not None or load(keys["memory"]) is None:  # never overwrite a stored estimate with none
-            store(keys["memory"], {"memory": asdict(memory) if memory is not None else None, "blocks": blocks})
+            store(keys["memory"], {"memory": asdict(memory) if memory is not None else None, "blocks": blocks, "note": memory_note})
     return JobTrace(traces=traces, memory=memory, blocks=blocks, memory_note=memory_note)
 
 
