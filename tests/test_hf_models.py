@@ -94,7 +94,7 @@ def test_transformers_and_the_rebuilt_model_give_the_same_step(models_dir, model
     assert a.step_seconds == pytest.approx(b.step_seconds, rel=0.02)
 
 
-def test_a_mixture_of_experts_traces_its_grouped_gemms_in_bf16():
+def test_a_mixture_of_experts_traces_its_grouped_gemms_in_bf16(models_dir):
     """transformers' Mixtral runs its experts as ``torch._grouped_mm`` (BF16 only): under bf16 the trace casts its
     operands as autocast does, and each grouped GEMM counts 2 × tokens × top-k × in × out FLOPs (forward, and the input
     and weight gradients); the FP32 memory trace cannot run it, so the activations are traced in BF16, counted at FP32
@@ -110,7 +110,13 @@ def test_a_mixture_of_experts_traces_its_grouped_gemms_in_bf16():
     assert sorted(r.flops for r in grouped if r.phase == "forward") == [2 * rows * ffn * hidden, 2 * rows * hidden * 2 * ffn]
     assert len([r for r in grouped if r.phase == "backward"]) == 4 and not [r.op for r in trace.records if r.family == "other"]
     p = predict_step_time(
-        "hf:mixtral", batch_size=1, hardware="H100", precision="bf16", zoo_kwargs={"num_hidden_layers": 1, "seq_len": 16}, with_memory=True
+        "hf:mixtral",
+        batch_size=1,
+        hardware="H100",
+        precision="bf16",
+        zoo_kwargs={"num_hidden_layers": 1, "seq_len": 16},
+        with_memory=True,
+        models_dir=models_dir,
     )
     params = sum(q.numel() for q in module.parameters())
     assert p.memory_bytes > 8 * params  # FP32 weights and gradients at least
