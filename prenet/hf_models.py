@@ -33,12 +33,21 @@ from prenet.errors import PrenetError
 DEFAULT_SEQ_LEN = 512
 
 
+def _no_padding_check(*_args: Any, **_kwargs: Any) -> None:
+    """transformers' ``warn_if_padding_and_no_attention_mask``, skipped: it reads the ids' values (``pad_token_id in
+    ids[:, [-1, 0]]``, an ``.item()``), which a trace on the meta device has not, and it only warns; the ids here hold
+    no padding."""
+
+
 class LMLogits(nn.Module):
     """A transformers language model whose forward takes token ids and returns its logits as ``(batch · seq, vocab)``."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.lm = model
+        for m in model.modules():  # DeBERTa-v2 and others check the ids for padding when given no attention mask
+            if hasattr(m, "warn_if_padding_and_no_attention_mask"):
+                m.warn_if_padding_and_no_attention_mask = _no_padding_check
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if getattr(self.lm.config, "is_encoder_decoder", False):

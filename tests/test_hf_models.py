@@ -42,6 +42,17 @@ def test_vision_and_encoder_decoder_configs_build_and_trace_on_meta():
         assert trace.records and not [r.op for r in trace.records if r.family == "other"]
 
 
+def test_a_model_that_checks_its_ids_for_padding_traces_on_meta():
+    """DeBERTa-v2 reads its ids' values when given no attention mask (transformers' padding warning, an ``.item()``),
+    which failed on meta: that check only warns, and is skipped; the step traces with every op in a family."""
+    from prenet.ops import trace_step
+
+    module, (ids, labels) = build_model("hf:deberta-v2", 2, {"num_hidden_layers": 1, "seq_len": 16})
+    assert type(module.lm).__name__ == "DebertaV2ForMaskedLM"
+    trace = trace_step(module, (ids, labels), precision="bf16", device_type="cuda")
+    assert trace.records and not [r.op for r in trace.records if r.family == "other"]
+
+
 def test_a_config_json_is_read_by_transformers(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(
