@@ -31,6 +31,8 @@ from torch import nn
 from prenet.errors import PrenetError
 
 DEFAULT_SEQ_LEN = 512
+#: image side for a vision config that has none (convolutional ones take any): ImageNet's training crop
+DEFAULT_IMAGE_SIZE = 224
 
 
 def _no_padding_check(*_args: Any, **_kwargs: Any) -> None:
@@ -73,9 +75,17 @@ class ImageLogits(nn.Module):
         return self.vision(pixel_values=pixels).logits
 
 
-def is_vision(config: Any) -> bool:
-    """A vision config: an image size and input channels, and no token vocabulary."""
-    return getattr(config, "vocab_size", None) is None and hasattr(config, "image_size") and hasattr(config, "num_channels")
+def image_classifier(config: Any) -> str | None:
+    """The image-classification model transformers has for ``config``'s type (the first where it lists several, e.g.
+    DeiT's plain head before the distillation one); None for a text model (one with a causal or masked language-model
+    head; Perceiver has both) or a type without one."""
+    from transformers.models.auto import modeling_auto
+
+    kind = config.model_type
+    if kind in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES or kind in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return None
+    name = modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES.get(kind)
+    return name[0] if isinstance(name, (tuple, list)) else name
 
 
 def import_transformers() -> Any:
@@ -153,8 +163,9 @@ def hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None = None, *,
     ``seq_len`` and config overrides."""
     config = hf_config(spec)
     sizes = dict(sizes or {})
-    if is_vision(config):
-        return _vision_model(spec, config, batch_size, sizes, meta)
+    classifier = image_classifier(config)
+    if classifier is not None:
+        return _vision_model(spec, config, classifier, batch_size, sizes, meta)
     longest = int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or DEFAULT_SEQ_LEN)
     seq_len = int(sizes.pop("seq_len", min(DEFAULT_SEQ_LEN, longest)))
     if not 1 <= seq_len <= longest:
@@ -175,16 +186,17 @@ def _override(spec: str, config: Any, sizes: dict[str, Any]) -> None:
         setattr(config, key, value)
 
 
-def _vision_model(spec: str, config: Any, batch_size: int, sizes: dict[str, Any], meta: bool) -> tuple[nn.Module, Any]:
-    """``(model, (pixels, labels))`` for a vision config: its image-classification head on ``image_size``² images."""
+def _vision_model(spec: str, config: Any, classifier: str, batch_size: int, sizes: dict[str, Any], meta: bool) -> tuple[nn.Module, Any]:
+    """``(model, (pixels, labels))`` for a vision config: its image-classification head (``classifier``) on
+    ``image_size``² images: the config's, or for a convolutional config without one (ResNet, RegNet, PoolFormer,
+    SegFormer) ``sizes["image_size"]``, by default :data:`DEFAULT_IMAGE_SIZE`."""
+    side = sizes.pop("image_size", DEFAULT_IMAGE_SIZE) if not hasattr(config, "image_size") else None
     _override(spec, config, sizes)
     tf = import_transformers()
-    side = config.image_size if isinstance(config.image_size, int) else int(config.image_size[0])
+    if side is None:
+        side = config.image_size if isinstance(config.image_size, int) else int(config.image_size[0])
     with torch.device("meta") if meta else nullcontext():
-        try:
-            model = tf.AutoModelForImageClassification.from_config(config)
-        except ValueError as e:
-            raise PrenetError(f"hf:{spec} is a vision config with no image-classification model in transformers") from e
-        pixels = torch.randn(batch_size, int(config.num_channels), side, side)
+        model = getattr(tf, classifier)(config)
+        pixels = torch.randn(batch_size, int(getattr(config, "num_channels", 3)), int(side), int(side))
         labels = torch.zeros(batch_size, dtype=torch.long)
     return ImageLogits(model), (pixels, labels)

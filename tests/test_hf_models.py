@@ -42,6 +42,23 @@ def test_vision_and_encoder_decoder_configs_build_and_trace_on_meta():
         assert trace.records and not [r.op for r in trace.records if r.family == "other"]
 
 
+def test_vision_configs_without_an_image_size_or_with_a_vocabulary_are_image_classifiers():
+    """transformers' image-classification mapping says which configs are vision models: BEiT (which has a visual
+    vocabulary), DeiT (two heads listed: the plain one) and the convolutional ResNet, which has no image size and is
+    given ImageNet's 224² unless ``image_size`` is stated."""
+    from prenet.hf_models import DEFAULT_IMAGE_SIZE
+
+    for spec, arch in (("hf:beit", "BeitForImageClassification"), ("hf:deit", "DeiTForImageClassification")):
+        module, _ = build_model(spec, 1, {"num_hidden_layers": 1})
+        assert type(module.vision).__name__ == arch
+    resnet, (pixels, labels) = build_model("hf:resnet", 2)
+    assert type(resnet.vision).__name__ == "ResNetForImageClassification"
+    assert tuple(pixels.shape) == (2, 3, DEFAULT_IMAGE_SIZE, DEFAULT_IMAGE_SIZE) and tuple(labels.shape) == (2,)
+    _, (small, _) = build_model("hf:resnet", 2, {"image_size": 64})
+    assert tuple(small.shape) == (2, 3, 64, 64)
+    assert tuple(resnet(pixels).shape) == (2, resnet.vision.config.num_labels)
+
+
 def test_a_model_that_checks_its_ids_for_padding_traces_on_meta():
     """DeBERTa-v2 reads its ids' values when given no attention mask (transformers' padding warning, an ``.item()``),
     which failed on meta: that check only warns, and is skipped; the step traces with every op in a family."""
