@@ -116,7 +116,7 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         else "no host-speed probe in these tables: steps compared as timed",
     }
     fp32, bf16 = at_reference_speed(fp32, ref), at_reference_speed(bf16, ref)
-    zoo_kw = {"sizes": cfg.models.get("sizes"), "overhead_path": cfg.paths.step_overhead}
+    zoo_kw = {"sizes": cfg.models.get("sizes"), "overhead_path": cfg.paths.step_overhead, "threads": int(cfg.threads)}
     w = pl.concat(
         [whole_model_predictions(model, fp32, "fp32", cpu, **zoo_kw), whole_model_predictions(model, bf16, "bf16", cpu, **zoo_kw)],
         how="vertical_relaxed",

@@ -80,6 +80,7 @@ def predict_step_time(
         grad_accum=grad_accum,
         checkpointing=checkpointing,
         with_memory=with_memory,
+        threads=threads,
     )
     layout = None
     if gpus * nodes > 1 or parallel != "ddp":
@@ -126,4 +127,4 @@ def predict_layers(
     """``table`` (the ``prenet predict layers`` CSV format) plus ``predicted_ms``, through the op-level path."""
     from prenet.steptime.layer_table import predict_layers as _predict_layers
 
-    return _predict_layers(table, hardware=_hardware(hardware, threads), model=models_dir)
+    return _predict_layers(table, hardware=_hardware(hardware, threads), model=models_dir, threads=threads)

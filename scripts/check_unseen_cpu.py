@@ -5,8 +5,8 @@ three MLPs of skinny GEMMs (SGD and Adam), torchvision's MobileNetV3-Small, a us
 (dropout 0.1) and an LSTM tagger. Each training step is measured here the way the zoo's steps are (the project's timer,
 glibc keeping freed memory: without it page faults add 10-30 % to such steps), and predicted through
 ``prenet.api.predict_step_time(..., hardware="local")``, the call a user makes. Prints one line per model and the MAPE.
-``--hf`` measures transformers' own ViT, ConvNeXt, T5, BERT, GPT-2 and DeBERTa-v2 instead (small configs built by transformers with
-real weights), predicted from their ``hf:`` names, which the answer builds on ``meta``.
+``--hf`` measures transformers' own ViT, ConvNeXt, ResNet-50, T5, BERT, GPT-2 and DeBERTa-v2 instead (small configs
+built by transformers with real weights), predicted from their ``hf:`` names, which the answer builds on ``meta``.
 Timings on a shared host move by ~10 % within minutes: compare the errors, not single milliseconds.
 """
 
@@ -72,6 +72,7 @@ def cases() -> dict[str, tuple[nn.Module, tuple[torch.Tensor, torch.Tensor], str
 HF_CASES = [
     ("hf:vit", {"num_hidden_layers": 2, "image_size": 96}, 8),
     ("hf:convnext", {"image_size": 64, "depths": [1, 1, 1, 1]}, 8),
+    ("hf:resnet", {"image_size": 64}, 8),
     ("hf:t5", {"num_layers": 1, "num_decoder_layers": 1, "seq_len": 64, "d_model": 256, "d_ff": 1024, "num_heads": 4}, 8),
     ("hf:bert", {"num_hidden_layers": 2, "seq_len": 128}, 4),
     ("hf:gpt2", {"n_layer": 2, "seq_len": 128}, 4),

@@ -163,6 +163,54 @@ def test_cpu_attention_with_dropout_runs_the_math_as_torch_picks_it():
         assert ops.count("bernoulli_") == (4 if dropout else 0)  # attention weights, its output, the feed-forward's two
 
 
+def _ran_natively(x: torch.Tensor, conv: nn.Conv2d, threads: int) -> bool:
+    """Whether torch ran ``conv(x)`` with THNN's ``_slow_conv2d`` on ``threads`` threads (the profiler's ops)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            conv(x)
+    finally:
+        torch.set_num_threads(before)
+    return any(e.key == "aten::_slow_conv2d_forward" for e in prof.key_averages())
+
+
+@pytest.mark.parametrize(
+    ("batch", "cin", "side", "kernel", "stride", "threads"),
+    [
+        (8, 16, 6, 1, 1, 1),
+        (16, 16, 6, 1, 1, 1),
+        (8, 16, 6, 1, 1, 2),
+        (8, 16, 6, 1, 2, 1),
+        (8, 16, 6, 3, 1, 1),
+        (1, 4, 6, 3, 1, 2),
+        (1, 32, 32, 3, 1, 2),
+    ],
+)
+def test_a_cpu_convolution_is_traced_as_the_kernel_torch_runs(batch, cin, side, kernel, stride, threads):
+    """torch runs an FP32 CPU convolution natively (THNN: a GEMM per sample), not with oneDNN, for a 1×1 unstrided
+    kernel on fewer than 16 samples and one thread, or for one small sample (``prenet.cpu_dispatch.native_conv``,
+    checked here against what torch ran). The trace records it as those products (``bmm``: the same FLOPs) with the
+    backward's, and the emulation computes the convolution itself."""
+    from prenet.ops.trace import native_conv, native_conv2d
+
+    conv, x = nn.Conv2d(cin, 8, kernel, stride=stride, padding=kernel // 2), torch.randn(batch, cin, side, side)
+    native = native_conv(x, conv.weight, conv.stride, conv.dilation, conv.groups, threads)
+    assert native == _ran_natively(x, conv, threads)
+    with torch.no_grad():
+        assert torch.allclose(native_conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation), conv(x), atol=1e-5)
+    trace = trace_step(conv, (x, torch.randn_like(conv(x))), device_type="cpu", threads=threads, input_grad=True)
+    forward = [r for r in trace.records if r.phase == "forward" and r.family in ("conv", "gemm")]
+    assert [r.op for r in forward] == (["bmm"] if native else ["convolution"])
+    out = conv(x).shape[-1]
+    assert forward[0].flops == 2 * batch * 8 * out * out * cin * kernel * kernel
+    backward = {r.op for r in trace.records if r.phase == "backward"}
+    assert ("convolution_backward" in backward) != native and ("bmm" in backward) == native
+    assert any("convolutions run natively" in n for n in trace.notes) == native  # the answer says so
+
+
 def test_a_random_draw_is_timed_by_its_generators_arithmetic():
     """A dropout mask's ``bernoulli_`` costs its generator's arithmetic per element: on a CPU its roofline is
     compute-bound and grows with the elements (the trees then extrapolate past the measured sizes); on a GPU it stays

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
+import polars as pl
 import torch
 from torch import nn
 
@@ -39,6 +41,29 @@ def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
         if cost(cfg, 4).forward_flops <= float(space.get("max_flops", float("inf"))):
             return cfg
     raise ValueError(f"conv2d space {space} admits no configuration under max_flops; raise max_flops")
+
+
+def runs_natively(cfg: dict[str, int], threads: int) -> bool:
+    """Whether torch ran this FP32 configuration natively on ``threads`` CPU threads, not with oneDNN
+    (:func:`prenet.cpu_dispatch.native_conv`): its time is THNN's per-sample GEMMs, not a oneDNN convolution's."""
+    from prenet.cpu_dispatch import native_conv
+
+    k, size = int(cfg["kernel_size"]), int(cfg["input_size"])
+    numel = int(cfg["batch"]) * int(cfg["in_channels"]) * size * size
+    return native_conv(int(cfg["batch"]), numel, (k, k), strided=int(cfg["stride"]) != 1, dilated=False, groups=1, threads=threads)
+
+
+def without_native_runs(timings: pl.DataFrame) -> pl.DataFrame:
+    """Op timings (``kind``, ``config`` JSON, ``threads``, ``precision``) less the FP32 conv2d rows torch ran natively
+    (:func:`runs_natively`): a meta trace records such a convolution as its per-sample products
+    (:func:`prenet.ops.trace.native_conv2d`), so their times are not oneDNN convolutions' to learn from."""
+    if "config" not in timings.columns or timings.height == 0:
+        return timings
+    native = [
+        kind == "conv2d" and precision == "fp32" and runs_natively(json.loads(config), int(threads or 1))
+        for kind, config, threads, precision in timings.select("kind", "config", "threads", "precision").iter_rows()
+    ]
+    return timings.filter(~pl.Series(native, dtype=pl.Boolean))
 
 
 def build(cfg: dict[str, int], device: str, dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor]:

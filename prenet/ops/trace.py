@@ -25,6 +25,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from prenet import cpu_dispatch
 from prenet.errors import PrenetError
 from prenet.meta_device import without_compiler_imports
 from prenet.names import DIRECTIONS, FUSED_OPTIMIZERS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
@@ -138,15 +139,55 @@ def mkldnn_lstm(
     return (x.transpose(0, 1) if batch_first else x), torch.stack(hs), torch.stack(cs)
 
 
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v[0]), int(v[-1])) if isinstance(v, (tuple, list)) else (int(v), int(v))
+
+
+def native_conv(x: torch.Tensor, weight: torch.Tensor, stride: Any, dilation: Any, groups: int, threads: int) -> bool:
+    """Whether torch runs this CPU 2-D convolution natively on ``threads`` threads (FP32 only:
+    :func:`prenet.cpu_dispatch.native_conv`)."""
+    if x.dtype != torch.float32 or x.dim() != 4 or weight.dim() != 4:
+        return False
+    kernel = (int(weight.shape[-2]), int(weight.shape[-1]))
+    strided, dilated = _pair(stride) != (1, 1), _pair(dilation) != (1, 1)
+    return cpu_dispatch.native_conv(int(x.shape[0]), x.numel(), kernel, strided=strided, dilated=dilated, groups=int(groups), threads=threads)
+
+
+def native_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Any, padding: Any, dilation: Any) -> torch.Tensor:
+    """A convolution as THNN's ``_slow_conv2d`` computes it (:func:`native_conv`): per sample, the weight (C_out ×
+    C_in·k²) times the sample's columns (its input itself for an unstrided, unpadded 1×1 kernel, else its im2col
+    unfold), here as one batched product; autograd gives its backward as THNN's: per-sample input-gradient products
+    and weight-gradient products of inner dimension H_out·W_out, summed over the batch."""
+    n, co = int(x.shape[0]), int(weight.shape[0])
+    (kh, kw), st, pd, dl = (int(weight.shape[-2]), int(weight.shape[-1])), _pair(stride), _pair(padding), _pair(dilation)
+    ho = (int(x.shape[2]) + 2 * pd[0] - dl[0] * (kh - 1) - 1) // st[0] + 1
+    wo = (int(x.shape[3]) + 2 * pd[1] - dl[1] * (kw - 1) - 1) // st[1] + 1
+    if (kh, kw) == (1, 1) and st == (1, 1) and pd == (0, 0):
+        cols = x.reshape(n, int(x.shape[1]), -1)
+    else:
+        cols = nn.functional.unfold(x, (kh, kw), dilation=dl, padding=pd, stride=st)
+    w = weight.reshape(1, co, -1)
+    out = torch.bmm(w.expand(n, co, int(w.shape[-1])), cols).reshape(n, co, ho, wo)
+    return out if bias is None else out + bias.reshape(1, co, 1, 1)
+
+
+_CONV2D_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+_CONV2D_DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
+
+
 class _FusedAttention(TorchFunctionMode):
     """Routes every ``scaled_dot_product_attention`` of a meta trace to :func:`fused_attention`: calls made directly
     (this mode) and calls made inside torch's Python composites such as ``F.multi_head_attention_forward`` (which the
     mode cannot see: ``torch.nn.functional.scaled_dot_product_attention`` is replaced for the duration of the trace).
-    On a CPU an LSTM runs as oneDNN's fused layer (:func:`mkldnn_lstm`), as it does on a real CPU."""
+    On a CPU an LSTM runs as oneDNN's fused layer (:func:`mkldnn_lstm`), as it does on a real CPU, and a 2-D
+    convolution that torch runs natively on ``threads`` threads (:func:`native_conv`) as its per-sample products
+    (:func:`native_conv2d`)."""
 
-    def __init__(self, device_type: str) -> None:
+    def __init__(self, device_type: str, threads: int = 1, native: list[str] | None = None) -> None:
         super().__init__()
         self.device_type = device_type
+        self.threads = threads
+        self.native = native if native is not None else []  # the natively run convolutions' modules, in order
 
     def __enter__(self):
         nn.functional.scaled_dot_product_attention = lambda *a, **k: fused_attention(self.device_type, *a, **k)
@@ -160,6 +201,11 @@ class _FusedAttention(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name == "scaled_dot_product_attention":
             return fused_attention(self.device_type, *args, **(kwargs or {}))
+        if name == "conv2d" and self.device_type == "cpu":
+            a = {**_CONV2D_DEFAULTS, **dict(zip(_CONV2D_ARGS, args)), **(kwargs or {})}
+            if not isinstance(a["padding"], str) and native_conv(a["input"], a["weight"], a["stride"], a["dilation"], a["groups"], self.threads):
+                self.native.append("conv2d")
+                return native_conv2d(a["input"], a["weight"], a["bias"], a["stride"], a["padding"], a["dilation"])
         if name == "lstm" and self.device_type == "cpu" and not kwargs and len(args) == 9 and isinstance(args[1], (list, tuple)):
             out = mkldnn_lstm(*args)
             if out is not None:
@@ -218,6 +264,11 @@ class _Tracer(TorchDispatchMode):
         #: a channels_last step: convolutions give NHWC results, as cuDNN and oneDNN do for NHWC inputs (the meta kernel
         #: gives NCHW for some, e.g. a 3-channel input)
         self.channels_last = False
+        #: the CPU threads a CPU step runs on: some FP32 convolutions run natively, not with oneDNN, on one thread
+        #: (:func:`native_conv`)
+        self.cpu_threads = 1
+        #: one entry per convolution of the forward traced as its native per-sample products (:func:`native_conv2d`)
+        self.native_convs: list[str] = []
 
     def _to_low(self, a: Any) -> Any:
         """An FP32 tensor argument of a low-precision op, cast as autocast casts it (once per tensor per step), the cast
@@ -515,7 +566,7 @@ def _run(
             stack.enter_context(tracer)
             stack.enter_context(_Labels(tracer))
             if not real:
-                stack.enter_context(_FusedAttention(device_type))
+                stack.enter_context(_FusedAttention(device_type, tracer.cpu_threads, tracer.native_convs))
                 if low is not None:  # a checkpointed block's recompute in backward re-enters this autocast
                     from prenet.checkpointing import RECOMPUTE_CONTEXT
 
@@ -724,6 +775,7 @@ def trace_step(
     fused: bool = False,
     memory_format: str = "contiguous",
     master_weights: bool = False,
+    threads: int = 1,
 ) -> StepTrace:
     """The ops of one training step of ``module`` on ``example_batch`` (a tensor, or ``(inputs, labels)``), traced on the
     meta device (the optimizer step through :func:`meta_optimizer_step`; ``via_torch_optim``: through ``torch.optim``,
@@ -735,7 +787,8 @@ def trace_step(
     never touched). ``direction`` other
     than ``train_step``, or ``input_grad``, traces one layer as the benchmarks time it: the input requires grad and backward
     starts from a given output gradient (see :func:`_run`). ``master_weights``: a ``model.half()`` step as apex AMP O2
-    runs it, its loss scaled and its optimizer on FP32 master copies (:func:`_master_weights_step`)."""
+    runs it, its loss scaled and its optimizer on FP32 master copies (:func:`_master_weights_step`). ``threads``: the
+    CPU threads the step runs on (torch picks some convolutions' kernels by it: :func:`native_conv`)."""
     _check(precision, optimizer)
     if master_weights and (precision != "fp32" or via_torch_optim):
         raise PrenetError("master_weights traces a model.half() step as apex O2 runs it: use precision fp32 (no autocast), without via_torch_optim")
@@ -760,6 +813,7 @@ def trace_step(
     tracer.conv_transposes = tracer.split_conv_backward = device_type == "cuda"
     tracer.tf32_transposes = device_type == "cuda" and precision == "fp32"
     tracer.channels_last = memory_format == "channels_last"
+    tracer.cpu_threads = threads
     with without_compiler_imports():
         _run(
             meta,
@@ -775,6 +829,12 @@ def trace_step(
             via_torch_optim=via_torch_optim,
             fused=fused,
             master_weights=master_weights,
+        )
+    if tracer.native_convs:
+        notes.append(
+            f"{len(tracer.native_convs)} of the step's convolutions run natively on {threads} CPU thread (THNN: a GEMM per sample, as torch "
+            "picks for a 1×1 unstrided kernel on fewer than 16 samples, or for one small sample), traced as those products; "
+            "with more threads, or 16 samples or more, oneDNN runs them (--threads)"
         )
     return StepTrace(
         tracer.records,

@@ -472,6 +472,7 @@ def make_plan(
         memory_format=memory_format,
         grad_accum=grad_accum,
         checkpointing=checkpointing,
+        threads=threads,
     )
     memory = job.memory
     if memory is None:

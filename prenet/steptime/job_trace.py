@@ -163,15 +163,27 @@ def job_trace(
     grad_accum: int = 1,
     checkpointing: bool = False,
     with_memory: bool = True,
+    threads: int = 1,
 ) -> JobTrace:
     """The job's traced step on each of ``device_types`` and its memory estimate: read from the store when every part is
     there, else traced now (torch imported here) and stored. ``model``: a spec (:func:`prenet.user_models.build_model`)
-    or an ``(nn.Module, example_batch)`` pair (never stored)."""
+    or an ``(nn.Module, example_batch)`` pair (never stored). ``threads``: the CPU threads a ``cpu`` step runs on (part of
+    its key: torch picks some CPU kernels by it)."""
     common = {"optimizer": optimizer, "grad_accum": grad_accum, "checkpointing": checkpointing}
     keys: dict[str, str] = {}
     if storable(model, zoo_kwargs):
         keys = {
-            dt: job_key(model, batch_size, zoo_kwargs, **common, precision=precision, device_type=dt, fused=fused, memory_format=memory_format)
+            dt: job_key(
+                model,
+                batch_size,
+                zoo_kwargs,
+                **common,
+                precision=precision,
+                device_type=dt,
+                fused=fused,
+                memory_format=memory_format,
+                **({"threads": threads} if dt == "cpu" else {}),
+            )
             for dt in device_types
         }
         keys["memory"] = job_key(model, batch_size, zoo_kwargs, **common)  # also holds the checkpointed block count
@@ -201,7 +213,9 @@ def job_trace(
         module, blocks = checkpointed(module)
     traces = {}
     for dt in device_types:
-        t = trace_step(module, batch, optimizer=optimizer, precision=precision, device_type=dt, fused=fused, memory_format=memory_format)
+        t = trace_step(
+            module, batch, optimizer=optimizer, precision=precision, device_type=dt, fused=fused, memory_format=memory_format, threads=threads
+        )
         traces[dt] = accumulate(t, module, grad_accum)
     memory, memory_note = predict_memory_noted(module, batch, optimizer, grad_accum) if with_memory else (None, "")
     if keys and _source_fingerprint() == _FINGERPRINT:  # prenet's files unchanged since this process imported them

@@ -85,12 +85,12 @@ def parse_layer_table(table: pl.DataFrame) -> list[LayerRow]:
     return rows
 
 
-def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any) -> pl.DataFrame:
+def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any, threads: int = 1) -> pl.DataFrame:
     """Predict each row of a layer table (:func:`parse_layer_table`) on ``hardware`` through the one step-time path: the
     layer is built on the meta device and its ``direction`` traced (forward under no_grad; forward_backward = forward and
     backward to weights and input; train_step = that plus the optimizer step), so train_step ≥ forward_backward ≥ forward
     for every layer. ``model``: the op-level :class:`~prenet.steptime.efficiency.EfficiencyModel` or its folder (read after
-    the table is validated). Returns the input plus ``predicted_ms``."""
+    the table is validated); ``threads``: the CPU threads a CPU step runs on. Returns the input plus ``predicted_ms``."""
     from prenet.ops import trace_step
     from prenet.steptime.efficiency import EfficiencyModel
     from prenet.steptime.step import device_type, predict_trace
@@ -110,6 +110,7 @@ def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any) -
             device_type=device_type(hardware),
             direction=r.direction,
             input_grad=True,
+            threads=threads,
         )
         # a layer's time is its kernels' (the host's issue time is a whole step's: prenet.steptime.host)
         pred, _ = predict_trace(trace, hardware, model, host=False)

@@ -365,15 +365,24 @@ def predict_step(
     fused: bool = False,
     memory_format: str = "contiguous",
     grad_accum: int = 1,
+    threads: int = 1,
 ) -> StepPrediction:
     """Trace one training step of ``module`` for ``hardware``'s device type and precision, and predict it.
     ``overhead_ms`` None: the measured null step of the local CPU (:func:`default_overhead_ms`); ``fused``: the
     optimizer as ``torch.optim.*(fused=True)`` runs it; ``memory_format``: contiguous (NCHW) or channels_last (NHWC);
-    ``grad_accum``: K micro-steps of the batch per optimizer step (:func:`accumulate`)."""
+    ``grad_accum``: K micro-steps of the batch per optimizer step (:func:`accumulate`); ``threads``: the CPU threads a
+    CPU step runs on."""
     from prenet.ops.trace import trace_step  # torch: only to trace (a stored trace is predicted without it)
 
     trace = trace_step(
-        module, example_batch, optimizer=optimizer, precision=precision, device_type=device_type(hardware), fused=fused, memory_format=memory_format
+        module,
+        example_batch,
+        optimizer=optimizer,
+        precision=precision,
+        device_type=device_type(hardware),
+        fused=fused,
+        memory_format=memory_format,
+        threads=threads,
     )
     return predict_traced(accumulate(trace, module, grad_accum), hardware, model, overhead_ms=overhead_ms, dataset_size=dataset_size)
 

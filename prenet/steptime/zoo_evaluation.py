@@ -19,15 +19,23 @@ from prenet.steptime.step import default_overhead_ms, device_type, predict_trace
 
 
 def whole_model_predictions(
-    model: EfficiencyModel, timings: pl.DataFrame, precision: str, hw: HardwareSpec, *, sizes: dict | None, overhead_path: str | Path
+    model: EfficiencyModel,
+    timings: pl.DataFrame,
+    precision: str,
+    hw: HardwareSpec,
+    *,
+    sizes: dict | None,
+    overhead_path: str | Path,
+    threads: int = 1,
 ) -> pl.DataFrame:
     """Each measured zoo step of ``timings`` (``ModelTimings``) predicted through the one step-time path (trace on meta →
-    ops → sum + the null step of ``overhead_path``); ``sizes``: the zoo builders' size overrides."""
+    ops → sum + the null step of ``overhead_path``); ``sizes``: the zoo builders' size overrides; ``threads``: the CPU
+    threads the steps were timed on."""
     rows = []
     for r in timings.iter_rows(named=True):
         with torch.device("meta"):
             module, batch = zoo.build(r["model"], int(r["batch_size"]), sizes)
-        trace = trace_step(module, batch, optimizer=r["optimizer"], precision=precision, device_type="cpu")
+        trace = trace_step(module, batch, optimizer=r["optimizer"], precision=precision, device_type="cpu", threads=threads)
         pred, ops = predict_trace(trace, hw, model, overhead_ms=default_overhead_ms(hw, r["optimizer"], overhead_path))
         fallback = float(ops.filter(pl.col("estimate") != "model")["predicted_ms"].sum()) / max(float(ops["predicted_ms"].sum()), 1e-12)
         rows.append(
