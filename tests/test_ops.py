@@ -163,7 +163,7 @@ def test_cpu_attention_with_dropout_runs_the_math_as_torch_picks_it():
         assert ops.count("bernoulli_") == (4 if dropout else 0)  # attention weights, its output, the feed-forward's two
 
 
-def _ran_natively(x: torch.Tensor, conv: nn.Conv2d, threads: int) -> bool:
+def _ran_natively(x: torch.Tensor, conv: nn.Module, threads: int) -> bool:
     """Whether torch ran ``conv(x)`` with THNN's ``_slow_conv2d`` on ``threads`` threads (the profiler's ops)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -209,6 +209,18 @@ def test_a_cpu_convolution_is_traced_as_the_kernel_torch_runs(batch, cin, side, 
     backward = {r.op for r in trace.records if r.phase == "backward"}
     assert ("convolution_backward" in backward) != native and ("bmm" in backward) == native
     assert any("convolutions run natively" in n for n in trace.notes) == native  # the answer says so
+
+
+@pytest.mark.parametrize(("batch", "kernel", "length", "native"), [(8, 1, 100, True), (16, 1, 100, False), (8, 3, 100, False), (1, 3, 50, True)])
+def test_a_cpu_1d_convolution_follows_the_same_rule_as_the_2d_one_it_runs_as(batch, kernel, length, native):
+    """torch runs ``conv1d`` as a 2-D convolution of height 1, so the same rule picks its kernel: a pointwise
+    (kernel 1) ``Conv1d`` on 8 samples and one thread runs natively; the trace records its per-sample products."""
+    conv, x = nn.Conv1d(8, 16, kernel), torch.randn(batch, 8, length)
+    assert _ran_natively(x, conv, 1) == native
+    trace = trace_step(conv, (x, torch.randn_like(conv(x))), device_type="cpu", threads=1, input_grad=True)
+    forward = [r for r in trace.records if r.phase == "forward" and r.family in ("conv", "gemm")]
+    assert [r.op for r in forward] == (["bmm"] if native else ["convolution"])
+    assert forward[0].flops == 2 * batch * 16 * (length - kernel + 1) * 8 * kernel
 
 
 def test_a_random_draw_is_timed_by_its_generators_arithmetic():

@@ -175,6 +175,25 @@ _CONV2D_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "gro
 _CONV2D_DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
 
 
+def _conv2d_args(name: str, a: dict[str, Any]) -> dict[str, Any] | None:
+    """``F.conv2d``'s arguments, or ``F.conv1d``'s as the 2-D convolution of height 1 torch runs; None for a
+    ``"same"``/``"valid"`` padding string or an unbatched input (left to the convolution op)."""
+    if isinstance(a["padding"], str) or a["input"].dim() != (3 if name == "conv1d" else 4):
+        return None
+    if name == "conv2d":
+        return a
+    first = lambda v: int(v[0]) if isinstance(v, (tuple, list)) else int(v)  # noqa: E731
+    x, w = a["input"].unsqueeze(2), a["weight"].unsqueeze(2)
+    return {
+        **a,
+        "input": x,
+        "weight": w,
+        "stride": (1, first(a["stride"])),
+        "padding": (0, first(a["padding"])),
+        "dilation": (1, first(a["dilation"])),
+    }
+
+
 class _FusedAttention(TorchFunctionMode):
     """Routes every ``scaled_dot_product_attention`` of a meta trace to :func:`fused_attention`: calls made directly
     (this mode) and calls made inside torch's Python composites such as ``F.multi_head_attention_forward`` (which the
@@ -201,11 +220,12 @@ class _FusedAttention(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name == "scaled_dot_product_attention":
             return fused_attention(self.device_type, *args, **(kwargs or {}))
-        if name == "conv2d" and self.device_type == "cpu":
-            a = {**_CONV2D_DEFAULTS, **dict(zip(_CONV2D_ARGS, args)), **(kwargs or {})}
-            if not isinstance(a["padding"], str) and native_conv(a["input"], a["weight"], a["stride"], a["dilation"], a["groups"], self.threads):
-                self.native.append("conv2d")
-                return native_conv2d(a["input"], a["weight"], a["bias"], a["stride"], a["padding"], a["dilation"])
+        if name in ("conv1d", "conv2d") and self.device_type == "cpu":
+            a = _conv2d_args(name, {**_CONV2D_DEFAULTS, **dict(zip(_CONV2D_ARGS, args)), **(kwargs or {})})
+            if a is not None and native_conv(a["input"], a["weight"], a["stride"], a["dilation"], a["groups"], self.threads):
+                self.native.append(name)
+                out = native_conv2d(a["input"], a["weight"], a["bias"], a["stride"], a["padding"], a["dilation"])
+                return out.squeeze(2) if name == "conv1d" else out
         if name == "lstm" and self.device_type == "cpu" and not kwargs and len(args) == 9 and isinstance(args[1], (list, tuple)):
             out = mkldnn_lstm(*args)
             if out is not None:
