@@ -10,6 +10,7 @@ import polars as pl
 import torch
 from torch import nn
 
+from prenet.cpu_dispatch import native_conv
 from prenet.layers.base import LayerCost, LayerType, log_uniform_int
 
 
@@ -46,8 +47,6 @@ def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
 def runs_natively(cfg: dict[str, int], threads: int) -> bool:
     """Whether torch ran this FP32 configuration natively on ``threads`` CPU threads, not with oneDNN
     (:func:`prenet.cpu_dispatch.native_conv`): its time is THNN's per-sample GEMMs, not a oneDNN convolution's."""
-    from prenet.cpu_dispatch import native_conv
-
     k, size = int(cfg["kernel_size"]), int(cfg["input_size"])
     numel = int(cfg["batch"]) * int(cfg["in_channels"]) * size * size
     return native_conv(int(cfg["batch"]), numel, (k, k), strided=int(cfg["stride"]) != 1, dilated=False, groups=1, threads=threads)

@@ -852,7 +852,7 @@ def trace_step(
         )
     if tracer.native_convs:
         notes.append(
-            f"{len(tracer.native_convs)} of the step's convolutions run natively on {threads} CPU thread (THNN: a GEMM per sample, as torch "
+            f"{len(tracer.native_convs)} of the step's convolutions run natively on {threads} CPU thread{'s' if threads > 1 else ''} (THNN: a GEMM per sample, as torch "
             "picks for a 1×1 unstrided kernel on fewer than 16 samples, or for one small sample), traced as those products; "
             "with more threads, or 16 samples or more, oneDNN runs them (--threads)"
         )
