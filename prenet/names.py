@@ -71,7 +71,7 @@ CORPUS_OPTIMIZERS: tuple[str, ...] = ("sgd", "momentum", "adam", "adamw")
 SCHEDULES: tuple[str, ...] = ("constant", "step", "cosine", "warmup_cosine")
 #: The ``outcome.corpus.enrich`` recipes a corpus may hold (:func:`prenet.outcome.generator.recipe_runs`); a recipe's
 #: runs carry its name as their phase.
-CORPUS_RECIPES: tuple[str, ...] = ("heavy_ball",)
+CORPUS_RECIPES: tuple[str, ...] = ("heavy_ball", "user_loop")
 #: Phases of a corpus run (:func:`prenet.outcome.generator.plan_domain`): sampled from the prior, boundary and take-off
 #: interpolations, and the recipes.
 CORPUS_PHASES: tuple[str, ...] = ("prior", "boundary", "takeoff", *CORPUS_RECIPES)

@@ -36,6 +36,7 @@ MATRIX = [
     f"outcome.corpus.runs_per_domain={2 * ITEMS}",
     "outcome.corpus.prior_fraction=0.5",
     "outcome.corpus.enrich.heavy_ball.runs=0",  # the prior runs only: one shard of ITEMS
+    "outcome.corpus.enrich.user_loop.runs=0",
     "distribute.hardware=[cpu]",
     "distribute.shards=[0]",
     "distribute.zombie_after_s=45",
@@ -254,6 +255,7 @@ def test_corpus_on_two_workers_equals_the_single_machine_corpus(tmp_path, servic
             f"outcome.corpus.runs_per_domain={runs}",
             "outcome.corpus.takeoff_runs=0",
             "outcome.corpus.enrich.heavy_ball.runs=0",
+            "outcome.corpus.enrich.user_loop.runs=0",
             "outcome.corpus.overhead_runs=1",
         ]
         if runs
@@ -382,6 +384,7 @@ def test_a_killed_dask_worker_leaves_every_corpus_output_exactly_once(tmp_path, 
             "outcome.corpus.domains=[mlp_digits]",
             f"outcome.corpus.runs_per_domain={2 * n}",
             "outcome.corpus.enrich.heavy_ball.runs=0",  # the prior runs only: n items
+            "outcome.corpus.enrich.user_loop.runs=0",
             "distribute.hardware=[cpu]",
             "distribute.shards=[0]",
             f"distribute.scratch={tmp_path / 'scratch'}",

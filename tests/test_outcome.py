@@ -396,7 +396,7 @@ def test_resume_corpus_reuses_a_corpus_and_refuses_other_settings(tiny_run, tmp_
 
     _, cfg, _ = tiny_run
     runs, tel = pl.read_parquet(cfg.paths.outcome_runs), pl.read_parquet(cfg.paths.outcome_telemetry)
-    assert runs.height == 2 * (8 + 2) + 2  # tiny: 2 domains × (8 runs + 2 take-off runs), 2 heavy-ball runs on its MLP one
+    assert runs.height == 2 * (8 + 2) + 2 + 2  # tiny: 2 domains × (8 runs + 2 take-off runs), 2 heavy-ball and 2 user-loop runs on its MLP one
     src = tmp_path / "vendored"
     src.mkdir()
     runs.drop("split").write_parquet(src / "runs.parquet")

@@ -97,7 +97,9 @@ def test_shard_stage_runs_resumes_and_promotes_on_the_tiny_corpus(tiny_cfg, tmp_
         tiny_cfg,
         {
             "paths": {"distributed": str(tmp_path / "dist")},
-            "outcome": {"corpus": {"domains": ["mlp_digits"], "runs_per_domain": 4, "enrich": {"heavy_ball": {"runs": 0}}}},  # 2 prior runs
+            "outcome": {
+                "corpus": {"domains": ["mlp_digits"], "runs_per_domain": 4, "enrich": {"heavy_ball": {"runs": 0}, "user_loop": {"runs": 0}}}
+            },  # 2 prior runs
             "distribute": {"hardware": ["cpu"], "shards": [0, 1], "scratch": str(tmp_path / "scratch")},
         },
     )

@@ -430,7 +430,7 @@ def _ooc_rows(oo: dict) -> list[Row]:
     )
     rows: list[Row] = [
         (
-            f"out of corpus, nothing stated: {oo.get('runs')} runs of a user's own loop over digits, settings outside the corpus prior "
+            f"out of corpus, nothing stated: {oo.get('runs')} runs of a user's own loop over digits, an independent generator (its settings' ranges lie inside the corpus's user_loop recipe) "
             f"(late bloomers {100 * oo.get('late_bloomer_share', float('nan')):.0f} %, corpus {100 * oo.get('corpus_late_bloomer_share', float('nan')):.0f} %)",
             cells
             + (
