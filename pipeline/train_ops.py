@@ -18,7 +18,6 @@ from prenet.data.split_rule import SplitRule, assert_no_holdout, assign_frame
 from prenet.hardware.catalog import get
 from prenet.hardware.local import recorded_spec
 from prenet.hardware.spec import HardwareSpec
-from prenet.layers.conv2d import without_native_runs
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.op_evaluation import by_device
 from prenet.steptime.reference_evaluation import fit_host
@@ -40,8 +39,8 @@ def specs_for(ops: pl.DataFrame, local: HardwareSpec | None) -> dict[str, Hardwa
 
 
 def all_ops(cfg: DictConfig) -> pl.DataFrame:
-    """CPU op benchmark (less the convolutions torch ran natively) + vendored GPU ops, with the frozen ``split`` column."""
-    cpu = without_native_runs(read_artifact(cfg, "op_timings"))  # a conv torch ran natively is not oneDNN's to learn
+    """CPU op benchmark + vendored GPU ops, with the frozen ``split`` column."""
+    cpu = read_artifact(cfg, "op_timings")
     gpu = read_artifact(cfg, "gpu_op_timings")
     cols = [c for c in OpTimings.to_schema().columns] + ["spread_rel", "kernel_only"]
     both = pl.concat([cpu.select([c for c in cols if c in cpu.columns]), gpu.select([c for c in cols if c in gpu.columns])], how="diagonal_relaxed")

@@ -7,6 +7,7 @@ does not depend on the rules of a predictor it never runs.)"""
 FAMILIES: tuple[str, ...] = (
     "gemm",
     "conv",
+    "conv_native",
     "conv_grouped",
     "conv_depthwise",
     "attention",

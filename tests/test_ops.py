@@ -192,34 +192,47 @@ def _ran_natively(x: torch.Tensor, conv: nn.Module, threads: int) -> bool:
 def test_a_cpu_convolution_is_traced_as_the_kernel_torch_runs(batch, cin, side, kernel, stride, threads):
     """torch runs an FP32 CPU convolution natively (THNN: a GEMM per sample), not with oneDNN, for a 1×1 unstrided
     kernel on fewer than 16 samples and one thread, or for one small sample (``prenet.cpu_dispatch.native_conv``,
-    checked here against what torch ran). The trace records it as those products (``bmm``: the same FLOPs) with the
-    backward's, and the emulation computes the convolution itself."""
-    from prenet.ops.trace import native_conv, native_conv2d
+    checked here against what torch ran). The trace records it, forward and backward, as its own family with the
+    convolution's FLOPs and the per-sample GEMM view, and the answer says so; a real measured step labels it the same."""
+    from prenet.ops.families import NATIVE_CONV
+    from prenet.ops.trace import measure_step, native_conv
 
     conv, x = nn.Conv2d(cin, 8, kernel, stride=stride, padding=kernel // 2), torch.randn(batch, cin, side, side)
     native = native_conv(x, conv.weight, conv.stride, conv.dilation, conv.groups, threads)
     assert native == _ran_natively(x, conv, threads)
-    with torch.no_grad():
-        assert torch.allclose(native_conv2d(x, conv.weight, conv.bias, conv.stride, conv.padding, conv.dilation), conv(x), atol=1e-5)
     trace = trace_step(conv, (x, torch.randn_like(conv(x))), device_type="cpu", threads=threads, input_grad=True)
-    forward = [r for r in trace.records if r.phase == "forward" and r.family in ("conv", "gemm")]
-    assert [r.op for r in forward] == (["bmm"] if native else ["convolution"])
+    convs = [r for r in trace.records if r.op.startswith("convolution")]
+    assert [(r.op, r.family) for r in convs] == [
+        ("convolution", NATIVE_CONV if native else "conv"),
+        ("convolution_backward", NATIVE_CONV if native else "conv"),
+    ]
     out = conv(x).shape[-1]
-    assert forward[0].flops == 2 * batch * 8 * out * out * cin * kernel * kernel
-    backward = {r.op for r in trace.records if r.phase == "backward"}
-    assert ("convolution_backward" in backward) != native and ("bmm" in backward) == native
+    assert convs[0].flops == 2 * batch * 8 * out * out * cin * kernel * kernel
+    if native:  # the per-sample GEMMs' view, each reading the weight (the backward's weight gradient too)
+        assert all((r.batch, r.m, r.n, r.k) == (batch, 8, out * out, cin * kernel * kernel) for r in convs)
+        weight = 4 * conv.weight.numel()
+        assert convs[0].bytes >= batch * weight and convs[1].bytes >= 3 * batch * weight
     assert any("convolutions run natively" in n for n in trace.notes) == native  # the answer says so
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        measured = measure_step(conv, (x, torch.randn_like(conv(x))), input_grad=True, warmup=False, min_block_ms=0.01, repeats=1)
+    finally:
+        torch.set_num_threads(before)
+    assert [r.family for r in measured.records if r.op.startswith("convolution")] == [c.family for c in convs]
 
 
 @pytest.mark.parametrize(("batch", "kernel", "length", "native"), [(8, 1, 100, True), (16, 1, 100, False), (8, 3, 100, False), (1, 3, 50, True)])
 def test_a_cpu_1d_convolution_follows_the_same_rule_as_the_2d_one_it_runs_as(batch, kernel, length, native):
     """torch runs ``conv1d`` as a 2-D convolution of height 1, so the same rule picks its kernel: a pointwise
-    (kernel 1) ``Conv1d`` on 8 samples and one thread runs natively; the trace records its per-sample products."""
+    (kernel 1) ``Conv1d`` on 8 samples and one thread runs natively, and is traced as such."""
+    from prenet.ops.families import NATIVE_CONV
+
     conv, x = nn.Conv1d(8, 16, kernel), torch.randn(batch, 8, length)
     assert _ran_natively(x, conv, 1) == native
     trace = trace_step(conv, (x, torch.randn_like(conv(x))), device_type="cpu", threads=1, input_grad=True)
-    forward = [r for r in trace.records if r.phase == "forward" and r.family in ("conv", "gemm")]
-    assert [r.op for r in forward] == (["bmm"] if native else ["convolution"])
+    forward = [r for r in trace.records if r.phase == "forward" and r.op == "convolution"]
+    assert [r.family for r in forward] == [NATIVE_CONV if native else "conv"]
     assert forward[0].flops == 2 * batch * 16 * (length - kernel + 1) * 8 * kernel
 
 
@@ -334,6 +347,16 @@ def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():
     both = sample_wide(wide | {"linear_skinny": {"kind": "linear", **skinny}}, seed=7, aligned_share=0.6)
     assert both[:40] == cfgs and {k for k, _ in both} == {"linear"}
     assert all(c["batch"] <= 64 and min(c["in_features"], c["out_features"]) >= 256 for _, c in both[40:])
+
+    # a space added before others (by name) leaves their configurations as they were
+    def convs(configs: int, **space) -> dict:
+        return {"conv2d": {"configs": configs, "space": {"batch": [1, 8], "kernel_size": [1], "input_size": [2, 8], "stride": [1], **space}}}
+
+    first = sample_wide(convs(3, in_channels=[3, 16], out_channels=[16, 32]) | wide, seed=7, aligned_share=0.6)
+    assert first[3:] == cfgs
+    # a CNN's power-of-two channels, where asked
+    pow2 = sample_wide(convs(8, in_channels=[200, 2048], out_channels=[200, 2048], powers_of_two=True), seed=7, aligned_share=0.0)
+    assert all(c[k] in (256, 512, 1024, 2048) for _, c in pow2 for k in ("in_channels", "out_channels"))
 
 
 def test_justus_peaks_follow_cores_times_clock():

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import math
 from typing import Any
 
 import numpy as np
-import polars as pl
 import torch
 from torch import nn
 
-from prenet.cpu_dispatch import native_conv
 from prenet.layers.base import LayerCost, LayerType, log_uniform_int
 
 
@@ -25,13 +23,20 @@ def derive(cfg: dict[str, int]) -> dict[str, int]:
 
 def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
     """Log-uniform batch, channels and input size; kernel, stride from the listed choices; padding
-    0 ('valid') or kernel//2 ('same'); configs above ``max_flops`` or with an empty output are redrawn."""
+    0 ('valid') or kernel//2 ('same'); configs above ``max_flops`` or with an empty output are redrawn. With
+    ``powers_of_two`` the channels are rounded to the nearest power of two, as most CNNs set them (a CPU's GEMM on
+    power-of-two strides runs slower: cache sets alias)."""
+
+    def channels(bounds: list[int]) -> int:
+        c = log_uniform_int(rng, *bounds)
+        return int(2 ** round(math.log2(c))) if space.get("powers_of_two") else c
+
     for _ in range(1000):
         k = int(rng.choice(space["kernel_size"]))
         cfg = {
             "batch": log_uniform_int(rng, *space["batch"]),
-            "in_channels": log_uniform_int(rng, *space["in_channels"]),
-            "out_channels": log_uniform_int(rng, *space["out_channels"]),
+            "in_channels": channels(space["in_channels"]),
+            "out_channels": channels(space["out_channels"]),
             "kernel_size": k,
             "input_size": log_uniform_int(rng, *space["input_size"]),
             "stride": int(rng.choice(space["stride"])),
@@ -42,27 +47,6 @@ def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
         if cost(cfg, 4).forward_flops <= float(space.get("max_flops", float("inf"))):
             return cfg
     raise ValueError(f"conv2d space {space} admits no configuration under max_flops; raise max_flops")
-
-
-def runs_natively(cfg: dict[str, int], threads: int) -> bool:
-    """Whether torch ran this FP32 configuration natively on ``threads`` CPU threads, not with oneDNN
-    (:func:`prenet.cpu_dispatch.native_conv`): its time is THNN's per-sample GEMMs, not a oneDNN convolution's."""
-    k, size = int(cfg["kernel_size"]), int(cfg["input_size"])
-    numel = int(cfg["batch"]) * int(cfg["in_channels"]) * size * size
-    return native_conv(int(cfg["batch"]), numel, (k, k), strided=int(cfg["stride"]) != 1, dilated=False, groups=1, threads=threads)
-
-
-def without_native_runs(timings: pl.DataFrame) -> pl.DataFrame:
-    """Op timings (``kind``, ``config`` JSON, ``threads``, ``precision``) less the FP32 conv2d rows torch ran natively
-    (:func:`runs_natively`): a meta trace records such a convolution as its per-sample products
-    (:func:`prenet.ops.trace.native_conv2d`), so their times are not oneDNN convolutions' to learn from."""
-    if "config" not in timings.columns or timings.height == 0:
-        return timings
-    native = [
-        kind == "conv2d" and precision == "fp32" and runs_natively(json.loads(config), int(threads or 1))
-        for kind, config, threads, precision in timings.select("kind", "config", "threads", "precision").iter_rows()
-    ]
-    return timings.filter(~pl.Series(native, dtype=pl.Boolean))
 
 
 def build(cfg: dict[str, int], device: str, dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor]:

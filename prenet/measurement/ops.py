@@ -205,13 +205,14 @@ def sample_wide(wide: dict[str, Any], *, seed: int, aligned_share: float) -> lis
     """Extra configurations of registry layers over wider spaces (``ops.benchmark.wide``: name → {configs, space}, the
     name a registry kind or a spec's ``kind``: one kind may have several spaces), sized like the zoo's layers (GEMMs to
     ~6 GFLOP, 22 MB activations, LSTM layers of 1024 units) so that no zoo op lies beyond the measured range; a share of
-    sizes aligned (:func:`snap_aligned`)."""
-    rng = np.random.default_rng(seed + 1)
+    sizes aligned (:func:`snap_aligned`). Each space draws from its own generator (``seed`` and its name), so adding a
+    space leaves the others' configurations as they were."""
     out = []
     for name in sorted(wide):
         spec = wide[name]
         kind = str(spec.get("kind", name))
         lt = REGISTRY[kind]
+        rng = np.random.default_rng([seed + 1, int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)])
         for _ in range(int(spec["configs"])):
             out.append((kind, lt.complete(snap_aligned(lt.sample(rng, dict(spec["space"])), rng, aligned_share))))
     return out

@@ -285,10 +285,18 @@ FREE = {
 #: FP32 units (compute-bound there) grouped convolutions keep the conv analogy, whose FP32 rows include narrow convs.
 TENSOR_GROUPED_CONV = "conv_grouped_tensor"
 
+#: An FP32 CPU convolution that torch runs natively, not with oneDNN (THNN's ``_slow_conv2d``: per sample, the weight
+#: times the sample's columns, one GEMM each; :func:`prenet.cpu_dispatch.native_conv` says when): its own family, since
+#: its time follows those per-sample GEMMs (inner dimension H·W, which is 4-225 in a ResNet-50 at 64 px), not oneDNN's
+#: blocked kernels. Its ops keep the convolution's name and FLOPs; their GEMM view is the per-sample product
+#: (batch N, m C_out, n H_out·W_out, k C_in·kh·kw). With too few rows it is answered as the GEMMs it runs.
+NATIVE_CONV = "conv_native"
+
 #: Families that a trained efficiency model answers by analogy when its own family has no data on a device kind:
 #: the analogy is named in every answer (``estimate`` column).
 ANALOGY: dict[str, str] = {
     "conv_grouped": "conv",
+    NATIVE_CONV: "gemm",
     TENSOR_GROUPED_CONV: "elementwise",
     "conv_depthwise": "elementwise",
     "attention": "gemm",

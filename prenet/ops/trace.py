@@ -34,6 +34,7 @@ from prenet.ops.autocast import Autocast
 from prenet.ops.families import (
     FREE,
     LAYOUT_TRANSPOSES,
+    NATIVE_CONV,
     TENSOR_CORE_UNITS,
     base_name,
     family_of,
@@ -144,69 +145,47 @@ def _pair(v: Any) -> tuple[int, int]:
 
 
 def native_conv(x: torch.Tensor, weight: torch.Tensor, stride: Any, dilation: Any, groups: int, threads: int) -> bool:
-    """Whether torch runs this CPU 2-D convolution natively on ``threads`` threads (FP32 only:
-    :func:`prenet.cpu_dispatch.native_conv`)."""
-    if x.dtype != torch.float32 or x.dim() != 4 or weight.dim() != 4:
+    """Whether torch runs this CPU convolution natively on ``threads`` threads (FP32 only:
+    :func:`prenet.cpu_dispatch.native_conv`); a 1-D one runs as the 2-D convolution of height 1."""
+    if x.dtype != torch.float32 or x.dim() not in (3, 4) or weight.dim() != x.dim():
         return False
-    kernel = (int(weight.shape[-2]), int(weight.shape[-1]))
+    kernel = (int(weight.shape[-2]) if weight.dim() == 4 else 1, int(weight.shape[-1]))
     strided, dilated = _pair(stride) != (1, 1), _pair(dilation) != (1, 1)
     return cpu_dispatch.native_conv(int(x.shape[0]), x.numel(), kernel, strided=strided, dilated=dilated, groups=int(groups), threads=threads)
 
 
-def native_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: Any, padding: Any, dilation: Any) -> torch.Tensor:
-    """A convolution as THNN's ``_slow_conv2d`` computes it (:func:`native_conv`): per sample, the weight (C_out ×
-    C_in·k²) times the sample's columns (its input itself for an unstrided, unpadded 1×1 kernel, else its im2col
-    unfold), here as one batched product; autograd gives its backward as THNN's: per-sample input-gradient products
-    and weight-gradient products of inner dimension H_out·W_out, summed over the batch."""
-    n, co = int(x.shape[0]), int(weight.shape[0])
-    (kh, kw), st, pd, dl = (int(weight.shape[-2]), int(weight.shape[-1])), _pair(stride), _pair(padding), _pair(dilation)
-    ho = (int(x.shape[2]) + 2 * pd[0] - dl[0] * (kh - 1) - 1) // st[0] + 1
-    wo = (int(x.shape[3]) + 2 * pd[1] - dl[1] * (kw - 1) - 1) // st[1] + 1
-    if (kh, kw) == (1, 1) and st == (1, 1) and pd == (0, 0):
-        cols = x.reshape(n, int(x.shape[1]), -1)
-    else:
-        cols = nn.functional.unfold(x, (kh, kw), dilation=dl, padding=pd, stride=st)
-    w = weight.reshape(1, co, -1)
-    out = torch.bmm(w.expand(n, co, int(w.shape[-1])), cols).reshape(n, co, ho, wo)
-    return out if bias is None else out + bias.reshape(1, co, 1, 1)
-
-
-_CONV2D_ARGS = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
-_CONV2D_DEFAULTS = {"bias": None, "stride": 1, "padding": 0, "dilation": 1, "groups": 1}
-
-
-def _conv2d_args(name: str, a: dict[str, Any]) -> dict[str, Any] | None:
-    """``F.conv2d``'s arguments, or ``F.conv1d``'s as the 2-D convolution of height 1 torch runs; None for a
-    ``"same"``/``"valid"`` padding string or an unbatched input (left to the convolution op)."""
-    if isinstance(a["padding"], str) or a["input"].dim() != (3 if name == "conv1d" else 4):
+def _native_conv_call(name: str, args: tuple, out: Any, groups: int, threads: int | None) -> tuple[int, int, int, int] | None:
+    """The per-sample GEMM view (batch N, m C_out, n H_out·W_out, k C_in·kh·kw) of a ``convolution`` call (its result
+    ``out``) or ``convolution_backward`` call that torch runs natively on a CPU of ``threads`` threads
+    (:func:`native_conv`); None for any other call, or when ``threads`` is None (not a CPU step)."""
+    if threads is None or name not in ("convolution", "convolution_backward"):
         return None
-    if name == "conv2d":
-        return a
-    first = lambda v: int(v[0]) if isinstance(v, (tuple, list)) else int(v)  # noqa: E731
-    x, w = a["input"].unsqueeze(2), a["weight"].unsqueeze(2)
-    return {
-        **a,
-        "input": x,
-        "weight": w,
-        "stride": (1, first(a["stride"])),
-        "padding": (0, first(a["padding"])),
-        "dilation": (1, first(a["dilation"])),
-    }
+    # convolution(input, weight, bias, stride, padding, dilation, ...) -> out;
+    # convolution_backward(grad_out, input, weight, bias_sizes, stride, padding, dilation, ...)
+    x, w, o, stride, dilation = (args[0], args[1], out, args[3], args[5]) if name == "convolution" else (args[1], args[2], args[0], args[4], args[6])
+    if not isinstance(o, torch.Tensor) or not native_conv(x, w, stride, dilation, groups, threads):
+        return None
+    return int(x.shape[0]), int(w.shape[0]), math.prod(int(v) for v in o.shape[2:]), math.prod(int(v) for v in w.shape[1:])
+
+
+def _native_weight_rereads(name: str, args: tuple) -> int:
+    """Bytes a natively run convolution (:func:`_native_conv_call`) moves beyond reading its weight once and writing its
+    gradient once: each of its N per-sample GEMMs reads the weight (forward: N reads in all; backward: N reads for the
+    input gradient, and N reads and writes of the accumulated weight gradient)."""
+    x, w = (args[0], args[1]) if name == "convolution" else (args[1], args[2])
+    n = int(x.shape[0])
+    return (n - 1) * nbytes(w) if name == "convolution" else (3 * n - 2) * nbytes(w)
 
 
 class _FusedAttention(TorchFunctionMode):
     """Routes every ``scaled_dot_product_attention`` of a meta trace to :func:`fused_attention`: calls made directly
     (this mode) and calls made inside torch's Python composites such as ``F.multi_head_attention_forward`` (which the
     mode cannot see: ``torch.nn.functional.scaled_dot_product_attention`` is replaced for the duration of the trace).
-    On a CPU an LSTM runs as oneDNN's fused layer (:func:`mkldnn_lstm`), as it does on a real CPU, and a 2-D
-    convolution that torch runs natively on ``threads`` threads (:func:`native_conv`) as its per-sample products
-    (:func:`native_conv2d`)."""
+    On a CPU an LSTM runs as oneDNN's fused layer (:func:`mkldnn_lstm`), as it does on a real CPU."""
 
-    def __init__(self, device_type: str, threads: int = 1, native: list[str] | None = None) -> None:
+    def __init__(self, device_type: str) -> None:
         super().__init__()
         self.device_type = device_type
-        self.threads = threads
-        self.native = native if native is not None else []  # the natively run convolutions' modules, in order
 
     def __enter__(self):
         nn.functional.scaled_dot_product_attention = lambda *a, **k: fused_attention(self.device_type, *a, **k)
@@ -220,12 +199,6 @@ class _FusedAttention(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name == "scaled_dot_product_attention":
             return fused_attention(self.device_type, *args, **(kwargs or {}))
-        if name in ("conv1d", "conv2d") and self.device_type == "cpu":
-            a = _conv2d_args(name, {**_CONV2D_DEFAULTS, **dict(zip(_CONV2D_ARGS, args)), **(kwargs or {})})
-            if a is not None and native_conv(a["input"], a["weight"], a["stride"], a["dilation"], a["groups"], self.threads):
-                self.native.append(name)
-                out = native_conv2d(a["input"], a["weight"], a["bias"], a["stride"], a["padding"], a["dilation"])
-                return out.squeeze(2) if name == "conv1d" else out
         if name == "lstm" and self.device_type == "cpu" and not kwargs and len(args) == 9 and isinstance(args[1], (list, tuple)):
             out = mkldnn_lstm(*args)
             if out is not None:
@@ -284,11 +257,9 @@ class _Tracer(TorchDispatchMode):
         #: a channels_last step: convolutions give NHWC results, as cuDNN and oneDNN do for NHWC inputs (the meta kernel
         #: gives NCHW for some, e.g. a 3-channel input)
         self.channels_last = False
-        #: the CPU threads a CPU step runs on: some FP32 convolutions run natively, not with oneDNN, on one thread
-        #: (:func:`native_conv`)
-        self.cpu_threads = 1
-        #: one entry per convolution of the forward traced as its native per-sample products (:func:`native_conv2d`)
-        self.native_convs: list[str] = []
+        #: the CPU threads of a CPU step (None for a GPU's): some FP32 convolutions run natively, not with oneDNN, on
+        #: one thread (:func:`native_conv`), and are recorded as their own family (:data:`~prenet.ops.families.NATIVE_CONV`)
+        self.cpu_threads: int | None = None
 
     def _to_low(self, a: Any) -> Any:
         """An FP32 tensor argument of a low-precision op, cast as autocast casts it (once per tensor per step), the cast
@@ -367,11 +338,14 @@ class _Tracer(TorchDispatchMode):
         """Append the op record of one call (``ms``/``spread``: its timing, None on meta)."""
         groups, channels = conv_groups(name, args)
         family = family_of(name, phase=self.phase, groups=groups, channels=channels, pointwise=torch.Tag.pointwise in getattr(func, "tags", ()))
+        native = _native_conv_call(name, args, out, groups, self.cpu_threads) if family == "conv" else None
+        if native is not None:
+            family = NATIVE_CONV
         floats = [t for t in ins + outs if t.is_floating_point()]
         dtype = _DTYPE_NAMES.get(floats[0].dtype, str(floats[0].dtype)) if floats else "int64"
         if name in ("_to_copy", "copy_") and outs:
             dtype = _DTYPE_NAMES.get(outs[0].dtype, dtype)
-        b, m, n, k = gemm_view(name, args, out)
+        b, m, n, k = native or gemm_view(name, args, out)
         self.records.append(
             OpRecord(
                 op=name,
@@ -379,7 +353,8 @@ class _Tracer(TorchDispatchMode):
                 phase=self.phase,
                 module=module,
                 flops=op_flops(name, args, kwargs, out),
-                bytes=moved_bytes(read_args(name, args), kwargs, out, None if outs else written_args(func, args, kwargs)),
+                bytes=moved_bytes(read_args(name, args), kwargs, out, None if outs else written_args(func, args, kwargs))
+                + (_native_weight_rereads(name, args) if native else 0),
                 dtype=dtype,
                 unit=unit_of(family, dtype, self.precision, self.cudnn_tf32),
                 batch=b,
@@ -586,7 +561,7 @@ def _run(
             stack.enter_context(tracer)
             stack.enter_context(_Labels(tracer))
             if not real:
-                stack.enter_context(_FusedAttention(device_type, tracer.cpu_threads, tracer.native_convs))
+                stack.enter_context(_FusedAttention(device_type))
                 if low is not None:  # a checkpointed block's recompute in backward re-enters this autocast
                     from prenet.checkpointing import RECOMPUTE_CONTEXT
 
@@ -833,7 +808,7 @@ def trace_step(
     tracer.conv_transposes = tracer.split_conv_backward = device_type == "cuda"
     tracer.tf32_transposes = device_type == "cuda" and precision == "fp32"
     tracer.channels_last = memory_format == "channels_last"
-    tracer.cpu_threads = threads
+    tracer.cpu_threads = threads if device_type == "cpu" else None
     with without_compiler_imports():
         _run(
             meta,
@@ -850,10 +825,10 @@ def trace_step(
             fused=fused,
             master_weights=master_weights,
         )
-    if tracer.native_convs:
+    if native := sum(r.family == NATIVE_CONV and r.phase == "forward" for r in tracer.records):
         notes.append(
-            f"{len(tracer.native_convs)} of the step's convolutions run natively on {threads} CPU thread{'s' if threads > 1 else ''} (THNN: a GEMM per sample, as torch "
-            "picks for a 1×1 unstrided kernel on fewer than 16 samples, or for one small sample), traced as those products; "
+            f"{native} of the step's convolutions run natively on {threads} CPU thread{'s' if threads > 1 else ''} (THNN: a GEMM per sample, as torch "
+            "picks for a 1×1 unstrided kernel on fewer than 16 samples, or for one small sample), timed as such; "
             "with more threads, or 16 samples or more, oneDNN runs them (--threads)"
         )
     return StepTrace(
@@ -949,6 +924,7 @@ def measure_step(
         module.zero_grad(set_to_none=True)
     tracer = _Tracer(precision=precision, meta=False, names=_module_names(module), timing={"min_block_ms": min_block_ms, "repeats": repeats})
     tracer.cudnn_tf32 = cudnn_tf32
+    tracer.cpu_threads = torch.get_num_threads() if dev == "cpu" else None
     _run(module, inputs, labels, tracer, **kw)
     module.zero_grad(set_to_none=True)
     shape = [int(s) for s in inputs.shape]
