@@ -24,35 +24,30 @@ from prenet.measurement.timer import across_rounds, fastest_round, interleaved
 from prenet.memory.training import measure_training_memory
 
 
-def benchmark_models(cfg: DictConfig) -> dict:
-    """Measure every (zoo model, batch size, optimizer) of ``cfg.models`` on this machine — step time (ms) and peak
-    training memory (bytes) — and the per-step overhead (a null step); write ``paths.model_timings``, ``paths.step_overhead`` and
-    ``metrics/benchmark_models.json``."""
+def measure_zoo(cfg: DictConfig, todo: list[tuple[str, int, str]], hw_id: str, probe: SpeedProbe, *, precision: str = "fp32") -> list[dict]:
+    """One model-timing row per (zoo model, batch size, optimizer) of ``todo``, each step timed (``cfg.models``: warm-up,
+    blocks, repeats) in ``cfg.models.rounds`` interleaved rounds, its fastest round kept; in ``precision`` (fp32 | bf16
+    autocast). FP32 steps also get their peak training memory, measured on the first round's warm-up step."""
     m = cfg.models
-    torch.set_num_threads(int(cfg.threads))
-    allocator = host_allocator(bool(cfg.keep_freed_memory))
-    hw_id = local_id(str(cfg.hardware.device))  # a label only: no GEMM peaks to measure here
-    todo = [(name, b, o) for name in m.names for b in m.batch_sizes for o in m.optimizers]
-    t0 = time.monotonic()
-    probe = SpeedProbe(int(cfg.threads))  # host speed beside every row: evaluate_ops puts these steps on the op benchmark's scale
     rounds = int(m.get("rounds", 1))
     timings: dict[tuple, list] = {k: [] for k in todo}
     probes: dict[tuple, list[float]] = {k: [] for k in todo}
-    peaks: dict[tuple, int | None] = {}
+    peaks: dict[tuple, int | None] = {k: None for k in todo}
     params: dict[tuple, int] = {}
     # interleaved rounds (every step once per round, in turn): a minute of a noisy neighbour slows one round of every
     # step, not one step's whole measurement (prenet.measurement.timer.across_rounds)
-    for r, i in tqdm(interleaved(len(todo), rounds), desc="benchmark models", unit="step", disable=not cfg.progress):
+    for r, i in tqdm(interleaved(len(todo), rounds), desc=f"benchmark models ({precision})", unit="step", disable=not cfg.progress):
         key = name, b, o = todo[i]
         probes[key].append(probe.sample())
         torch.manual_seed(int(cfg.seed))
         module, batch = to_device(*zoo.build(name, int(b), m.get("sizes")), str(cfg.hardware.device))
         warmed_ms = None
-        if r == 0:  # the first step is the warm-up and is measured for peak memory (profiler on the CPU, allocator stats on CUDA)
-            t_mem = time.perf_counter()
-            peaks[key] = measure_training_memory(module, batch, o, warmup=False)
-            warmed_ms = (time.perf_counter() - t_mem) * 1e3 if int(m.warmup) <= 1 else None
+        if r == 0:
             params[key] = sum(p.numel() for p in module.parameters())
+            if precision == "fp32":  # the first step is the warm-up and is measured for peak memory (profiler on the CPU, allocator stats on CUDA)
+                t_mem = time.perf_counter()
+                peaks[key] = measure_training_memory(module, batch, o, warmup=False)
+                warmed_ms = (time.perf_counter() - t_mem) * 1e3 if int(m.warmup) <= 1 else None
         timings[key].append(
             measure_model(
                 module,
@@ -63,10 +58,11 @@ def benchmark_models(cfg: DictConfig) -> dict:
                 min_block_ms=float(m.min_block_ms),
                 warmed_ms=warmed_ms,
                 warmup_ms=float(m.warmup_ms),
+                precision=precision,
             )
         )
         del module, batch
-    rows = [
+    return [
         model_timing_row(
             name,
             int(b),
@@ -80,6 +76,20 @@ def benchmark_models(cfg: DictConfig) -> dict:
         )
         for name, b, o in todo
     ]
+
+
+def benchmark_models(cfg: DictConfig) -> dict:
+    """Measure every (zoo model, batch size, optimizer) of ``cfg.models`` on this machine — step time (ms) and peak
+    training memory (bytes) — and the per-step overhead (a null step); write ``paths.model_timings``, ``paths.step_overhead`` and
+    ``metrics/benchmark_models.json``."""
+    m = cfg.models
+    torch.set_num_threads(int(cfg.threads))
+    allocator = host_allocator(bool(cfg.keep_freed_memory))
+    hw_id = local_id(str(cfg.hardware.device))  # a label only: no GEMM peaks to measure here
+    todo = [(name, b, o) for name in m.names for b in m.batch_sizes for o in m.optimizers]
+    t0 = time.monotonic()
+    probe = SpeedProbe(int(cfg.threads))  # host speed beside every row: evaluate_ops puts these steps on the op benchmark's scale
+    rows = measure_zoo(cfg, todo, hw_id, probe)
     df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
     write_artifact(df, cfg, "model_timings")
     overhead = {o: null_step_ms(o, device=str(cfg.hardware.device)) for o in m.optimizers}
@@ -89,7 +99,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
         "wall_s": round(time.monotonic() - t0, 1),
         "threads": int(cfg.threads),
         "allocator": allocator,
-        "rounds": rounds,
+        "rounds": int(m.get("rounds", 1)),
         # with rounds > 1: the median over steps of the round-to-round spread (IQR / median), else of the blocks' in one round
         "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()),
         "null_step_ms": overhead,

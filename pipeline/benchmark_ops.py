@@ -11,13 +11,13 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm.auto import tqdm
 
 from pipeline.artifacts import write_artifact
+from pipeline.benchmark_models import measure_zoo
 from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
-from prenet import zoo
 from prenet.errors import PrenetError
 from prenet.hardware.local import detect_local
 from prenet.measurement.allocator import host_allocator
-from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema
+from prenet.measurement.models import model_timing_schema
 from prenet.measurement.ops import across_rounds_frame, forward_flops, measure_config, sample_configs, sample_wide
 from prenet.measurement.probe import SpeedProbe
 from prenet.measurement.timer import interleaved
@@ -75,25 +75,11 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     )
     ops = ops.filter(pl.col("measured_ms") > 0)
     write_artifact(ops, cfg, "op_timings")
-    zrows = []
-    for name, bs in b.zoo_bf16:
-        p_ms = probe.sample()
-        torch.manual_seed(int(cfg.seed))
-        module, batch = zoo.build(str(name), int(bs), cfg.models.get("sizes"))
-        t = measure_model(
-            module,
-            batch,
-            optimizer="sgd",
-            warmup=1,
-            repeats=int(cfg.models.repeats),
-            min_block_ms=float(cfg.models.min_block_ms),
-            warmup_ms=float(cfg.models.warmup_ms),
-            precision="bf16",
-        )
-        row = model_timing_row(
-            str(name), int(bs), "sgd", hw.hardware_id, int(cfg.threads), sum(p.numel() for p in module.parameters()), t, probe_ms=p_ms
-        )
-        zrows.append({**row, "dtype": "bf16"})
+    # the BF16-autocast zoo steps, timed as benchmark_models times the FP32 ones (interleaved rounds, fastest kept)
+    zrows = [
+        {**row, "dtype": "bf16"}
+        for row in measure_zoo(cfg, [(str(n), int(bs), "sgd") for n, bs in b.zoo_bf16], hw.hardware_id, probe, precision="bf16")
+    ]
     write_artifact(pl.DataFrame(zrows, schema=model_timing_schema(), orient="row"), cfg, "model_timings_bf16")
     metrics = {
         "configurations": len(configs) + len(wide),

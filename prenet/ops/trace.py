@@ -168,6 +168,16 @@ def _native_conv_call(name: str, args: tuple, out: Any, groups: int, threads: in
     return int(x.shape[0]), int(w.shape[0]), math.prod(int(v) for v in o.shape[2:]), math.prod(int(v) for v in w.shape[1:])
 
 
+def _touches(ts: list, ids: dict[int, int]) -> tuple[tuple[int, int], ...]:
+    """(storage id, bytes) of each distinct storage among tensors ``ts`` (views share their base's storage); ids are
+    numbered in order of first appearance in the trace (``ids``: the trace's storage → id map, updated)."""
+    out: dict[int, int] = {}
+    for t in ts:
+        key = ids.setdefault(t.untyped_storage()._cdata, len(ids))
+        out[key] = max(out.get(key, 0), nbytes(t))
+    return tuple(out.items())
+
+
 def _native_weight_rereads(name: str, args: tuple) -> int:
     """Bytes a natively run convolution (:func:`_native_conv_call`) moves beyond reading its weight once and writing its
     gradient once: each of its N per-sample GEMMs reads the weight (forward: N reads in all; backward: N reads for the
@@ -260,6 +270,8 @@ class _Tracer(TorchDispatchMode):
         #: the CPU threads of a CPU step (None for a GPU's): some FP32 convolutions run natively, not with oneDNN, on
         #: one thread (:func:`native_conv`), and are recorded as their own family (:data:`~prenet.ops.families.NATIVE_CONV`)
         self.cpu_threads: int | None = None
+        #: the trace's storages, numbered in order of first use (a CPU record's ``reads`` and ``writes``)
+        self.storages: dict[int, int] = {}
 
     def _to_low(self, a: Any) -> Any:
         """An FP32 tensor argument of a low-precision op, cast as autocast casts it (once per tensor per step), the cast
@@ -284,6 +296,7 @@ class _Tracer(TorchDispatchMode):
                 unit="fp32",
                 out_numel=int(a.numel()),
                 shapes=_shape_text((a,)),
+                **({"reads": _touches([a], self.storages), "writes": _touches([low], self.storages)} if self.cpu_threads is not None else {}),
             )
         )
         return low
@@ -369,8 +382,15 @@ class _Tracer(TorchDispatchMode):
                 strides=_stride_text(args),
                 measured_ms=ms,
                 spread_rel=spread,
+                **(self._touched(name, args, kwargs, func, outs) if self.cpu_threads is not None else {}),
             )
         )
+
+    def _touched(self, name: str, args: tuple, kwargs: dict, func: Any, outs: list) -> dict:
+        """The record's ``reads`` and ``writes`` (:class:`~prenet.ops.records.OpRecord`): its input tensors, its results
+        or the arguments it updates in place."""
+        ins = tensors(list(read_args(name, args))) + tensors(list(kwargs.values()))
+        return {"reads": _touches(ins, self.storages), "writes": _touches(outs if outs else written_args(func, args, kwargs), self.storages)}
 
     def _nchw_transposes(self, module: str, dtype: str, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
         """The layout transposes cuDNN runs around a tensor-core convolution of NCHW tensors (its kernels are NHWC):
