@@ -41,10 +41,9 @@ def _local_cpu(cache_mb: float | None):
 
 def test_a_cpu_step_whose_data_outgrows_the_caches_fetches_its_skinny_gemms_operands_from_dram(models_dir):
     """The batch-16 MLP (2.9 M parameters: 22 MiB of weights and gradients) spends its time in skinny GEMMs of 3-4 MB,
-    timed in place with warm operands: on a CPU whose caches hold 12 MB, the step adds the bytes a running step has
-    evicted (the first layer's 3 MB weight, last touched by the previous optimizer step, at least) at the DRAM bandwidth,
-    fewer than every byte of those GEMMs, and says so; where the caches hold its data, or on a GPU, nothing is added; a
-    record without a measured capacity only warns."""
+    timed in place with warm operands: on a CPU whose caches hold 12 MB, the step adds their bytes at the DRAM bandwidth
+    and says so; where the caches hold its data, or on a GPU, nothing is added; a record without a measured capacity
+    only warns."""
     from prenet.steptime.step import dram_refetch_ms
 
     def cache_notes(p) -> list[str]:
@@ -54,7 +53,7 @@ def test_a_cpu_step_whose_data_outgrows_the_caches_fetches_its_skinny_gemms_oper
     small = _local_cpu(12.0)
     mlp = predict_step_time("mlp", hardware=small, **kw)
     gemm_bytes = 2 * (16 * 1024 + 1024 * 1024 + 16 * 1024) * 4  # per hidden layer: forward and input-gradient GEMMs
-    assert 784 * 1024 * 4 / (small.mem_bw_gbps * 1e9) * 1e3 <= mlp.dram_refetch_ms < 3 * gemm_bytes / (small.mem_bw_gbps * 1e9) * 1e3
+    assert mlp.dram_refetch_ms >= 2 * gemm_bytes / (small.mem_bw_gbps * 1e9) * 1e3
     assert mlp.step_seconds * 1e3 == pytest.approx(sum(mlp.family_ms.values()) + mlp.dram_refetch_ms)
     assert len(cache_notes(mlp)) == 1 and "(22 MB)" in cache_notes(mlp)[0] and f"+ {mlp.dram_refetch_ms:.2f} ms" in cache_notes(mlp)[0]
     roomy = predict_step_time("mlp", hardware=_local_cpu(64.0), **kw)
@@ -64,7 +63,6 @@ def test_a_cpu_step_whose_data_outgrows_the_caches_fetches_its_skinny_gemms_oper
     assert old.dram_refetch_ms == 0 and "lower bound" in cache_notes(old)[0]
     gpu = predict_step_time("mlp", hardware="Tesla T4", **kw)
     assert gpu.dram_refetch_ms == 0 and not cache_notes(gpu)
-    # a frame without operand records (a stored trace from before them): every byte of its memory-bound ops (upper bound)
     ops = pl.DataFrame({"bytes": [4.3e6, 0.5e6, 4.3e6], "flops": [3.4e7, 1e6, 1e9]})  # skinny GEMM, small op, dense op
     assert dram_refetch_ms(ops, small, 23 * 2**20) == pytest.approx(4.3e6 / (small.mem_bw_gbps * 1e9) * 1e3)
     assert dram_refetch_ms(ops, small, 11 * 2**20) == 0.0  # the step's data fits: its operands stay warm
@@ -551,24 +549,3 @@ def test_a_grouped_convolution_on_tensor_cores_is_answered_at_memory_speed(model
         _, ops = predict_trace(trace_step(module, example, precision=precision, device_type="cuda"), hw, model)
         estimates[precision] = set(ops.filter(pl.col("family") == "conv_grouped")["estimate"].to_list())
     assert estimates == {"fp16": {"analogy:elementwise"}, "fp32": {"analogy:conv"}}
-
-
-def test_an_operand_is_cold_when_more_than_the_caches_were_touched_since_its_last_touch():
-    """LRU reuse distance over a step run twice (a weight's last touch is the previous step's update): four 4 MB tensors
-    touched in turn, then the first again: with 10 MB of caches each comes back cold (12 MB touched in between) but the
-    first one's second read; with 16 MB all stay warm. A 0.5 MB operand stays in the core's own caches and a 40 MB one
-    streams from DRAM in place too: neither counts."""
-    from prenet.ops.records import OpRecord, StepTrace
-    from prenet.steptime.step import cold_bytes
-
-    mb = 2**20
-
-    def trace(*records: tuple[tuple[int, int], ...]) -> StepTrace:
-        return StepTrace(
-            [OpRecord("add", "elementwise", "forward", "m", 1.0, 1, "float32", "fp32", reads=r) for r in records], "fp32", "sgd", "cpu", [1], 1
-        )
-
-    four = trace(((1, 4 * mb),), ((2, 4 * mb),), ((3, 4 * mb),), ((4, 4 * mb),), ((1, 4 * mb), (5, mb // 2)))
-    assert cold_bytes(four, 10 * mb, mb).tolist() == [0, 4 * mb, 4 * mb, 4 * mb, 4 * mb]
-    assert cold_bytes(four, 16 * mb, mb).tolist() == [0] * 5
-    assert cold_bytes(trace(((6, 40 * mb),), ((7, 4 * mb),)), 10 * mb, mb).tolist() == [0, 4 * mb]  # evicted by the 40 MB pass

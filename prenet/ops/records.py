@@ -37,10 +37,6 @@ class OpRecord:
     strides: str = ""
     measured_ms: float | None = None
     spread_rel: float | None = None
-    #: the tensors the op reads, then writes, as (storage key, bytes) each, in order (CPU traces only; not a frame
-    #: column): where its operands were last touched, so a CPU step's cache misses follow (:func:`prenet.steptime.step.cold_bytes`)
-    reads: tuple[tuple[int, int], ...] = ()
-    writes: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass

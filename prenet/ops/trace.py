@@ -154,37 +154,23 @@ def native_conv(x: torch.Tensor, weight: torch.Tensor, stride: Any, dilation: An
     return cpu_dispatch.native_conv(int(x.shape[0]), x.numel(), kernel, strided=strided, dilated=dilated, groups=int(groups), threads=threads)
 
 
-def _native_conv_call(name: str, args: tuple, out: Any, groups: int, threads: int | None) -> tuple[int, int, int, int] | None:
-    """The per-sample GEMM view (batch N, m C_out, n H_out·W_out, k C_in·kh·kw) of a ``convolution`` call (its result
-    ``out``) or ``convolution_backward`` call that torch runs natively on a CPU of ``threads`` threads
-    (:func:`native_conv`); None for any other call, or when ``threads`` is None (not a CPU step)."""
+def _native_conv_call(name: str, args: tuple, out: Any, groups: int, threads: int | None) -> tuple[tuple[int, int, int, int], int] | None:
+    """For a ``convolution`` call (its result ``out``) or ``convolution_backward`` call that torch runs natively on a
+    CPU of ``threads`` threads (:func:`native_conv`): its per-sample GEMM view (batch N, m C_out, n H_out·W_out, k
+    C_in·kh·kw) and the bytes it moves beyond reading its weight once and writing its gradient once (each of the N
+    per-sample GEMMs reads the weight: forward N reads in all; backward N reads for the input gradient, and N reads and
+    writes of the accumulated weight gradient). None for any other call, or when ``threads`` is None (not a CPU step)."""
     if threads is None or name not in ("convolution", "convolution_backward"):
         return None
     # convolution(input, weight, bias, stride, padding, dilation, ...) -> out;
     # convolution_backward(grad_out, input, weight, bias_sizes, stride, padding, dilation, ...)
-    x, w, o, stride, dilation = (args[0], args[1], out, args[3], args[5]) if name == "convolution" else (args[1], args[2], args[0], args[4], args[6])
+    forward = name == "convolution"
+    x, w, o, stride, dilation = (args[0], args[1], out, args[3], args[5]) if forward else (args[1], args[2], args[0], args[4], args[6])
     if not isinstance(o, torch.Tensor) or not native_conv(x, w, stride, dilation, groups, threads):
         return None
-    return int(x.shape[0]), int(w.shape[0]), math.prod(int(v) for v in o.shape[2:]), math.prod(int(v) for v in w.shape[1:])
-
-
-def _touches(ts: list, ids: dict[int, int]) -> tuple[tuple[int, int], ...]:
-    """(storage id, bytes) of each distinct storage among tensors ``ts`` (views share their base's storage); ids are
-    numbered in order of first appearance in the trace (``ids``: the trace's storage → id map, updated)."""
-    out: dict[int, int] = {}
-    for t in ts:
-        key = ids.setdefault(t.untyped_storage()._cdata, len(ids))
-        out[key] = max(out.get(key, 0), nbytes(t))
-    return tuple(out.items())
-
-
-def _native_weight_rereads(name: str, args: tuple) -> int:
-    """Bytes a natively run convolution (:func:`_native_conv_call`) moves beyond reading its weight once and writing its
-    gradient once: each of its N per-sample GEMMs reads the weight (forward: N reads in all; backward: N reads for the
-    input gradient, and N reads and writes of the accumulated weight gradient)."""
-    x, w = (args[0], args[1]) if name == "convolution" else (args[1], args[2])
     n = int(x.shape[0])
-    return (n - 1) * nbytes(w) if name == "convolution" else (3 * n - 2) * nbytes(w)
+    view = n, int(w.shape[0]), math.prod(int(v) for v in o.shape[2:]), math.prod(int(v) for v in w.shape[1:])
+    return view, ((n - 1) if forward else (3 * n - 2)) * nbytes(w)
 
 
 class _FusedAttention(TorchFunctionMode):
@@ -270,8 +256,6 @@ class _Tracer(TorchDispatchMode):
         #: the CPU threads of a CPU step (None for a GPU's): some FP32 convolutions run natively, not with oneDNN, on
         #: one thread (:func:`native_conv`), and are recorded as their own family (:data:`~prenet.ops.families.NATIVE_CONV`)
         self.cpu_threads: int | None = None
-        #: the trace's storages, numbered in order of first use (a CPU record's ``reads`` and ``writes``)
-        self.storages: dict[int, int] = {}
 
     def _to_low(self, a: Any) -> Any:
         """An FP32 tensor argument of a low-precision op, cast as autocast casts it (once per tensor per step), the cast
@@ -296,7 +280,6 @@ class _Tracer(TorchDispatchMode):
                 unit="fp32",
                 out_numel=int(a.numel()),
                 shapes=_shape_text((a,)),
-                **({"reads": _touches([a], self.storages), "writes": _touches([low], self.storages)} if self.cpu_threads is not None else {}),
             )
         )
         return low
@@ -358,7 +341,7 @@ class _Tracer(TorchDispatchMode):
         dtype = _DTYPE_NAMES.get(floats[0].dtype, str(floats[0].dtype)) if floats else "int64"
         if name in ("_to_copy", "copy_") and outs:
             dtype = _DTYPE_NAMES.get(outs[0].dtype, dtype)
-        b, m, n, k = native or gemm_view(name, args, out)
+        b, m, n, k = native[0] if native else gemm_view(name, args, out)
         self.records.append(
             OpRecord(
                 op=name,
@@ -367,7 +350,7 @@ class _Tracer(TorchDispatchMode):
                 module=module,
                 flops=op_flops(name, args, kwargs, out),
                 bytes=moved_bytes(read_args(name, args), kwargs, out, None if outs else written_args(func, args, kwargs))
-                + (_native_weight_rereads(name, args) if native else 0),
+                + (native[1] if native else 0),
                 dtype=dtype,
                 unit=unit_of(family, dtype, self.precision, self.cudnn_tf32),
                 batch=b,
@@ -382,15 +365,8 @@ class _Tracer(TorchDispatchMode):
                 strides=_stride_text(args),
                 measured_ms=ms,
                 spread_rel=spread,
-                **(self._touched(name, args, kwargs, func, outs) if self.cpu_threads is not None else {}),
             )
         )
-
-    def _touched(self, name: str, args: tuple, kwargs: dict, func: Any, outs: list) -> dict:
-        """The record's ``reads`` and ``writes`` (:class:`~prenet.ops.records.OpRecord`): its input tensors, its results
-        or the arguments it updates in place."""
-        ins = tensors(list(read_args(name, args))) + tensors(list(kwargs.values()))
-        return {"reads": _touches(ins, self.storages), "writes": _touches(outs if outs else written_args(func, args, kwargs), self.storages)}
 
     def _nchw_transposes(self, module: str, dtype: str, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
         """The layout transposes cuDNN runs around a tensor-core convolution of NCHW tensors (its kernels are NHWC):

@@ -135,7 +135,6 @@ def store(key: str, entry: dict[str, Any]) -> None:
 
 
 _RECORD_FIELDS = [f.name for f in fields(OpRecord)]
-_PAIR_FIELDS = ("reads", "writes")
 
 
 def trace_to_dict(trace: StepTrace) -> dict[str, Any]:
@@ -146,9 +145,7 @@ def trace_to_dict(trace: StepTrace) -> dict[str, Any]:
 
 def trace_from_dict(d: dict[str, Any]) -> StepTrace:
     """The inverse of :func:`trace_to_dict`."""
-    cols = dict(d["records"])
-    for c in _PAIR_FIELDS:  # JSON lists back to the records' tuples of (storage id, bytes)
-        cols[c] = [tuple(tuple(p) for p in v) for v in cols.get(c, [()] * len(cols["op"]))]
+    cols = d["records"]
     records = [OpRecord(**dict(zip(_RECORD_FIELDS, row))) for row in zip(*(cols[c] for c in _RECORD_FIELDS))]
     return StepTrace(records=records, **{k: v for k, v in d.items() if k != "records"})
 

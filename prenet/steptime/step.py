@@ -165,7 +165,7 @@ def _summarize(
     if hw.kind == "cpu" and trace.precision == "bf16" and (note := cpu_bf16_note(hw)):
         notes.append(note)
     data_bytes, sensitive = step_data_bytes(trace), cache_sensitive(ops, hw)
-    refetch_ms = dram_refetch_ms(ops, hw, data_bytes, sensitive, trace)
+    refetch_ms = dram_refetch_ms(ops, hw, data_bytes, sensitive)
     if note := cpu_cache_note(ops, hw, refetch_ms, data_bytes, sensitive):
         notes.append(note)
     if host_issue_ms > total_ms:
@@ -267,61 +267,17 @@ def step_data_bytes(trace: StepTrace) -> float:
     return float(trace.params) * per
 
 
-def cold_bytes(trace: StepTrace, cache_bytes: float, floor_bytes: float) -> np.ndarray:
-    """Per record of ``trace``: the bytes it reads from DRAM inside a running step that the op benchmark, timing it in
-    place, had warm in the caches. An operand (a storage of ``floor_bytes``-``cache_bytes``: smaller ones stay in the
-    core's own caches, larger ones stream from DRAM in place too) is cold when more than ``cache_bytes`` of other
-    storages were touched since its last touch (its LRU reuse distance). The step runs twice and the second is counted,
-    so that a weight's last touch is the previous step's optimizer update. Zeros for a trace without operand records
-    (GPU traces, and CPU traces stored before they had them)."""
-    recs = trace.records
-    out = np.zeros(len(recs))
-    if not any(r.reads for r in recs):
-        return out
-    lru: dict[int, int] = {}  # storage key -> bytes, least recently touched first
-
-    def distance(key: int) -> float:
-        """Bytes of the storages touched since ``key`` (inf once past ``cache_bytes``, or if never touched)."""
-        if key not in lru:
-            return math.inf
-        seen = 0
-        for k in reversed(lru):
-            if k == key:
-                return seen
-            seen += lru[k]
-            if seen > cache_bytes:
-                return math.inf
-        return math.inf
-
-    for counted in (False, True):
-        for i, r in enumerate(recs):
-            for key, size in r.reads:
-                if counted and floor_bytes < size <= cache_bytes and distance(key) > cache_bytes:
-                    out[i] += size
-            for key, size in (*r.reads, *r.writes):
-                lru.pop(key, None)
-                lru[key] = size
-    return out
-
-
-def dram_refetch_ms(
-    ops: pl.DataFrame, hw: HardwareSpec, data_bytes: float, sensitive: np.ndarray | None = None, trace: StepTrace | None = None
-) -> float:
+def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, data_bytes: float, sensitive: np.ndarray | None = None) -> float:
     """On a CPU whose caches (:attr:`~prenet.hardware.spec.HardwareSpec.cache_mb`, measured) hold less than the step's
-    ``data_bytes`` (:func:`step_data_bytes`): the time (ms) its memory-bound ops spend fetching from DRAM, at the
-    measured DRAM bandwidth, the operands a running step has evicted (:func:`cold_bytes` of ``trace``, whose records
-    ``ops`` are, in order), on top of their in-place times. Additive, not overlapped: one thread packs a GEMM's operand
-    before it computes on it (measured on this host, 2026-12-05: the skinny GEMMs of a 784-1024-1024-1024-10 MLP at
-    batch 16 took 0.20-0.36 ms more after a 64 MB eviction than in place, 3.3-4.3 MB each, i.e. 12-22 GB/s against
-    20.6 GB/s copy bandwidth). Without operand records, every byte of the cache-sensitive ops (:func:`cache_sensitive`)
-    counts (an upper bound). 0 on a GPU, for a step whose data fits the caches, or without a measured cache capacity."""
+    ``data_bytes`` (:func:`step_data_bytes`): the time (ms) its cache-sensitive ops (:func:`cache_sensitive`) spend
+    fetching their operands from DRAM, at the measured DRAM bandwidth, on top of their in-place times. Additive, not
+    overlapped: one thread packs a GEMM's operand before it computes on it (measured on this host, 2026-12-05: the
+    skinny GEMMs of a 784-1024-1024-1024-10 MLP at batch 16 took 0.20-0.36 ms more after a 64 MB eviction than in
+    place, 3.3-4.3 MB each, i.e. 12-22 GB/s against 20.6 GB/s copy bandwidth). 0 on a GPU, for a step whose data fits
+    the caches, or without a measured cache capacity. ``sensitive``: :func:`cache_sensitive` of ``ops``, if known."""
     if hw.kind != "cpu" or not hw.cache_mb or data_bytes <= hw.cache_mb * 2**20:
         return 0.0
     by = ops.get_column("bytes").to_numpy().astype(float)
-    if trace is not None and len(trace.records) == ops.height and any(r.reads for r in trace.records):
-        fl = ops.get_column("flops").to_numpy().astype(float)
-        cold = cold_bytes(trace, hw.cache_mb * 2**20, (hw.l2_mb or 1.0) * 2**20)
-        return float(cold[fl < CACHE_SENSITIVE_FLOPS_PER_BYTE * by].sum() / (hw.mem_bw_gbps * 1e9) * 1e3)
     return float(by[cache_sensitive(ops, hw) if sensitive is None else sensitive].sum() / (hw.mem_bw_gbps * 1e9) * 1e3)
 
 
@@ -338,9 +294,9 @@ def cpu_cache_note(
     if refetch_ms > 0:
         return (
             f"cache: the step's weights, gradients and optimizer state ({data_bytes / 2**20:.0f} MB) outgrow the "
-            f"{hw.cache_mb:.0f} MB its caches hold (measured), so its memory-bound ops, timed in place with warm operands, "
-            f"fetch from DRAM the ones of {hw.l2_mb or 1.0:g}-{hw.cache_mb:.0f} MB that more than the caches' worth of other "
-            f"data evicted since their last use (LRU): + {refetch_ms:.2f} ms at {hw.mem_bw_gbps:.1f} GB/s"
+            f"{hw.cache_mb:.0f} MB its caches hold (measured), so {int(sel.sum())} memory-bound ops of {hw.l2_mb or 1.0:g}-"
+            f"{hw.cache_mb:.0f} MB, timed in place with warm operands, fetch them from DRAM: + {refetch_ms:.2f} ms at "
+            f"{hw.mem_bw_gbps:.1f} GB/s"
         )
     if hw.cache_mb:
         return None
