@@ -24,10 +24,14 @@ from prenet.measurement.timer import across_rounds, fastest_round, interleaved
 from prenet.memory.training import measure_training_memory
 
 
-def measure_zoo(cfg: DictConfig, todo: list[tuple[str, int, str]], hw_id: str, probe: SpeedProbe, *, precision: str = "fp32") -> list[dict]:
+def measure_zoo(
+    cfg: DictConfig, todo: list[tuple[str, int, str]], hw_id: str, probe: SpeedProbe, *, precision: str = "fp32", device: str | None = None
+) -> list[dict]:
     """One model-timing row per (zoo model, batch size, optimizer) of ``todo``, each step timed (``cfg.models``: warm-up,
     blocks, repeats) in ``cfg.models.rounds`` interleaved rounds, its fastest round kept; in ``precision`` (fp32 | bf16
-    autocast). FP32 steps also get their peak training memory, measured on the first round's warm-up step."""
+    autocast), on ``device`` (default ``cfg.hardware.device``). FP32 steps also get their peak training memory,
+    measured on the first round's warm-up step."""
+    device = str(cfg.hardware.device) if device is None else device
     m = cfg.models
     rounds = int(m.get("rounds", 1))
     timings: dict[tuple, list] = {k: [] for k in todo}
@@ -40,7 +44,7 @@ def measure_zoo(cfg: DictConfig, todo: list[tuple[str, int, str]], hw_id: str, p
         key = name, b, o = todo[i]
         probes[key].append(probe.sample())
         torch.manual_seed(int(cfg.seed))
-        module, batch = to_device(*zoo.build(name, int(b), m.get("sizes")), str(cfg.hardware.device))
+        module, batch = to_device(*zoo.build(name, int(b), m.get("sizes")), device)
         warmed_ms = None
         if r == 0:
             params[key] = sum(p.numel() for p in module.parameters())

@@ -78,7 +78,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     # the BF16-autocast zoo steps, timed as benchmark_models times the FP32 ones (interleaved rounds, fastest kept)
     zrows = [
         {**row, "dtype": "bf16"}
-        for row in measure_zoo(cfg, [(str(n), int(bs), "sgd") for n, bs in b.zoo_bf16], hw.hardware_id, probe, precision="bf16")
+        for row in measure_zoo(cfg, [(str(n), int(bs), "sgd") for n, bs in b.zoo_bf16], hw.hardware_id, probe, precision="bf16", device="cpu")
     ]
     write_artifact(pl.DataFrame(zrows, schema=model_timing_schema(), orient="row"), cfg, "model_timings_bf16")
     metrics = {

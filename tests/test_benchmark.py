@@ -186,3 +186,21 @@ run_benchmark(plan, hardware=HardwareSpec('test-cpu','cpu',0.1,10.0,1,2000.0), s
     df = run_benchmark(plan, hardware=HW, shard_dir=tmp_path, warmup=1, repeats=2, min_block_ms=0.1, progress=False)
     assert df.height == len(plan)
     assert kept <= set(df["measurement_id"])
+
+
+def test_the_bf16_zoo_steps_are_timed_as_the_fp32_ones(tiny_cfg):
+    """``measure_zoo`` times each step in the config's interleaved rounds and keeps its fastest: one row per step, in
+    the model-timing schema, on the device asked for; peak memory only for FP32 steps (its warm-up is measured)."""
+    import polars as pl
+
+    from pipeline.benchmark_models import measure_zoo
+    from prenet.measurement.models import model_timing_schema
+    from prenet.measurement.probe import SpeedProbe
+
+    todo = [("mlp", 2, "sgd"), ("mlp", 4, "sgd")]
+    bf16 = measure_zoo(tiny_cfg, todo, "cpu-test", SpeedProbe(1), precision="bf16", device="cpu")
+    fp32 = measure_zoo(tiny_cfg, todo[:1], "cpu-test", SpeedProbe(1))
+    frame = pl.DataFrame(bf16, schema=model_timing_schema(), orient="row")
+    assert frame.height == 2 and frame["batch_size"].to_list() == [2, 4] and (frame["measured_ms"] > 0).all()
+    assert frame["peak_memory_bytes"].is_null().all() and fp32[0]["peak_memory_bytes"] > 0
+    assert (frame["repeats"] >= 1).all()

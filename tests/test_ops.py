@@ -210,8 +210,25 @@ def test_a_cpu_convolution_is_traced_as_the_kernel_torch_runs(batch, cin, side, 
     assert convs[0].flops == 2 * batch * 8 * out * out * cin * kernel * kernel
     if native:  # the per-sample GEMMs' view, each reading the weight (the backward's weight gradient too)
         assert all((r.batch, r.m, r.n, r.k) == (batch, 8, out * out, cin * kernel * kernel) for r in convs)
+        # against the same convolution as oneDNN runs it (two threads): the weight read once per sample, forward and
+        # backward, and the accumulated weight gradient read and written once per sample
+        onednn = [
+            r
+            for r in trace_step(conv, (x, torch.randn_like(conv(x))), device_type="cpu", threads=2, input_grad=True).records
+            if r.op.startswith("convolution")
+        ]
         weight = 4 * conv.weight.numel()
-        assert convs[0].bytes >= batch * weight and convs[1].bytes >= 3 * batch * weight
+        if all(r.family == "conv" for r in onednn):  # (one small sample runs natively on any thread count)
+            assert [n.bytes - o.bytes for n, o in zip(convs, onednn)] == [(batch - 1) * weight, (3 * batch - 2) * weight]
+        # a frozen weight: no weight gradient, so no re-reads of it in the backward
+        conv.weight.requires_grad_(False)
+        frozen = [
+            r
+            for r in trace_step(conv, (x, torch.randn_like(conv(x))), device_type="cpu", threads=threads, input_grad=True).records
+            if r.op == "convolution_backward"
+        ]
+        conv.weight.requires_grad_(True)
+        assert len(frozen) == 1 and frozen[0].family == NATIVE_CONV and frozen[0].bytes < convs[1].bytes - batch * weight
     assert any("convolutions run natively" in n for n in trace.notes) == native  # the answer says so
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -234,6 +251,13 @@ def test_a_cpu_1d_convolution_follows_the_same_rule_as_the_2d_one_it_runs_as(bat
     forward = [r for r in trace.records if r.phase == "forward" and r.op == "convolution"]
     assert [r.family for r in forward] == [NATIVE_CONV if native else "conv"]
     assert forward[0].flops == 2 * batch * 16 * (length - kernel + 1) * 8 * kernel
+
+
+def test_a_transposed_convolution_is_never_traced_as_a_native_one():
+    """The native rule is the forward convolution's: a 1×1 ``ConvTranspose2d`` on 8 samples stays a ``conv`` op."""
+    conv, x = nn.ConvTranspose2d(16, 8, 1), torch.randn(8, 16, 6, 6)
+    trace = trace_step(conv, (x, torch.randn_like(conv(x))), device_type="cpu", threads=1, input_grad=True)
+    assert {r.family for r in trace.records if r.op.startswith("convolution")} == {"conv"}
 
 
 def test_a_random_draw_is_timed_by_its_generators_arithmetic():

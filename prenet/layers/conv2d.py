@@ -29,7 +29,10 @@ def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
 
     def channels(bounds: list[int]) -> int:
         c = log_uniform_int(rng, *bounds)
-        return int(2 ** round(math.log2(c))) if space.get("powers_of_two") else c
+        if not space.get("powers_of_two"):
+            return c
+        lo, hi = 2 ** math.ceil(math.log2(bounds[0])), 2 ** math.floor(math.log2(bounds[1]))  # the powers within bounds
+        return int(min(max(2 ** round(math.log2(c)), lo), max(lo, hi)))
 
     for _ in range(1000):
         k = int(rng.choice(space["kernel_size"]))

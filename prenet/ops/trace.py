@@ -159,18 +159,24 @@ def _native_conv_call(name: str, args: tuple, out: Any, groups: int, threads: in
     CPU of ``threads`` threads (:func:`native_conv`): its per-sample GEMM view (batch N, m C_out, n H_out·W_out, k
     C_in·kh·kw) and the bytes it moves beyond reading its weight once and writing its gradient once (each of the N
     per-sample GEMMs reads the weight: forward N reads in all; backward N reads for the input gradient, and N reads and
-    writes of the accumulated weight gradient). None for any other call, or when ``threads`` is None (not a CPU step)."""
+    writes of the accumulated weight gradient, each where the output mask forms it). None for any other call, a
+    transposed convolution, or when ``threads`` is None (not a CPU step)."""
     if threads is None or name not in ("convolution", "convolution_backward"):
         return None
     # convolution(input, weight, bias, stride, padding, dilation, ...) -> out;
     # convolution_backward(grad_out, input, weight, bias_sizes, stride, padding, dilation, ...)
     forward = name == "convolution"
-    x, w, o, stride, dilation = (args[0], args[1], out, args[3], args[5]) if forward else (args[1], args[2], args[0], args[4], args[6])
-    if not isinstance(o, torch.Tensor) or not native_conv(x, w, stride, dilation, groups, threads):
+    x, w, o, stride, dilation, transposed = (
+        (args[0], args[1], out, args[3], args[5], args[6]) if forward else (args[1], args[2], args[0], args[4], args[6], args[7])
+    )
+    if transposed or not isinstance(o, torch.Tensor) or not native_conv(x, w, stride, dilation, groups, threads):
         return None
     n = int(x.shape[0])
     view = n, int(w.shape[0]), math.prod(int(v) for v in o.shape[2:]), math.prod(int(v) for v in w.shape[1:])
-    return view, ((n - 1) if forward else (3 * n - 2)) * nbytes(w)
+    if forward:
+        return view, (n - 1) * nbytes(w)
+    mask = args[10] if len(args) > 10 else (True, True, True)  # which of the input, weight, bias gradients it forms
+    return view, ((n - 1) * bool(mask[0]) + (2 * n - 1) * bool(mask[1])) * nbytes(w)
 
 
 class _FusedAttention(TorchFunctionMode):
