@@ -1,7 +1,8 @@
 """Usage: python scripts/check_unseen_cpu.py [--threads 1] [--hf] (about 1 min on 2 shared cores; 2 more with --hf).
 
 The CPU step-time answer on models no part of the pipeline was fitted on (not in the zoo, not in any benchmark):
-three MLPs of skinny GEMMs (SGD and Adam), torchvision's MobileNetV3-Small, a user's 2-layer ``nn.TransformerEncoder``
+three MLPs of skinny GEMMs (SGD and Adam), torchvision's MobileNetV3-Small and ResNet-50 (at batch 8, most of its
+convolutions run natively on one thread), a user's 2-layer ``nn.TransformerEncoder``
 (dropout 0.1) and an LSTM tagger. Each training step is measured here the way the zoo's steps are (the project's timer,
 glibc keeping freed memory: without it page faults add 10-30 % to such steps), and predicted through
 ``prenet.api.predict_step_time(..., hardware="local")``, the call a user makes. Prints one line per model and the MAPE.
@@ -57,6 +58,12 @@ def cases() -> dict[str, tuple[nn.Module, tuple[torch.Tensor, torch.Tensor], str
         "mobilenet_v3_small 128 px, batch 8": (
             tv.models.mobilenet_v3_small(num_classes=10),
             (torch.randn(8, 3, 128, 128), torch.randint(0, 10, (8,))),
+            "sgd",
+        ),
+        # at batch 8 on one thread, 33 of its 53 convolutions run natively (THNN: a GEMM per sample; family conv_native)
+        "resnet50 64 px, batch 8": (
+            tv.models.resnet50(num_classes=10),
+            (torch.randn(8, 3, 64, 64), torch.randint(0, 10, (8,))),
             "sgd",
         ),
         "TransformerEncoder 2 x d256, 16 x 64 tokens": (
