@@ -195,10 +195,10 @@ def test_a_cpu_convolution_is_traced_as_the_kernel_torch_runs(batch, cin, side, 
     checked here against what torch ran). The trace records it, forward and backward, as its own family with the
     convolution's FLOPs and the per-sample GEMM view, and the answer says so; a real measured step labels it the same."""
     from prenet.ops.families import NATIVE_CONV
-    from prenet.ops.trace import measure_step, native_conv
+    from prenet.ops.trace import conv_runs_natively, measure_step
 
     conv, x = nn.Conv2d(cin, 8, kernel, stride=stride, padding=kernel // 2), torch.randn(batch, cin, side, side)
-    native = native_conv(x, conv.weight, conv.stride, conv.dilation, conv.groups, threads)
+    native = conv_runs_natively(x, conv.weight, conv.stride, conv.dilation, conv.groups, threads)
     assert native == _ran_natively(x, conv, threads)
     trace = trace_step(conv, (x, torch.randn_like(conv(x))), device_type="cpu", threads=threads, input_grad=True)
     convs = [r for r in trace.records if r.op.startswith("convolution")]

@@ -144,7 +144,7 @@ def _pair(v: Any) -> tuple[int, int]:
     return (int(v[0]), int(v[-1])) if isinstance(v, (tuple, list)) else (int(v), int(v))
 
 
-def native_conv(x: torch.Tensor, weight: torch.Tensor, stride: Any, dilation: Any, groups: int, threads: int) -> bool:
+def conv_runs_natively(x: torch.Tensor, weight: torch.Tensor, stride: Any, dilation: Any, groups: int, threads: int) -> bool:
     """Whether torch runs this CPU convolution natively on ``threads`` threads (FP32 only:
     :func:`prenet.cpu_dispatch.native_conv`); a 1-D one runs as the 2-D convolution of height 1."""
     if x.dtype != torch.float32 or x.dim() not in (3, 4) or weight.dim() != x.dim():
@@ -156,7 +156,7 @@ def native_conv(x: torch.Tensor, weight: torch.Tensor, stride: Any, dilation: An
 
 def _native_conv_call(name: str, args: tuple, out: Any, groups: int, threads: int | None) -> tuple[tuple[int, int, int, int], int] | None:
     """For a ``convolution`` call (its result ``out``) or ``convolution_backward`` call that torch runs natively on a
-    CPU of ``threads`` threads (:func:`native_conv`): its per-sample GEMM view (batch N, m C_out, n H_out·W_out, k
+    CPU of ``threads`` threads (:func:`conv_runs_natively`): its per-sample GEMM view (batch N, m C_out, n H_out·W_out, k
     C_in·kh·kw) and the bytes it moves beyond reading its weight once and writing its gradient once (each of the N
     per-sample GEMMs reads the weight: forward N reads in all; backward N reads for the input gradient, and N reads and
     writes of the accumulated weight gradient, each where the output mask forms it). None for any other call, a
@@ -169,7 +169,7 @@ def _native_conv_call(name: str, args: tuple, out: Any, groups: int, threads: in
     x, w, o, stride, dilation, transposed = (
         (args[0], args[1], out, args[3], args[5], args[6]) if forward else (args[1], args[2], args[0], args[4], args[6], args[7])
     )
-    if transposed or not isinstance(o, torch.Tensor) or not native_conv(x, w, stride, dilation, groups, threads):
+    if transposed or not isinstance(o, torch.Tensor) or not conv_runs_natively(x, w, stride, dilation, groups, threads):
         return None
     n = int(x.shape[0])
     view = n, int(w.shape[0]), math.prod(int(v) for v in o.shape[2:]), math.prod(int(v) for v in w.shape[1:])
@@ -260,7 +260,7 @@ class _Tracer(TorchDispatchMode):
         #: gives NCHW for some, e.g. a 3-channel input)
         self.channels_last = False
         #: the CPU threads of a CPU step (None for a GPU's): some FP32 convolutions run natively, not with oneDNN, on
-        #: one thread (:func:`native_conv`), and are recorded as their own family (:data:`~prenet.ops.families.NATIVE_CONV`)
+        #: one thread (:func:`conv_runs_natively`), and are recorded as their own family (:data:`~prenet.ops.families.NATIVE_CONV`)
         self.cpu_threads: int | None = None
 
     def _to_low(self, a: Any) -> Any:
@@ -785,7 +785,7 @@ def trace_step(
     than ``train_step``, or ``input_grad``, traces one layer as the benchmarks time it: the input requires grad and backward
     starts from a given output gradient (see :func:`_run`). ``master_weights``: a ``model.half()`` step as apex AMP O2
     runs it, its loss scaled and its optimizer on FP32 master copies (:func:`_master_weights_step`). ``threads``: the
-    CPU threads the step runs on (torch picks some convolutions' kernels by it: :func:`native_conv`)."""
+    CPU threads the step runs on (torch picks some convolutions' kernels by it: :func:`conv_runs_natively`)."""
     _check(precision, optimizer)
     if master_weights and (precision != "fp32" or via_torch_optim):
         raise PrenetError("master_weights traces a model.half() step as apex O2 runs it: use precision fp32 (no autocast), without via_torch_optim")
