@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gzip
 import json
 import time
@@ -357,6 +358,67 @@ def test_once_the_kernel_moves_each_later_check_computes_the_whole_kernel_only(d
     kw["drift_threshold"] = 1e9
     records = forecaster.trajectory("exact", model, x, y.numpy(), theta, F0, **kw)[3]
     assert sizes == [s] * 3 and [r["drift"] for r in records] == [None] * 3
+
+
+def test_a_kernel_past_the_stability_edge_is_capped_there_and_the_weights_follow_the_capped_outputs():
+    """Eigenvalues above the linearized heavy-ball map's edge (h · η λ / n < 2 (1 + m)) are lowered to it, the rest kept;
+    where none pass it the kernel is returned as is. On the capped kernel that map stays bounded where the measured one
+    oscillates without limit, and the coefficients that move the weights reproduce the capped outputs' move."""
+    rng = np.random.default_rng(0)
+    n, c, lr, m = 40, 3, 0.05, 0.9
+    V = np.linalg.qr(rng.normal(size=(n * c, n * c)))[0]
+    edge = dynamics.stability_edge(n, lr=lr, momentum=m, kind="mse")
+    assert edge == pytest.approx(2 * 1.9 * n / lr)
+    lam = np.concatenate([[5 * edge, 2 * edge, 1.2 * edge], rng.uniform(0.01, 0.9, n * c - 3) * edge])
+    theta = (V * lam) @ V.T
+    capped, cap = dynamics.cap_at_edge(theta, n, lr=lr, momentum=m, kind="mse")
+    assert len(cap.shrink) == 3 and cap.edge == pytest.approx(edge)
+    np.testing.assert_allclose(np.sort(np.linalg.eigvalsh(capped)), np.sort(np.minimum(lam, edge)), rtol=1e-8, atol=1e-6 * edge)
+    D = rng.normal(size=n * c)
+    np.testing.assert_allclose(theta @ cap.weight_coefficients(D), capped @ D, rtol=1e-8, atol=1e-8 * np.abs(capped @ D).max())
+    below = (V * np.minimum(lam, 0.99 * edge)) @ V.T
+    same, none = dynamics.cap_at_edge(below, n, lr=lr, momentum=m, kind="mse")
+    assert none is None and same is below
+
+    def heavy_ball(K: np.ndarray) -> float:  # MSE on the outputs: the linearized map, full batch
+        F0 = F = rng.normal(size=n * c)
+        u = np.zeros(n * c)
+        for _ in range(60):
+            u = m * u + K @ F / n
+            F = F - lr * u
+        return float(np.abs(F).max() / np.abs(F0).max())  # growth of the largest output
+
+    assert heavy_ball(theta) > 1e6 and heavy_ball(capped) < 5  # at the edge a mode oscillates, bounded (root −1)
+
+
+def test_a_relinearized_kernel_past_the_stability_edge_is_capped_and_says_so(digits_small, monkeypatch):
+    """Where the kernel measured along the trajectory has grown past the stability edge (as a network's kernel grows
+    early in fine-tuning at a large learning rate), the dynamics run on it capped there, its record says how, and the
+    forecast stays bounded."""
+    from prenet.convergence import forecaster
+    from prenet.convergence.ntk import outputs
+
+    x, y = digits_small
+    model = _mlp()
+    theta = empirical_ntk(model, x, method="exact").theta
+    F0 = outputs(model, x).double().numpy()
+    real = forecaster.empirical_ntk
+
+    def grown(m, xs, **k):  # the kernel measured at a re-linearization: 200 times the first one
+        out = real(m, xs, **k)
+        return dataclasses.replace(out, theta=200 * out.theta)
+
+    monkeypatch.setattr(forecaster, "empirical_ntk", grown)
+    lr, momentum = 0.5, 0.9
+    kw = dict(loss="cross_entropy", lr=lr, momentum=momentum, batch_size=8, steps=80, n_full=48, seed=0, sde_paths=4, lam_max=None)
+    kw |= dict(at=(0.1,), drift_threshold=0.1, method="exact", proj_dim=10, max_bytes=2**30)
+    L, _, last, records, _ = forecaster.trajectory("sde", model, x, y.numpy(), theta, F0, **kw)
+    (rec,) = records
+    assert rec["drift"] > 0.1 and rec["capped"]["directions"] >= 1
+    assert rec["capped"]["edge_over_n"] == pytest.approx(dynamics.stability_edge(1, lr=lr, momentum=momentum, kind="cross_entropy"))
+    assert 0 < rec["capped"]["trace_share_removed"] < 1
+    assert np.isfinite(L).all() and L.max() < 10 * L[0]
+    assert dynamics.top_eigenvalue(lambda v: last @ v, last.shape[0]) > rec["capped"]["edge_over_n"] * len(x)  # the kernel as measured
 
 
 def test_loss_values_and_gradients_from_one_softmax_match_their_separate_definitions():

@@ -309,8 +309,12 @@ def trajectory(
     ``model``; the kernel is measured there on the first ``DRIFT_SAMPLES`` samples, and where it moved by more than
     ``drift_threshold`` (‖ΔΘ‖_F/‖Θ‖_F) the whole kernel is recomputed and the paths go on with it (their outputs and
     weight-space velocity carried over); after such a move, the next point computes the whole kernel directly and reads
-    the sample's drift off its block (adopted, as before, only where that drift is past the threshold). Returns (loss, accuracy, the last kernel, one record per re-linearization
-    point: step, drift on the sample, drift of the whole kernel when adopted, ``whole_kernel`` whether one was computed
+    the sample's drift off its block (adopted, as before, only where that drift is past the threshold). An adopted
+    kernel's eigenvalues past the linearized SGD's stability edge are lowered to it (:func:`dynamics.cap_at_edge`: real
+    training stays at that edge), and the weights then move as the capped outputs do. Returns (loss, accuracy, the last
+    kernel measured, one record per re-linearization point: step, drift on the sample, drift of the whole kernel when
+    adopted (``capped``: how many directions were lowered to the edge, the edge ÷ n and the share of Θ's trace that
+    removed), ``whole_kernel`` whether one was computed
     (adopted or not), or ``skipped`` when the cost ``budget``
     would hold without another kernel (at the first kernel's ``kernel_seconds``) and not with it, or when another kernel
     would take the forecast past ``ceiling``: the fine-tune's own estimated time, past which a forecast is dearer than
@@ -330,6 +334,11 @@ def trajectory(
     rng = np.random.default_rng(seed)
     work = copy.deepcopy(model)
     theta, lam, D_acc = theta0, lam_max, np.zeros(n * c)
+    theta_dyn, cap = theta0, None  # the kernel the dynamics run on: a re-linearized one capped at the stability edge
+
+    def moved_copy() -> nn.Module:  # the linearized network's weights: as the capped outputs moved
+        return _moved_copy(work, x, D_acc if cap is None else cap.weight_coefficients(D_acc))
+
     Ls, As, records = [], [], []
     bounds = [0, *stops, steps]
     s = min(n, DRIFT_SAMPLES)
@@ -341,10 +350,10 @@ def trajectory(
             t_seg = time.perf_counter()
             if batches is not None:
                 seg = [bp[a:b] for bp in batches]
-                L, A, D = dynamics.exact_segment(theta, state, y, kind=loss, lr=lr, momentum=momentum, batches=seg, bar=bar)
+                L, A, D = dynamics.exact_segment(theta_dyn, state, y, kind=loss, lr=lr, momentum=momentum, batches=seg, bar=bar)
             else:
                 L, A, D = dynamics.sde_segment(
-                    theta,
+                    theta_dyn,
                     state,
                     y,
                     kind=loss,
@@ -363,7 +372,7 @@ def trajectory(
             D_acc += D
             cand = None
             if b in checks and np.isfinite(L).all():
-                cand = _moved_copy(work, x, D_acc)
+                cand = moved_copy()
                 gaps.append(_gap(b, cand, x, y, heldout, loss, state.F.mean(0), F0))
             if b == steps or b not in relin_at or not np.isfinite(L).all():
                 continue
@@ -378,7 +387,7 @@ def trajectory(
                 records.append({"step": b, "drift_sample": None, "drift": None, "skipped": "dearer than the fine-tune"})
                 continue
             if cand is None:
-                cand = _moved_copy(work, x, D_acc)
+                cand = moved_copy()
             if moving:  # the kernel moved past the threshold at the last check: this one computes the whole kernel
                 new = empirical_ntk(cand, x, method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
                 sample = new[: s * c, : s * c]  # the sample's block: the sample kernel, as its own call computes it
@@ -394,7 +403,15 @@ def trajectory(
                 rec["drift"] = relative_error(new, theta)
                 theta, work, D_acc = new, cand, np.zeros(n * c)
                 lam = dynamics.top_eigenvalue(lambda v: theta @ v, n * c)  # once per kernel: the SDE's sub-steps follow it
-                state.rekernel(theta)
+                theta_dyn, cap = dynamics.cap_at_edge(theta, n, lr=lr, momentum=momentum, kind=loss, lam_max=lam)
+                if cap is not None:
+                    lam = cap.edge
+                    rec["capped"] = {
+                        "directions": int(len(cap.shrink)),
+                        "edge_over_n": cap.edge / n,
+                        "trace_share_removed": float(1.0 - np.trace(theta_dyn) / np.trace(theta)),
+                    }
+                state.rekernel(theta_dyn)
             rec["whole_kernel"] = new is not None  # computed at this point, adopted or not
             records.append(rec)
     L, A = dynamics.path_means(np.vstack(Ls), np.vstack(As), state, y, loss)
