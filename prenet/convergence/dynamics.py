@@ -50,6 +50,8 @@ EXACT_MAX_NC = 2048
 #: Cap on the Euler–Maruyama sub-steps per SGD step of the momentum-free SDE (a stiffer problem is on the edge of
 #: divergence, which ``forecast`` decides up front).
 MAX_SUBSTEPS = 16
+#: Noise values the SDE draws at once (a block of steps × sub-steps × paths × samples: 8 MB of float64).
+NOISE_BLOCK_VALUES = 2**20
 #: The loss's largest curvature in the network outputs (the top eigenvalue of ∂²l/∂F²): MSE's is the identity;
 #: softmax cross-entropy's diag(p) − ppᵀ has eigenvalues ≤ ½. A discrete gradient step on Θ is stable while
 #: curvature · η λ_max(Θ)/N < 2.
@@ -318,7 +320,19 @@ def sde_segment(
     loss = np.full((steps, paths), np.inf)
     acc = np.zeros((steps, paths))
     D = np.zeros(n * c)
+    # each update is G3 ⊙ w, one weight per (path, sample): the mean force 1/n plus the noise (z − z̄)/√n ·√fpc, z ~ N(0, 1)
+    # per sample, drawn for a block of steps at once (the same stream as one draw per sub-step)
+    scale = 1.0 if m > 0 else lr * dt  # with momentum the weights feed the velocity, which the step multiplies by lr
+    noise_scale = np.sqrt(fpc) if m > 0 else lr * np.sqrt(fpc * dt)
+    block = max(1, NOISE_BLOCK_VALUES // (substeps * paths * n))
     for t in range(steps):
+        if t % block == 0:  # the next block's weights
+            rows = min(block, steps - t)
+            if fpc > 0:
+                z = rng.standard_normal((rows, substeps, paths, n, 1))
+                w = scale / n + noise_scale * (z - z.mean(axis=3, keepdims=True)) / np.sqrt(n)
+            else:
+                w = np.full((rows, substeps, 1, 1, 1), scale / n)
         if bar is not None:
             bar.update(1)
         loss[t], acc[t], G3 = _values_grads(F, Y, y, kind)
@@ -327,15 +341,11 @@ def sde_segment(
         for k in range(substeps):
             if k:
                 G3 = losses.grad(F, Y[None], kind)
-            G = G3.reshape(paths, -1)  # (paths, n·C)
-            z = rng.standard_normal((paths, n, 1)) if fpc > 0 else np.zeros((paths, n, 1))
-            mean = G / n
-            noise = ((z * G3).reshape(paths, -1) - G * z.sum(axis=(1, 2))[:, None] / n) / np.sqrt(n)
             if m > 0:
-                u = m * u + mean + np.sqrt(fpc) * noise
+                u = m * u + (G3 * w[t % block, k]).reshape(paths, -1)
                 step = lr * u
             else:
-                step = lr * dt * mean + lr * np.sqrt(fpc * dt) * noise
+                step = (G3 * w[t % block, k]).reshape(paths, -1)
             F = F - (step.astype(np.float32) @ theta32).astype(np.float64).reshape(paths, n, c)  # Θ symmetric: (Θ stepᵀ)ᵀ
             D += step.mean(axis=0)
     state.F, state.u = F, u

