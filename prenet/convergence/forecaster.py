@@ -310,8 +310,9 @@ def trajectory(
     ``drift_threshold`` (‖ΔΘ‖_F/‖Θ‖_F) the whole kernel is recomputed and the paths go on with it (their outputs and
     weight-space velocity carried over); after such a move, the next point computes the whole kernel directly and reads
     the sample's drift off its block (adopted, as before, only where that drift is past the threshold). An adopted
-    kernel's eigenvalues past the linearized SGD's stability edge are lowered to it (:func:`dynamics.cap_at_edge`: real
-    training stays at that edge), and the weights then move as the capped outputs do. Returns (loss, accuracy, the last
+    kernel's eigenvalues past the linearized SGD's stability edge are lowered to just inside it (:func:`dynamics.cap_at_edge`: real
+    training stays at that edge), and the weights (and their velocity, at the next kernel) then move as the capped
+    outputs do. Returns (loss, accuracy, the last
     kernel measured, one record per re-linearization point: step, drift on the sample, drift of the whole kernel when
     adopted (``capped``: how many directions were lowered to the edge, the edge ÷ n and the share of Θ's trace that
     removed), ``whole_kernel`` whether one was computed
@@ -401,6 +402,8 @@ def trajectory(
                 if new is None:
                     new = empirical_ntk(cand, x, method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
                 rec["drift"] = relative_error(new, theta)
+                if cap is not None:  # the weights' velocity, as its coefficients move them under the kernel now capped
+                    state.u = cap.weight_coefficients(state.u)
                 theta, work, D_acc = new, cand, np.zeros(n * c)
                 lam = dynamics.top_eigenvalue(lambda v: theta @ v, n * c)  # once per kernel: the SDE's sub-steps follow it
                 theta_dyn, cap = dynamics.cap_at_edge(theta, n, lr=lr, momentum=momentum, kind=loss, lam_max=lam)
