@@ -77,8 +77,9 @@ def top_eigenvalue(matvec, size: int) -> float:
 
 def stability_edge(n: int, *, lr: float, momentum: float, kind: str) -> float:
     """The largest eigenvalue of Θ (n samples) at which the linearized SGD map (heavy-ball ``momentum``) stays stable
-    at the loss's largest output curvature h (:data:`CURVATURE`): h · η λ / n < 2 (1 + m)."""
-    return 2.0 * (1.0 + momentum) * n / (lr * CURVATURE[kind])
+    at the loss's largest output curvature h (:data:`CURVATURE`): h · η λ / n < 2 (1 + m), the bound of
+    :func:`max_stable_lr` read for λ instead of η."""
+    return max_stable_lr(lr * CURVATURE[kind] / n, momentum)
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,8 @@ def cap_at_edge(
     theta: np.ndarray, n: int, *, lr: float, momentum: float, kind: str, lam_max: float | None = None
 ) -> tuple[np.ndarray, EdgeCap | None]:
     """``theta`` (n samples) with its eigenvalues above ``EDGE_MARGIN`` × :func:`stability_edge` lowered to that, and
-    which directions were
-    (None, and ``theta`` itself, when none pass it; ``lam_max``: its largest eigenvalue, when known). Real training
+    which directions were (None, and ``theta`` itself, when none pass it; ``lam_max``: its largest eigenvalue, when
+    known). Real training
     does not follow a kernel past that edge: its sharpness rises to 2 (1 + m)/η and stays there (the edge of stability,
     Cohen et al., ICLR 2021), while the linearized map there oscillates with a growing amplitude (a re-linearized
     kernel of the 30,000-sample relabel check at m = 0.9 had h · η λ_max / n = 23 against the edge 3.8, and its

@@ -310,12 +310,11 @@ def trajectory(
     ``drift_threshold`` (‖ΔΘ‖_F/‖Θ‖_F) the whole kernel is recomputed and the paths go on with it (their outputs and
     weight-space velocity carried over); after such a move, the next point computes the whole kernel directly and reads
     the sample's drift off its block (adopted, as before, only where that drift is past the threshold). An adopted
-    kernel's eigenvalues past the linearized SGD's stability edge are lowered to just inside it (:func:`dynamics.cap_at_edge`: real
-    training stays at that edge), and the weights (and their velocity, at the next kernel) then move as the capped
-    outputs do. Returns (loss, accuracy, the last
-    kernel measured, one record per re-linearization point: step, drift on the sample, drift of the whole kernel when
-    adopted (``capped``: how many directions were lowered to the edge, the edge ÷ n and the share of Θ's trace that
-    removed), ``whole_kernel`` whether one was computed
+    kernel's eigenvalues past the linearized SGD's stability edge are lowered to just inside it
+    (:func:`dynamics.cap_at_edge`: real training stays at that edge), and the weights (and their velocity, at the next
+    kernel) then move as the capped outputs do. Returns (loss, accuracy, the last kernel measured, one record per
+    re-linearization point: step, drift on the sample, drift of the whole kernel when adopted (``capped``: how many
+    directions were lowered, the cap ÷ n and the share of Θ's trace removed), ``whole_kernel`` whether one was computed
     (adopted or not), or ``skipped`` when the cost ``budget``
     would hold without another kernel (at the first kernel's ``kernel_seconds``) and not with it, or when another kernel
     would take the forecast past ``ceiling``: the fine-tune's own estimated time, past which a forecast is dearer than
