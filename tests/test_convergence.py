@@ -685,22 +685,6 @@ def test_auto_chooses_the_class_averaged_kernel_only_where_it_drops_little_of_th
     assert forecast(_linear(), x, y, lr=0.05, batch_size=8, steps=10, ntk="exact", progress=False, cost_target=None).ntk_method == "exact"
 
 
-def test_where_the_full_kernel_breaks_the_cost_budget_the_class_averaged_one_answers_if_it_drops_up_to_a_quarter(monkeypatch):
-    """``auto`` takes K ⊗ I_C where it drops ≤ 5 % of Θ; where the full kernel would break the cost budget even at the
-    smallest subset, up to 25 % (a quarter of the cost), and the answer says why. With budget to spare it keeps the full
-    kernel at the same share."""
-    from prenet.convergence import ntk
-
-    d = datasets.load("digits").select([0, 1, 2, 3, 4], limit=900, seed=0)
-    monkeypatch.setattr(ntk, "kron_dropped_share", lambda theta, c: 0.15)
-    kw = dict(lr=0.1, batch_size=32, steps=20, seed=0, progress=False, sde_paths=2, correction="none")
-    tight = forecast(_mlp(classes=5), d.x, d.y, cost_target=1e9, **kw)  # no budget holds
-    assert tight.ntk_method == "kron" and tight.n_used == 128
-    assert "≤ 25%" in tight.details["ntk_chosen"] and "breaks the cost budget" in tight.details["ntk_chosen"]
-    loose = forecast(_mlp(classes=5), d.x, d.y, cost_target=1e-9, **kw)  # any budget holds
-    assert loose.ntk_method != "kron" and "> 5%" in loose.details["ntk_chosen"]
-
-
 def test_class_averaged_kernel_is_the_class_average_of_the_exact_kernel_times_identity(digits_small):
     """``kron``: K ⊗ I_C with K within a few % of the exact Θ's class-averaged diagonal blocks (Rademacher probes of
     the logits: unbiased, cross-class terms cancel in expectation), at N²·P Gram cost per probe."""

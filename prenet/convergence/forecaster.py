@@ -50,7 +50,6 @@ from torch import nn
 from prenet.convergence import dynamics, losses, targets
 from prenet.convergence.ntk import (
     DEFAULT_MAX_BYTES,
-    KRON_MAX_DROPPED_OVER_BUDGET,
     ProblemTooLargeError,
     choose_estimator,
     empirical_ntk,
@@ -432,9 +431,6 @@ def trajectory(
 #: Subset sizes the default forecast chooses from, largest first; the smallest is its accuracy floor (64 samples fit
 #: their own kernel too soon: the step error doubled on the full-data checks).
 SUBSET_SIZES = (512, 256, 128)
-#: What :func:`choose_subset` says when not even its floor fits the cost budget (the forecast then asks whether the
-#: class-averaged kernel may answer: ``ntk.KRON_MAX_DROPPED_OVER_BUDGET``).
-FLOOR_OVER_BUDGET = "the floor: no size fits the budget"
 
 
 def choose_subset(
@@ -480,7 +476,7 @@ def choose_subset(
                 f"a seeded subset of {n} of the {N} samples: the largest of {', '.join(map(str, sizes))} whose predicted cost "
                 f"({predicted:.1f} s) fits the budget ({budget.seconds:.1f} s)"
                 if budget.allows(predicted)
-                else f"a seeded subset of {n} of the {N} samples ({FLOOR_OVER_BUDGET} of {budget.seconds:.1f} s)"
+                else f"a seeded subset of {n} of the {N} samples (the floor: no size fits the budget of {budget.seconds:.1f} s)"
             )
     raise AssertionError("unreachable")
 
@@ -565,15 +561,9 @@ def forecast(
         cost = {"target": cost_target, "train_step_seconds": step_s, "train_seconds_estimate": train_s, "budget_seconds": budget.seconds}
     chosen = None
     if subset is None:
-        kw = dict(budget=budget, steps=steps, paths=sde_paths, proj_dim=proj_dim, max_bytes=max_bytes, seed=seed)
-        subset, chosen = choose_subset(model, inputs, N, C, ntk=ntk, **kw)
-        if ntk_chosen is not None and ntk != "kron" and FLOOR_OVER_BUDGET in chosen:  # the full kernel breaks the budget
-            alt, why = choose_estimator(
-                model, inputs, proj_dim=proj_dim, max_bytes=max_bytes, seed=seed, c=C, max_dropped=KRON_MAX_DROPPED_OVER_BUDGET
-            )
-            if alt == "kron":  # a quarter of its cost, where it drops up to KRON_MAX_DROPPED_OVER_BUDGET of Θ
-                ntk, ntk_chosen = alt, f"{why}, since the full kernel breaks the cost budget even at {subset} samples"
-                subset, chosen = choose_subset(model, inputs, N, C, ntk=ntk, **kw)
+        subset, chosen = choose_subset(
+            model, inputs, N, C, budget=budget, steps=steps, paths=sde_paths, proj_dim=proj_dim, max_bytes=max_bytes, seed=seed, ntk=ntk
+        )
     if subset is not None and subset < N:
         idx = np.sort(np.random.default_rng(seed).choice(N, size=subset, replace=False))
     else:

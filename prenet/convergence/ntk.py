@@ -216,14 +216,6 @@ def class_averaged_ntk(
 #: the 30,000-sample relabel check's CNN, where ``kron`` left the forecasts unchanged (0.25·L₀ crossing 178 → 172 steps
 #: at m = 0, 42 → 42 at m = 0.9); 36 % on a small untrained MLP.
 KRON_MAX_DROPPED = 0.05
-#: ... and at most this share where the full kernel would not fit the forecast's cost budget even at the smallest subset
-#: (``forecaster.choose_subset``'s floor): the class-averaged kernel costs a quarter of it there (4 Rademacher probes
-#: against C = 5 outputs, and an n × n Gram against an n·C × n·C one). It is the "sum of logits" kernel that Mohamadi et al.
-#: (ICML 2023) prove converges to the eNTK for a wide readout. Measured 2026-12-05 on the 30,000-sample split check's
-#: batch-norm CNN (21.7 % dropped, cached real runs): the default forecast 5.1 → 4.0 s at m = 0 (median q·L₀ step error
-#: 10.4 → 16.0 %) and 4.7 → 3.6 s at m = 0.9 (41.7 → 13.8 %: its early descent, q = 0.5 and 0.25, 51 → 38 steps against
-#: the real 36; its tail is as early as before).
-KRON_MAX_DROPPED_OVER_BUDGET = 0.25
 #: Rows of Θ the ``auto`` check computes exactly: at most this many samples × C outputs (and at least 2 samples).
 KRON_CHECK_ROWS = 160
 
@@ -236,15 +228,12 @@ def kron_dropped_share(theta: np.ndarray, c: int) -> float:
     return relative_error(np.kron(K, np.eye(c)), theta)
 
 
-def choose_estimator(
-    model: nn.Module, x: torch.Tensor, *, proj_dim: int, max_bytes: int, seed: int = 0, c: int | None = None, max_dropped: float = KRON_MAX_DROPPED
-) -> tuple[str, str]:
+def choose_estimator(model: nn.Module, x: torch.Tensor, *, proj_dim: int, max_bytes: int, seed: int = 0, c: int | None = None) -> tuple[str, str]:
     """The ``auto`` estimator for the samples ``x`` (all the forecast may use): (``kron`` or ``auto``, why). ``kron`` when the
     share of Θ it drops (:func:`kron_dropped_share`), measured with the exact kernel on a seeded
-    ⌊``KRON_CHECK_ROWS``/C⌋ samples (at least 2, at most 16), is ≤ ``max_dropped`` (``KRON_MAX_DROPPED``; the forecast
-    allows ``KRON_MAX_DROPPED_OVER_BUDGET`` where the full kernel would break its cost budget); ``auto`` (exact or
-    projection, :func:`resolve_method`) for a single output, or when even that check does not fit in ``max_bytes``.
-    ``c``: the number of outputs, when the caller has it."""
+    ⌊``KRON_CHECK_ROWS``/C⌋ samples (at least 2, at most 16), is ≤ ``KRON_MAX_DROPPED``; ``auto`` (exact or projection,
+    :func:`resolve_method`) for a single output, or when even that check does not fit in ``max_bytes``. ``c``: the number
+    of outputs, when the caller has it."""
     c = c or int(outputs(model, x[:1]).shape[1])
     if c == 1:
         return "auto", "one output: the full kernel"
@@ -254,9 +243,9 @@ def choose_estimator(
         return "auto", f"the class-averaged kernel's check ({n} samples × {c} outputs × {p:,} parameters) does not fit in memory"
     idx = np.sort(np.random.default_rng(seed).choice(len(x), size=n, replace=False))
     share = kron_dropped_share(empirical_ntk(model, x[torch.as_tensor(idx, device=x.device)], method="exact").theta, c)
-    if share <= max_dropped:
-        return "kron", f"the class-averaged kernel: the part of Θ it drops is {share:.1%} on {n} samples (≤ {max_dropped:.0%})"
-    return "auto", f"the full kernel: the class-averaged one would drop {share:.1%} of Θ on {n} samples (> {max_dropped:.0%})"
+    if share <= KRON_MAX_DROPPED:
+        return "kron", f"the class-averaged kernel: the part of Θ it drops is {share:.1%} on {n} samples (≤ {KRON_MAX_DROPPED:.0%})"
+    return "auto", f"the full kernel: the class-averaged one would drop {share:.1%} of Θ on {n} samples (> {KRON_MAX_DROPPED:.0%})"
 
 
 def empirical_ntk(
