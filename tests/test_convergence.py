@@ -422,6 +422,18 @@ def test_a_relinearized_kernel_past_the_stability_edge_is_capped_and_says_so(dig
     assert dynamics.top_eigenvalue(lambda v: last @ v, last.shape[0]) > rec["capped"]["edge_over_n"] * len(x)  # the kernel as measured
 
 
+def test_lanczos_starts_from_a_seeded_vector_so_a_forecast_is_the_same_in_every_run():
+    """ARPACK draws its own starting vector when given none; the top eigenvalue and the capped directions (and so the
+    dynamics after a capped re-linearization) must not depend on it."""
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(300, 120))
+    theta = A @ A.T
+    first, second = (dynamics.top_eigenvalue(lambda v: theta @ v, 300) for _ in range(2))
+    assert first == second
+    a, b = (dynamics.cap_at_edge(theta, 100, lr=2.0 * 1.9 * 100 / (0.5 * first) * 3, momentum=0.9, kind="cross_entropy")[0] for _ in range(2))
+    np.testing.assert_array_equal(a, b)
+
+
 def test_the_sde_draws_the_same_noise_whether_a_block_holds_one_step_or_many(monkeypatch):
     """The noise is drawn a block of steps at a time; the stream, and so every path, is the same for any block size."""
     rng = np.random.default_rng(0)
