@@ -8,6 +8,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from pipeline.config import artifact_path, rooted
 from prenet.errors import PrenetError
@@ -84,7 +85,7 @@ def _zoo_kwargs(args: argparse.Namespace) -> dict[str, int | float | bool] | Non
 def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     from prenet.api import predict_step_time
     from prenet.hardware import resolve
-    from prenet.memory.estimate import GIB, fit_advice, fits
+    from prenet.memory.estimate import GIB, MemoryEstimate, fit_advice, fits
 
     if args.batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {args.batch_size}")
@@ -115,12 +116,19 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         p.notes.insert(0, note)
     dev_gib = hw.mem_gb if hw.kind == "gpu" else None
     mem_bytes = int(p.memory_bytes or 0)
-    fit = fits(mem_bytes, dev_gib, 1.0) if dev_gib and p.memory_bytes is not None else None
-    if fit is False:
-        p.notes.append(
-            f"a step needs about {mem_bytes / GIB:.1f} GiB and {hw.hardware_id} has {dev_gib:g} GiB: it does not fit; "
-            + fit_advice(args.batch_size, checkpointing=args.checkpointing, precision=args.precision)
+    fit = fits(mem_bytes, dev_gib) if dev_gib and p.memory_bytes is not None else None
+    if fit is False and p.memory is not None:
+        sharded = args.gpus * args.nodes > 1 and args.parallel != "ddp"
+        advice = fit_advice(
+            MemoryEstimate(**{k: v for k, v in p.memory.items() if k != "total_bytes"}),
+            dev_gib,
+            batch_size=args.batch_size,
+            checkpointing=args.checkpointing,
+            precision=args.precision,
+            low_precisions=hw.autocast_precisions(),
+            sharded=sharded,
         )
+        p.notes.append(f"a step needs about {mem_bytes / GIB:.1f} GiB and {hw.hardware_id} has {dev_gib:g} GiB: it does not fit; " + advice)
     if args.json:
         d = p.to_dict()
         d["fits"] = fit
@@ -473,8 +481,16 @@ def _add_parallel_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--network", type=float, metavar="GBITS", help="network bandwidth per node between nodes, Gb/s (e.g. 100, 200, 400; default 200)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's errors: one line on stderr, exit 2 — what was wrong, where (the command) and how to
+    fix it (its ``--help``), without the usage block argparse prints first. Sub-commands inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="prenet", description="Predict a training job's time, steps and success before paying for it.")
+    ap = _Parser(prog="prenet", description="Predict a training job's time, steps and success before paying for it.")
     sub = ap.add_subparsers(dest="command", required=True)
 
     hw = sub.add_parser("hardware", help="list the hardware catalog or show one device's spec")
@@ -716,6 +732,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader stopped early (`| head`): what it read is the answer
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes at exit
+        return 0
     return 0
 
 

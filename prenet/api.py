@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from prenet.errors import PrenetError
 from prenet.hardware import HardwareSpec, resolve
 from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
@@ -67,6 +68,9 @@ def predict_step_time(
     ``batch_size`` is per GPU, the answer's ``parallel`` holds compute and communication apart, and under FSDP
     ``memory_bytes`` is per GPU (DDP's gradient buckets, FSDP's shards, tensor parallelism's split blocks). A named model's traced step is stored and read back
     (:mod:`prenet.steptime.job_trace`): a repeated question about the same job imports no torch."""
+    for name, value in (("batch_size", batch_size), ("grad_accum", grad_accum), ("gpus", gpus), ("nodes", nodes), ("threads", threads)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PrenetError(f"predict_step_time: {name} must be a positive integer, got {value!r}")
     hw = _hardware(hardware, threads)
     job = job_trace(
         model,
@@ -97,6 +101,7 @@ def predict_step_time(
         pred = predict_parallel(trace, hw, EfficiencyModel.load(models_dir), layout, overhead_ms=overhead_ms, dataset_size=dataset_size)
     pred.notes[:0] = job_notes(job)
     pred.memory_bytes = job.memory.total_bytes if job.memory is not None else None
+    pred.memory = job.memory.to_dict() if job.memory is not None else None
     if job.memory is not None and layout is not None and layout.strategy == "fsdp" and layout.world > 1:
         from prenet.parallel.data_parallel import fsdp_units
         from prenet.parallel.memory import fsdp_memory_bytes

@@ -155,6 +155,19 @@ def torchvision_defaults(name: str) -> int:
         return DEFAULT_IMAGE_SIZE
 
 
+def _size(sizes: dict[str, Any], key: str, default: int, spec: str) -> int:
+    """``sizes[key]`` popped as a positive integer (``default`` when absent); a one-line error naming the model
+    argument otherwise."""
+    value = sizes.pop(key, default)
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1 or (isinstance(value, float) and value != n):
+        raise PrenetError(f"{spec}: --model-arg {key}={value}: give a positive integer, e.g. --model-arg {key}={default}")
+    return n
+
+
 def torchvision_classifier(name: str, batch_size: int, sizes: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:
     """torchvision's classification model ``name`` (untrained) and an example batch (module docstring)."""
     tv = import_torchvision()
@@ -163,8 +176,8 @@ def torchvision_classifier(name: str, batch_size: int, sizes: dict[str, Any] | N
         raise _unknown("torchvision", name, names, "torchvision.models.list_models(module=torchvision.models)")
     sizes = dict(sizes or {})
     default = torchvision_defaults(name)
-    image_size = int(sizes.pop("image_size", default))
-    classes = int(sizes.pop("classes", DEFAULT_CLASSES))
+    image_size = _size(sizes, "image_size", default, f"torchvision:{name}")
+    classes = _size(sizes, "classes", DEFAULT_CLASSES, f"torchvision:{name}")
     kwargs = {"weights": None, "num_classes": classes, **sizes}
     # a model built for one size takes it as image_size (ViT) or input_size (MaxViT); the others take none
     for key, value in (("image_size", image_size), ("input_size", (image_size, image_size))):
@@ -186,8 +199,8 @@ def timm_classifier(name: str, batch_size: int, sizes: dict[str, Any] | None = N
     cfg = timm.get_pretrained_cfg(name)
     sizes = dict(sizes or {})
     default = int(cfg.input_size[-1]) if cfg is not None and cfg.input_size else DEFAULT_IMAGE_SIZE
-    image_size = int(sizes.pop("image_size", default))
-    classes = int(sizes.pop("classes", DEFAULT_CLASSES))
+    image_size = _size(sizes, "image_size", default, f"timm:{name}")
+    classes = _size(sizes, "classes", DEFAULT_CLASSES, f"timm:{name}")
     kwargs = {"pretrained": False, "num_classes": classes, **sizes}
     if image_size != default and cfg is not None and getattr(cfg, "fixed_input_size", False):
         kwargs["img_size"] = image_size

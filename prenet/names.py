@@ -26,6 +26,8 @@ FAMILIES: tuple[str, ...] = (
 #: GEMMs/convolutions, fp16 and bf16 autocast. Also the
 #: compute units an op runs on.
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16")
+#: The precisions that run under autocast with 16-bit activations (FP32 master weights, gradients and optimizer state).
+AUTOCAST_PRECISIONS: tuple[str, ...] = ("fp16", "bf16")
 #: What one timed iteration does: inference forward, forward + backward (a layer inside a network), a training step.
 DIRECTIONS: tuple[str, ...] = ("forward", "forward_backward", "train_step")
 #: Optimizers of a timed or traced training step (:func:`prenet.optimizers.make_optimizer`): plain SGD, SGD with

@@ -81,10 +81,24 @@ def load_model_function(spec: str) -> Callable[..., Any]:
     return fn
 
 
+def rebatch(example: Any, batch_size: int) -> Any:
+    """``example`` (a tensor, or a tuple (inputs, labels)) with ``batch_size`` samples along its first dimension, its
+    own samples repeated in turn (or the first ``batch_size`` of them); unchanged when it already has that many."""
+    import torch
+
+    inputs, labels = unpack_example(example)
+    n = int(inputs.shape[0]) if inputs.dim() else 0
+    if n == batch_size or n == 0:
+        return example
+    idx = torch.arange(batch_size, device=inputs.device) % n
+    return inputs[idx] if labels is None else (inputs[idx], labels[idx] if labels.dim() and labels.shape[0] == n else labels)
+
+
 def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:
     """A zoo name or ``file.py:function``, called with ``batch_size=N`` when it accepts it; must return
-    ``(module, example_batch)``. Zoo models are built on the meta device (no weight memory) unless ``meta`` is
-    False, with the builder keywords ``zoo_kwargs`` (e.g. ``{"image_size": 224}``)."""
+    ``(module, example_batch)``. A function without ``batch_size`` gets its example batch brought to ``batch_size``
+    samples (:func:`rebatch`): the step is answered at the batch size asked. Zoo models are built on the meta device
+    (no weight memory) unless ``meta`` is False, with the builder keywords ``zoo_kwargs`` (e.g. ``{"image_size": 224}``)."""
     from prenet.meta_device import build_on_meta
     from prenet.zoo import ZOO
 
@@ -119,7 +133,7 @@ def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = 
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):
         raise PrenetError(f"{spec} must return (module, example_batch), got {type(result).__name__}")
     unpack_example(result[1])
-    return result
+    return result if accepts else (result[0], rebatch(result[1], batch_size))
 
 
 def _hf_config(path_s: str, batch_size: int, sizes: dict[str, Any], meta: bool = True) -> tuple[nn.Module, Any]:

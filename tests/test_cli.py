@@ -34,6 +34,35 @@ def test_threads_out_of_range_are_refused_not_clamped(command, threads, capsys):
     assert e.value.code == 2 and "argument --threads:" in err and ("give 1 to" in err or "not an integer" in err)
 
 
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["predict", "step-time", "--model", "mlp", "--batch-size", "-4", "--hardware", "local"], "--batch-size: -4: give a positive integer"),
+        (["predict", "step-time", "--model", "mlp", "--batch-size", "4", "--precision", "fp8"], "invalid choice: 'fp8'"),
+        (["predict", "convergence", "--task", "mlp_digits_relabel", "--steps", "0"], "--steps: 0: give a positive integer"),
+    ],
+)
+def test_a_wrong_argument_is_one_line_with_where_to_look(args, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and says in err and "usage:" not in err
+    assert err.startswith(f"prenet {args[0]} {args[1]}: error: ") and err.rstrip().endswith(f"`prenet {args[0]} {args[1]} --help` lists the options)")
+
+
+def test_a_model_argument_that_is_not_a_size_is_one_line(capsys):
+    argv = ["predict", "step-time", "--model", "torchvision:resnet18", "--batch-size", "2", "--model-arg", "image_size=abc"]
+    assert main([*argv, "--hardware", "A100"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: torchvision:resnet18: --model-arg image_size=abc: give a positive integer, e.g. --model-arg image_size=224\n"
+
+
+def test_a_reader_that_stops_early_gets_no_traceback():
+    cmd = f"{sys.executable} -m pipeline.cli hardware list | head -1"
+    proc = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+    assert proc.stdout.count("\n") == 1 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
 def test_hardware_list_and_show(capsys):
     assert main(["hardware", "list"]) == 0
     out = capsys.readouterr().out

@@ -32,10 +32,15 @@ def test_a_stored_job_reads_back_as_the_trace_and_memory_made_now(store):
         assert read.traces[dt] == made.traces[dt] and read.traces[dt].frame().equals(made.traces[dt].frame())
     assert read.memory == made.memory and read.memory.total_bytes > 0
     assert any("read from the trace store" in n for n in jt.job_notes(read))
-    # another precision, batch or optimizer is another job; the CPU-only question reuses the stored CPU trace
-    assert not jt.job_trace("mlp", 8, **{**kw, "precision": "fp32"}).stored
+    # another precision, batch or optimizer is another job; an FP32 CPU-only question reuses the stored CPU trace and
+    # memory, while a BF16 one traces its memory again under the CPU's autocast lists
+    fp32 = jt.job_trace("mlp", 8, **{**kw, "precision": "fp32"})
+    # batch 8 through 2.9 M parameters: autocast's 16-bit weight copies (2 bytes a weight) outweigh the halved activations
+    assert not fp32.stored and fp32.memory.activations_bytes < made.memory.activations_bytes
+    assert fp32.memory.weights_bytes == made.memory.weights_bytes  # FP32 master weights either way
     assert not jt.job_trace("mlp", 16, **kw).stored
-    assert jt.job_trace("mlp", 8, **{**kw, "device_types": ["cpu"]}).stored
+    assert jt.job_trace("mlp", 8, **{**kw, "precision": "fp32", "device_types": ["cpu"]}).stored
+    assert not jt.job_trace("mlp", 8, **{**kw, "device_types": ["cpu"]}).stored
 
 
 def test_the_key_follows_a_config_files_contents_and_user_code_is_never_stored(store, tmp_path):

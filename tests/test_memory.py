@@ -32,6 +32,19 @@ def test_prediction_matches_a_measured_step_within_25_percent():
         assert 0.75 < measured / predicted < 1.25, (opt, measured, predicted)
 
 
+def test_an_autocast_step_counts_its_activations_at_their_dtypes():
+    for opt in ("sgd", "adam"):
+        net, batch = _convnet()
+        fp32 = predict_training_memory(net, batch, opt)
+        bf16 = predict_training_memory(net, batch, opt, precision="bf16", device_type="cpu")
+        measured = measure_training_memory(net, batch, opt, precision="bf16")  # under torch.autocast("cpu")
+        assert 0.75 < measured / bf16.total_bytes < 1.25, (opt, measured, bf16.total_bytes)
+        # FP32 master weights, gradients and optimizer state; 16-bit GEMM/convolution inputs and weight copies saved
+        assert (bf16.weights_bytes, bf16.gradients_bytes, bf16.optimizer_bytes) == (fp32.weights_bytes, fp32.gradients_bytes, fp32.optimizer_bytes)
+        assert bf16.activations_bytes < 0.7 * fp32.activations_bytes
+    assert predict_training_memory(net, batch, "adam", precision="tf32").total_bytes == fp32.total_bytes  # TF32 stores FP32
+
+
 def test_components_scale_as_they_should():
     net, batch = _convnet(8)
     sgd = predict_training_memory(net, batch, "sgd")
@@ -61,11 +74,30 @@ def test_fits_leaves_room_for_the_runtime():
     assert fits(1, None) is None
 
 
+def _estimate(weights_gib: float, optimizer_buffers: int, activations_gib: float):
+    from prenet.memory.estimate import MemoryEstimate
+
+    w, a = int(weights_gib * GIB), int(activations_gib * GIB)
+    return MemoryEstimate(w, w, optimizer_buffers * w, 0, a, a + w, 0)
+
+
 def test_the_advice_for_a_step_that_does_not_fit_offers_only_what_the_job_can_still_change():
     from prenet.memory.estimate import fit_advice
 
-    first = fit_advice(32, checkpointing=False, precision="fp32")
-    assert "--batch-size" in first and "--checkpointing" in first and "--precision" in first and first.endswith("larger hardware")
-    last = fit_advice(1, checkpointing=True, precision="bf16")
+    big_acts = _estimate(1, 2, 30)  # 4 GiB of model state, 30 GiB of activations, on a 16 GiB card
+    first = fit_advice(big_acts, 16, batch_size=32, checkpointing=False, precision="fp32", low_precisions=("fp16",))
+    assert "--batch-size" in first and "--checkpointing" in first and first.endswith("larger hardware")
+    assert "--precision fp16 (16-bit" in first and "bf16" not in first  # only what the card runs (a T4: no BF16)
+    assert "fsdp" not in first  # sharding the 4 GiB of state cannot make room for 30 GiB of activations
+    last = fit_advice(big_acts, 16, batch_size=1, checkpointing=True, precision="bf16")
     assert last == "use larger hardware"  # batch 1, checkpointed, 16-bit: nothing left but the hardware
-    assert "--batch-size" not in fit_advice(1, checkpointing=False, precision="bf16")
+    assert "--batch-size" not in fit_advice(big_acts, 16, batch_size=1, checkpointing=False, precision="bf16")
+    # a 7 B-parameter model with Adam on an 80 GiB card: its state alone (104 GiB) overflows, whatever the batch
+    llm = _estimate(26, 2, 10)
+    advice = fit_advice(llm, 80, batch_size=4, checkpointing=False, precision="bf16")
+    assert advice.startswith("its weights, gradients and optimizer state alone take 104.0 GiB; use --gpus 2 --parallel fsdp")
+    assert "--batch-size" not in advice and "--checkpointing" not in advice
+    assert "fsdp" not in fit_advice(llm, 80, batch_size=4, checkpointing=False, precision="bf16", sharded=True)
+    # a small batch through a large model: autocast's 16-bit weight copies would outweigh the activations it halves
+    small_batch = fit_advice(_estimate(5, 2, 4), 24, batch_size=2, checkpointing=False, precision="fp32")
+    assert "--checkpointing" in small_batch and "--precision" not in small_batch

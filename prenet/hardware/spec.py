@@ -81,6 +81,12 @@ class HardwareSpec:
         unit (e.g. bf16 on a V100, tf32 on a CPU)."""
         return {"fp32": self.peak_fp32_tflops, "tf32": self.peak_tf32_tflops, "fp16": self.peak_fp16_tflops, "bf16": self.peak_bf16_tflops}[unit]
 
+    def autocast_precisions(self) -> tuple[str, ...]:
+        """The 16-bit autocast precisions (:data:`~prenet.names.AUTOCAST_PRECISIONS`) whose unit its spec sheet has."""
+        from prenet.names import AUTOCAST_PRECISIONS
+
+        return tuple(p for p in AUTOCAST_PRECISIONS if self.peak_tflops(p) is not None)
+
     def features(self) -> dict[str, float]:
         """Hardware features used by the step-time regressors (PreNeT Table 1, hardware part)."""
         return {

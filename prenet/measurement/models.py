@@ -17,12 +17,13 @@ def training_step(module: nn.Module, example_batch: Any, optimizer: str, opt: to
     Batch norm and dropout in train mode. ``opt``: an existing optimizer over ``module``'s parameters (default: a new one
     of kind ``optimizer``). ``precision`` ``bf16``/``fp16``: forward and loss under ``torch.autocast`` of the module's device."""
     from prenet.ops import training_loss
+    from prenet.ops.trace import LOW_DTYPE
 
     inputs, labels = unpack_example(example_batch)
     module.train()
     opt = opt if opt is not None else timed_optimizer(optimizer, module.parameters())
     dev = inputs.device.type
-    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    low = LOW_DTYPE.get(precision)
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)

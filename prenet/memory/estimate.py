@@ -6,6 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 GIB = 2**30
+#: What a GPU keeps beyond a step's tensors (GiB): the CUDA context, the caching allocator's slack and library
+#: workspaces (cuDNN, cuBLAS).
+GPU_RESERVE_GIB = 1.0
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class MemoryEstimate:
         return {**asdict(self), "total_bytes": self.total_bytes}
 
 
-def fits(estimate_bytes: float, device_gib: float | None, reserve_gib: float = 1.0) -> bool | None:
+def fits(estimate_bytes: float, device_gib: float | None, reserve_gib: float = GPU_RESERVE_GIB) -> bool | None:
     """Whether ``estimate_bytes`` plus ``reserve_gib`` (CUDA context, allocator, workspaces) fits in a device of
     ``device_gib``; None when the device's memory is unknown."""
     if device_gib is None:
@@ -44,16 +47,47 @@ def fits(estimate_bytes: float, device_gib: float | None, reserve_gib: float = 1
     return estimate_bytes + reserve_gib * GIB <= device_gib * GIB
 
 
-def fit_advice(batch_size: int, *, checkpointing: bool, precision: str) -> str:
-    """What a user can change when a training step does not fit, from what the job already uses: a smaller batch
-    (with ``--grad-accum`` to keep the samples per step) only above batch 1; activation checkpointing when off; 16-bit
-    activations when in FP32/TF32; else larger hardware (the weights, gradients and optimizer state alone do not fit)."""
+def fit_advice(
+    memory: MemoryEstimate,
+    device_gib: float,
+    *,
+    batch_size: int,
+    checkpointing: bool,
+    precision: str,
+    low_precisions: tuple[str, ...] = ("bf16", "fp16"),
+    sharded: bool = False,
+) -> str:
+    """What a user can change when a training step (``memory``: one GPU's whole step, unsharded) does not fit a device
+    of ``device_gib``, from what the job already uses and what would help:
+
+    * where the weights, gradients and optimizer state leave room, the activations are what overflow: a smaller batch
+      (with ``--grad-accum`` to keep the samples per step) above batch 1; activation checkpointing when off; 16-bit
+      autocast (one of ``low_precisions``, those the device runs) when in FP32/TF32 and the activations outweigh the
+      16-bit weight copies autocast adds (half the FP32 weights);
+    * unless the job is already ``sharded``: ZeRO-3 over the fewest GPUs whose share of that state fits beside the
+      activations (``--gpus N --parallel fsdp``), where the activations alone fit;
+    * larger hardware.
+
+    Where that state alone outgrows the device, the advice says so first: no batch size or precision helps then."""
+    import math
+
+    room = (device_gib - GPU_RESERVE_GIB) * GIB
+    state = memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes
+    rest = memory.total_bytes - state  # activations, the batch, what backward holds
     ways = []
-    if batch_size > 1:
-        ways.append("a smaller --batch-size (activations scale with it; --grad-accum K keeps the samples per step)")
-    if not checkpointing:
-        ways.append("--checkpointing (recompute activations in the backward pass)")
-    if precision in ("fp32", "tf32"):
-        ways.append("--precision bf16 or fp16 (16-bit activations)")
+    if state < room:
+        if batch_size > 1:
+            ways.append("a smaller --batch-size (activations scale with it; --grad-accum K keeps the samples per step)")
+        if not checkpointing:
+            ways.append("--checkpointing (recompute activations in the backward pass)")
+        if precision in ("fp32", "tf32") and low_precisions and memory.activations_bytes > memory.weights_bytes:
+            ways.append(f"--precision {' or '.join(low_precisions)} (16-bit activations)")
+    if not sharded and state > 0 and rest < room:
+        n = max(2, math.ceil(state / (room - rest)))
+        ways.append(
+            f"--gpus {n} --parallel fsdp (ZeRO-3 shards the {state / GIB:.1f} GiB of weights, gradients and optimizer "
+            f"state: {state / n / GIB:.1f} GiB a GPU)"
+        )
     ways.append("larger hardware")
-    return "use " + ", or ".join(ways)
+    lead = f"its weights, gradients and optimizer state alone take {state / GIB:.1f} GiB; " if state >= room else ""
+    return lead + "use " + ", or ".join(ways)

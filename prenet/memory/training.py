@@ -4,12 +4,15 @@ Prediction (no hardware, no weights: the model may live on the ``meta`` device):
 
     peak = weights + batch + optimizer state + max(live tensors during backward + transient, all gradients)
 
-* weights, gradients: 4 bytes per float32 parameter each;
+* weights, gradients: 4 bytes per float32 parameter each (under autocast too: FP32 master weights, FP32 gradients);
 * optimizer state: plain SGD none, SGD with momentum one buffer, Adam two buffers per parameter;
 * saved activations: every tensor autograd keeps for the backward pass, found by running the forward pass on
   the ``meta`` device under :func:`torch.autograd.graph.saved_tensors_hooks` and summing the distinct storages
   that are not parameters (so residual connections, pooling indices, dropout masks, attention weights and the
-  gates of recurrent layers are counted as the framework actually saves them, each shared tensor once);
+  gates of recurrent layers are counted as the framework actually saves them, each shared tensor once); under bf16 /
+  fp16 autocast the forward runs under :class:`prenet.ops.autocast.Autocast` (torch's op lists on ``meta``), so each
+  saved tensor counts at the dtype autocast gives it — 16-bit GEMM and convolution inputs, FP32 norms and losses — and
+  the 16-bit weight copies of autocast's cast cache, saved by the ops that use them, count once each;
 * live tensors during backward: backward runs the forward in reverse, freeing a layer's saved tensors as it forms
   that layer's parameter gradients, so the peak is the largest (saved tensors still alive + gradients formed so
   far) over the pass — a large embedding's gradient appears only when almost every activation is gone;
@@ -38,14 +41,19 @@ from prenet.names import OPTIMIZER_STATE_BUFFERS
 from prenet.ops.trace import training_loss
 
 
-def trace_saved(module: nn.Module, example_batch: Any, traced_in: torch.dtype | None = None) -> tuple[list[int], list[tuple[int, int]]]:
+def trace_saved(
+    module: nn.Module, example_batch: Any, traced_in: torch.dtype | None = None, autocast: tuple[str, torch.dtype] | None = None
+) -> tuple[list[int], list[tuple[int, int]]]:
     """One training forward pass of ``module`` traced on the ``meta`` device (no memory, no weights needed):
     the bytes of each distinct storage autograd saves for backward, in the order saved (parameters excluded), and
     for each module with its own trainable parameters, (number of storages saved before its first call, bytes of
     those parameters) — where its gradients will appear in the backward pass. ``traced_in``: the forward runs with the
     model and its floating inputs in that dtype (a forward FP32 cannot run: a mixture of experts' grouped GEMMs are
-    BF16-only), its bytes counted at FP32 size."""
+    BF16-only), its bytes counted at FP32 size unless ``autocast`` is given. ``autocast``: (device type, 16-bit dtype) of
+    a mixed-precision step, whose forward and loss run under :class:`~prenet.ops.autocast.Autocast` and whose saved
+    tensors count at their own dtypes."""
     import copy
+    from contextlib import nullcontext
 
     from prenet.graph.walk import _on_meta
     from prenet.meta_device import without_compiler_imports
@@ -53,7 +61,8 @@ def trace_saved(module: nn.Module, example_batch: Any, traced_in: torch.dtype | 
     meta = module if _on_meta(module) else copy.deepcopy(module).to("meta")
     if traced_in is not None:
         meta = copy.deepcopy(meta).to(traced_in)
-    scale = 4 // torch.empty((), dtype=traced_in).element_size() if traced_in is not None else 1
+    pscale = 4 // torch.empty((), dtype=traced_in).element_size() if traced_in is not None else 1  # FP32 gradients
+    scale = pscale if autocast is None else 1
     inputs, labels = unpack_example(example_batch)
     x = inputs.to("meta", dtype=traced_in) if traced_in is not None and inputs.is_floating_point() else inputs.to("meta")
     y = labels.to("meta") if labels is not None else None
@@ -72,7 +81,7 @@ def trace_saved(module: nn.Module, example_batch: Any, traced_in: torch.dtype | 
     def pre(mod: nn.Module, args: Any) -> None:
         if id(mod) not in called:
             called.add(id(mod))
-            own = sum(p.numel() * p.element_size() * scale for p in mod.parameters(recurse=False) if p.requires_grad)
+            own = sum(p.numel() * p.element_size() * pscale for p in mod.parameters(recurse=False) if p.requires_grad)
             if own:
                 uses.append((len(seen), int(own)))
 
@@ -81,7 +90,8 @@ def trace_saved(module: nn.Module, example_batch: Any, traced_in: torch.dtype | 
     meta.train()
     try:
         with without_compiler_imports(), torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            training_loss(meta(x), y)
+            with _autocast(autocast) if autocast is not None else nullcontext():
+                training_loss(meta(x), y)
     finally:
         meta.train(was_training)
         for h in handles:
@@ -89,11 +99,13 @@ def trace_saved(module: nn.Module, example_batch: Any, traced_in: torch.dtype | 
     return list(seen.values()), uses
 
 
-def recompute_bytes(module: nn.Module, example_batch: Any) -> int:
+def recompute_bytes(module: nn.Module, example_batch: Any, autocast: tuple[str, torch.dtype] | None = None) -> int:
     """With activation checkpointing (:class:`prenet.checkpointing.Checkpointed` blocks): the most bytes one block
     saves when the backward pass recomputes it, its activations live again until its gradients are formed (0 without
-    checkpointed blocks). Each block's forward is traced on ``meta`` with the inputs it gets in the step."""
+    checkpointed blocks). Each block's forward is traced on ``meta`` with the inputs it gets in the step (``autocast``:
+    as in :func:`trace_saved`)."""
     import copy
+    from contextlib import nullcontext
 
     from prenet.checkpointing import Checkpointed
     from prenet.graph.walk import _on_meta
@@ -107,7 +119,7 @@ def recompute_bytes(module: nn.Module, example_batch: Any) -> int:
     handles = [b.register_forward_pre_hook(lambda m, a, k: calls.append((m.block, a, k)), with_kwargs=True) for b in blocks]
     inputs, _ = unpack_example(example_batch)
     try:
-        with without_compiler_imports(), torch.no_grad():
+        with without_compiler_imports(), torch.no_grad(), _autocast(autocast) if autocast is not None else nullcontext():
             meta(inputs.to("meta"))
     finally:
         for h in handles:
@@ -124,7 +136,8 @@ def recompute_bytes(module: nn.Module, example_batch: Any) -> int:
             return t
 
         with without_compiler_imports(), torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            block(*args, **kwargs)
+            with _autocast(autocast) if autocast is not None else nullcontext():
+                block(*args, **kwargs)
         peak = max(peak, sum(seen.values()))
     return peak
 
@@ -144,20 +157,45 @@ def backward_live_peak(saved: list[int], uses: list[tuple[int, int]], unplaced_g
     return int((alive + formed).max()) + int(unplaced_grad_bytes)
 
 
+def autocast_of(precision: str, device_type: str) -> tuple[str, torch.dtype] | None:
+    """The (device type, 16-bit dtype) a step of ``precision`` runs its autocast region in; None for FP32 and TF32
+    (TF32 keeps FP32 storage)."""
+    from prenet.ops.trace import LOW_DTYPE
+
+    low = LOW_DTYPE.get(precision)
+    return (device_type, low) if low is not None else None
+
+
+def _autocast(autocast: tuple[str, torch.dtype]):
+    from prenet.ops.autocast import Autocast
+
+    return Autocast(*autocast)
+
+
 def predict_training_memory(
-    module: nn.Module, example_batch: Any, optimizer: str = "sgd", grad_accum: int = 1, *, traced_in: torch.dtype | None = None
+    module: nn.Module,
+    example_batch: Any,
+    optimizer: str = "sgd",
+    grad_accum: int = 1,
+    *,
+    traced_in: torch.dtype | None = None,
+    precision: str = "fp32",
+    device_type: str = "cuda",
 ) -> MemoryEstimate:
     """Predicted peak memory (bytes) of one steady-state training step of ``module`` on ``example_batch`` with
-    ``optimizer`` (``sgd`` plain, ``sgd_momentum``, ``adam``); float32 parameters and activations. ``grad_accum`` > 1:
-    from the second micro-step on every gradient stays allocated through the forward and backward passes, so all
-    saved activations and all gradients are live together. ``traced_in``: see :func:`trace_saved`."""
+    ``optimizer`` (``sgd`` plain, ``sgd_momentum``, ``adam``); float32 parameters, gradients and optimizer state, and
+    activations in ``precision`` (``bf16`` / ``fp16``: autocast with ``device_type``'s op lists, :func:`trace_saved`;
+    else float32). ``grad_accum`` > 1: from the second micro-step on every gradient stays allocated through the
+    forward and backward passes, so all saved activations and all gradients are live together. ``traced_in``: see
+    :func:`trace_saved`."""
+    amp = autocast_of(precision, device_type)
     if optimizer not in OPTIMIZER_STATE_BUFFERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZER_STATE_BUFFERS)}, got {optimizer!r}")
     trainable = sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
     weights = sum(p.numel() * p.element_size() for p in module.parameters())
     inputs, labels = unpack_example(example_batch)
     in_bytes = inputs.numel() * inputs.element_size() + (labels.numel() * labels.element_size() if labels is not None else 0)
-    saved, uses = trace_saved(module, example_batch, traced_in)
+    saved, uses = trace_saved(module, example_batch, traced_in, amp)
     placed = sum(b for _, b in uses)
     return MemoryEstimate(
         weights_bytes=int(weights),
@@ -167,24 +205,28 @@ def predict_training_memory(
         activations_bytes=int(sum(saved)),
         backward_live_bytes=int(sum(saved) + trainable) if grad_accum > 1 else backward_live_peak(saved, uses, max(trainable - placed, 0)),
         # the gradient being formed, and with checkpointing the recomputed block's activations alive with it
-        transient_bytes=int(2 * max(saved, default=0) + recompute_bytes(module, example_batch)),
+        transient_bytes=int(2 * max(saved, default=0) + recompute_bytes(module, example_batch, amp)),
     )
 
 
-def predict_memory_noted(module: nn.Module, example_batch: Any, optimizer: str = "sgd", grad_accum: int = 1) -> tuple[MemoryEstimate | None, str]:
-    """(:func:`predict_training_memory`, "") — or, where the model's FP32 forward cannot run on ``meta`` (a mixture of
-    experts' BF16-only grouped GEMMs), the estimate with its activations traced in BF16 and the line that says so, or
-    (None, the line that says why there is none)."""
+def predict_memory_noted(
+    module: nn.Module, example_batch: Any, optimizer: str = "sgd", grad_accum: int = 1, *, precision: str = "fp32", device_type: str = "cuda"
+) -> tuple[MemoryEstimate | None, str]:
+    """(:func:`predict_training_memory` in ``precision``, "") — or, where the model's forward cannot run on ``meta`` in
+    FP32 (a mixture of experts' BF16-only grouped GEMMs), the estimate with its activations traced in BF16 (counted at
+    FP32 size for an FP32 step) and the line that says so, or (None, the line that says why there is none)."""
+    kw = {"precision": precision, "device_type": device_type}
     try:
-        return predict_training_memory(module, example_batch, optimizer, grad_accum), ""
+        return predict_training_memory(module, example_batch, optimizer, grad_accum, **kw), ""
     except (RuntimeError, NotImplementedError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         why = f"its FP32 forward cannot run on meta ({type(e).__name__}: {first})"
     try:
-        memory = predict_training_memory(module, example_batch, optimizer, grad_accum, traced_in=torch.bfloat16)
+        memory = predict_training_memory(module, example_batch, optimizer, grad_accum, traced_in=torch.bfloat16, **kw)
     except (RuntimeError, NotImplementedError):
         return None, f"peak memory not predicted: {why}"
-    return memory, f"peak memory: {why}, so its saved activations were traced in BF16 and counted at FP32 size"
+    counted = "at their autocast dtypes" if autocast_of(precision, device_type) else "at FP32 size"
+    return memory, f"peak memory: {why}, so its saved activations were traced in BF16 and counted {counted}"
 
 
 def _tensor_bytes(obj: Any) -> int:
@@ -197,11 +239,11 @@ def _tensor_bytes(obj: Any) -> int:
     return 0
 
 
-def measure_training_memory(module: nn.Module, example_batch: Any, optimizer: str = "sgd", *, warmup: bool = True) -> int:
-    """Measured peak memory (bytes) of one training step of ``module`` (on its device: CPU or CUDA). With
-    ``warmup`` a first, unmeasured step creates the optimizer state; without it the measured step is the first
-    one (its peak includes creating the state; the benchmark uses it as its warm-up step). Weights change by
-    tiny steps (learning rate 1e-6)."""
+def measure_training_memory(module: nn.Module, example_batch: Any, optimizer: str = "sgd", *, warmup: bool = True, precision: str = "fp32") -> int:
+    """Measured peak memory (bytes) of one training step of ``module`` (on its device: CPU or CUDA), its forward and
+    loss under ``torch.autocast`` for a ``bf16`` / ``fp16`` ``precision``. With ``warmup`` a first, unmeasured step
+    creates the optimizer state; without it the measured step is the first one (its peak includes creating the state;
+    the benchmark uses it as its warm-up step). Weights change by tiny steps (learning rate 1e-6)."""
     from prenet.measurement.models import training_step
     from prenet.optimizers import make_optimizer
 
@@ -210,7 +252,7 @@ def measure_training_memory(module: nn.Module, example_batch: Any, optimizer: st
     inputs, labels = unpack_example(example_batch)
     module.train()
     opt = make_optimizer(optimizer, module.parameters())
-    step = training_step(module, example_batch, optimizer, opt=opt)
+    step = training_step(module, example_batch, optimizer, opt=opt, precision=precision)
     if warmup:
         step()
     opt.zero_grad(set_to_none=True)

@@ -28,7 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from prenet import cpu_dispatch
 from prenet.errors import PrenetError
 from prenet.meta_device import without_compiler_imports
-from prenet.names import DIRECTIONS, FUSED_OPTIMIZERS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
+from prenet.names import AUTOCAST_PRECISIONS, DIRECTIONS, FUSED_OPTIMIZERS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
 from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, read_args, tensors, written_args
 from prenet.ops.autocast import Autocast
 from prenet.ops.families import (
@@ -43,7 +43,8 @@ from prenet.ops.families import (
 from prenet.ops.records import OpRecord, StepTrace
 from prenet.optimizers import STEP_WEIGHT_DECAY, make_optimizer, prime_state
 
-LOW_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
+#: The 16-bit dtype of each autocast precision (:data:`~prenet.names.AUTOCAST_PRECISIONS`).
+LOW_DTYPE = dict(zip(AUTOCAST_PRECISIONS, (torch.float16, torch.bfloat16)))
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64"}
 
 

@@ -37,12 +37,9 @@ import numpy as np
 
 from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
-from prenet.memory.estimate import GIB, MemoryEstimate, fit_advice, fits
+from prenet.memory.estimate import GIB, GPU_RESERVE_GIB, MemoryEstimate, fit_advice, fits
 from prenet.names import OPTIMIZERS
 from prenet.planner.intervals import Intervals, load_intervals, steps_interval
-
-#: Memory a GPU needs beyond the tensors of a step (CUDA context, caching allocator, library workspaces), GiB.
-GPU_RESERVE_GIB = 1.0
 
 
 @dataclass
@@ -586,7 +583,14 @@ def make_plan(
             f"batch size {batch_size} does not fit: a training step needs about {memory.total_bytes / GIB:.1f} GiB "
             f"(activations {memory.activations_bytes / GIB:.1f} GiB) and the largest device "
             f"considered, {biggest.hardware}, has {biggest.device_memory_gib:g} GiB; "
-            + fit_advice(batch_size, checkpointing=checkpointing, precision=precision)
+            + fit_advice(
+                memory,
+                biggest.device_memory_gib,
+                batch_size=batch_size,
+                checkpointing=checkpointing,
+                precision=precision,
+                low_precisions=specs[biggest.hardware].autocast_precisions(),
+            )
         )
     lo, hi = steps_interval(n_steps, iv)
     trace = next(iter(traces.values()))

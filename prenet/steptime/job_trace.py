@@ -150,6 +150,16 @@ def trace_from_dict(d: dict[str, Any]) -> StepTrace:
     return StepTrace(records=records, **{k: v for k, v in d.items() if k != "records"})
 
 
+def memory_precision(precision: str, device_types: list[str]) -> dict[str, str]:
+    """How a job's memory estimate is traced: its ``precision``, and for a 16-bit (autocast) step the device type whose
+    op lists apply (CUDA's where the job has a GPU); {} for FP32 and TF32, which store FP32."""
+    from prenet.names import AUTOCAST_PRECISIONS
+
+    if precision not in AUTOCAST_PRECISIONS:
+        return {}
+    return {"precision": precision, "device_type": "cuda" if "cuda" in device_types else device_types[0]}
+
+
 def job_trace(
     model: Any,
     batch_size: int,
@@ -186,7 +196,8 @@ def job_trace(
             )
             for dt in device_types
         }
-        keys["memory"] = job_key(model, batch_size, zoo_kwargs, **common)  # also holds the checkpointed block count
+        # also holds the checkpointed block count; a 16-bit step's activations follow its autocast lists
+        keys["memory"] = job_key(model, batch_size, zoo_kwargs, **common, **memory_precision(precision, device_types))
         entries = {k: load(v) for k, v in keys.items()}
         mem = entries.pop("memory")
         if mem is not None and all(e is not None for e in entries.values()) and (mem.get("memory") or not with_memory):
@@ -217,7 +228,9 @@ def job_trace(
             module, batch, optimizer=optimizer, precision=precision, device_type=dt, fused=fused, memory_format=memory_format, threads=threads
         )
         traces[dt] = accumulate(t, module, grad_accum)
-    memory, memory_note = predict_memory_noted(module, batch, optimizer, grad_accum) if with_memory else (None, "")
+    memory, memory_note = (
+        predict_memory_noted(module, batch, optimizer, grad_accum, **memory_precision(precision, device_types)) if with_memory else (None, "")
+    )
     if keys and _source_fingerprint() == _FINGERPRINT:  # prenet's files unchanged since this process imported them
         for dt, t in traces.items():
             store(keys[dt], {"trace": trace_to_dict(t)})

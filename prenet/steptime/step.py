@@ -63,6 +63,9 @@ class StepPrediction:
     memory_format: str = "contiguous"  # of the 4-D tensors: contiguous (NCHW) | channels_last (NHWC)
     grad_accum: int = 1  # micro-steps of ``batch_size`` per optimizer step: the step is one optimizer step
     memory_bytes: int | None = None  # predicted peak memory of the step (bytes), when asked for
+    #: the single-GPU step's memory by component (:meth:`~prenet.memory.estimate.MemoryEstimate.to_dict`, bytes), when
+    #: asked for: ``memory_bytes`` is this total, or per GPU where a parallel layout shards or splits it
+    memory: dict[str, int] | None = None
     host_issue_ms: float = 0.0  # the host's time to issue the step's ops (GPU: ops × the fitted host cost; ms)
     #: CPU: the time (ms) the step's cache-sensitive ops spend fetching operands from DRAM that the op benchmark timed
     #: warm (:func:`dram_refetch_ms`); in ``step_seconds``, not in ``family_ms`` (an op's own time is its in-place one)
