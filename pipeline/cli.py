@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 from pipeline.config import artifact_path, rooted
 from prenet.errors import PrenetError
@@ -75,6 +75,10 @@ def _zoo_kwargs(args: argparse.Namespace) -> dict[str, int | float | bool] | Non
             raise PrenetError(f"--model-arg {item!r}: expected KEY=VALUE, e.g. --model-arg image_size=224")
         out[key.strip()] = _model_arg_value(item, val.strip())
     seq_len = getattr(args, "seq_len", None)
+    if seq_len is not None and str(getattr(args, "model", "")).startswith(("torchvision:", "timm:")):
+        raise PrenetError(
+            f"--seq-len applies to text models (hf:, the zoo's); {args.model} is an image model: --model-arg image_size=N sets its input"
+        )
     if seq_len is not None:
         if out.get("seq_len", seq_len) != seq_len:
             raise PrenetError(f"--seq-len {seq_len} and --model-arg seq_len={out['seq_len']} disagree: give one")
@@ -554,8 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder of pre-trained weights (made if missing; default: %(default)s)",
     )
     cv.add_argument("--loss", choices=list(LOSSES), help="training loss (default: the task's)")
-    cv.add_argument("--lr", type=float, help="SGD learning rate (default: the task's)")
-    cv.add_argument("--momentum", type=float, help="SGD momentum in [0, 1) (default: the task's)")
+    cv.add_argument("--lr", type=_positive_float, help="SGD learning rate (default: the task's)")
+    cv.add_argument("--momentum", type=_momentum, help="SGD momentum in [0, 1) (default: the task's)")
     cv.add_argument("--batch-size", type=_positive, help="samples per step (default: the task's; the full set when larger)")
     cv.add_argument("--steps", type=_positive, help="horizon in optimizer steps (default: the task's)")
     cv.add_argument(
@@ -607,8 +611,8 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--target-loss", type=float, help="forecast the steps until the training loss <= this")
     how.add_argument("--target-accuracy", type=float, help="forecast the steps until the training accuracy >= this")
     pn.add_argument("--finetune-data", help="fine-tuning set for a target: .pt {'inputs', 'labels'} or .npz (inputs, labels)")
-    pn.add_argument("--lr", type=float, help="fine-tuning learning rate (needed with a target)")
-    pn.add_argument("--momentum", type=float, default=0.0, help="SGD momentum (forecast, the step's momentum update and its buffer; default 0)")
+    pn.add_argument("--lr", type=_positive_float, help="fine-tuning learning rate (needed with a target)")
+    pn.add_argument("--momentum", type=_momentum, default=0.0, help="SGD momentum (forecast, the step's momentum update and its buffer; default 0)")
     pn.add_argument("--loss", choices=list(LOSSES), default="cross_entropy", help="fine-tuning loss of the forecast (default: %(default)s)")
     pn.add_argument("--max-steps", type=int, default=2000, help="forecast horizon (default 2000)")
     pn.add_argument(
@@ -697,6 +701,27 @@ def build_parser() -> argparse.ArgumentParser:
     ds.add_argument("--worker-repo", action="store_true", help="workers run in this same folder (one machine), not in their PRENET_REPO")
     ds.set_defaults(func=_cmd_distribute)
     return ap
+
+
+def _number(value: str, ok: Callable[[float], bool], rule: str) -> float:
+    """A number option that ``ok`` accepts; else argparse's one-line error with ``rule``."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not ok(x):
+        raise argparse.ArgumentTypeError(f"{value}: {rule}")
+    return x
+
+
+def _positive_float(value: str) -> float:
+    """A positive, finite number option (a learning rate)."""
+    return _number(value, lambda x: 0 < x < float("inf"), "give a number > 0")
+
+
+def _momentum(value: str) -> float:
+    """An SGD momentum: a number in [0, 1)."""
+    return _number(value, lambda m: 0 <= m < 1, "give 0 ≤ momentum < 1 (0.9 is usual)")
 
 
 def _positive(value: str) -> int:

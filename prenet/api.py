@@ -100,6 +100,10 @@ def predict_step_time(
 
         pred = predict_parallel(trace, hw, EfficiencyModel.load(models_dir), layout, overhead_ms=overhead_ms, dataset_size=dataset_size)
     pred.notes[:0] = job_notes(job)
+    if gpus * nodes == 1 and parallel != "ddp":
+        pred.notes.append(f"--parallel {parallel} on one GPU shares nothing: this is the single-GPU step (give --gpus N)")
+    if network_gbits is not None and nodes == 1:
+        pred.notes.append(f"the network ({network_gbits:g} Gb/s) joins nodes; one node uses none of it (give --nodes M)")
     pred.memory_bytes = job.memory.total_bytes if job.memory is not None else None
     pred.memory = job.memory.to_dict() if job.memory is not None else None
     if job.memory is not None and layout is not None and layout.strategy == "fsdp" and layout.world > 1:

@@ -409,6 +409,38 @@ ZOO: dict[str, Callable[..., Example]] = {
 }
 
 
+#: What a zoo model's defaults leave out of the real model it is named after, and how to build that one.
+FULL_SIZE = {
+    "resnet18": "--model-arg image_size=224 --model-arg classes=1000, or torchvision:resnet18",
+    "resnet50": "--model-arg image_size=224 --model-arg classes=1000, or torchvision:resnet50",
+    "vgg16": "--model-arg image_size=224 --model-arg classes=1000, or torchvision:vgg16",
+    "bert_base_like": "--model-arg layers=12 --seq-len 512, or hf:bert",
+    "gpt2_small_like": "--model-arg layers=12 --seq-len 1024, or hf:gpt2",
+    "mobilenet_v2_like": "torchvision:mobilenet_v2",
+    "vit_tiny": "timm:vit_tiny_patch16_224",
+}
+
+
+def defaults_note(name: str, given: dict | None = None) -> str | None:
+    """The line an answer about zoo model ``name`` carries where its builder kept defaults the user did not set
+    (``given``: the builder keywords set): those defaults, and for a model named after a published one, how to build
+    that (:data:`FULL_SIZE`). None for a name outside the zoo or with every size given."""
+    import inspect
+
+    if name not in ZOO:
+        return None
+    kept = {
+        k: p.default
+        for k, p in inspect.signature(ZOO[name]).parameters.items()
+        if k != "batch_size" and p.default is not inspect.Parameter.empty and k not in (given or {})
+    }
+    if not kept:
+        return None
+    sizes = ", ".join(f"{k}={v}" for k, v in kept.items())
+    full = f"; smaller than the model it is named after, which is {FULL_SIZE[name]}" if name in FULL_SIZE else ""
+    return f"zoo model {name} at its defaults {sizes} (prenet/zoo.py; --model-arg KEY=VALUE sets them){full}"
+
+
 def build(name: str, batch_size: int, sizes: dict[str, dict] | None = None) -> Example:
     """Zoo model ``name`` at ``batch_size`` with the builder keyword overrides of ``sizes[name]`` (the
     ``models.sizes`` config); an unknown name lists the known ones."""

@@ -40,6 +40,8 @@ def test_threads_out_of_range_are_refused_not_clamped(command, threads, capsys):
         (["predict", "step-time", "--model", "mlp", "--batch-size", "-4", "--hardware", "local"], "--batch-size: -4: give a positive integer"),
         (["predict", "step-time", "--model", "mlp", "--batch-size", "4", "--precision", "fp8"], "invalid choice: 'fp8'"),
         (["predict", "convergence", "--task", "mlp_digits_relabel", "--steps", "0"], "--steps: 0: give a positive integer"),
+        (["predict", "convergence", "--task", "mlp_digits_relabel", "--lr", "0"], "--lr: 0: give a number > 0"),
+        (["predict", "convergence", "--task", "mlp_digits_relabel", "--momentum", "1"], "--momentum: 1: give 0 ≤ momentum < 1"),
     ],
 )
 def test_a_wrong_argument_is_one_line_with_where_to_look(args, says, capsys):
@@ -55,6 +57,20 @@ def test_a_model_argument_that_is_not_a_size_is_one_line(capsys):
     assert main([*argv, "--hardware", "A100"]) == 2
     err = capsys.readouterr().err
     assert err == "error: torchvision:resnet18: --model-arg image_size=abc: give a positive integer, e.g. --model-arg image_size=224\n"
+
+
+def test_a_sequence_length_for_an_image_model_is_one_line(capsys):
+    argv = ["predict", "step-time", "--model", "torchvision:resnet18", "--batch-size", "2", "--seq-len", "128"]
+    assert main([*argv, "--hardware", "A100"]) == 2
+    assert capsys.readouterr().err.startswith("error: --seq-len applies to text models (hf:, the zoo's); torchvision:resnet18 is an image")
+
+
+def test_parallel_settings_that_change_nothing_are_said_so():
+    from prenet.api import predict_step_time
+
+    p = predict_step_time("mlp", batch_size=8, hardware="L4", parallel="fsdp", network_gbits=400)
+    assert any("--parallel fsdp on one GPU shares nothing" in n for n in p.notes)
+    assert any("one node uses none of it" in n for n in p.notes)
 
 
 def test_a_reader_that_stops_early_gets_no_traceback():

@@ -322,6 +322,9 @@ def test_trajectory_correction_relinearizes_only_where_the_kernel_moves(digits_s
     assert not np.allclose(moved.loss, moved.plain.loss) and moved.plain.variant == "plain"
     with pytest.raises(PrenetError, match="unknown correction"):
         forecast(_mlp(), x, y, lr=0.1, batch_size=8, steps=5, correction="sometimes")
+    for bad, says in (({"lr": 0.0}, "lr=0.0: give a learning rate > 0"), ({"momentum": 1.0}, "momentum=1.0: give 0 ≤ momentum < 1")):
+        with pytest.raises(PrenetError, match=f"^forecast\\({says}\\)$"):
+            forecast(_mlp(), x, y, **{"lr": 0.1, "batch_size": 8, "steps": 5, **bad})
 
 
 def test_once_the_kernel_moves_each_later_check_computes_the_whole_kernel_only(digits_small, monkeypatch):
@@ -804,3 +807,18 @@ def test_a_subset_forecast_moves_by_half_its_measured_generalization_gap(monkeyp
     monkeypatch.setattr(forecaster, "_gap", lambda *a, **k: {**real_gap(*a, **k), "used": next(offs) <= forecaster.HELDOUT_MAX_OFF_LINEAR})
     flags = [g["used"] for g in trajectory("sde", model, xs, ys, theta, F0, **kw, heldout=(x[rest], y[rest]))[4]]
     assert flags == [True, True, False, False, False]
+
+
+def test_a_curve_still_falling_at_the_horizon_is_said_so():
+    from prenet.convergence.query import last_tenth_fall
+
+    assert last_tenth_fall(np.array([2.0, 1.5, 1.2, 1.0])) == pytest.approx(0.2)  # the last step: 0.2 of the 1.0 fall
+    assert last_tenth_fall(np.exp(-np.arange(201) / 10.0)) < 1e-3  # settled long before step 200
+    assert last_tenth_fall(np.array([1.0, 1.0])) is None and last_tenth_fall(np.array([1.0])) is None
+
+
+def test_the_header_says_when_the_batch_is_the_whole_set():
+    from prenet.convergence.query import _batch_text
+
+    assert _batch_text(32, 256) == "32"
+    assert _batch_text(1000, 256).startswith("256 (all samples, full-batch: --batch-size 1000")

@@ -56,6 +56,15 @@ def test_the_key_follows_a_config_files_contents_and_user_code_is_never_stored(s
     assert jt.job_key("timm:convnext_tiny", 8, None) != jt.job_key("torchvision:convnext_tiny", 8, None)
 
 
+def test_a_zoo_model_says_which_defaults_it_kept_stored_or_not(store):
+    made = jt.job_trace("bert_base_like", 2, device_types=["cuda"], zoo_kwargs={"seq_len": 128})
+    read = jt.job_trace("bert_base_like", 2, device_types=["cuda"], zoo_kwargs={"seq_len": 128})
+    assert read.stored and read.model_note == made.model_note and made.model_note in jt.job_notes(read)
+    assert "layers=2" in made.model_note and "seq_len" not in made.model_note and "hf:bert" in made.model_note
+    full = {"image_size": 224, "classes": 1000}
+    assert jt.job_trace("resnet50", 2, device_types=["cuda"], zoo_kwargs=full, with_memory=False).model_note == ""
+
+
 def test_the_store_can_be_turned_off(store, monkeypatch):
     monkeypatch.setenv("PRENET_TRACE_CACHE", "off")
     jt.job_trace("mlp", 4, device_types=["cpu"])

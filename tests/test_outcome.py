@@ -462,6 +462,11 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
     bad.write_text("epoch,train_accuracy\n1,0.5\n")
     assert main(["predict", "outcome", "--telemetry", str(bad), "--models", cfg.paths.outcome_models]) == 2
     assert "column 'train_loss': required column is missing" in capsys.readouterr().err
+    least = tmp_path / "least.csv"  # the three required columns alone are an answer, with one warning naming the rest
+    least.write_text("epoch,train_loss,train_accuracy\n1,2.1,0.3\n2,1.5,0.5\n")
+    assert main(["predict", "outcome", "--telemetry", str(least), "--models", cfg.paths.outcome_models]) == 0
+    out, err = capsys.readouterr()
+    assert "final test accuracy" in out and err.count("warning:") == 1 and f"{least} has no" in err and "minibatches" in err
     text = tmp_path / "text.csv"
     text.write_text("epoch,train_loss,train_accuracy\n1,2.3,0.1\n2,abc,0.2\n")
     assert main(["predict", "outcome", "--telemetry", str(text), "--models", cfg.paths.outcome_models]) == 2

@@ -540,10 +540,14 @@ def forecast(
         raise PrenetError(f"unknown correction {correction!r}; choose one of {', '.join(CORRECTIONS)}")
     if dynamics_kind not in DYNAMICS:
         raise PrenetError(f"unknown dynamics {dynamics_kind!r}; choose one of {', '.join(DYNAMICS)}")
-    if lr <= 0 or not 0 <= momentum < 1 or batch_size < 1 or steps < 0:
-        raise PrenetError(
-            f"need lr > 0, 0 ≤ momentum < 1, batch_size ≥ 1, steps ≥ 0 (got lr={lr}, momentum={momentum}, batch_size={batch_size}, steps={steps})"
-        )
+    for bad, rule in (
+        (not lr > 0, f"lr={lr}: give a learning rate > 0"),
+        (not 0 <= momentum < 1, f"momentum={momentum}: give 0 ≤ momentum < 1"),
+        (batch_size < 1, f"batch_size={batch_size}: give at least 1"),
+        (steps < 0, f"steps={steps}: give 0 or more"),
+    ):
+        if bad:
+            raise PrenetError(f"forecast({rule})")
     t0 = time.perf_counter()
     N = len(inputs)
     y_all = _labels(targets, N)

@@ -27,6 +27,25 @@ NTK_WORDS = {
 }
 
 
+def _batch_text(batch_size: int, n_train: int) -> str:
+    """The header's batch: as given, or where it is not smaller than the samples, that each step is full-batch."""
+    if batch_size < n_train:
+        return str(batch_size)
+    return f"{n_train} (all samples, full-batch: --batch-size {batch_size} is not smaller than the task's {n_train})"
+
+
+def last_tenth_fall(loss: Any) -> float | None:
+    """How much of the curve's whole fall L_0 − L_T happens over the last tenth of its steps (at least the last step):
+    (L_{T−k} − L_T) / (L_0 − L_T), k = ⌈T/10⌉; None without a fall (a flat or rising curve, or no steps)."""
+    import math
+
+    T = len(loss) - 1
+    if T < 1 or not math.isfinite(float(loss[0]) - float(loss[T])) or float(loss[0]) <= float(loss[T]):
+        return None
+    k = max(1, math.ceil(T / 10))
+    return float((loss[T - k] - loss[T]) / (loss[0] - loss[T]))
+
+
 def pick_task(tasks: Mapping[str, Any], name: str | None, where: str) -> Task:
     """Task ``name`` of ``tasks`` (the only one when ``name`` is None); ``where`` names the source in errors."""
     tasks = {k: v for k, v in (tasks or {}).items() if isinstance(v, dict)}
@@ -123,6 +142,7 @@ def answer(
         "steps_to_converge": {
             "eps": eps,
             "answer": fc.steps_to_converge(eps),
+            "last_tenth_fall": last_tenth_fall(fc.loss),
             "plain": plain.steps_to_converge(eps),
             "corrected": fc.corrected.steps_to_converge(eps) if fc.corrected else None,
         },
@@ -146,7 +166,7 @@ def render(res: Mapping[str, Any]) -> str:
     """The answer of :func:`answer` as the CLI prints it."""
     lines = [
         f"{res['task']}: fine-tune {res['n_params']:,} parameters on {res['n_train']} samples · {res['loss']} · lr {res['lr']} · "
-        f"momentum {res['momentum']} · batch {res['batch_size']} · {res['steps']} steps",
+        f"momentum {res['momentum']} · batch {_batch_text(res['batch_size'], res['n_train'])} · {res['steps']} steps",
         f"  forecast: {res['dynamics'].upper()} on {NTK_WORDS[res['ntk']]} of {res['n_used']} samples, {res['seconds']:.2f} s; "
         f"answered by the {res['variant']} forecast",
         "  predicted training loss: " + ", ".join(f"step {k}: {v:.4f}" for k, v in res["loss_curve"].items()),
@@ -182,6 +202,12 @@ def render(res: Mapping[str, Any]) -> str:
     lines.append(
         f"  steps to converge (|L_t - L_T| <= {sc['eps']} (L_0 - L_T)): {sc['answer'] if sc['answer'] is not None else 'not within the horizon'}"
     )
+    if (fall := sc.get("last_tenth_fall")) is not None and fall > sc["eps"]:
+        lines.append(
+            f"  caution: the predicted loss still falls over the last tenth of the {res['steps']} steps ({100 * fall:.0f} % of its whole "
+            f"fall): converged is measured against the loss at step {res['steps']}, so more --steps would move it; "
+            "--target-loss or --target-accuracy give a target that does not depend on the horizon"
+        )
     if res.get("relinearized") is not None:
         done = [r for r in res["relinearized"] if r["drift"] is not None]
         skipped = [r for r in res["relinearized"] if r.get("skipped")]

@@ -80,6 +80,7 @@ def predict(
     schedule: str | None = None,
     models_dir: str | Path = DEFAULT_MODELS,
     loaded: tuple[dict, dict] | None = None,
+    source: str = "predict(table)",
 ) -> Outcome:
     """Predict from a recorder table (``Recorder.table()``: one row per epoch seen so far). Uses the model of the
     largest trained epoch ≤ the epochs seen. One pooled model answers, with the domain as a feature; a domain
@@ -87,10 +88,11 @@ def predict(
     (one of :data:`prenet.outcome.space.SCHEDULES`) is the run's learning-rate schedule for the epochs to come, when
     the user states it. The table is checked first (:func:`check_telemetry`): a broken rule is one
     :class:`~prenet.outcome.telemetry_input.TelemetryError` naming the column, the row and the rule. ``loaded``: the
-    ``(models, manifest)`` of :func:`prenet.outcome.models.load` when the caller answers many runs (read once)."""
+    ``(models, manifest)`` of :func:`prenet.outcome.models.load` when the caller answers many runs (read once).
+    ``source``: what the table's errors and warnings name (a file)."""
     if not isinstance(table, pl.DataFrame):
         raise PrenetError(f"predict() needs a polars DataFrame (Recorder.table()), got {type(table).__name__}")
-    table = check_telemetry(table, source="predict(table)")
+    table = check_telemetry(table, source=source)
     if schedule is not None and schedule not in SCHEDULES:
         raise PrenetError(f"predict(schedule={schedule!r}): not a schedule; choose one of {', '.join(SCHEDULES)} or None")
     models, manifest = loaded if loaded is not None else load(models_dir)
@@ -152,6 +154,11 @@ def predict(
 def read_telemetry(path: str | Path) -> pl.DataFrame:
     """A run's telemetry table from a CSV or parquet file (``prenet.telemetry.Recorder(...).table()`` written out),
     checked (:func:`check_telemetry`); one-line :class:`PrenetError` when it is missing, unreadable or malformed."""
+    return check_telemetry(_read_table(path), source=str(path))
+
+
+def _read_table(path: str | Path) -> pl.DataFrame:
+    """The table of a CSV or parquet file, unchecked; one-line :class:`PrenetError` when it is missing or unreadable."""
     src = Path(path)
     if not src.is_file():
         raise PrenetError(f"telemetry file {src} does not exist (write one with prenet.telemetry.Recorder(...).table())")
@@ -159,7 +166,7 @@ def read_telemetry(path: str | Path) -> pl.DataFrame:
         table = pl.read_parquet(src) if src.suffix == ".parquet" else pl.read_csv(src)
     except Exception as e:  # noqa: BLE001 — any reader failure is the file's fault
         raise PrenetError(f"{src} is not a readable CSV or parquet file: {e}") from e
-    return check_telemetry(table, source=str(src))
+    return table
 
 
 def predict_file(
@@ -169,7 +176,7 @@ def predict_file(
     text, so a caller can show them beside the answer."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = predict(read_telemetry(path), domain=domain, schedule=schedule, models_dir=models_dir)
+        out = predict(_read_table(path), domain=domain, schedule=schedule, models_dir=models_dir, source=str(path))
     return out, [str(w.message) for w in caught]
 
 

@@ -50,9 +50,13 @@ def _rules() -> dict[str, tuple[pl.DataType, bool, list[tuple[str, object]]]]:
 def with_absent_columns(table: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """(``table`` with every telemetry column it lacks (:class:`~prenet.data.schemas.Telemetry`) added as nulls of that
     column's dtype, their names in schema order): a table from an older recorder, or a user's without some
-    measurements."""
+    measurements. A column the schema wants filled in every row but that has no value in any row counts as absent too
+    (such a table, once filled, is checked again by :func:`~prenet.outcome.predict.predict`); a column that may be
+    empty stays (a recorder leaves ``saturated_frac`` empty for a model without tanh or sigmoid units)."""
     rules = _rules()
-    absent = [c for c in rules if c not in table.columns]
+    empty = [c for c in table.columns if c in rules and not rules[c][1] and table.height and table[c].null_count() == table.height]
+    absent = [c for c in rules if c not in table.columns or c in empty]
+    table = table.drop([c for c in absent if c in table.columns])
     return (table.with_columns([pl.lit(None, dtype=rules[c][0]).alias(c) for c in absent]) if absent else table), absent
 
 

@@ -49,6 +49,8 @@ class JobTrace:
     #: how ``memory`` was traced when its FP32 forward could not run (in BF16), or why it is None though asked for; ""
     #: when it was predicted as usual or not asked for
     memory_note: str = ""
+    #: what a zoo model was built as, where it kept builder defaults (:func:`prenet.zoo.defaults_note`); "" otherwise
+    model_note: str = ""
 
 
 def cache_dir() -> Path | None:
@@ -208,6 +210,7 @@ def job_trace(
                     blocks=int(mem["blocks"]),
                     stored=True,
                     memory_note=str(mem.get("note", "")) if with_memory else "",
+                    model_note=str(mem.get("model_note", "")),
                 )
             except (KeyError, TypeError, ValueError):  # an entry of another shape: traced again and overwritten
                 pass
@@ -217,6 +220,9 @@ def job_trace(
     from prenet.user_models import build_model
 
     module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
+    from prenet.zoo import defaults_note
+
+    model_note = (defaults_note(model, zoo_kwargs) or "") if isinstance(model, str) else ""
     blocks = 0
     if checkpointing:
         from prenet.checkpointing import checkpointed
@@ -235,13 +241,14 @@ def job_trace(
         for dt, t in traces.items():
             store(keys[dt], {"trace": trace_to_dict(t)})
         if memory is not None or load(keys["memory"]) is None:  # never overwrite a stored estimate with none
-            store(keys["memory"], {"memory": asdict(memory) if memory is not None else None, "blocks": blocks, "note": memory_note})
-    return JobTrace(traces=traces, memory=memory, blocks=blocks, memory_note=memory_note)
+            entry = {"memory": asdict(memory) if memory is not None else None, "blocks": blocks, "note": memory_note}
+            store(keys["memory"], {**entry, "model_note": model_note})
+    return JobTrace(traces=traces, memory=memory, blocks=blocks, memory_note=memory_note, model_note=model_note)
 
 
 def job_notes(job: JobTrace) -> list[str]:
     """What an answer from ``job`` says about how it was traced: checkpointed blocks, and a trace read from the store."""
-    notes = []
+    notes = [job.model_note] if job.model_note else []
     if job.blocks:
         notes.append(f"activation checkpointing: {job.blocks} blocks recompute their forward in the backward pass and keep only their inputs")
     if job.memory_note:
