@@ -453,7 +453,7 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
     assert "accuracy 0.12 now, but 62 % of runs like it went on to succeed (of all runs this slow: 37 %)" in render_outcome(stuck)
     stuck.may_take_off, stuck.take_off_probability = False, 0.21  # slow, but less likely than most slow runs to take off
     text = render_outcome(stuck)
-    assert "take-off chance       21 % (accuracy 0.12 now; of the corpus's runs this slow at epoch 2, 37 % went on" in text
+    assert "take-off chance       21 % for this run, against 37 % of the corpus's runs this slow at epoch 2 (accuracy 0.12 now)" in text
     assert "may still take off" not in text
     assert "take off" not in render_outcome(Outcome(0.9, (0.8, 1.0), 0.0, 2, [0, 0, 1.0], 2, "unknown", 2))
     assert main(["predict", "outcome", "--telemetry", str(tmp_path / "missing.csv"), "--models", cfg.paths.outcome_models]) == 2

@@ -205,8 +205,8 @@ def render_outcome(out: Outcome) -> str:
             ),
             *(
                 [
-                    f"  take-off chance       {100 * out.take_off_probability:.0f} % (accuracy {out.accuracy_now:.2f} now; of the corpus's "
-                    f"runs this slow at epoch {out.epoch}, {100 * out.take_off_base_rate:.0f} % went on to succeed)"
+                    f"  take-off chance       {100 * out.take_off_probability:.0f} % for this run, against {100 * out.take_off_base_rate:.0f} % "
+                    f"of the corpus's runs this slow at epoch {out.epoch} (accuracy {out.accuracy_now:.2f} now)"
                 ]
                 if not out.may_take_off and out.take_off_probability is not None and out.take_off_base_rate is not None
                 else []
