@@ -557,3 +557,25 @@ def test_a_grouped_convolution_on_tensor_cores_is_answered_at_memory_speed(model
         _, ops = predict_trace(trace_step(module, example, precision=precision, device_type="cuda"), hw, model)
         estimates[precision] = set(ops.filter(pl.col("family") == "conv_grouped")["estimate"].to_list())
     assert estimates == {"fp16": {"analogy:elementwise"}, "fp32": {"analogy:conv"}}
+
+
+@pytest.mark.parametrize("hardware, dtype", [("A100 80GB SXM4", "bf16"), ("H100 SXM5 80GB", "fp32"), ("local", "fp32")])
+def test_a_gemm_is_never_answered_slower_than_the_same_gemm_with_more_rows(models_dir, hardware, dtype):
+    from prenet.steptime.efficiency import GEMM_ENVELOPE, more_rows
+
+    batches = [8, 16, 32, 64, 128, 256, 512]
+    n = len(batches)
+    table = pl.DataFrame(
+        {"op": ["linear"] * n, "batch": [str(b) for b in batches], "in_features": ["1024"] * n, "out_features": ["4096"] * n}
+        | {"direction": ["forward"] * n, "dtype": [dtype] * n}
+    )
+    ms = predict_layers(table, hardware=hardware, models_dir=models_dir)["predicted_ms"].to_list()
+    # a finite grid: twice the rows bounds the smaller GEMM by the larger one's own trees' answer, while the larger one
+    # may be lowered further by points past the smaller one's grid; so within a few percent, not exactly
+    assert all(a <= b * 1.05 for a, b in zip(ms, ms[1:])), ms
+    # the grid's GEMMs are the same op with more rows: FLOPs, output and bytes grow as the rows do
+    one = pl.DataFrame({"m": [64], "n": [4096], "k": [1024], "batch": [1], "flops": [2 * 64 * 4096 * 1024], "out_numel": [64 * 4096]})
+    one = one.with_columns(pl.lit("bfloat16").alias("dtype"), pl.lit(2 * (64 * 1024 + 1024 * 4096 + 64 * 4096)).alias("bytes"))
+    twice = more_rows(one, 2).row(0, named=True)
+    assert 2 in GEMM_ENVELOPE and twice["m"] == 128 and twice["flops"] == 2 * one["flops"][0] and twice["out_numel"] == 128 * 4096
+    assert twice["bytes"] == 2 * (128 * 1024 + 1024 * 4096 + 128 * 4096)
