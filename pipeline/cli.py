@@ -142,7 +142,9 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     opt = f"{args.optimizer} (fused)" if args.fused else args.optimizer
     fmt = " · channels_last" if args.memory_format == "channels_last" else ""
     where = hw.hardware_id if p.parallel is None else f"{p.parallel['gpus'] * p.parallel['nodes']} × {hw.hardware_id} ({p.parallel['strategy']})"
-    print(f"{args.model} · input {shape} · {p.params / 1e6:.2f} M parameters · {args.precision} · {opt}{fmt} · {where}")
+    from prenet.planner.render import parameters_text
+
+    print(f"{args.model} · input {shape} · {parameters_text(p.params)} · {args.precision} · {opt}{fmt} · {where}")
     parts = [f"{p.ops} ops"] + [
         f"+ {ms:.2f} ms {what}" for ms, what in ((p.dram_refetch_ms, "from DRAM (cache note)"), (p.overhead_ms, "measured null step")) if ms
     ]

@@ -66,8 +66,15 @@ def predict_step_time(
     the step's predicted peak memory (``memory_bytes``). ``gpus`` per node × ``nodes``, ``parallel`` (``ddp`` |
     ``fsdp`` | ``tp:K``) and the node's ``network_gbits`` (Gb/s): the job on several GPUs (:mod:`prenet.parallel`);
     ``batch_size`` is per GPU, the answer's ``parallel`` holds compute and communication apart, and under FSDP
-    ``memory_bytes`` is per GPU (DDP's gradient buckets, FSDP's shards, tensor parallelism's split blocks). A named model's traced step is stored and read back
+    ``memory_bytes`` is per GPU (DDP's gradient buckets, FSDP's shards, tensor parallelism's split blocks). ``model``: a name
+    (a zoo model, ``torchvision:NAME``, ``timm:NAME``, ``hf:MODEL_TYPE``, ``hf:config.json``, ``path/to/file.py:function``)
+    or ``(module, example_batch)``, whose batch is brought to ``batch_size`` samples. A named model's traced step is stored and read back
     (:mod:`prenet.steptime.job_trace`): a repeated question about the same job imports no torch."""
+    if not isinstance(model, (str, tuple)):
+        raise PrenetError(
+            f"predict_step_time: model is a {type(model).__name__}; pass (module, example_batch) — the batch a tensor or "
+            "(inputs, labels) — or a name: a zoo model, torchvision:NAME, timm:NAME, hf:MODEL_TYPE or path/to/file.py:function"
+        )
     for name, value in (("batch_size", batch_size), ("grad_accum", grad_accum), ("gpus", gpus), ("nodes", nodes), ("threads", threads)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise PrenetError(f"predict_step_time: {name} must be a positive integer, got {value!r}")

@@ -171,10 +171,18 @@ def hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None = None, *,
     if not 1 <= seq_len <= longest:
         raise PrenetError(f"seq_len {seq_len} is outside 1..{longest}, the positions hf:{spec} allows")
     _override(spec, config, sizes)
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))  # before building: a ForCausalLM clears it
     with torch.device("meta") if meta else nullcontext():
         model = build_from_config(config)
         ids = torch.ones(batch_size, seq_len, dtype=torch.long)
-    return LMLogits(model), (ids, ids.flatten())
+    wrapped = LMLogits(model)
+    if encoder_decoder and type(model).__name__.endswith("ForCausalLM"):
+        # what the answer says: transformers builds this encoder-decoder for token inputs only as its decoder (Whisper)
+        wrapped.prenet_note = (
+            f"hf:{spec} is an encoder-decoder model, built as {type(model).__name__}: its decoder alone, on {seq_len} tokens; "
+            "the encoder (audio or image features) is not in the step"
+        )
+    return wrapped, (ids, ids.flatten())
 
 
 def _override(spec: str, config: Any, sizes: dict[str, Any]) -> None:

@@ -68,7 +68,9 @@ def load_model_function(spec: str) -> Callable[..., Any]:
     path_s, fn_name = spec.rsplit(":", 1)
     path = Path(path_s)
     if not path.is_file():
-        raise PrenetError(f"model file {path} does not exist")
+        raise PrenetError(
+            f"model file {path} does not exist (a model is named torchvision:NAME, timm:NAME, hf:MODEL_TYPE or path/to/file.py:function)"
+        )
     mod_spec = importlib.util.spec_from_file_location(f"prenet_user_{path.stem}", path)
     module = importlib.util.module_from_spec(mod_spec)
     try:

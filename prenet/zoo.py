@@ -437,7 +437,10 @@ def defaults_note(name: str, given: dict | None = None) -> str | None:
     if not kept:
         return None
     sizes = ", ".join(f"{k}={v}" for k, v in kept.items())
-    full = f"; smaller than the model it is named after, which is {FULL_SIZE[name]}" if name in FULL_SIZE else ""
+    import re
+
+    named = {m.replace("-", "_") for m in re.findall(r"--model-arg (\w+)=|--(seq-len)", FULL_SIZE.get(name, "")) for m in m if m}
+    full = f"; smaller than the model it is named after, which is {FULL_SIZE[name]}" if named & set(kept) else ""
     return f"zoo model {name} at its defaults {sizes} (prenet/zoo.py; --model-arg KEY=VALUE sets them){full}"
 
 

@@ -113,7 +113,9 @@ def test_predict_convergence_from_a_config_file(tmp_path, capsys):
     import json
 
     out = json.loads(capsys.readouterr().out)
-    assert out["task"] == "tiny_digits" and out["steps"] == 30 and out["n_train"] == 48 and out["drift"] is not None
+    assert out["task"] == "tiny_digits" and out["steps"] == 30 and out["n_train"] == 48
+    # the drift is measured, or unknown (None) where every check was skipped for cost: never a 0 that was not measured
+    assert out["drift"] is not None or all(r.get("skipped") for r in out["relinearized"])
     assert (tmp_path / "pt" / "tiny_digits.pt").exists()  # pre-trained on first use, reused afterwards
     assert main(["predict", "convergence", "--config", str(f), "--pretrained", str(tmp_path / "pt"), "--target-loss", "1e-9"]) == 0
     assert "not reached within 30 steps" in capsys.readouterr().out

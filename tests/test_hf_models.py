@@ -161,3 +161,12 @@ def test_a_stored_memory_estimate_keeps_the_line_on_how_it_was_traced(tmp_path, 
     first, again = job_trace("hf:mixtral", 1, **kw), job_trace("hf:mixtral", 1, **kw)
     assert not first.stored and again.stored and again.memory == first.memory
     assert again.memory_note == first.memory_note and "traced in BF16" in again.memory_note
+
+
+def test_an_encoder_decoder_built_as_its_decoder_alone_says_so():
+    from prenet.hf_models import hf_model
+
+    whisper, _ = hf_model("whisper", 1, {"seq_len": 16})
+    assert "encoder-decoder model, built as WhisperForCausalLM: its decoder alone" in whisper.prenet_note
+    t5, _ = hf_model("t5", 1, {"seq_len": 16})  # the whole encoder-decoder: nothing to say
+    assert not hasattr(t5, "prenet_note")

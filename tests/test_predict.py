@@ -106,6 +106,19 @@ def test_the_api_refuses_a_batch_size_that_is_not_a_positive_integer():
     for bad in (-1, 0, 2.5):
         with pytest.raises(PrenetError, match="batch_size must be a positive integer"):
             predict_step_time("mlp", batch_size=bad, hardware="A100")
+    import torch
+
+    with pytest.raises(PrenetError, match=r"^predict_step_time: model is a Sequential; pass \(module, example_batch\)"):
+        predict_step_time(torch.nn.Sequential(torch.nn.Linear(4, 2)), batch_size=8, hardware="A100")
+
+
+def test_a_module_and_its_example_are_answered_at_the_batch_asked():
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    example = (torch.randn(32, 64), torch.randint(0, 10, (32,)))
+    p = predict_step_time((net, example), batch_size=64, hardware="A100", dataset_size=1000)
+    assert p.batch_size == 64 and p.input_shape == [64, 64] and p.steps_per_epoch == 16
 
 
 def test_a_user_function_without_batch_size_is_answered_at_the_batch_asked(tmp_path):

@@ -649,10 +649,15 @@ def forecast(
         },
     )
     if relin is not None:
-        fc.drift = relative_error(theta_last, kernel.theta)  # how far the kernel moved over the horizon (0: never re-linearized)
         measured = [r["drift_sample"] for r in relin if r.get("drift_sample") is not None]
         fc.details["max_drift_sample"] = max(measured) if measured else None  # the largest drift seen, adopted or not
-        fc.reliable = fc.drift <= drift_threshold  # whether the static kernel alone would have served
+        # how far the kernel moved over the horizon: the adopted kernels', else the largest drift measured (under the
+        # threshold), else unknown: every check was skipped (cost), and the static kernel answers unchecked
+        if any(r["drift"] is not None for r in relin):
+            fc.drift = relative_error(theta_last, kernel.theta)
+        else:
+            fc.drift = max(measured) if measured else None
+        fc.reliable = None if fc.drift is None else fc.drift <= drift_threshold  # whether the static kernel alone would serve
         fc.details["relinearized"] = relin
         if any(r["drift"] is not None for r in relin):
             fc.variant = "relinearized"

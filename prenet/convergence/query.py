@@ -227,7 +227,12 @@ def render(res: Mapping[str, Any]) -> str:
             where += "; not re-linearized at " + ", ".join(f"step {r['step']} ({r['skipped']})" for r in skipped)
         lines.append(
             f"  kernel followed along the forecast's trajectory, no training: re-linearized {where}; "
-            f"drift over the horizon {res['drift']:.3f}; plain (static kernel): {sc['plain']}"
+            + (
+                f"drift over the horizon {res['drift']:.3f}"
+                if res["drift"] is not None
+                else "drift not measured (every check skipped): the static kernel answers unchecked"
+            )
+            + f"; plain (static kernel): {sc['plain']}"
         )
     elif res["drift"] is not None:
         verdict = (

@@ -358,6 +358,8 @@ def forecast_steps(
         "reliable": fc.reliable,
         "answered_by": "corrected" if fc.variant == "corrected" else "forecast",
         "max_steps": max_steps,
+        "cost": fc.details.get("cost"),
+        "skipped": sorted({r["skipped"] for r in fc.details.get("relinearized") or [] if r.get("skipped")}),
     }
 
 
@@ -508,8 +510,21 @@ def make_plan(
         n_steps, steps_from = fc_info["steps"], "forecast"
         dataset_size = dataset_size or fc_info["n_train"]
         iv = by_source[fc_info["answered_by"]]
-        if not fc_info["reliable"]:
-            notes.append(f"the forecast's kernel drifted ({fc_info['drift']:.2f} > 0.1): the corrected forecast answers")
+        if fc_info["reliable"] is False:
+            notes.append(f"the forecast's kernel drifted ({fc_info['drift']:.2f} > 0.1): the forecast followed it")
+        elif fc_info["reliable"] is None:
+            notes.append(
+                "the forecast did not check whether its kernel moves (every re-linearization was skipped: "
+                + ", ".join(fc_info["skipped"] or ["none scheduled"])
+                + "): the static kernel answers, which out of regime (new classes, a large lr) can be far off"
+            )
+        if (cost := fc_info.get("cost")) and not cost.get("met", True):
+            r = float(cost["ratio_estimate"])
+            notes.append(
+                f"the forecast was {r:.1f}× cheaper than the fine-tune it predicts (target {cost['target']:g}×)"
+                if r >= 1
+                else f"the forecast cost {1 / max(r, 1e-9):.1f}× the fine-tune it predicts: at this size, running the fine-tune answers sooner"
+            )
     else:
         iv = load_intervals(intervals_dir)
         if steps is not None:
@@ -575,6 +590,13 @@ def make_plan(
     for opt in options.values():
         if steps_from == "epochs":
             opt["steps"] = int(math.ceil(float(epochs) * math.ceil(dataset_size / (batch_size * grad_accum * opt["replicas"]))))
+        elif steps_from == "steps":  # the same samples: N steps of one GPU's batch are N / R steps of R replicas' batches
+            opt["steps"] = int(math.ceil(n_steps / opt["replicas"]))
+    if steps_from == "steps" and any(opt["replicas"] > 1 for opt in options.values()):
+        notes.append(
+            f"--steps {n_steps} counts steps of one GPU's batch ({batch_size * grad_accum} samples): an option of R data-parallel "
+            f"replicas runs {n_steps}/R steps of R × {batch_size * grad_accum}, the same samples, so every option does the same job"
+        )
     rows = plan_rows(step_s, specs, steps=n_steps, memory=memory, intervals=iv, prices=prices or {}, family_share=shares, options=options)
     known = [r for r in rows if r.fits is not None]
     if known and not any(r.fits for r in known):
@@ -597,7 +619,7 @@ def make_plan(
     return Plan(
         model=label,
         batch_size=batch_size,
-        optimizer=f"{optimizer} (fused)" if fused else optimizer,
+        optimizer=(f"{optimizer} (momentum {momentum:g})" if step_optimizer != optimizer else optimizer) + (" (fused)" if fused else ""),
         dataset_size=dataset_size,
         steps=n_steps,
         steps_low=lo,

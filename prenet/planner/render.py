@@ -39,6 +39,13 @@ def format_step(seconds: float) -> str:
     return f"{ms:.2f}ms" if ms < 10 else (f"{ms:.0f}ms" if ms < 1000 else f"{seconds:.1f}s")
 
 
+def parameters_text(n: int) -> str:
+    """A parameter count as people write it: 8,965 parameters; 108.6 M parameters; 6.74 B parameters."""
+    if n < 1e6:
+        return f"{n:,} parameters"
+    return f"{n / 1e9:.2f} B parameters" if n >= 1e9 else f"{n / 1e6:,.1f} M parameters"
+
+
 def render_table(plan: Plan, rows: list[PlanRow]) -> str:
     """The plan as text no wider than 80 columns."""
     pct = round(plan.coverage * 100)
@@ -50,10 +57,12 @@ def render_table(plan: Plan, rows: list[PlanRow]) -> str:
     while shares and len(head + ", ".join(shares)) > 80:  # the largest families that fit the line
         shares.pop()
     mix = ", ".join(shares)
+    head_line = f"{plan.model} · batch {plan.batch_size} · {plan.optimizer} · {plan.precision}" + (
+        f" · {plan.dataset_size:,} samples" if plan.dataset_size else ""
+    )
     lines = [
-        f"{plan.model[:40]} · batch {plan.batch_size} · {plan.optimizer} · {plan.precision}"
-        + (f" · {plan.dataset_size:,} samples" if plan.dataset_size else ""),
-        f"input {shape} · {plan.params / 1e6:,.1f} M parameters",
+        *textwrap.wrap(head_line, 80, subsequent_indent="  ", break_on_hyphens=False),
+        f"input {shape} · {parameters_text(plan.params)}",
         *([head + mix] if mix else []),
         f"steps: {plan.steps:,} ({plan.steps_from})"
         + (f", {pct}% interval {plan.steps_low:,}–{plan.steps_high:,}" if plan.steps_from == "forecast" else ""),

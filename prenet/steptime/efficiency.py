@@ -446,7 +446,9 @@ def gemm_envelope(model: "EfficiencyModel", frame: pl.DataFrame, hws: list[Hardw
         ms = t[:n].copy()
         ms[idx] = np.minimum(ms[idx], t[n:].reshape(len(GEMM_ENVELOPE), len(idx)).min(axis=0))
         head = f.head(n)
-        out.append(head.with_columns(pl.Series("predicted_ms", ms), pl.Series("efficiency", head.get_column("roofline_ms").to_numpy() / ms)))
+        roof, eff = head.get_column("roofline_ms").to_numpy(), head.get_column("efficiency").to_numpy()
+        eff = np.divide(roof, ms, out=eff.astype(float).copy(), where=ms > 0)  # an op of no work keeps its own
+        out.append(head.with_columns(pl.Series("predicted_ms", ms), pl.Series("efficiency", eff)))
     return out
 
 

@@ -217,12 +217,12 @@ def job_trace(
     from prenet.memory.training import predict_memory_noted
     from prenet.ops.trace import trace_step
     from prenet.steptime.step import accumulate
-    from prenet.user_models import build_model
+    from prenet.user_models import build_model, rebatch
 
-    module, batch = model if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
+    module, batch = (model[0], rebatch(model[1], batch_size)) if isinstance(model, tuple) else build_model(str(model), batch_size, zoo_kwargs)
     from prenet.zoo import defaults_note
 
-    model_note = (defaults_note(model, zoo_kwargs) or "") if isinstance(model, str) else ""
+    model_note = ((defaults_note(model, zoo_kwargs) or getattr(module, "prenet_note", "")) if isinstance(model, str) else "") or ""
     blocks = 0
     if checkpointing:
         from prenet.checkpointing import checkpointed
