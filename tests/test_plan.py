@@ -281,3 +281,22 @@ def test_plan_tensor_parallel_options_split_the_blocks_and_their_memory(tiny_run
     assert four["steps"] == math.ceil(400 / (4 * 2))  # two replicas of two GPUs
     assert four["memory_bytes"] < one["memory_bytes"]
     assert any("tp:2 needs a multiple of 2" in n for n in d["notes"])
+
+
+def test_plan_steps_count_one_gpus_batches_and_host_bound_gpus_are_named(tiny_run, capsys):
+    """--steps N on 1 and 8 GPUs is the same job: 8 replicas run N/8 steps. A step whose ops the host issues slower
+    than the GPU runs them is named host-bound (the tiny models' host cost, raised here)."""
+    root, _, _ = tiny_run
+    import shutil
+
+    ops = shutil.copytree(root / "models" / "steptime_ops", root / "models" / "steptime_ops_host")
+    manifest = json.loads((ops / "manifest.json").read_text())
+    (ops / "manifest.json").write_text(json.dumps({**manifest, "host_ms": {"gpu": 0.2}}))
+    d = _plan_json(
+        capsys, root, "--model", "mlp", "--batch-size", "8", "--steps", "800", "--hardware", "A100 80GB SXM4",
+        "--gpus", "1", "8", "--models", str(ops),
+    )  # fmt: skip
+    rows = {r["hardware"]: r for r in d["rows"]}
+    assert rows["A100 80GB SXM4"]["steps"] == 800 and rows["8× A100 80GB SXM4"]["steps"] == 100
+    assert any(n.startswith("--steps 800 counts steps of one GPU's batch (8 samples)") for n in d["notes"])
+    assert any(n.startswith("host-bound on A100 80GB SXM4") for n in d["notes"])

@@ -543,6 +543,7 @@ def make_plan(
         gpus, nodes = (1,), 1
     traces: dict[str, Any] = {}
     frames: dict[str, Any] = {}
+    host_bound: dict[str, float] = {}  # GPUs whose step waits on the host issuing its ops: name -> issue time (ms)
     for dt, group in by_device.items():  # one trace per device type, one batched prediction over its hardware
         if precision == "tf32" and dt == "cpu":
             notes.extend(f"{n}: not planned: tf32 exists on NVIDIA GPUs only" for n in group)
@@ -561,6 +562,8 @@ def make_plan(
         for n, (pred, ops) in zip(runnable, predict_trace_many(traces[dt], [specs[n] for n in runnable], op_model, overhead_ms=overheads)):
             if tf32_default_ops(traces[dt], ops):
                 on_tf32.append(n)
+            if any(note.startswith("host-bound") for note in pred.notes):
+                host_bound[n] = pred.host_issue_ms
             if 1 in gpus and nodes == 1 or specs[n].kind != "gpu":
                 step_s[n] = pred.step_seconds
                 shares[n] = {k: round(v, 4) for k, v in pred.family_share.items()}
@@ -579,6 +582,13 @@ def make_plan(
                 f"fp32 as torch runs it by default: on {', '.join(on_tf32)} (TF32 units) the cuDNN convolutions run {CUDNN_TF32_DEFAULT}, "
                 "GEMMs in IEEE FP32; a job that turns it off is slower there"
             )
+    if host_bound:
+        names = sorted(host_bound, key=host_bound.get)
+        notes.append(
+            f"host-bound on {', '.join(names)}: the host issues the step's ops in {min(host_bound.values()):.1f} ms "
+            f"(PyTorch eager, a cost per op fitted on measured steps), longer than the GPU works, so a faster GPU gains "
+            "little; a larger batch, CUDA graphs or torch.compile would hide it"
+        )
     notes += job_notes(job)
     if grad_accum > 1:
         notes.append(
