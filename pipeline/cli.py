@@ -18,17 +18,24 @@ def _cmd_hardware(args: argparse.Namespace) -> None:
     from prenet.hardware import catalog, resolve
 
     if args.action == "list":
-        print(f"{'name':28} {'TFLOP/s fp32':>12} {'GB/s':>8} {'mem GB':>7} {'MHz boost→math':>15}  source")
+        print(f"{'name':28} {'TFLOP/s fp32':>12} {'bf16':>6} {'GB/s':>6} {'mem GB':>6} {'MHz boost→math':>15}  also runs")
         for name, s in sorted(catalog().items()):
             mem = f"{s.mem_gb:g}" if s.mem_gb else "-"
             clock = f"{s.clock_mhz:.0f}→{s.sustained_clock_mhz:.0f}" if s.compute_clock_share < 1 else f"{s.clock_mhz:.0f}"
-            print(f"{name:28} {s.peak_fp32_tflops:12.1f} {s.mem_bw_gbps:8.0f} {mem:>7} {clock:>15}  {s.source}")
-        print("MHz boost→math: a power-limited board's clock on dense math (prenet.hardware.power), which scales its peaks")
+            bf16 = f"{s.peak_bf16_tflops:.0f}" if s.peak_bf16_tflops else "-"
+            units = " ".join(u for u in ("tf32", *s.autocast_precisions()) if s.peak_tflops(u)) or "fp32 only"
+            print(f"{name:28} {s.peak_fp32_tflops:12.1f} {bf16:>6} {s.mem_bw_gbps:6.0f} {mem:>6} {clock:>15}  {units}")
+        print("MHz boost→math: a power-limited board's clock on dense math (prenet.hardware.power), which scales its peaks;")
+        print("also runs: the precisions its spec sheet has units for (--precision); sources: prenet hardware show NAME")
         print("also: 'local' (this machine, detected) or a path to a YAML spec file")
         return
     if not args.name:
         raise PrenetError("`prenet hardware show` needs a NAME (a catalog name, 'local' or a spec.yaml path)")
+    from prenet.hardware.catalog import alias_note
+
     spec = resolve(args.name, threads=args.threads)
+    if (note := alias_note(args.name)) is not None:
+        print(f"note: {note}", file=sys.stderr)  # stdout stays the JSON
     print(json.dumps(spec.to_dict(), indent=2))
 
 
@@ -37,6 +44,12 @@ def _cmd_models(args: argparse.Namespace) -> None:
 
     names = model_names(args.source, args.pattern)
     print("\n".join(names) if names else f"no {args.source} model matches {args.pattern!r}")
+    if names and args.source == "hf":  # stderr: stdout stays the list
+        print(
+            f"note: {len(names)} of transformers' model types; prenet builds those whose model takes token ids or pixels: "
+            "one that needs audio, several inputs or no default model fails with one line saying so",
+            file=sys.stderr,
+        )
 
 
 def _cmd_retrain(args: argparse.Namespace) -> None:

@@ -155,7 +155,7 @@ def build_from_config(config: Any) -> nn.Module:
             return auto.from_config(config)
         except ValueError:  # no model of that kind for this config type
             continue
-    raise PrenetError(f"transformers has no model for a {config.model_type} config")
+    raise PrenetError(f"transformers has no model for the {config.model_type} config that takes token ids; choose another hf: type")
 
 
 def hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:

@@ -83,6 +83,8 @@ def test_hardware_list_and_show(capsys):
     assert main(["hardware", "list"]) == 0
     out = capsys.readouterr().out
     assert "H100 SXM5 80GB" in out and "L4" in out
+    v100 = next(line for line in out.splitlines() if line.startswith("V100 SXM2 "))
+    assert v100.rstrip().endswith("fp16") and "bf16" not in v100.split()[-2:]  # a V100 runs fp16, not bf16 or tf32
     assert main(["hardware", "show", "l4"]) == 0
     assert '"peak_fp32_tflops": 30.3' in capsys.readouterr().out
 
