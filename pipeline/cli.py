@@ -53,9 +53,13 @@ def _cmd_models(args: argparse.Namespace) -> None:
 
 
 def _cmd_retrain(args: argparse.Namespace) -> None:
+    from pipeline.config import compose
+
+    repo = Path(args.repo).resolve()
+    compose(args.overrides or [], repo / "conf")  # a bad override is one line here, before Prefect starts a server
     from pipeline.flows import retrain
 
-    result = retrain(repo_dir=str(Path(args.repo).resolve()), overrides=args.overrides or None)
+    result = retrain(repo_dir=str(repo), overrides=args.overrides or None)
     print(f"retrain finished; dvc status: {result['dvc_status']}")
 
 
@@ -375,6 +379,9 @@ def _cmd_report(args: argparse.Namespace) -> None:
 def _cmd_schedule(args: argparse.Namespace) -> None:
     from contextlib import nullcontext
 
+    from pipeline.config import compose
+
+    compose(args.overrides or [], Path(args.repo).resolve() / "conf")  # a bad override: one line, before any server
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     server = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 
 from pipeline.config import compose, write_params
+from prenet.errors import PrenetError
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -14,7 +15,11 @@ def main(argv: list[str] | None = None) -> None:
     if args and args[0] in ("-h", "--help"):
         print(__doc__)
         return
-    print(f"wrote {write_params(compose(args))}")
+    try:
+        print(f"wrote {write_params(compose(args))}")
+    except PrenetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -15,16 +15,43 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
 
 
-def compose(overrides: list[str] | None = None) -> DictConfig:
-    """Compose ``conf/config.yaml`` with Hydra overrides (the same composition ``dvc exp run -S`` performs)."""
+def compose(overrides: list[str] | None = None, conf_dir: str | Path = CONF_DIR) -> DictConfig:
+    """Compose ``conf_dir``/config.yaml (the project's ``conf/``) with Hydra overrides (the same composition
+    ``dvc exp run -S`` performs). An override Hydra cannot apply (an unknown group option or key, bad syntax) is one
+    :class:`PrenetError` line naming it and where the choices are."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
 
-    if GlobalHydra.instance().is_initialized():  # inside a Hydra app (`python -m pipeline.<stage> ...`): same conf/
-        return hydra_compose(config_name="config", overrides=list(overrides or []))
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return hydra_compose(config_name="config", overrides=list(overrides or []))
+    def composed(ov: list[str]) -> DictConfig:
+        if GlobalHydra.instance().is_initialized() and Path(conf_dir) == CONF_DIR:  # inside a Hydra app: same conf/
+            return hydra_compose(config_name="config", overrides=ov)
+        with initialize_config_dir(config_dir=str(Path(conf_dir).resolve()), version_base=None):
+            return hydra_compose(config_name="config", overrides=ov)
+
+    try:
+        cfg = composed(list(overrides or []))
+        values = [o for o in overrides or [] if "=" in o and "." in o.split("=", 1)[0].lstrip("+~")]
+        if values:  # a value of the wrong kind (n_estimators=abc) never reaches params.yaml or a stage
+            check_value_types(cfg, composed([o for o in overrides or [] if o not in values]), values, conf_dir)
+        return cfg
+    except (HydraException, OmegaConfBaseException) as e:
+        first = " ".join(str(e).split()).split(" Config search path:")[0]
+        raise PrenetError(f"overrides {' '.join(overrides or [])!r}: {first} (the groups and their options are the files under {conf_dir})") from e
+
+
+def check_value_types(cfg: DictConfig, defaults: DictConfig, values: list[str], conf_dir: str | Path = CONF_DIR) -> None:
+    """One :class:`PrenetError` line for the first ``key=value`` override whose value is text where the configuration
+    (``defaults``: composed with the same group choices) holds a number or a true/false."""
+    for item in values:
+        key = item.split("=", 1)[0].lstrip("+~")
+        was = OmegaConf.select(defaults, key, default=None)
+        now = OmegaConf.select(cfg, key, default=None)
+        if isinstance(was, (bool, int, float)) and isinstance(now, str):
+            kind = "true or false" if isinstance(was, bool) else "a number"
+            raise PrenetError(f"override {item!r}: {key} takes {kind} (its value in {conf_dir} is {was!r})")
 
 
 def rooted(cfg: DictConfig) -> DictConfig:
@@ -85,7 +112,16 @@ def hydra_entry(stage: Callable[[DictConfig], Any]) -> Callable[[], None]:
 
     @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
     def _main(cfg: DictConfig) -> None:
-        run_guarded(lambda: stage(cfg))
+        def run() -> Any:
+            from hydra.core.hydra_config import HydraConfig
+
+            task = list(HydraConfig.get().overrides.task)
+            values = [o for o in task if "=" in o and "." in o.split("=", 1)[0].lstrip("+~")]
+            if values:  # a value of the wrong kind is one line, not a traceback from deep inside the stage
+                check_value_types(cfg, compose([o for o in task if o not in values]), values)
+            return stage(cfg)
+
+        run_guarded(run)
 
     _main.__doc__ = stage.__doc__
     return _main

@@ -56,8 +56,9 @@ def dvc(args: list[str], repo_dir: str | Path) -> str:
 
 @task(name="compose-params")
 def compose_params(repo_dir: str, overrides: list[str]) -> str:
-    """Write ``params.yaml`` from ``conf/`` + overrides (the composition ``dvc exp run -S`` performs)."""
-    return str(write_params(compose(overrides), Path(repo_dir) / "params.yaml"))
+    """Write ``repo_dir``'s ``params.yaml`` from its ``conf/`` + overrides (the composition ``dvc exp run -S``
+    performs)."""
+    return str(write_params(compose(overrides, Path(repo_dir) / "conf"), Path(repo_dir) / "params.yaml"))
 
 
 @task(name="dvc-stage")
@@ -75,12 +76,12 @@ def pipeline_status(repo_dir: str) -> str:
 def retrain(repo_dir: str = str(REPO_ROOT), overrides: list[str] | None = None, benchmark_retries: int = 2) -> dict:
     """Benchmark → featurize → validate → split → train → evaluate → report, each stage a task run through DVC.
 
-    ``overrides`` (Hydra syntax, e.g. ``["predictor=mlp"]``) regenerate ``params.yaml`` first; without them the
-    committed ``params.yaml`` is used. The benchmark task retries ``benchmark_retries`` times (it resumes from
-    its shards). Returns the stages' outputs and the final ``dvc status``.
+    ``params.yaml`` is composed first from ``repo_dir``'s ``conf/`` with ``overrides`` (Hydra syntax, e.g.
+    ``["predictor=mlp"]``; none: ``conf/`` as it is), so a scheduled run follows edits to ``conf/`` and one run's
+    overrides do not outlive it. The benchmark task retries ``benchmark_retries`` times (it resumes from its
+    shards). Returns the stages' outputs and the final ``dvc status``.
     """
-    if overrides:
-        compose_params(repo_dir, list(overrides))
+    compose_params(repo_dir, list(overrides or []))
     logs = {}
     for stage in STAGES:
         t = run_stage.with_options(name=stage, retries=benchmark_retries if stage == "benchmark" else 0, retry_delay_seconds=5)

@@ -42,3 +42,39 @@ def test_dvc_yaml_stages_are_the_verbs_in_order_and_call_one_function_each():
 def test_dvc_hydra_composition_is_enabled():
     text = (REPO / ".dvc" / "config").read_text()
     assert "[hydra]" in text and "enabled = true" in text and "config_dir = conf" in text
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("predictor=mlpp", "Could not find 'predictor/mlpp' Available options in 'predictor':"),
+        ("predictor.n_estimatorz=3", "Could not override 'predictor.n_estimatorz'"),
+    ],
+)
+def test_an_override_hydra_cannot_apply_is_one_line(override, says):
+    from prenet.errors import PrenetError
+
+    with pytest.raises(PrenetError) as e:
+        compose([override])
+    assert says in str(e.value) and "\n" not in str(e.value) and "Config search path" not in str(e.value)
+
+
+def test_retrain_refuses_a_bad_override_before_starting_prefect(capsys):
+    from pipeline.cli import main
+
+    assert main(["retrain", "predictor=mlpp"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: overrides 'predictor=mlpp'")
+
+
+def test_an_override_of_the_wrong_kind_is_one_line_in_compose_and_in_a_stage():
+    import subprocess
+    import sys
+
+    from prenet.errors import PrenetError
+
+    with pytest.raises(PrenetError, match=r"^override 'predictor.n_estimators=abc': predictor.n_estimators takes a number"):
+        compose(["predictor.n_estimators=abc"])
+    assert compose(["predictor.n_estimators=300"]).predictor.n_estimators == 300
+    proc = subprocess.run([sys.executable, "-m", "pipeline.split", "split.holdout_fraction=abc"], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "split.holdout_fraction takes a number" in proc.stderr

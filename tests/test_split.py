@@ -56,5 +56,7 @@ def test_assign_agrees_with_frame():
 
 
 def test_bad_fractions_are_rejected():
-    with pytest.raises(ValueError):
+    from prenet.errors import PrenetError
+
+    with pytest.raises(PrenetError, match=r"must be in \(0, 1\) and sum below 1 \(split.holdout_fraction, split.val_fraction\)"):
         SplitRule(holdout_fraction=0.9, val_fraction=0.2)

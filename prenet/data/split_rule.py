@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from prenet.errors import HoldoutLeakError
+from prenet.errors import HoldoutLeakError, PrenetError
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,10 @@ class SplitRule:
 
     def __post_init__(self) -> None:
         if not (0 < self.holdout_fraction < 1 and 0 <= self.val_fraction < 1 - self.holdout_fraction):
-            raise ValueError(f"split fractions holdout={self.holdout_fraction}, val={self.val_fraction} must be in (0, 1) and sum below 1")
+            raise PrenetError(
+                f"split fractions holdout={self.holdout_fraction}, val={self.val_fraction} must be in (0, 1) and sum below 1 "
+                "(split.holdout_fraction, split.val_fraction)"
+            )
 
 
 def bucket(key: str, salt: str) -> float:
