@@ -10,24 +10,27 @@ from pathlib import Path
 import polars as pl
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.artifacts import read_artifact
 from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
+from prenet.data.io import read_table
+from prenet.data.schemas import OocRepeats, OocRuns, OutcomeTelemetry
 from prenet.outcome.out_of_corpus import ablate_on, late_bloomer_share, score, seed_ceiling
 
 
 def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
     """Score; write ``metrics/outcome_ooc.json`` (the full record in ``plots/outcome_ooc.json``)."""
     folder = cfg.paths.outcome_ooc
-    runs = pl.read_parquet(f"{folder}/runs.parquet")
-    tel = pl.read_parquet(f"{folder}/telemetry.parquet")
-    corpus_runs = pl.read_parquet(cfg.paths.outcome_runs)
-    corpus_tel = pl.read_parquet(cfg.paths.outcome_telemetry)
+    runs = read_table(f"{folder}/runs.parquet", OocRuns)
+    tel = read_table(f"{folder}/telemetry.parquet", OutcomeTelemetry)
+    corpus_runs = read_artifact(cfg, "outcome_runs")
+    corpus_tel = read_artifact(cfg, "outcome_telemetry")
     oc = cfg.outcome.out_of_corpus
     res = score(runs, tel, cfg.paths.outcome_models, n_boot=int(oc.n_boot), seed=int(cfg.seed))
     res["corpus_late_bloomer_share"] = late_bloomer_share(corpus_runs, corpus_tel)
     repeated = Path(folder) / "runs_repeated.parquet"
     if repeated.exists():  # the same settings trained again with another seed: how much no prediction can explain
-        res["seed_ceiling"] = seed_ceiling(runs, pl.read_parquet(repeated))
+        res["seed_ceiling"] = seed_ceiling(runs, read_table(repeated, OocRepeats))
     if oc.ablate_groups:
         res["group_ablation"] = ablate_on(
             runs,

@@ -30,6 +30,7 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("MKL_NUM_THREADS", "1")
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     return env
 
@@ -74,7 +75,8 @@ def pipeline_status(repo_dir: str) -> str:
 
 @flow(name="prenet-retrain", log_prints=True)
 def retrain(repo_dir: str = str(REPO_ROOT), overrides: list[str] | None = None, benchmark_retries: int = 2) -> dict:
-    """Benchmark → featurize → validate → split → train → evaluate → report, each stage a task run through DVC.
+    """Every stage of the main pipeline (:data:`pipeline.stages.STAGES`, in dvc.yaml's order: the layer, op,
+    multi-GPU, convergence and early-success chains, then the report), each a task run through DVC.
 
     ``params.yaml`` is composed first from ``repo_dir``'s ``conf/`` with ``overrides`` (Hydra syntax, e.g.
     ``["predictor=mlp"]``; none: ``conf/`` as it is), so a scheduled run follows edits to ``conf/`` and one run's

@@ -341,6 +341,43 @@ class OutcomeRuns(pa.DataFrameModel):
         name = "OutcomeRuns"
 
 
+class OocRuns(pa.DataFrameModel):
+    """The out-of-corpus runs (``data/outcome/out_of_corpus``, :mod:`prenet.outcome.out_of_corpus`; input of
+    ``evaluate_outcome_ooc``): a user's own loop over digits, one run per row, its settings and final test accuracy."""
+
+    run_id: str = pa.Field(unique=True)
+    width: int = pa.Field(ge=1)
+    depth: int = pa.Field(ge=1)
+    activation: str = pa.Field(isin=["relu", "tanh"])
+    init_scale: float = pa.Field(gt=0)
+    lr: float = pa.Field(gt=0)
+    momentum: float = pa.Field(ge=0, lt=1)
+    batch: int = pa.Field(ge=1)
+    epochs: int = pa.Field(ge=1)
+    seed: int
+    final_test_accuracy: float = pa.Field(ge=0, le=1)
+    diverged: bool
+    epochs_recorded: int = pa.Field(ge=0)
+
+    class Config:
+        strict = True
+        name = "OocRuns"
+
+
+class OocRepeats(pa.DataFrameModel):
+    """``data/outcome/out_of_corpus/runs_repeated.parquet``: the out-of-corpus settings (``run_id``) trained again with
+    another seed, and where they ended (the seed-to-seed ceiling of any prediction)."""
+
+    run_id: str = pa.Field(unique=True)
+    seed: int
+    final_test_accuracy: float = pa.Field(ge=0, le=1)
+    diverged: bool
+
+    class Config:
+        strict = True
+        name = "OocRepeats"
+
+
 class OutcomeTelemetry(Telemetry):
     """Output of ``corpus``: the per-epoch telemetry of every run (:class:`Telemetry` plus ``run_id``)."""
 
@@ -367,6 +404,8 @@ KEYS: dict[str, tuple[str, ...]] = {
     "Telemetry": ("epoch",),
     "OutcomeRuns": ("run_id",),
     "OutcomeTelemetry": ("run_id", "epoch"),
+    "OocRuns": ("run_id",),
+    "OocRepeats": ("run_id",),
 }
 
 
