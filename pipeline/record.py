@@ -117,12 +117,38 @@ def record_metrics(cfg: DictConfig, name: str, record: dict[str, Any]) -> dict[s
 
 
 def append_run_log(cfg: DictConfig, name: str, times: dict[str, float]) -> None:
-    """One JSON line in ``paths.run_log``: stage, UTC time, threads, process id and the wall-clock seconds."""
+    """One JSON line in ``paths.run_log``: stage, UTC time, the machine (its CPU's hardware id), threads, seed, the
+    commit checked out (with ``+`` when the tree has changes), process id and the wall-clock seconds: a wall time read
+    later says where and from what it was measured."""
+    from prenet.cpu_identity import cpu_id
+
     log = Path(cfg.paths.run_log)
     log.parent.mkdir(parents=True, exist_ok=True)
-    line = {"stage": name, "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "threads": int(cfg.threads), "pid": os.getpid(), **times}
+    line = {
+        "stage": name,
+        "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": cpu_id(),
+        "threads": int(cfg.threads),
+        "seed": int(cfg.seed) if "seed" in cfg else None,
+        "commit": _commit(),
+        "pid": os.getpid(),
+        **times,
+    }
     with log.open("a") as fh:
         fh.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+def _commit() -> str | None:
+    """The git commit of the project checkout (``+`` when its tracked files have changes); None outside git."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "") if head.returncode == 0 else None
 
 
 def read_record(folder: str | Path, name: str) -> dict[str, Any]:

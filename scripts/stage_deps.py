@@ -158,6 +158,36 @@ def importers(module_file: str) -> list[str]:
     return [f"{where}:{name}" for where, name, st in _stages() if module_file in needed_deps(st)]
 
 
+#: Configuration nodes a stage may read without declaring them as params: file locations (``paths``: the stage's
+#: deps and outs say which files), Hydra's own, and whether progress bars show (no output depends on it).
+PARAMS_EXEMPT = ("paths", "hydra", "progress")
+
+
+def params_read(stage: dict) -> set[str]:
+    """The configuration keys the stage's own module reads (``pipeline/<stage>.py``, or its shard kind's: the library
+    takes plain arguments, and the shared helpers read only ``paths`` and the run log's settings) as ``cfg.a.b…``
+    attribute chains, the trailing method calls (``.get``, ``.items``…) dropped."""
+    keys = set()
+    for mod in _stage_modules(stage["cmd"]):
+        f = _module_file(mod)
+        if f is None or mod in ("pipeline.run", "pipeline.shard", "pipeline.merge_shards"):
+            continue
+        for chain in re.findall(r"\bcfg((?:\.[A-Za-z_]\w*)+)", f.read_text()):
+            parts = [p for p in chain.split(".")[1:]]
+            while parts and parts[-1] in ("get", "items", "keys", "values", "copy"):
+                parts.pop()
+            if parts and parts[0] not in PARAMS_EXEMPT:
+                keys.add(".".join(parts))
+    return keys
+
+
+def params_missing(stage: dict) -> list[str]:
+    """The keys of :func:`params_read` that no declared param covers (the param itself, a node above it, or one below
+    it: reading a node whose parts are declared)."""
+    declared = [str(p if isinstance(p, str) else next(iter(p))) for p in stage.get("params", [])]
+    return sorted(k for k in params_read(stage) if not any(k == d or k.startswith(d + ".") or d.startswith(k + ".") for d in declared))
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--importers"]:
         for f in argv[1:]:
@@ -166,6 +196,9 @@ def main(argv: list[str]) -> int:
     write = "--write" in argv
     bad = 0
     for where, name, stage in _stages():
+        if params := params_missing(stage):  # not rewritten: which params a stage depends on is a decision
+            bad += 1
+            print(f"{where}:{name}: reads params it does not declare: {', '.join(params)}")
         missing, extra = dep_drift(stage)
         if not (missing or extra):
             continue

@@ -99,3 +99,13 @@ def test_a_distributed_stage_depends_on_its_own_predictor_only(name, stage):
     foreign = [p for pred, prefixes in PREDICTOR_PACKAGES.items() if pred != own for p in prefixes]
     crossing = [d for d in stage_deps.needed_deps(stage) if d.startswith(tuple(foreign))]
     assert not crossing, f"{name} ({own}) imports another predictor's modules: {crossing}"
+
+
+def test_a_stage_declares_the_params_its_module_reads():
+    """forecast_cost read convergence.evaluate.targets and train_outcome threads without declaring them: a change re-ran
+    nothing. The check reads ``cfg.a.b`` chains in each stage's own module (paths, hydra and progress exempt)."""
+    stages = {name: st for _, name, st in stage_deps._stages()}
+    assert "convergence.evaluate.targets" in stage_deps.params_read(stages["forecast_cost"])
+    assert {name: stage_deps.params_missing(st) for name, st in stages.items() if stage_deps.params_missing(st)} == {}
+    undeclared = {**stages["forecast_cost"], "params": ["seed", "threads", "convergence.cost_check"]}
+    assert stage_deps.params_missing(undeclared) == ["convergence.evaluate.targets"]

@@ -124,3 +124,16 @@ def test_the_pipeline_writes_the_intervals_the_planner_reads(tiny_run):
     iv = load_intervals(cfg.paths.intervals, steps_target="relative_eps=0.1")
     ops = read_errors(Path(cfg.paths.intervals) / "step_time_ops.json", StepTimeErrors)
     assert iv.step_local == list(ops.local_whole_model.ratios) and len(iv.step_local) > 0 and iv.steps
+
+
+def test_the_run_log_says_where_and_from_what_a_wall_time_was_measured(tmp_path):
+    from omegaconf import OmegaConf
+
+    from pipeline.record import append_run_log
+    from prenet.hardware.local import cpu_id
+
+    cfg = OmegaConf.create({"paths": {"run_log": str(tmp_path / "run_log.jsonl")}, "threads": 1, "seed": 7})
+    append_run_log(cfg, "train", {"wall_s": 1.5})
+    line = json.loads((tmp_path / "run_log.jsonl").read_text())
+    assert line["stage"] == "train" and line["wall_s"] == 1.5 and line["threads"] == 1 and line["seed"] == 7
+    assert line["host"] == cpu_id() and (line["commit"] is None or line["commit"].rstrip("+").isalnum())

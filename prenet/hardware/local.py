@@ -5,29 +5,18 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import statistics
 import time
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from prenet.cpu_identity import cpu_id, cpuinfo, slug
 from prenet.errors import PrenetError, UnknownHardwareError
 from prenet.hardware.spec import HardwareSpec
 
 if TYPE_CHECKING:
     import torch
-
-
-def _cpuinfo() -> dict[str, str]:
-    info: dict[str, str] = {}
-    p = Path("/proc/cpuinfo")
-    if p.exists():
-        for line in p.read_text().splitlines():
-            if ":" in line:
-                k, v = line.split(":", 1)
-                info.setdefault(k.strip(), v.strip())
-    return info
 
 
 def simd_width_bits(flags: set[str]) -> int:
@@ -140,10 +129,6 @@ def _l2_mb() -> float | None:
     return float(text.rstrip("KM")) * scale
 
 
-def _slug(s: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-")
-
-
 #: Passes of the peak and bandwidth readings in :func:`detect_cpu`, interleaved; each figure is its best pass. A
 #: neighbour only slows a reading, and a slow spell lasts seconds: a fresh clone's single pass once recorded 0.079
 #: TFLOP/s and 14 GB/s where this host reads 0.099 and 21 (2026-12-05); its ops then ran faster than the recorded peak,
@@ -160,7 +145,7 @@ def detect_cpu(threads: int = 1, bandwidth_mb: int = 256) -> HardwareSpec:
     and the last-level-cache bandwidth (a 4 MB copy) are measured too, each figure the best of :data:`DETECT_PASSES`
     interleaved passes; then how large a working set stays in the caches (:func:`measure_cache_mb`).
     """
-    info = _cpuinfo()
+    info = cpuinfo()
     model = info.get("model name") or platform.processor() or platform.machine()
     flags = set(info.get("flags", info.get("Features", "")).split())
     clock = _cpu_clock_mhz(info)
@@ -187,7 +172,7 @@ def detect_cpu(threads: int = 1, bandwidth_mb: int = 256) -> HardwareSpec:
     finally:
         torch.set_num_threads(before)
     return HardwareSpec(
-        hardware_id=f"cpu-{_slug(model)}-{cores}c",
+        hardware_id=f"cpu-{slug(model)}-{cores}c",
         kind="cpu",
         peak_fp32_tflops=fp32,
         mem_bw_gbps=bw,
@@ -242,13 +227,6 @@ def detect_cuda(index: int = 0) -> HardwareSpec:
         f"CUDA device {name!r} is not in the hardware catalog; describe it in a YAML spec file "
         "(docs/hardware.md, spec files) and pass its path as the hardware"
     )
-
-
-def cpu_id() -> str:
-    """This CPU's hardware id (model and logical CPUs), without measuring anything: what a hardware record must match."""
-    info = _cpuinfo()
-    model = info.get("model name") or platform.processor() or platform.machine()
-    return f"cpu-{_slug(model)}-{os.cpu_count() or 1}c"
 
 
 def local_id(device: str = "cpu") -> str:
