@@ -439,7 +439,7 @@ def defaults_note(name: str, given: dict | None = None) -> str | None:
     sizes = ", ".join(f"{k}={v}" for k, v in kept.items())
     import re
 
-    named = {m.replace("-", "_") for m in re.findall(r"--model-arg (\w+)=|--(seq-len)", FULL_SIZE.get(name, "")) for m in m if m}
+    named = {g.replace("-", "_") for pair in re.findall(r"--model-arg (\w+)=|--(seq-len)", FULL_SIZE.get(name, "")) for g in pair if g}
     full = f"; smaller than the model it is named after, which is {FULL_SIZE[name]}" if named & set(kept) else ""
     return f"zoo model {name} at its defaults {sizes} (prenet/zoo.py; --model-arg KEY=VALUE sets them){full}"
 
