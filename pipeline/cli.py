@@ -106,11 +106,8 @@ def _zoo_kwargs(args: argparse.Namespace) -> dict[str, int | float | bool] | Non
 def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     from prenet.api import predict_step_time
     from prenet.hardware import resolve
-    from prenet.memory.estimate import GIB, MemoryEstimate, fit_advice, fits
-
-    if args.batch_size < 1:
-        raise PrenetError(f"--batch-size must be a positive integer, got {args.batch_size}")
     from prenet.hardware.catalog import alias_note
+    from prenet.memory.estimate import GIB, MemoryEstimate, fit_advice, fits
 
     hw = resolve(args.hardware, threads=args.threads, local_record=artifact_path("hardware_record"))
     p = predict_step_time(
@@ -139,7 +136,11 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     mem_bytes = int(p.memory_bytes or 0)
     fit = fits(mem_bytes, dev_gib) if dev_gib and p.memory_bytes is not None else None
     if fit is False and p.memory is not None:
-        sharded = args.gpus * args.nodes > 1 and args.parallel != "ddp"
+        from prenet.parallel.data_parallel import parse_parallel
+
+        strategy, tp = parse_parallel(args.parallel)
+        world = args.gpus * args.nodes
+        shards = world if strategy == "fsdp" and world > 1 else (tp or 1)  # the state's share each GPU holds
         advice = fit_advice(
             MemoryEstimate(**{k: v for k, v in p.memory.items() if k != "total_bytes"}),
             dev_gib,
@@ -147,7 +148,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
             checkpointing=args.checkpointing,
             precision=args.precision,
             low_precisions=hw.autocast_precisions(),
-            sharded=sharded,
+            shards=shards,
         )
         p.notes.append(f"a step needs about {mem_bytes / GIB:.1f} GiB and {hw.hardware_id} has {dev_gib:g} GiB: it does not fit; " + advice)
     if args.json:

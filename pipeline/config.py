@@ -33,13 +33,19 @@ def compose(overrides: list[str] | None = None, conf_dir: str | Path = CONF_DIR)
 
     try:
         cfg = composed(list(overrides or []))
-        values = [o for o in overrides or [] if "=" in o and "." in o.split("=", 1)[0].lstrip("+~")]
+        values = value_overrides(overrides or [], conf_dir)
         if values:  # a value of the wrong kind (n_estimators=abc) never reaches params.yaml or a stage
             check_value_types(cfg, composed([o for o in overrides or [] if o not in values]), values, conf_dir)
         return cfg
     except (HydraException, OmegaConfBaseException) as e:
         first = " ".join(str(e).split()).split(" Config search path:")[0]
         raise PrenetError(f"overrides {' '.join(overrides or [])!r}: {first} (the groups and their options are the files under {conf_dir})") from e
+
+
+def value_overrides(overrides: list[str], conf_dir: str | Path = CONF_DIR) -> list[str]:
+    """The overrides that set a value (``seed=3``, ``predictor.n_estimators=300``), not a group's option (``predictor=mlp``:
+    its key names a folder of ``conf_dir``)."""
+    return [o for o in overrides if "=" in o and not (Path(conf_dir) / o.split("=", 1)[0].lstrip("+~")).is_dir()]
 
 
 def check_value_types(cfg: DictConfig, defaults: DictConfig, values: list[str], conf_dir: str | Path = CONF_DIR) -> None:
@@ -116,7 +122,7 @@ def hydra_entry(stage: Callable[[DictConfig], Any]) -> Callable[[], None]:
             from hydra.core.hydra_config import HydraConfig
 
             task = list(HydraConfig.get().overrides.task)
-            values = [o for o in task if "=" in o and "." in o.split("=", 1)[0].lstrip("+~")]
+            values = value_overrides(task)
             if values:  # a value of the wrong kind is one line, not a traceback from deep inside the stage
                 check_value_types(cfg, compose([o for o in task if o not in values]), values)
             return stage(cfg)

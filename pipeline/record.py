@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -138,14 +139,20 @@ def append_run_log(cfg: DictConfig, name: str, times: dict[str, float]) -> None:
         fh.write(json.dumps(line, sort_keys=True) + "\n")
 
 
+@lru_cache(maxsize=1)
 def _commit() -> str | None:
-    """The git commit of the project checkout (``+`` when its tracked files have changes); None outside git."""
+    """The git commit of the project checkout (``+`` when its tracked source has changes); None outside git. Read once
+    per process (a stage is one)."""
     import subprocess
 
-    root = Path(__file__).resolve().parents[1]
+    from pipeline.config import REPO_ROOT
+
+    code = ["prenet", "pipeline", "conf", "scripts"]  # the source: a run's own outputs (data/) do not make it "+"
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=10)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return head.stdout.strip() + ("+" if dirty.stdout.strip() else "") if head.returncode == 0 else None

@@ -26,7 +26,11 @@ def slug(s: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-")
 
 
-def cpu_id() -> str:
+def cpu_model(info: dict[str, str] | None = None) -> str:
+    """This CPU's model name (``info``: :func:`cpuinfo`, read here when not given)."""
+    return (cpuinfo() if info is None else info).get("model name") or platform.processor() or platform.machine()
+
+
+def cpu_id(info: dict[str, str] | None = None) -> str:
     """This CPU's hardware id (model and logical CPUs), without measuring anything: what a hardware record must match."""
-    model = cpuinfo().get("model name") or platform.processor() or platform.machine()
-    return f"cpu-{slug(model)}-{os.cpu_count() or 1}c"
+    return f"cpu-{slug(cpu_model(info))}-{os.cpu_count() or 1}c"

@@ -93,7 +93,14 @@ def rebatch(example: Any, batch_size: int) -> Any:
     if n == batch_size or n == 0:
         return example
     idx = torch.arange(batch_size, device=inputs.device) % n
-    return inputs[idx] if labels is None else (inputs[idx], labels[idx] if labels.dim() and labels.shape[0] == n else labels)
+    if labels is None:
+        return inputs[idx]
+    if not labels.dim():
+        return inputs[idx], labels
+    if labels.shape[0] % n:
+        raise PrenetError(f"the example's labels ({labels.shape[0]}) are neither one per sample nor a whole number per sample ({n} samples)")
+    k = labels.shape[0] // n  # one label per sample, or k per sample (a language model's tokens, flattened)
+    return inputs[idx], labels.reshape(n, k, *labels.shape[1:])[idx].reshape(batch_size * k, *labels.shape[1:])
 
 
 def build_model(spec: str, batch_size: int, zoo_kwargs: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:

@@ -4,14 +4,13 @@ or a CUDA device (looked up in the catalog by its name)."""
 from __future__ import annotations
 
 import os
-import platform
 import statistics
 import time
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prenet.cpu_identity import cpu_id, cpuinfo, slug
+from prenet.cpu_identity import cpu_id, cpu_model, cpuinfo
 from prenet.errors import PrenetError, UnknownHardwareError
 from prenet.hardware.spec import HardwareSpec
 
@@ -146,7 +145,7 @@ def detect_cpu(threads: int = 1, bandwidth_mb: int = 256) -> HardwareSpec:
     interleaved passes; then how large a working set stays in the caches (:func:`measure_cache_mb`).
     """
     info = cpuinfo()
-    model = info.get("model name") or platform.processor() or platform.machine()
+    model = cpu_model(info)
     flags = set(info.get("flags", info.get("Features", "")).split())
     clock = _cpu_clock_mhz(info)
     simd = simd_width_bits(flags)
@@ -172,7 +171,7 @@ def detect_cpu(threads: int = 1, bandwidth_mb: int = 256) -> HardwareSpec:
     finally:
         torch.set_num_threads(before)
     return HardwareSpec(
-        hardware_id=f"cpu-{slug(model)}-{cores}c",
+        hardware_id=cpu_id(info),
         kind="cpu",
         peak_fp32_tflops=fp32,
         mem_bw_gbps=bw,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from prenet.names import AUTOCAST_PRECISIONS
+
 GIB = 2**30
 #: What a GPU keeps beyond a step's tensors (GiB): the CUDA context, the caching allocator's slack and library
 #: workspaces (cuDNN, cuBLAS).
@@ -54,8 +56,8 @@ def fit_advice(
     batch_size: int,
     checkpointing: bool,
     precision: str,
-    low_precisions: tuple[str, ...] = ("bf16", "fp16"),
-    sharded: bool = False,
+    low_precisions: tuple[str, ...] = AUTOCAST_PRECISIONS,
+    shards: int = 1,
 ) -> str:
     """What a user can change when a training step (``memory``: one GPU's whole step, unsharded) does not fit a device
     of ``device_gib``, from what the job already uses and what would help:
@@ -64,16 +66,19 @@ def fit_advice(
       (with ``--grad-accum`` to keep the samples per step) above batch 1; activation checkpointing when off; 16-bit
       autocast (one of ``low_precisions``, those the device runs) when in FP32/TF32 and the activations outweigh the
       16-bit weight copies autocast adds (half the FP32 weights);
-    * unless the job is already ``sharded``: ZeRO-3 over the fewest GPUs whose share of that state fits beside the
-      activations (``--gpus N --parallel fsdp``), where the activations alone fit;
+    * unless the job already shards that state (``shards``: FSDP's world size, or tensor parallelism's K; the state
+      counts per GPU then): ZeRO-3 over the fewest GPUs whose share of it fits beside the activations (``--gpus N
+      --parallel fsdp``), where the activations alone fit;
     * larger hardware.
 
     Where that state alone outgrows the device, the advice says so first: no batch size or precision helps then."""
     import math
 
     room = (device_gib - GPU_RESERVE_GIB) * GIB
-    state = memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes
-    rest = memory.total_bytes - state  # activations, the batch, what backward holds
+    unsharded = memory.weights_bytes + memory.gradients_bytes + memory.optimizer_bytes
+    rest = memory.total_bytes - unsharded  # activations, the batch, what backward holds
+    state = unsharded / shards  # one GPU's share under FSDP (its world) or tensor parallelism (its K)
+    sharded = shards > 1
     ways = []
     if state < room:
         if batch_size > 1:

@@ -53,7 +53,6 @@ def trace_saved(
     a mixed-precision step, whose forward and loss run under :class:`~prenet.ops.autocast.Autocast` and whose saved
     tensors count at their own dtypes."""
     import copy
-    from contextlib import nullcontext
 
     from prenet.graph.walk import _on_meta
     from prenet.meta_device import without_compiler_imports
@@ -90,7 +89,7 @@ def trace_saved(
     meta.train()
     try:
         with without_compiler_imports(), torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            with _autocast(autocast) if autocast is not None else nullcontext():
+            with _autocast(autocast):
                 training_loss(meta(x), y)
     finally:
         meta.train(was_training)
@@ -105,7 +104,6 @@ def recompute_bytes(module: nn.Module, example_batch: Any, autocast: tuple[str, 
     checkpointed blocks). Each block's forward is traced on ``meta`` with the inputs it gets in the step (``autocast``:
     as in :func:`trace_saved`)."""
     import copy
-    from contextlib import nullcontext
 
     from prenet.checkpointing import Checkpointed
     from prenet.graph.walk import _on_meta
@@ -119,7 +117,7 @@ def recompute_bytes(module: nn.Module, example_batch: Any, autocast: tuple[str, 
     handles = [b.register_forward_pre_hook(lambda m, a, k: calls.append((m.block, a, k)), with_kwargs=True) for b in blocks]
     inputs, _ = unpack_example(example_batch)
     try:
-        with without_compiler_imports(), torch.no_grad(), _autocast(autocast) if autocast is not None else nullcontext():
+        with without_compiler_imports(), torch.no_grad(), _autocast(autocast):
             meta(inputs.to("meta"))
     finally:
         for h in handles:
@@ -136,7 +134,7 @@ def recompute_bytes(module: nn.Module, example_batch: Any, autocast: tuple[str, 
             return t
 
         with without_compiler_imports(), torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            with _autocast(autocast) if autocast is not None else nullcontext():
+            with _autocast(autocast):
                 block(*args, **kwargs)
         peak = max(peak, sum(seen.values()))
     return peak
@@ -166,10 +164,13 @@ def autocast_of(precision: str, device_type: str) -> tuple[str, torch.dtype] | N
     return (device_type, low) if low is not None else None
 
 
-def _autocast(autocast: tuple[str, torch.dtype]):
+def _autocast(autocast: tuple[str, torch.dtype] | None):
+    """The autocast emulation of (device type, dtype), or no context for None."""
+    from contextlib import nullcontext
+
     from prenet.ops.autocast import Autocast
 
-    return Autocast(*autocast)
+    return Autocast(*autocast) if autocast is not None else nullcontext()
 
 
 def predict_training_memory(

@@ -44,7 +44,8 @@ from prenet.ops.records import OpRecord, StepTrace
 from prenet.optimizers import STEP_WEIGHT_DECAY, make_optimizer, prime_state
 
 #: The 16-bit dtype of each autocast precision (:data:`~prenet.names.AUTOCAST_PRECISIONS`).
-LOW_DTYPE = dict(zip(AUTOCAST_PRECISIONS, (torch.float16, torch.bfloat16)))
+LOW_DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
+assert set(LOW_DTYPE) == set(AUTOCAST_PRECISIONS), "one dtype for each autocast precision of prenet.names"
 _DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float64: "float64"}
 
 

@@ -562,7 +562,7 @@ def make_plan(
         for n, (pred, ops) in zip(runnable, predict_trace_many(traces[dt], [specs[n] for n in runnable], op_model, overhead_ms=overheads)):
             if tf32_default_ops(traces[dt], ops):
                 on_tf32.append(n)
-            if any(note.startswith("host-bound") for note in pred.notes):
+            if pred.host_bound:
                 host_bound[n] = pred.host_issue_ms
             if 1 in gpus and nodes == 1 or specs[n].kind != "gpu":
                 step_s[n] = pred.step_seconds

@@ -67,6 +67,7 @@ class StepPrediction:
     #: asked for: ``memory_bytes`` is this total, or per GPU where a parallel layout shards or splits it
     memory: dict[str, int] | None = None
     host_issue_ms: float = 0.0  # the host's time to issue the step's ops (GPU: ops × the fitted host cost; ms)
+    host_bound: bool = False  # issuing the ops takes longer than the GPU's work on them (the answer's note says so)
     #: CPU: the time (ms) the step's cache-sensitive ops spend fetching operands from DRAM that the op benchmark timed
     #: warm (:func:`dram_refetch_ms`); in ``step_seconds``, not in ``family_ms`` (an op's own time is its in-place one)
     dram_refetch_ms: float = 0.0
@@ -196,6 +197,7 @@ def _summarize(
         memory_format=trace.memory_format,
         grad_accum=trace.grad_accum,
         host_issue_ms=host_issue_ms,
+        host_bound=host_issue_ms > total_ms,
         dram_refetch_ms=refetch_ms,
     )
     return pred, ops
