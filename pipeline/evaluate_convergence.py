@@ -206,9 +206,11 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
     for (m, kind, param, src), g in every.group_by(["momentum", "target_kind", "target_param", "source"], maintain_order=True):
         by_momentum.setdefault(f"m={m:g}", {}).setdefault(_tkey(kind, param), {})[f"{src}_median_ape_pct"] = float(100 * g["ape"].median())
     pf = ape.filter(pl.col("source") == "forecast")
+    measured = pf.filter(pl.col("drift").is_not_null())  # a drift never measured is not a drift of 0
     drift_flag = {
         "threshold": float(cfg.convergence.forecast.drift_threshold),
-        "auc_drift_for_error_over_20pct": auc(pf["drift"].fill_null(0).to_numpy(), pf["ape"].to_numpy() > within) if pf.height else None,
+        "auc_drift_for_error_over_20pct": auc(measured["drift"].to_numpy(), measured["ape"].to_numpy() > within) if measured.height else None,
+        "drift_unmeasured": int(pf.height - measured.height),
         "flagged_share": float((~runs["reliable"]).mean()) if runs.height else None,
         "median_ape_pct_flagged": float(100 * pf.filter(~pl.col("reliable"))["ape"].median()) if pf.filter(~pl.col("reliable")).height else None,
         "median_ape_pct_unflagged": float(100 * pf.filter(pl.col("reliable"))["ape"].median()) if pf.filter(pl.col("reliable")).height else None,

@@ -409,22 +409,24 @@ ZOO: dict[str, Callable[..., Example]] = {
 }
 
 
-#: What a zoo model's defaults leave out of the real model it is named after, and how to build that one.
-FULL_SIZE = {
-    "resnet18": "--model-arg image_size=224 --model-arg classes=1000, or torchvision:resnet18",
-    "resnet50": "--model-arg image_size=224 --model-arg classes=1000, or torchvision:resnet50",
-    "vgg16": "--model-arg image_size=224 --model-arg classes=1000, or torchvision:vgg16",
-    "bert_base_like": "--model-arg layers=12 --seq-len 512, or hf:bert",
-    "gpt2_small_like": "--model-arg layers=12 --seq-len 1024, or hf:gpt2",
-    "mobilenet_v2_like": "torchvision:mobilenet_v2",
-    "vit_tiny": "timm:vit_tiny_patch16_224",
+#: For a zoo model named after a published one: the builder keywords that, left at their defaults, make it smaller than
+#: that model (none: any default kept), and how to build the full-size one.
+FULL_SIZE: dict[str, tuple[tuple[str, ...], str]] = {
+    "resnet18": (("image_size", "classes"), "--model-arg image_size=224 --model-arg classes=1000, or torchvision:resnet18"),
+    "resnet50": (("image_size", "classes"), "--model-arg image_size=224 --model-arg classes=1000, or torchvision:resnet50"),
+    "vgg16": (("image_size", "classes"), "--model-arg image_size=224 --model-arg classes=1000, or torchvision:vgg16"),
+    "bert_base_like": (("layers", "seq_len"), "--model-arg layers=12 --seq-len 512, or hf:bert"),
+    "gpt2_small_like": (("layers", "seq_len"), "--model-arg layers=12 --seq-len 1024, or hf:gpt2"),
+    "mobilenet_v2_like": ((), "torchvision:mobilenet_v2"),
+    "vit_tiny": ((), "timm:vit_tiny_patch16_224"),
 }
 
 
 def defaults_note(name: str, given: dict | None = None) -> str | None:
     """The line an answer about zoo model ``name`` carries where its builder kept defaults the user did not set
-    (``given``: the builder keywords set): those defaults, and for a model named after a published one, how to build
-    that (:data:`FULL_SIZE`). None for a name outside the zoo or with every size given."""
+    (``given``: the builder keywords set): those defaults, and for a model named after a published one whose defaults
+    that make it smaller were kept, how to build that (:data:`FULL_SIZE`). None for a name outside the zoo or with
+    every size given."""
     import inspect
 
     if name not in ZOO:
@@ -437,10 +439,9 @@ def defaults_note(name: str, given: dict | None = None) -> str | None:
     if not kept:
         return None
     sizes = ", ".join(f"{k}={v}" for k, v in kept.items())
-    import re
-
-    named = {g.replace("-", "_") for pair in re.findall(r"--model-arg (\w+)=|--(seq-len)", FULL_SIZE.get(name, "")) for g in pair if g}
-    full = f"; smaller than the model it is named after, which is {FULL_SIZE[name]}" if named & set(kept) else ""
+    keys, how = FULL_SIZE.get(name, (None, ""))
+    smaller = keys is not None and (not keys or bool(set(keys) & set(kept)))
+    full = f"; smaller than the model it is named after, which is {how}" if smaller else ""
     return f"zoo model {name} at its defaults {sizes} (prenet/zoo.py; --model-arg KEY=VALUE sets them){full}"
 
 
