@@ -22,15 +22,6 @@ from prenet.rendering import figures
 REPRODUCE = "python -m pipeline.forecast_cost convergence=full paths.metrics=data/reference paths.plots=data/reference"
 
 
-def _ape(pred: int | None, real: int | None) -> float | None:
-    """Absolute error in % of the real steps; a target one side reaches and the other does not counts as 100 %."""
-    if real is None and pred is None:
-        return None
-    if real is None or pred is None:
-        return 100.0
-    return 100.0 * abs(pred - real) / max(real, 1)
-
-
 def forecast_cost(cfg: DictConfig) -> dict:
     """For each task of ``convergence.cost_check.tasks``: pre-train, fine-tune on all ``n_train`` samples (loss logged
     on a fixed sample of the training set), forecast with each variant; write ``plots/forecast_cost.json`` (headline in ``metrics/``) (per task
@@ -49,7 +40,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
     import numpy as np
     import torch
 
-    from prenet.convergence.evaluation import steps_for, target_list
+    from prenet.convergence.evaluation import step_error_pct, steps_for, target_list
     from prenet.convergence.forecaster import forecast as run_forecast
     from prenet.convergence.nets import n_params, with_new_head
     from prenet.convergence.tasks import Task, pretrain
@@ -124,7 +115,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
                     raise_on_probe_divergence=False,
                 )
                 pred = {f"{k}={p:g}": steps_for(k, val, fc.loss, fc.accuracy) for k, p, val in tlist}
-                errs = {t: _ape(pred[t], entry["real_steps"][t]) for t in pred}
+                errs = {t: step_error_pct(pred[t], entry["real_steps"][t]) for t in pred}
                 ok = [e for e in errs.values() if e is not None]
                 q_ok = [e for t, e in errs.items() if t.startswith("loss=") and e is not None]
                 entry["variants"][v["name"]] = {

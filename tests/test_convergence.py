@@ -825,3 +825,10 @@ def test_the_header_says_when_the_batch_is_the_whole_set():
 
     assert _batch_text(32, 256) == "32"
     assert _batch_text(1000, 256).startswith("256 (all samples, full-batch: --batch-size 1000")
+
+
+def test_a_step_error_counts_a_target_one_side_misses_as_100_percent():
+    from prenet.convergence.evaluation import step_error_pct
+
+    assert step_error_pct(110, 100) == pytest.approx(10.0) and step_error_pct(None, 100) == 100.0 == step_error_pct(5, None)
+    assert step_error_pct(None, None) is None and step_error_pct(1, 0) == 100.0  # 0 real steps: measured against 1

@@ -60,6 +60,16 @@ def steps_for(kind: str, value: float, loss: np.ndarray, acc: np.ndarray | None)
     return tg.steps_to(kind, loss, acc, value)
 
 
+def step_error_pct(pred: int | None, real: int | None) -> float | None:
+    """Absolute error of predicted steps to a target in % of the real steps; a target one side reaches and the other
+    does not counts as 100 %; None where neither reaches it."""
+    if real is None and pred is None:
+        return None
+    if real is None or pred is None:
+        return 100.0
+    return 100.0 * abs(pred - real) / max(real, 1)
+
+
 def score(pairs: pl.DataFrame, within: float = 0.2) -> dict:
     """Metrics of a frame with columns ``real_steps`` and ``pred_steps`` (nullable = not reached)."""
     from scipy.stats import spearmanr
