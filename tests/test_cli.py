@@ -65,14 +65,6 @@ def test_a_sequence_length_for_an_image_model_is_one_line(capsys):
     assert capsys.readouterr().err.startswith("error: --seq-len applies to text models (hf:, the zoo's); torchvision:resnet18 is an image")
 
 
-def test_parallel_settings_that_change_nothing_are_said_so():
-    from prenet.api import predict_step_time
-
-    p = predict_step_time("mlp", batch_size=8, hardware="L4", parallel="fsdp", network_gbits=400)
-    assert any("--parallel fsdp on one GPU shares nothing" in n for n in p.notes)
-    assert any("one node uses none of it" in n for n in p.notes)
-
-
 def test_a_reader_that_stops_early_gets_no_traceback():
     cmd = f"{sys.executable} -m pipeline.cli hardware list | head -1"
     proc = subprocess.run(cmd, shell=True, capture_output=True, text=True)

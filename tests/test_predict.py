@@ -112,12 +112,12 @@ def test_the_api_refuses_a_batch_size_that_is_not_a_positive_integer():
         predict_step_time(torch.nn.Sequential(torch.nn.Linear(4, 2)), batch_size=8, hardware="A100")
 
 
-def test_a_module_and_its_example_are_answered_at_the_batch_asked():
+def test_a_module_and_its_example_are_answered_at_the_batch_asked(models_dir):
     import torch
 
     net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     example = (torch.randn(32, 64), torch.randint(0, 10, (32,)))
-    p = predict_step_time((net, example), batch_size=64, hardware="A100", dataset_size=1000)
+    p = predict_step_time((net, example), batch_size=64, hardware="A100", dataset_size=1000, models_dir=models_dir)
     assert p.batch_size == 64 and p.input_shape == [64, 64] and p.steps_per_epoch == 16
 
 
@@ -592,3 +592,9 @@ def test_a_gemm_is_never_answered_slower_than_the_same_gemm_with_more_rows(model
     twice = more_rows(one, 2).row(0, named=True)
     assert 2 in GEMM_ENVELOPE and twice["m"] == 128 and twice["flops"] == 2 * one["flops"][0] and twice["out_numel"] == 128 * 4096
     assert twice["bytes"] == 2 * (128 * 1024 + 1024 * 4096 + 128 * 4096)
+
+
+def test_parallel_settings_that_change_nothing_are_said_so(models_dir):
+    p = predict_step_time("mlp", batch_size=8, hardware="L4", parallel="fsdp", network_gbits=400, models_dir=models_dir)
+    assert any("--parallel fsdp on one GPU shares nothing" in n for n in p.notes)
+    assert any("one node uses none of it" in n for n in p.notes)
