@@ -69,10 +69,11 @@ def rooted(cfg: DictConfig) -> DictConfig:
 
 def artifact_path(key: str, params: str | Path = REPO_ROOT / "params.yaml") -> Path:
     """Where artifact ``key`` of the configuration DVC last reproduced lives (``params.yaml``'s ``paths``; before any
-    run, the ``paths`` group's defaults), absolute: the CLI's default locations, so they follow ``dvc exp run -S paths.…``."""
-    from prenet.paths import default_path, resolve_paths
+    run, the ``paths`` group's defaults), absolute: the CLI's default locations, so they follow ``dvc exp run -S paths.…``.
+    ``PRENET_ARTIFACTS`` (:func:`prenet.paths.artifact_root`) overrides both with another root."""
+    from prenet.paths import artifact_root, default_path, resolve_paths
 
-    paths = _params_paths(str(params))
+    paths = None if artifact_root() else _params_paths(str(params))
     return default_path(key) if paths is None else resolve_paths(paths, key, str(params))
 
 

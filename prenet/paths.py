@@ -19,12 +19,26 @@ def data_dir() -> Path:
     return Path(os.environ.get("PRENET_DATA_DIR", REPO_ROOT / "data"))
 
 
-@lru_cache(maxsize=1)
-def _group_paths() -> dict[str, str]:
-    """Every key of ``conf/paths/default.yaml``, interpolated."""
+#: Environment variable naming another artifact root (``paths.root``) for the library's and the CLI's defaults: the
+#: trained models of a run made elsewhere (``make run`` with ``paths.root=…``, or a copy of its ``data/``). The tests set
+#: it to an empty folder, so no test reads the checkout's own artifacts, which a clean checkout (CI) lacks.
+ARTIFACTS_ENV = "PRENET_ARTIFACTS"
+
+
+def artifact_root() -> str | None:
+    """The artifact root ``PRENET_ARTIFACTS`` names, absolute; None when unset."""
+    root = os.environ.get(ARTIFACTS_ENV)
+    return str(Path(root).resolve()) if root else None
+
+
+@lru_cache(maxsize=2)
+def _group_paths(root: str | None = None) -> dict[str, str]:
+    """Every key of ``conf/paths/default.yaml``, interpolated (``root``: another ``paths.root``)."""
     from omegaconf import OmegaConf
 
     conf = OmegaConf.create({"paths": OmegaConf.load(PATHS_GROUP)})
+    if root is not None:
+        conf.paths.root = root
     return {str(k): str(v) for k, v in OmegaConf.to_container(conf.paths, resolve=True).items()}  # type: ignore[union-attr]
 
 
@@ -37,5 +51,6 @@ def resolve_paths(paths: dict[str, str], key: str, where: str) -> Path:
 
 
 def default_path(key: str) -> Path:
-    """The default location of artifact ``key`` of the ``paths`` group (``models_ops``, ``outcome_models``…), absolute."""
-    return resolve_paths(_group_paths(), key, "conf/paths/default.yaml")
+    """The default location of artifact ``key`` of the ``paths`` group (``models_ops``, ``outcome_models``…), absolute;
+    under ``PRENET_ARTIFACTS`` when it is set."""
+    return resolve_paths(_group_paths(artifact_root()), key, "conf/paths/default.yaml")

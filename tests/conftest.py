@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # no stored traces: a test sees the trace its code makes (tests/test_job_trace.py turns the store on, in a tmp dir)
 os.environ["PRENET_TRACE_CACHE"] = "off"
+# no artifacts of the checkout's own runs (data/models…, which CI's clean checkout lacks): the library's and the CLI's
+# default locations point into an empty folder, so a test reads only what it built (tiny_pipeline) or names
+os.environ["PRENET_ARTIFACTS"] = tempfile.mkdtemp(prefix="prenet-no-artifacts-")
 
 import torch  # noqa: E402
 

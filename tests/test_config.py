@@ -78,3 +78,16 @@ def test_an_override_of_the_wrong_kind_is_one_line_in_compose_and_in_a_stage():
     assert compose(["predictor.n_estimators=300"]).predictor.n_estimators == 300
     proc = subprocess.run([sys.executable, "-m", "pipeline.split", "split.holdout_fraction=abc"], capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "split.holdout_fraction takes a number" in proc.stderr
+
+
+def test_an_artifact_root_in_the_environment_moves_every_default(tmp_path, monkeypatch):
+    """PRENET_ARTIFACTS moves the library's and the CLI's default locations together (conftest sets it to an empty
+    folder, so no test reads the checkout's own trained models); unset, they follow conf/ and params.yaml."""
+    from pipeline.config import artifact_path
+    from prenet.paths import REPO_ROOT, default_path
+
+    monkeypatch.setenv("PRENET_ARTIFACTS", str(tmp_path))
+    assert default_path("models_ops") == artifact_path("models_ops") == tmp_path / "models" / "steptime_ops"
+    assert default_path("outcome_vendored") == REPO_ROOT / "data" / "outcome" / "vendored"  # shipped input, not an artifact
+    monkeypatch.delenv("PRENET_ARTIFACTS")
+    assert default_path("models_ops") == artifact_path("models_ops") == REPO_ROOT / "data" / "models" / "steptime_ops"
