@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
+import os
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,9 @@ def import_transformers() -> Any:
         from prenet.torchvision_import import import_torchvision
 
         import_torchvision("hf: models (transformers imports torchvision when it is installed)")
+    # nothing is downloaded at run time: a config that names a hub checkpoint (EdgeTAM's timm backbone) fails at once,
+    # in one line, instead of retrying the network for a minute
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import transformers
     except ImportError as e:
@@ -160,7 +164,30 @@ def build_from_config(config: Any) -> nn.Module:
 
 def hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None = None, *, meta: bool = True) -> tuple[nn.Module, Any]:
     """``(model, (ids, labels))`` for ``hf:<spec>`` (a vision config: ``(model, (pixels, labels))``): ``sizes`` holds
-    ``seq_len`` and config overrides."""
+    ``seq_len`` and config overrides. Where transformers itself fails to build the model (some types' default configs
+    lack fields their models read: DBRX, Hunyuan, Nemotron), one line says so and what to give instead."""
+    try:
+        return _hf_model(spec, batch_size, sizes, meta=meta)
+    except PrenetError:
+        raise
+    except Exception as e:  # noqa: BLE001 - transformers' own failure, said in one line
+        first = str(e).strip().splitlines()[0].rstrip(" :") if str(e).strip() else ""
+        listed = "`prenet models hf` lists the types that build"
+        if "huggingface.co" in first:
+            raise PrenetError(
+                f"transformers could not build hf:{spec}: its config loads files from the Hugging Face hub, and prenet downloads nothing at run time; {listed}"
+            ) from e
+        if isinstance(e, ImportError):
+            raise PrenetError(
+                f"transformers could not build hf:{spec}: it needs a package prenet does not install ({first or e.name}); {listed}"
+            ) from e
+        raise PrenetError(
+            f"transformers could not build hf:{spec} ({type(e).__name__}: {first}); its default config may be incomplete: give a "
+            f"released checkpoint's config.json instead (--model hf:path/to/config.json; {listed})"
+        ) from e
+
+
+def _hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None, *, meta: bool) -> tuple[nn.Module, Any]:
     config = hf_config(spec)
     sizes = dict(sizes or {})
     classifier = image_classifier(config)

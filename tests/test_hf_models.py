@@ -170,3 +170,62 @@ def test_an_encoder_decoder_built_as_its_decoder_alone_says_so():
     assert "encoder-decoder model, built as WhisperForCausalLM: its decoder alone" in whisper.prenet_note
     t5, _ = hf_model("t5", 1, {"seq_len": 16})  # the whole encoder-decoder: nothing to say
     assert not hasattr(t5, "prenet_note")
+
+
+def test_models_hf_lists_the_types_that_answer_and_says_why_others_fail(tmp_path, monkeypatch, capsys):
+    """``prenet models hf`` lists the types the last check (scripts/check_hf_models.py) answered for; ``--all`` every
+    type, each failing one with its reason; a check made with another transformers version lists all and says so."""
+    import transformers
+
+    import prenet.hf_buildable as hb
+    from pipeline.cli import main
+
+    record = tmp_path / "buildable.json"
+    monkeypatch.setattr(hb, "record_path", lambda: record)
+    base = {"checked": "2026-12-05", "answers": ["bert", "mixtral"], "notes": {"mixtral": "answers in bf16 only"}, "fails": {"bark": "needs audio"}}
+    record.write_text(json.dumps({**base, "transformers": transformers.__version__}))
+    assert main(["models", "hf", "[bm]*"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[:2] == ["hf:bert", "hf:mixtral\tanswers in bf16 only"] and "answer" in err and "--all" in err
+    assert main(["models", "hf", "b[ae]r[kt]", "--all"]) == 0
+    out, _ = capsys.readouterr()
+    assert out.splitlines() == ["hf:bark\tfails: needs audio", "hf:bart\tfails: not in the check", "hf:bert"]
+    record.write_text(json.dumps({**base, "transformers": "0.0.1"}))
+    assert main(["models", "hf", "b[ae]r[kt]"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == ["hf:bark", "hf:bart", "hf:bert"] and "not checked with this version" in err
+
+
+def test_the_shipped_check_is_of_the_pinned_transformers_and_holds_the_common_types():
+    """data/hf/buildable.json must be rerun when the transformers pin moves (python scripts/check_hf_models.py)."""
+    import transformers
+
+    from prenet.hf_buildable import load_check
+
+    check = load_check()
+    assert check is not None and check.applies_to(transformers.__version__)
+    assert {"bert", "gpt2", "llama", "t5", "vit", "mixtral"} <= check.answers and not check.answers & set(check.fails)
+    assert len(check.answers) + len(check.fails) == len(list(transformers.CONFIG_MAPPING.keys()))
+
+
+@pytest.mark.parametrize(
+    "model_type, says",
+    [
+        ("dbrx", r"^transformers could not build hf:dbrx \(AttributeError: .*rope_theta.*\); its default config may be incomplete"),
+        ("dinat", r"^transformers could not build hf:dinat: it needs a package prenet does not install \(.*natten"),
+    ],
+)
+def test_a_type_transformers_cannot_build_is_one_line_saying_what_to_give(model_type, says):
+    from prenet.errors import PrenetError
+
+    with pytest.raises(PrenetError, match=says):
+        build_model(f"hf:{model_type}", 1)
+
+
+def test_a_mixture_of_experts_asked_in_fp32_is_told_to_ask_in_bf16():
+    from prenet.errors import PrenetError
+    from prenet.ops import trace_step
+
+    module, example = build_model("hf:mixtral", 1, {"num_hidden_layers": 1, "seq_len": 16})
+    with pytest.raises(PrenetError, match=r"torch._grouped_mm\) run in BF16 only: ask with --precision bf16$"):
+        trace_step(module, example, precision="fp32", device_type="cuda")

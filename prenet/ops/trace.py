@@ -584,6 +584,8 @@ def _run(
                         "model, --model-arg _attn_implementation=eager skips SDPA's padding check, and the answer then times "
                         "eager attention)"
                         if tracer.meta and "cannot be called on meta tensors" in str(e)
+                        else "; a mixture of experts' grouped GEMMs (torch._grouped_mm) run in BF16 only: ask with --precision bf16"
+                        if "Expected inputs of BF16 type" in str(e)
                         else ""
                     )
                     raise PrenetError(
