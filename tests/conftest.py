@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -15,6 +17,7 @@ os.environ["PRENET_TRACE_CACHE"] = "off"
 # no artifacts of the checkout's own runs (data/models…, which CI's clean checkout lacks): the library's and the CLI's
 # default locations point into an empty folder, so a test reads only what it built (tiny_pipeline) or names
 os.environ["PRENET_ARTIFACTS"] = tempfile.mkdtemp(prefix="prenet-no-artifacts-")
+atexit.register(shutil.rmtree, os.environ["PRENET_ARTIFACTS"], ignore_errors=True)
 
 import torch  # noqa: E402
 
