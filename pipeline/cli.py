@@ -43,9 +43,16 @@ def _cmd_models(args: argparse.Namespace) -> None:
     from prenet.user_models import model_names
 
     names = model_names(args.source, args.pattern)
+    if args.all and args.source != "hf":
+        raise PrenetError(
+            "`prenet models --all` is for hf: (every transformers model type, with why some do not build); other sources list every name already"
+        )
     note = None
     if names and args.source == "hf":
         names, note = _hf_listing(names, show_all=args.all)
+        if not names:
+            print(f"no hf model type matching {args.pattern!r} builds here; `prenet models hf {args.pattern!r} --all` says why")
+            return
     print("\n".join(names) if names else f"no {args.source} model matches {args.pattern!r}")
     if note:  # stderr: stdout stays the list
         print(f"note: {note}", file=sys.stderr)

@@ -23,7 +23,7 @@ from prenet.hardware import HardwareSpec, resolve
 from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.job_trace import job_notes, job_trace
-from prenet.steptime.step import DEFAULT_OP_MODELS, StepPrediction, device_type, predict_traced
+from prenet.steptime.step import StepPrediction, device_type, predict_traced
 
 
 def _hardware(hardware: str | HardwareSpec, threads: int) -> HardwareSpec:
@@ -31,6 +31,11 @@ def _hardware(hardware: str | HardwareSpec, threads: int) -> HardwareSpec:
     if isinstance(hardware, HardwareSpec):
         return hardware
     return resolve(hardware, threads=threads, local_record=default_path("hardware_record"))
+
+
+def _op_models(models_dir: str | Path | None) -> str | Path:
+    """``models_dir``, or the default op-model folder (``paths.models_ops``, under ``PRENET_ARTIFACTS`` when set)."""
+    return default_path("models_ops") if models_dir is None else models_dir
 
 
 def predict_step_time(
@@ -42,7 +47,7 @@ def predict_step_time(
     precision: str = "fp32",
     dataset_size: int | None = None,
     threads: int = 1,
-    models_dir: str | Path = DEFAULT_OP_MODELS,
+    models_dir: str | Path | None = None,
     overhead_ms: float | None = None,
     zoo_kwargs: dict[str, Any] | None = None,
     fused: bool = False,
@@ -101,11 +106,11 @@ def predict_step_time(
         layout = Layout(gpus=gpus, nodes=nodes, strategy=strategy, tp=tp, network_gbits=network_gbits)
     trace = job.traces[device_type(hw)]
     if layout is None:
-        pred = predict_traced(trace, hw, EfficiencyModel.load(models_dir), overhead_ms=overhead_ms, dataset_size=dataset_size)
+        pred = predict_traced(trace, hw, EfficiencyModel.load(_op_models(models_dir)), overhead_ms=overhead_ms, dataset_size=dataset_size)
     else:
         from prenet.parallel.answer import predict_parallel
 
-        pred = predict_parallel(trace, hw, EfficiencyModel.load(models_dir), layout, overhead_ms=overhead_ms, dataset_size=dataset_size)
+        pred = predict_parallel(trace, hw, EfficiencyModel.load(_op_models(models_dir)), layout, overhead_ms=overhead_ms, dataset_size=dataset_size)
     pred.notes[:0] = job_notes(job)
     if gpus * nodes == 1 and parallel != "ddp":
         pred.notes.append(f"--parallel {parallel} on one GPU shares nothing: this is the single-GPU step (give --gpus N)")
@@ -137,10 +142,9 @@ def predict_step_time(
     return pred
 
 
-def predict_layers(
-    table: pl.DataFrame, *, hardware: str | HardwareSpec, threads: int = 1, models_dir: str | Path = DEFAULT_OP_MODELS
-) -> pl.DataFrame:
-    """``table`` (the ``prenet predict layers`` CSV format) plus ``predicted_ms``, through the op-level path."""
+def predict_layers(table: pl.DataFrame, *, hardware: str | HardwareSpec, threads: int = 1, models_dir: str | Path | None = None) -> pl.DataFrame:
+    """``table`` (the ``prenet predict layers`` CSV format) plus ``predicted_ms``, through the op-level path
+    (``models_dir`` default: ``paths.models_ops``, read when called)."""
     from prenet.steptime.layer_table import predict_layers as _predict_layers
 
-    return _predict_layers(table, hardware=_hardware(hardware, threads), model=models_dir, threads=threads)
+    return _predict_layers(table, hardware=_hardware(hardware, threads), model=_op_models(models_dir), threads=threads)

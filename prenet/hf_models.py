@@ -21,8 +21,8 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
-import os
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -94,9 +94,6 @@ def import_transformers() -> Any:
         from prenet.torchvision_import import import_torchvision
 
         import_torchvision("hf: models (transformers imports torchvision when it is installed)")
-    # nothing is downloaded at run time: a config that names a hub checkpoint (EdgeTAM's timm backbone) fails at once,
-    # in one line, instead of retrying the network for a minute
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         import transformers
     except ImportError as e:
@@ -167,24 +164,47 @@ def hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None = None, *,
     ``seq_len`` and config overrides. Where transformers itself fails to build the model (some types' default configs
     lack fields their models read: DBRX, Hunyuan, Nemotron), one line says so and what to give instead."""
     try:
-        return _hf_model(spec, batch_size, sizes, meta=meta)
-    except PrenetError:
+        with offline():
+            return _hf_model(spec, batch_size, sizes, meta=meta)
+    except (PrenetError, MemoryError, torch.OutOfMemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - transformers' own failure, said in one line
         first = str(e).strip().splitlines()[0].rstrip(" :") if str(e).strip() else ""
         listed = "`prenet models hf` lists the types that build"
         if "huggingface.co" in first:
             raise PrenetError(
-                f"transformers could not build hf:{spec}: its config loads files from the Hugging Face hub, and prenet downloads nothing at run time; {listed}"
+                f"transformers could not build hf:{spec}: its config loads files from the Hugging Face hub, and prenet downloads "
+                f"nothing at run time; {listed}"
             ) from e
         if isinstance(e, ImportError):
+            needs = first.split(". ")[0] if first else f"module {e.name}"
+            raise PrenetError(f"transformers could not build hf:{spec}: it needs a package prenet does not install ({needs}); {listed}") from e
+        fields = [str(k) for k in sizes or {} if k not in ("seq_len", "image_size")]  # not config fields: prenet's sizes
+        if fields:
             raise PrenetError(
-                f"transformers could not build hf:{spec}: it needs a package prenet does not install ({first or e.name}); {listed}"
+                f"transformers could not build hf:{spec} with the config fields given ({', '.join(fields)}): {type(e).__name__}: {first}"
             ) from e
+        if spec.endswith(".json"):
+            raise PrenetError(f"transformers could not build the model {spec} describes ({type(e).__name__}: {first})") from e
         raise PrenetError(
             f"transformers could not build hf:{spec} ({type(e).__name__}: {first}); its default config may be incomplete: give a "
             f"released checkpoint's config.json instead (--model hf:path/to/config.json; {listed})"
         ) from e
+
+
+@contextmanager
+def offline() -> Iterator[None]:
+    """The Hugging Face hub offline while a model is built: nothing is downloaded at run time, so a config that names a
+    hub checkpoint (EdgeTAM's timm backbone) fails at once, in one line, instead of retrying the network for a minute;
+    the process's own setting is restored after."""
+    import huggingface_hub.constants as hub
+
+    was = hub.HF_HUB_OFFLINE
+    hub.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        hub.HF_HUB_OFFLINE = was
 
 
 def _hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None, *, meta: bool) -> tuple[nn.Module, Any]:

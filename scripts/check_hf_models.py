@@ -27,7 +27,7 @@ PER_TYPE_S = 90
 EAGER = {"_attn_implementation": "eager"}
 
 
-class _Timeout(Exception):
+class _Timeout(BaseException):  # not an Exception: the build's and the trace's own handlers must not catch it
     pass
 
 
@@ -39,7 +39,7 @@ def check(model_type: str, precision: str = "fp32", extra: dict | None = None) -
     """None when ``hf:<model_type>`` builds (config fields ``extra`` set) and its step traces at ``precision``; else
     the one-line reason."""
     from prenet.errors import PrenetError
-    from prenet.hf_models import hf_config, image_classifier
+    from prenet.hf_models import hf_config, image_classifier, offline
     from prenet.ops import trace_step
     from prenet.user_models import build_model
 
@@ -47,7 +47,8 @@ def check(model_type: str, precision: str = "fp32", extra: dict | None = None) -
     try:
         signal.alarm(PER_TYPE_S)
         try:
-            vision = image_classifier(hf_config(model_type)) is not None
+            with offline():
+                vision = image_classifier(hf_config(model_type)) is not None
         except Exception:  # noqa: BLE001 - build_model below raises the one line a user sees
             vision = True
         sizes = ({} if vision else {"seq_len": 64}) | (extra or {})
@@ -93,7 +94,9 @@ def main(argv: list[str]) -> int:
         print(f"[{i}/{len(types)} {time.monotonic() - t0:.0f}s] {t}: {notes.get(t) or why or 'ok'}", flush=True)
     if argv:
         return 0
-    out = ROOT / "data" / "hf" / "buildable.json"
+    from prenet.hf_buildable import record_path
+
+    out = record_path()
     out.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "transformers": tf.__version__,
@@ -105,7 +108,7 @@ def main(argv: list[str]) -> int:
         "fails": fails,
     }
     out.write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
-    print(f"{len(built)} of {len(types)} types answer; {out.relative_to(ROOT)} written ({time.monotonic() - t0:.0f} s)")
+    print(f"{len(built)} of {len(types)} types answer; {out} written ({time.monotonic() - t0:.0f} s)")
     return 0
 
 

@@ -229,3 +229,10 @@ def test_a_mixture_of_experts_asked_in_fp32_is_told_to_ask_in_bf16():
     module, example = build_model("hf:mixtral", 1, {"num_hidden_layers": 1, "seq_len": 16})
     with pytest.raises(PrenetError, match=r"torch._grouped_mm\) run in BF16 only: ask with --precision bf16$"):
         trace_step(module, example, precision="fp32", device_type="cuda")
+
+
+def test_a_config_field_that_breaks_the_build_is_named():
+    from prenet.errors import PrenetError
+
+    with pytest.raises(PrenetError, match=r"^transformers could not build hf:bert with the config fields given \(num_hidden_layers\): "):
+        build_model("hf:bert", 1, {"num_hidden_layers": "two", "seq_len": 8})

@@ -95,11 +95,12 @@ def test_commands_resolve_project_paths_from_any_directory(tmp_path):
     import sys
 
     from pipeline.config import compose, rooted
-    from prenet.paths import REPO_ROOT
+    from prenet.paths import REPO_ROOT, artifact_root
 
     args = build_parser().parse_args(["plan", "--model", "mlp", "--batch-size", "4", "--steps", "1"])
+    defaults_root = Path(artifact_root() or REPO_ROOT)  # conftest points the defaults at an empty PRENET_ARTIFACTS
     for p in (args.models, args.intervals, args.overhead):
-        assert Path(p).is_absolute() and Path(p).is_relative_to(REPO_ROOT)
+        assert Path(p).is_absolute() and Path(p).is_relative_to(defaults_root)
     assert all(Path(v).is_relative_to(REPO_ROOT) for v in rooted(compose([])).paths.values())
     p = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "report", f"paths.report={tmp_path / 'report'}"],

@@ -31,7 +31,6 @@ from prenet.outcome.space import SCHEDULES
 from prenet.outcome.telemetry_input import check_telemetry
 from prenet.paths import default_path
 
-DEFAULT_MODELS = default_path("outcome_models")
 CLASS_NAMES = ("bottom third", "middle third", "top third")
 #: A run "may still take off" (a late bloomer: issue 29's definition) when its accuracy so far is below ``below`` and
 #: the take-off model gives it at least the corpus's base rate of take-off among runs as slow at that epoch (the share
@@ -78,7 +77,7 @@ def predict(
     *,
     domain: str | None = None,
     schedule: str | None = None,
-    models_dir: str | Path = DEFAULT_MODELS,
+    models_dir: str | Path | None = None,
     loaded: tuple[dict, dict] | None = None,
     source: str = "predict(table)",
 ) -> Outcome:
@@ -95,7 +94,7 @@ def predict(
     table = check_telemetry(table, source=source)
     if schedule is not None and schedule not in SCHEDULES:
         raise PrenetError(f"predict(schedule={schedule!r}): not a schedule; choose one of {', '.join(SCHEDULES)} or None")
-    models, manifest = loaded if loaded is not None else load(models_dir)
+    models, manifest = loaded if loaded is not None else load(default_path("outcome_models") if models_dir is None else models_dir)
     seen = int(table["epoch"].max())
     usable = [e for e in manifest["epochs"] if e <= seen]
     if not usable:
@@ -170,7 +169,7 @@ def _read_table(path: str | Path) -> pl.DataFrame:
 
 
 def predict_file(
-    path: str | Path, *, domain: str | None = None, schedule: str | None = None, models_dir: str | Path = DEFAULT_MODELS
+    path: str | Path, *, domain: str | None = None, schedule: str | None = None, models_dir: str | Path | None = None
 ) -> tuple[Outcome, list[str]]:
     """:func:`predict` on a telemetry file; also returns the warnings it raised (unknown domain, few epochs…) as
     text, so a caller can show them beside the answer."""

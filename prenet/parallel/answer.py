@@ -17,17 +17,16 @@ from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.step import StepPrediction, default_overhead_ms, predict_trace, set_epoch
 
-DEFAULT_PARALLEL_MODEL = default_path("models_parallel")
-
 
 @lru_cache(maxsize=4)
 def _load(path: str, mtime: float) -> ParallelModel:
     return ParallelModel.load(path)
 
 
-def load_model(path: str | Path = DEFAULT_PARALLEL_MODEL) -> ParallelModel:
-    """The trained multi-GPU model at ``path``, read once per file version (a plan asks for it per GPU)."""
-    p = Path(path)
+def load_model(path: str | Path | None = None) -> ParallelModel:
+    """The trained multi-GPU model at ``path`` (default: ``paths.models_parallel``, read when called), read once per file
+    version (a plan asks for it per GPU)."""
+    p = Path(default_path("models_parallel") if path is None else path)
     return _load(str(p), p.stat().st_mtime if p.is_file() else 0.0)
 
 

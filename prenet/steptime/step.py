@@ -33,9 +33,6 @@ from prenet.steptime.host import issue_bound_ms, issued
 if TYPE_CHECKING:
     from torch import nn
 
-DEFAULT_OP_MODELS = default_path("models_ops")
-DEFAULT_OVERHEAD = default_path("step_overhead")
-
 
 @dataclass
 class StepPrediction:
@@ -91,9 +88,10 @@ def device_type(hw: HardwareSpec) -> str:
     return "cuda" if hw.kind == "gpu" else "cpu"
 
 
-def default_overhead_ms(hw: HardwareSpec, optimizer: str, path: str | Path = DEFAULT_OVERHEAD) -> float:
-    """The measured null-step overhead (``benchmark_models``) when ``hw`` is the CPU it was measured on, else 0."""
-    p = Path(path)
+def default_overhead_ms(hw: HardwareSpec, optimizer: str, path: str | Path | None = None) -> float:
+    """The measured null-step overhead (``benchmark_models``; ``path`` default: ``paths.step_overhead``, read when
+    called) when ``hw`` is the CPU it was measured on, else 0."""
+    p = Path(default_path("step_overhead") if path is None else path)
     if hw.kind != "cpu" or not p.is_file():
         return 0.0
     rec = json.loads(p.read_text())
