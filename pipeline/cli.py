@@ -49,44 +49,16 @@ def _cmd_models(args: argparse.Namespace) -> None:
         )
     note = None
     if names and args.source == "hf":
-        names, note = _hf_listing(names, show_all=args.all)
+        from prenet.hf_buildable import listing
+        from prenet.hf_models import import_transformers
+
+        names, note = listing(names, import_transformers().__version__, show_all=args.all)
         if not names:
             print(f"no hf model type matching {args.pattern!r} builds here; `prenet models hf {args.pattern!r} --all` says why")
             return
     print("\n".join(names) if names else f"no {args.source} model matches {args.pattern!r}")
     if note:  # stderr: stdout stays the list
         print(f"note: {note}", file=sys.stderr)
-
-
-def _hf_listing(names: list[str], *, show_all: bool) -> tuple[list[str], str]:
-    """``names`` (``hf:<type>``) as ``prenet models hf`` lists them: the types the last check
-    (:mod:`prenet.hf_buildable`) answered for, or with ``show_all`` every type, each failing one with its reason; and
-    the note saying which."""
-    from prenet.hf_buildable import load_check, record_path
-    from prenet.hf_models import import_transformers
-
-    version = import_transformers().__version__
-    check = load_check()
-    if check is None or not check.applies_to(version):
-        why = "no check on record" if check is None else f"the check on record ran with transformers {check.transformers}"
-        return names, (
-            f"{len(names)} of transformers {version}'s model types, not checked with this version ({why}; "
-            "python scripts/check_hf_models.py checks them): a type that needs audio, several inputs or no default model "
-            "fails with one line saying so"
-        )
-
-    def shown(n: str) -> str:  # a type that answers only so says how
-        return f"{n}\t{check.notes[n[3:]]}" if n[3:] in check.notes else n
-
-    if show_all:
-        listed = [shown(n) if n[3:] in check.answers else f"{n}\tfails: {check.fails.get(n[3:], 'not in the check')}" for n in names]
-        return listed, f"every one of {len(names)} types; the {sum(n[3:] in check.answers for n in names)} not marked fails answer"
-    ok = [shown(n) for n in names if n[3:] in check.answers]
-    return ok, (
-        f"{len(ok)} of {len(names)} model types answer (default config built on meta and a training step traced, "
-        f"transformers {check.transformers}, {check.checked}: {record_path().relative_to(record_path().parents[2])}); "
-        "--all lists the others with why they fail"
-    )
 
 
 def _cmd_retrain(args: argparse.Namespace) -> None:

@@ -1,6 +1,7 @@
 """Which of transformers' model types prenet answers for, as last checked (``data/hf/buildable.json``, written by
 ``scripts/check_hf_models.py``: each type's default config built on ``meta`` and one training step traced). Read by
-``prenet models hf`` so that it lists the types a user can ask about; no torch or transformers import here."""
+``prenet models hf`` (:func:`listing`) so that it lists the types a user can ask about; no torch or transformers import
+here."""
 
 from __future__ import annotations
 
@@ -39,3 +40,32 @@ def load_check(path: Path | None = None) -> HfCheck | None:
         return None
     raw = json.loads(p.read_text())
     return HfCheck(str(raw["transformers"]), str(raw["checked"]), frozenset(raw["answers"]), dict(raw.get("notes", {})), dict(raw["fails"]))
+
+
+def listing(names: list[str], version: str, *, show_all: bool) -> tuple[list[str], str]:
+    """``names`` (``hf:<type>``) as ``prenet models hf`` lists them under transformers ``version``: the types the last
+    check answered for (each with its caveat), or with ``show_all`` every type, each failing one with its reason; and
+    the note saying which. Without a check of this version, every name, and the note says so."""
+    check = load_check()
+    if check is None or not check.applies_to(version):
+        why = "no check on record" if check is None else f"the check on record ran with transformers {check.transformers}"
+        return names, (
+            f"{len(names)} of transformers {version}'s model types, not checked with this version ({why}; "
+            "python scripts/check_hf_models.py checks them): a type that needs audio, several inputs or no default model "
+            "fails with one line saying so"
+        )
+    types = [n.removeprefix("hf:") for n in names]
+
+    def shown(n: str, t: str) -> str:  # a type that answers only so says how
+        return f"{n}\t{check.notes[t]}" if t in check.notes else n
+
+    if show_all:
+        listed = [shown(n, t) if t in check.answers else f"{n}\tfails: {check.fails.get(t, 'not in the check')}" for n, t in zip(names, types)]
+        return listed, f"every one of {len(names)} types; the {sum(t in check.answers for t in types)} not marked fails answer"
+    ok = [shown(n, t) for n, t in zip(names, types) if t in check.answers]
+    where, root = record_path(), data_dir().parent
+    return ok, (
+        f"{len(ok)} of {len(names)} model types answer (default config built on meta and a training step traced, "
+        f"transformers {check.transformers}, {check.checked}: {where.relative_to(root) if where.is_relative_to(root) else where}); "
+        "--all lists the others with why they fail"
+    )
