@@ -682,6 +682,25 @@ def test_a_cross_entropy_lr_whose_forecast_loss_explodes_is_called_divergent_wit
     assert ok.loss[-1] < ok.loss[0]
 
 
+def test_a_diverged_forecast_is_not_re_linearized(monkeypatch):
+    """A curve that has diverged is said so at once: its kernel is not followed (at lr 1e6 an eigen-search on the grown
+    kernel took 12 s of a 17 s answer), while a stable lr still re-linearizes."""
+    from prenet.convergence import forecaster as fmod
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+    x, y = torch.randn(40, 8), torch.randint(0, 3, (40,))
+    moved = []
+    real_moved_copy = fmod._moved_copy
+    monkeypatch.setattr(fmod, "_moved_copy", lambda *a: moved.append(1) or real_moved_copy(*a))
+    with pytest.raises(dynamics.DivergenceError):
+        forecast(model, x, y, lr=1e6, batch_size=8, steps=200, progress=False)
+    assert moved == []
+    forecast(model, x, y, lr=0.05, batch_size=8, steps=200, progress=False)
+    assert moved
+    assert fmod.ce_diverged(np.array([2.0, 30.0]), 2.0, 3) and not fmod.ce_diverged(np.array([0.01, 1.0]), 0.01, 3)
+
+
 def test_auto_chooses_the_class_averaged_kernel_only_where_it_drops_little_of_theta(digits_small):
     """issue 30: ``auto`` measures the part of Θ that K ⊗ I_C leaves out, exactly on a few samples. A linear model's
     kernel is (x·x' + 1) ⊗ I_C (nothing dropped: ``kron``); a small random MLP's cross-class blocks are a large share (the

@@ -91,6 +91,12 @@ COST_TARGET = 30.0
 DIVERGED_GROWTH = 10.0
 
 
+def ce_diverged(L: np.ndarray, L0: float, classes: int) -> bool:
+    """Whether a cross-entropy loss curve ``L`` (nats) has diverged from its start ``L0``: it rose above
+    ``DIVERGED_GROWTH`` × ``L0`` and above ln C (a near-converged start may rise to the noise floor)."""
+    return not (np.nanmax(L) <= max(DIVERGED_GROWTH * L0, math.log(max(classes, 2))))
+
+
 @dataclass
 class Forecast:
     """A predicted fine-tuning curve. ``loss``/``accuracy``: per step 0..steps (length steps + 1), on the
@@ -345,6 +351,7 @@ def trajectory(
         return _moved_copy(work, x, D_acc if cap is None else cap.weight_coefficients(D_acc))
 
     Ls, As, records = [], [], []
+    F0_loss = float(losses.value(F0, losses.onehot(y, c), loss))
     bounds = [0, *stops, steps]
     s = min(n, DRIFT_SAMPLES)
     batches = dynamics.path_batches(n, batch_size, steps, seed, sde_paths) if kind == "exact" else None
@@ -379,7 +386,9 @@ def trajectory(
             if b in checks and np.isfinite(L).all():
                 cand = moved_copy()
                 gaps.append(_gap(b, cand, x, y, heldout, loss, state.F.mean(0), F0))
-            if b == steps or b not in relin_at or not np.isfinite(L).all():
+            # a diverged curve is not re-linearized: its kernel has grown without bound (an eigen-search on it took 12 s
+            # of a 17 s answer at lr 1e6) and the answer is the divergence, which the caller says
+            if b == steps or b not in relin_at or not np.isfinite(L).all() or (loss == "cross_entropy" and ce_diverged(L, F0_loss, c)):
                 continue
             rest = t_dyn / b * (steps - b)  # the remaining dynamics, at the pace so far
             more = (0.0 if moving else t_sample) + kernel_seconds + rest  # a moving check computes no sample kernel
@@ -623,7 +632,7 @@ def forecast(
     else:
         L, A = run_dynamics(kind, kernel.theta, F0, y, **dyn, progress=progress, lam_max=lam_theta * len(idx))
     # the CE bound is not a hard one; a near-converged start (tiny L0) may rise to the noise floor: never below ln C
-    if loss == "cross_entropy" and not (np.nanmax(L) <= max(DIVERGED_GROWTH * L[0], math.log(max(C, 2)))):
+    if loss == "cross_entropy" and ce_diverged(L, float(L[0]), C):
         raise dynamics.DivergenceError(
             f"lr {lr:g} diverges: the linearized fine-tuning's loss grows from {L[0]:.4g} to {np.nanmax(L):.4g} "
             f"(> {DIVERGED_GROWTH:g}× its start and > ln C); the cross-entropy stability bound at the starting outputs is "
