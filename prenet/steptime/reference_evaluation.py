@@ -16,8 +16,10 @@
   unfused ops.
 * pytorch-gpu-benchmark's torchvision CNNs (``data/external/pytorch_gpu_benchmark``): the median FP32 step of 23
   architectures at batch 12 on five desktop GPUs (four absent from every training set) and an A100 (TF32 by torch's
-  defaults of the time). That step is forward, loss and backward without an optimizer, plus the batch's host-to-device
-  copy: predicted as the traced step less its optimizer phase as the host issues it (:mod:`prenet.steptime.host`), plus
+  defaults of the time). That step is ``model.zero_grad()``, forward, loss and backward without an optimizer, plus the
+  batch's host-to-device copy: predicted as the traced step less its optimizer phase as the host issues it
+  (:mod:`prenet.steptime.host`), with the loop's own per-parameter ops (torch 1.x's ``zero_grad`` zeroes each gradient,
+  one fill kernel, and the backward then adds into it, one add kernel, where a ``set_to_none`` loop issues neither), plus
   the copy at :data:`H2D_GBPS`. The DenseNet and SqueezeNet steps fit the host's cost per op (``train_ops``); the
   ResNets and VGGs are the test rows.
 
@@ -40,7 +42,7 @@ from prenet.paths import data_dir
 from prenet.reference_models import DLE_RECIPES, REFERENCE_MODELS, TORCHVISION_PARAMS, torchvision_model
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.host import HOST_CALIBRATION, fit_host_ms, issue_bound_ms, issued
-from prenet.steptime.step import grad_accumulation_records, predict_frames, predict_trace_many
+from prenet.steptime.step import grad_accumulation_records, predict_frames, predict_trace_many, zero_grad_records
 
 #: DeepLearningExamples' GPU and precision names → catalog GPUs (DGX-1 V100s are SXM2) and prenet precisions
 DLE_GPUS = {"A100 80GB": "A100 80GB SXM4", "A100 40GB": "A100 40GB SXM4", "V100 16GB": "V100 SXM2", "V100 32GB": "V100 SXM2"}
@@ -206,6 +208,8 @@ def ryujaehun_steps(model: EfficiencyModel, rows: pl.DataFrame) -> list[tuple[di
             module, example = as_half(module, example)
         traced = "fp32" if precision == "fp16_pure" else str(precision)
         trace = trace_step(module, example, optimizer="sgd", precision=traced, device_type="cuda")
+        # the benchmark's loop (torch 1.x): zero_grad() zeroes each gradient, the backward adds into it
+        trace.records = zero_grad_records(module) + trace.records + grad_accumulation_records(module)
         batch_bytes = example[0].numel() * example[0].element_size()
         hws = [get(h) for h in group.get_column("hardware_id").to_list()]
         for row, ops in zip(group.iter_rows(named=True), predict_frames(trace, hws, model)):

@@ -219,6 +219,24 @@ def grad_accumulation_records(module: nn.Module) -> list:
     return out
 
 
+def zero_grad_records(module: nn.Module) -> list:
+    """The ``grad.zero_()`` of every trainable parameter that ``zero_grad(set_to_none=False)`` issues (torch < 2.0's
+    default: one fill kernel per parameter, before the forward; the backward then adds into those gradients,
+    :func:`grad_accumulation_records`), as the ops they are (forward phase)."""
+    import torch
+
+    from prenet.ops.trace import trace_call
+
+    out = []
+    for p in module.parameters():
+        if not p.requires_grad:
+            continue
+        for r in trace_call(torch.Tensor.zero_, torch.empty_like(p, device="meta")):
+            r.phase = "forward"
+            out.append(r)
+    return out
+
+
 def accumulate(trace: StepTrace, module: nn.Module, k: int) -> StepTrace:
     """One optimizer step of gradient accumulation over ``k`` micro-steps: the traced forward and backward ``k`` times,
     the gradient accumulation of the ``k - 1`` later backwards, one optimizer step (``trace``'s, unchanged for k = 1)."""
