@@ -52,7 +52,9 @@ def _cmd_models(args: argparse.Namespace) -> None:
         from prenet.hf_buildable import listing
         from prenet.hf_models import import_transformers
 
-        names, note = listing(names, import_transformers().__version__, show_all=args.all)
+        import torch
+
+        names, note = listing(names, import_transformers().__version__, show_all=args.all, torch_version=torch.__version__)
         if not names:
             print(f"no hf model type matching {args.pattern!r} builds here; `prenet models hf {args.pattern!r} --all` says why")
             return
@@ -781,8 +783,18 @@ def _threads(value: str) -> int:
     return n
 
 
+def _flags_last(argv: list[str]) -> list[str]:
+    """``prenet models hf --all PATTERN`` as ``prenet models hf PATTERN --all``: argparse ends an optional positional
+    (the pattern) at the first flag, so a pattern after ``--all`` was refused. Only for ``models``, whose flags take no
+    value."""
+    if argv[:1] != ["models"]:
+        return argv
+    flags = [a for a in argv[1:] if a.startswith("-")]
+    return ["models", *[a for a in argv[1:] if not a.startswith("-")], *flags]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_flags_last(sys.argv[1:] if argv is None else list(argv)))
     try:
         args.func(args)
     except (PrenetError, FileNotFoundError) as e:  # an artifact not made yet names the stage that makes it

@@ -183,17 +183,28 @@ def test_models_hf_lists_the_types_that_answer_and_says_why_others_fail(tmp_path
     record = tmp_path / "buildable.json"
     monkeypatch.setattr(hb, "record_path", lambda: record)
     base = {"checked": "2026-12-05", "answers": ["bert", "mixtral"], "notes": {"mixtral": "answers in bf16 only"}, "fails": {"bark": "needs audio"}}
-    record.write_text(json.dumps({**base, "transformers": transformers.__version__}))
+    record.write_text(json.dumps({**base, "transformers": transformers.__version__, "torch": torch.__version__}))
     assert main(["models", "hf", "[bm]*"]) == 0
     out, err = capsys.readouterr()
     assert out.splitlines()[:2] == ["hf:bert", "hf:mixtral\tanswers in bf16 only"] and "answer" in err and "--all" in err
     assert main(["models", "hf", "b[ae]r[kt]", "--all"]) == 0
     out, _ = capsys.readouterr()
     assert out.splitlines() == ["hf:bark\tfails: needs audio", "hf:bart\tfails: not in the check", "hf:bert"]
-    record.write_text(json.dumps({**base, "transformers": "0.0.1"}))
+    assert main(["models", "hf", "--all", "b[ae]r[kt]"]) == 0  # the flag before the pattern reads the same
+    assert capsys.readouterr().out.splitlines() == ["hf:bark\tfails: needs audio", "hf:bart\tfails: not in the check", "hf:bert"]
+    record.write_text(json.dumps({**base, "transformers": "0.0.1", "torch": torch.__version__}))
     assert main(["models", "hf", "b[ae]r[kt]"]) == 0
     out, err = capsys.readouterr()
-    assert out.split() == ["hf:bark", "hf:bart", "hf:bert"] and "not checked with this version" in err
+    assert out.split() == ["hf:bark", "hf:bart", "hf:bert"] and "not checked with these versions (the check on record ran with transformers 0.0.1" in err
+    # another torch release changes what traces; another build of the same release (+cpu, +cu121) does not
+    release = torch.__version__.split("+")[0]
+    record.write_text(json.dumps({**base, "transformers": transformers.__version__, "torch": "1.0.0"}))
+    assert main(["models", "hf", "b[ae]r[kt]"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == ["hf:bark", "hf:bart", "hf:bert"] and f"ran with torch 1.0.0, this is {torch.__version__}" in err
+    record.write_text(json.dumps({**base, "transformers": transformers.__version__, "torch": release + "+cu999"}))
+    assert main(["models", "hf", "b[ae]r[kt]"]) == 0
+    assert capsys.readouterr().out.split() == ["hf:bert"]
 
 
 def test_the_shipped_check_is_of_the_pinned_transformers_and_holds_the_common_types():
@@ -203,7 +214,7 @@ def test_the_shipped_check_is_of_the_pinned_transformers_and_holds_the_common_ty
     from prenet.hf_buildable import load_check
 
     check = load_check()
-    assert check is not None and check.applies_to(transformers.__version__)
+    assert check is not None and check.applies_to(transformers.__version__, torch.__version__)
     assert {"bert", "gpt2", "llama", "t5", "vit", "mixtral"} <= check.answers and not check.answers & set(check.fails)
     assert len(check.answers) + len(check.fails) == len(list(transformers.CONFIG_MAPPING.keys()))
 
