@@ -49,10 +49,10 @@ def _cmd_models(args: argparse.Namespace) -> None:
         )
     note = None
     if names and args.source == "hf":
+        import torch
+
         from prenet.hf_buildable import listing
         from prenet.hf_models import import_transformers
-
-        import torch
 
         names, note = listing(names, import_transformers().__version__, show_all=args.all, torch_version=torch.__version__)
         if not names:

@@ -60,7 +60,12 @@ def load_check(path: Path | None = None) -> HfCheck | None:
         return None
     raw = json.loads(p.read_text())
     return HfCheck(
-        str(raw["transformers"]), str(raw.get("torch", "unknown")), str(raw["checked"]), frozenset(raw["answers"]), dict(raw.get("notes", {})), dict(raw["fails"])
+        str(raw["transformers"]),
+        str(raw.get("torch", "unknown")),
+        str(raw["checked"]),
+        frozenset(raw["answers"]),
+        dict(raw.get("notes", {})),
+        dict(raw["fails"]),
     )
 
 

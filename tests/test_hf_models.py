@@ -195,7 +195,9 @@ def test_models_hf_lists_the_types_that_answer_and_says_why_others_fail(tmp_path
     record.write_text(json.dumps({**base, "transformers": "0.0.1", "torch": torch.__version__}))
     assert main(["models", "hf", "b[ae]r[kt]"]) == 0
     out, err = capsys.readouterr()
-    assert out.split() == ["hf:bark", "hf:bart", "hf:bert"] and "not checked with these versions (the check on record ran with transformers 0.0.1" in err
+    assert (
+        out.split() == ["hf:bark", "hf:bart", "hf:bert"] and "not checked with these versions (the check on record ran with transformers 0.0.1" in err
+    )
     # another torch release changes what traces; another build of the same release (+cpu, +cu121) does not
     release = torch.__version__.split("+")[0]
     record.write_text(json.dumps({**base, "transformers": transformers.__version__, "torch": "1.0.0"}))
