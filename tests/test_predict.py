@@ -68,6 +68,39 @@ def test_a_cpu_step_whose_data_outgrows_the_caches_fetches_its_skinny_gemms_oper
     assert dram_refetch_ms(ops, small, 11 * 2**20) == 0.0  # the step's data fits: its operands stay warm
 
 
+def test_the_activations_a_cpu_step_saves_count_towards_its_working_set(models_dir):
+    """A convolutional step of few parameters and large activations: its forward saves activations for the backward
+    (traced on meta, as the memory estimate traces them), and those count towards the data that must fit the caches;
+    a GPU trace records none."""
+    import dataclasses
+
+    import torch
+    from torch import nn
+
+    from prenet.memory.training import trace_saved
+    from prenet.ops import trace_step
+    from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.steptime.step import predict_trace, step_data_bytes
+
+    with torch.device("meta"):
+        net = nn.Sequential(
+            nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.Flatten(), nn.Linear(32 * 64 * 64, 10)
+        )
+        batch = (torch.randn(16, 3, 64, 64), torch.randint(0, 10, (16,)))
+    trace = trace_step(net, batch, optimizer="sgd", device_type="cpu")
+    saved = sum(trace_saved(net, batch)[0])
+    assert trace.activation_bytes == saved > 16 * 32 * 64 * 64 * 4  # at least the first convolution's output
+    params_only = dataclasses.replace(trace, activation_bytes=None)
+    assert step_data_bytes(trace) == pytest.approx(step_data_bytes(params_only) + saved)
+    model = EfficiencyModel.load(models_dir)
+    between = _local_cpu((step_data_bytes(params_only) + saved / 2) / 2**20)  # holds the parameters' data, not the activations too
+    with_acts, _ = predict_trace(trace, between, model)
+    without, _ = predict_trace(params_only, between, model)
+    assert with_acts.dram_refetch_ms > 0 == without.dram_refetch_ms
+    assert any("saved activations" in n for n in with_acts.notes)
+    assert trace_step(net, batch, optimizer="sgd", device_type="cuda").activation_bytes is None
+
+
 def test_the_cache_capacity_is_where_copies_fall_below_most_of_the_cache_bandwidth(monkeypatch):
     """The capacity is the copy footprint where the bandwidth falls below CACHE_HOLD_SHARE of the way from DRAM to cache
     bandwidth, interpolated between the measured footprints."""

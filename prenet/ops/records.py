@@ -60,6 +60,11 @@ class StepTrace:
     #: tensor parallelism splits (:func:`prenet.ops.trace.attention_blocks`); empty / None for other models.
     blocks: list[str] = field(default_factory=list)
     heads: int | None = None
+    #: The bytes autograd saves for the backward pass in one forward (:func:`prenet.memory.training.trace_saved`): data a
+    #: step writes early and reads back late, so it counts towards a CPU step's working set
+    #: (:func:`prenet.steptime.step.step_data_bytes`); None where not traced (GPU steps, or a forward that cannot run on
+    #: ``meta`` at this precision).
+    activation_bytes: int | None = None
 
     def frame(self) -> pl.DataFrame:
         """One row per op (columns of :class:`OpRecord`)."""

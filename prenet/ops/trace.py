@@ -849,7 +849,21 @@ def trace_step(
         memory_format=memory_format,
         grad_params=grad_params(meta),
         **dict(zip(("blocks", "heads"), attention_blocks(meta), strict=True)),
+        activation_bytes=_saved_bytes(meta, inputs, labels, precision) if device_type == "cpu" and direction == "train_step" else None,
     )
+
+
+def _saved_bytes(meta: nn.Module, inputs: torch.Tensor, labels: torch.Tensor | None, precision: str) -> int | None:
+    """The bytes one training forward of ``meta`` saves for backward, at ``precision`` on a CPU (autocast's CPU op
+    lists for bf16/fp16): :func:`prenet.memory.training.trace_saved`; None where that forward cannot run on ``meta``."""
+    from prenet.memory.training import autocast_of, trace_saved
+
+    try:
+        batch = inputs.to("meta") if labels is None else (inputs.to("meta"), labels.to("meta"))
+        saved, _ = trace_saved(meta, batch, None, autocast_of(precision, "cpu"))
+    except (RuntimeError, NotImplementedError):
+        return None
+    return int(sum(saved))
 
 
 _HEAD_ATTRS = ("num_heads", "num_attention_heads", "n_head", "n_heads", "heads")

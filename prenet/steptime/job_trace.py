@@ -30,7 +30,7 @@ from prenet.memory.estimate import MemoryEstimate
 from prenet.ops.records import OpRecord, StepTrace
 
 #: Bump when the stored layout changes (old entries are then never read).
-FORMAT = 1
+FORMAT = 2
 _PACKAGE = Path(__file__).resolve().parents[1]
 #: model-spec prefix → the distributions that build such a model (timm builds with torchvision's layers too)
 _BUILDERS = {"hf": ("transformers",), "torchvision": ("torchvision",), "timm": ("timm", "torchvision")}
