@@ -789,8 +789,9 @@ def _flags_last(argv: list[str]) -> list[str]:
     value."""
     if argv[:1] != ["models"]:
         return argv
-    flags = [a for a in argv[1:] if a.startswith("-")]
-    return ["models", *[a for a in argv[1:] if not a.startswith("-")], *flags]
+    head, tail = (argv[1 : argv.index("--")], argv[argv.index("--") :]) if "--" in argv else (argv[1:], [])
+    flags = [a for a in head if a.startswith("-")]
+    return ["models", *[a for a in head if not a.startswith("-")], *flags, *tail]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -135,3 +135,14 @@ def test_a_stage_started_by_a_python_without_the_dependencies_says_what_to_do():
     p = subprocess.run([sys.executable, "-S", "-m", "pipeline.run", "benchmark"], cwd=root, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1
     assert "cannot import" in p.stderr and "source .venv/bin/activate" in p.stderr
+
+
+def test_models_flags_may_come_before_the_pattern():
+    """``prenet models hf --all PATTERN`` reads as ``prenet models hf PATTERN --all``; what follows ``--`` stays put (a
+    pattern that starts with '-'); other commands are untouched."""
+    from pipeline.cli import _flags_last
+
+    assert _flags_last(["models", "hf", "--all", "b*"]) == ["models", "hf", "b*", "--all"]
+    assert _flags_last(["models", "hf", "--all", "--", "-x*"]) == ["models", "hf", "--all", "--", "-x*"]
+    assert _flags_last(["models", "--help"]) == ["models", "--help"]
+    assert _flags_last(["predict", "step-time", "--model", "mlp"]) == ["predict", "step-time", "--model", "mlp"]

@@ -383,12 +383,14 @@ def trajectory(
             As.append(A)
             D_acc += D
             cand = None
-            if b in checks and np.isfinite(L).all():
+            # the paths' mean, as the answer's curve and its final check take it (one path may rise alone)
+            diverged = loss == "cross_entropy" and ce_diverged(np.mean(L, axis=-1), F0_loss, c)
+            if b in checks and np.isfinite(L).all() and not diverged:
                 cand = moved_copy()
                 gaps.append(_gap(b, cand, x, y, heldout, loss, state.F.mean(0), F0))
             # a diverged curve is not re-linearized: its kernel has grown without bound (an eigen-search on it took 12 s
             # of a 17 s answer at lr 1e6) and the answer is the divergence, which the caller says
-            if b == steps or b not in relin_at or not np.isfinite(L).all() or (loss == "cross_entropy" and ce_diverged(L, F0_loss, c)):
+            if b == steps or b not in relin_at or not np.isfinite(L).all() or diverged:
                 continue
             rest = t_dyn / b * (steps - b)  # the remaining dynamics, at the pace so far
             more = (0.0 if moving else t_sample) + kernel_seconds + rest  # a moving check computes no sample kernel

@@ -63,7 +63,7 @@ class StepTrace:
     #: The bytes autograd saves for the backward pass in one forward (:func:`prenet.memory.training.trace_saved`): data a
     #: step writes early and reads back late, so it counts towards a CPU step's working set
     #: (:func:`prenet.steptime.step.step_data_bytes`); None where not traced (GPU steps, or a forward that cannot run on
-    #: ``meta`` at this precision).
+    #: ``meta`` at this precision; measured traces; layer traces that time one direction).
     activation_bytes: int | None = None
 
     def frame(self) -> pl.DataFrame:

@@ -855,13 +855,16 @@ def trace_step(
 
 def _saved_bytes(meta: nn.Module, inputs: torch.Tensor, labels: torch.Tensor | None, precision: str) -> int | None:
     """The bytes one training forward of ``meta`` saves for backward, at ``precision`` on a CPU (autocast's CPU op
-    lists for bf16/fp16): :func:`prenet.memory.training.trace_saved`; None where that forward cannot run on ``meta``."""
+    lists for bf16/fp16): :func:`prenet.memory.training.trace_saved`, with attention and LSTMs routed to the kernels
+    the traced step runs (:class:`_FusedAttention`: CPU flash attention keeps no L×L matrix). None where that forward
+    fails: the figure only sizes the step's working set, so its absence is not an error."""
     from prenet.memory.training import autocast_of, trace_saved
 
     try:
         batch = inputs.to("meta") if labels is None else (inputs.to("meta"), labels.to("meta"))
-        saved, _ = trace_saved(meta, batch, None, autocast_of(precision, "cpu"))
-    except (RuntimeError, NotImplementedError):
+        with _FusedAttention("cpu"):
+            saved, _ = trace_saved(meta, batch, None, autocast_of(precision, "cpu"))
+    except Exception:  # noqa: BLE001 - a best-effort second forward: the trace itself already succeeded
         return None
     return int(sum(saved))
 

@@ -198,8 +198,8 @@ def load_ryujaehun_rows(root: Path | None = None) -> pl.DataFrame:
 
 
 def ryujaehun_steps(model: EfficiencyModel, rows: pl.DataFrame) -> list[tuple[dict, np.ndarray, np.ndarray, float]]:
-    """Per row of ``rows`` (:func:`load_ryujaehun_rows`): (row, predicted GPU ms of each forward/loss/backward op in
-    issue order, which of them the host issues, the batch's host-to-device copy ms); one trace per (model, precision,
+    """Per row of ``rows`` (:func:`load_ryujaehun_rows`): (row, predicted GPU ms of each op of the benchmark's loop in
+    issue order (zero_grad's per-parameter fills, forward, loss, backward and its per-parameter gradient adds), which of them the host issues, the batch's host-to-device copy ms); one trace per (model, precision,
     batch), one batched prediction over its GPUs."""
     out = []
     for (name, precision, batch), group in rows.group_by(["model", "precision", "batch"], maintain_order=True):
@@ -235,8 +235,8 @@ def _calibration(row: dict) -> bool:
 
 
 def ryujaehun_whole_model(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> pl.DataFrame:
-    """``rows`` (default :func:`load_ryujaehun_rows`) plus ``predicted_ms`` (forward + loss + backward as the host issues
-    them and the GPU runs them, and the input copy ``h2d_ms``), ``host_ms`` (the host cost per op used), ``host_bound``
+    """``rows`` (default :func:`load_ryujaehun_rows`) plus ``predicted_ms`` (the benchmark's loop: zero_grad, forward, loss,
+    backward, as the host issues them and the GPU runs them, and the input copy ``h2d_ms``), ``host_ms`` (the host cost per op used), ``host_bound``
     (the host's issue time exceeds the GPU's work), ``calibration`` (an architecture the host cost is fitted on: not a
     test row) and ``ape_pct``. When ``model`` has a GPU host cost, each test row is answered with a host cost refitted
     on the calibration steps of the other GPUs (each GPU was measured on its own machine), so no figure of a GPU saw

@@ -168,7 +168,7 @@ def _summarize(
         notes.append(note)
     data_bytes, sensitive = step_data_bytes(trace), cache_sensitive(ops, hw)
     refetch_ms = dram_refetch_ms(ops, hw, data_bytes, sensitive)
-    if note := cpu_cache_note(ops, hw, refetch_ms, data_bytes, sensitive):
+    if note := cpu_cache_note(ops, hw, refetch_ms, data_bytes, sensitive, activations=bool(trace.activation_bytes)):
         notes.append(note)
     if host_issue_ms > total_ms:
         notes.append(
@@ -306,7 +306,12 @@ def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, data_bytes: float, sens
 
 
 def cpu_cache_note(
-    ops: pl.DataFrame, hw: HardwareSpec, refetch_ms: float = 0.0, data_bytes: float = 0.0, sensitive: np.ndarray | None = None
+    ops: pl.DataFrame,
+    hw: HardwareSpec,
+    refetch_ms: float = 0.0,
+    data_bytes: float = 0.0,
+    sensitive: np.ndarray | None = None,
+    activations: bool = False,
 ) -> str | None:
     """What the answer says of a CPU step's caches: the DRAM refetch it added (:func:`dram_refetch_ms`), or, without a
     measured cache capacity, a warning where cache-sensitive ops hold most of the step (they ran up to ~1.5× slower
@@ -315,9 +320,10 @@ def cpu_cache_note(
     if hw.kind != "cpu" or ops.height == 0:
         return None
     sel = cache_sensitive(ops, hw) if sensitive is None else sensitive
+    acts = " and saved activations" if activations else ""
     if refetch_ms > 0:
         return (
-            f"cache: the step's weights, gradients, optimizer state and saved activations ({data_bytes / 2**20:.0f} MB) outgrow the "
+            f"cache: the step's weights, gradients, optimizer state{acts} ({data_bytes / 2**20:.0f} MB) outgrow the "
             f"{hw.cache_mb:.0f} MB its caches hold (measured), so {int(sel.sum())} memory-bound ops of {hw.l2_mb or 1.0:g}-"
             f"{hw.cache_mb:.0f} MB, timed in place with warm operands, fetch them from DRAM: + {refetch_ms:.2f} ms at "
             f"{hw.mem_bw_gbps:.1f} GB/s"
