@@ -18,7 +18,7 @@ from prenet.errors import PrenetError
 from prenet.hardware.local import detect_local
 from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import model_timing_schema
-from prenet.measurement.ops import across_rounds_frame, forward_flops, measure_config, sample_configs, sample_wide
+from prenet.measurement.ops import across_rounds_frame, forward_flops, measure_config, sample_blocks, sample_configs, sample_wide
 from prenet.measurement.probe import SpeedProbe
 from prenet.measurement.timer import interleaved
 
@@ -47,6 +47,11 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         for i, (kind, c) in enumerate(wide)
         if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.get("wide_bf16_max_flops", b.bf16_max_flops)) and kind in wide_bf16
     ]
+    # blocks whose BF16 kernels run unlike their FP32 ones, measured again under BF16 autocast where the CPU runs BF16
+    # natively (elsewhere BF16 is emulated, slow, and answered as such): conf ops.benchmark.bf16_native_blocks
+    native_bf16 = hw.extra.get("bf16_units", "none") != "none"
+    extra_bf16 = sample_blocks(dict(b.get("bf16_native_blocks") or {}), seed=int(b.seed)) if native_bf16 else []
+    todo += [(kind, c, "sgd", "bf16") for kind, c in extra_bf16]
     skipped: list[str] = []
     t0 = time.monotonic()
     probe = SpeedProbe(int(cfg.threads))  # host speed beside every row (prenet/measurement/probe.py)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import polars as pl
 import pytest
@@ -352,6 +354,18 @@ def test_roofline_knows_winograd_alignment_and_per_element_work():
     from prenet.hardware.local import detect_cpu
 
     assert (algorithmic_gain(frame, detect_cpu(1)) == 1.0).all()
+
+
+def test_more_blocks_are_drawn_apart_from_the_others():
+    """``sample_blocks``: each block kind from its own generator, so asking for more depthwise blocks neither repeats
+    the benchmark's own depthwise configurations nor moves any other's."""
+    from prenet.measurement.ops import sample_blocks, sample_configs
+
+    dw = sample_blocks({"depthwise_block": 5}, seed=7)
+    assert len(dw) == 5 and {k for k, _ in dw} == {"depthwise_block"} and len({json.dumps(c, sort_keys=True) for _, c in dw}) == 5
+    assert sample_blocks({"depthwise_block": 8, "conv1d_block": 2}, seed=7)[2:7] == dw  # sorted by kind: conv1d first
+    own = [c for k, c in sample_configs({}, per_kind=5, seed=7) if k == "depthwise_block"]
+    assert not any(c in own for _, c in dw)
 
 
 def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():

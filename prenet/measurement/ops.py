@@ -185,6 +185,17 @@ def sample_configs(spaces: dict[str, Any], *, per_kind: int, seed: int, max_flop
     return out
 
 
+def sample_blocks(counts: dict[str, int], *, seed: int) -> list[tuple[str, dict[str, int]]]:
+    """More configurations of blocks (``counts``: block kind → how many), each kind from its own generator (``seed`` and
+    its name), so that adding some leaves every other configuration as it was."""
+    out = []
+    for kind in sorted(counts):
+        sample, _ = BLOCKS[kind]
+        rng = np.random.default_rng([seed + 2, int(hashlib.sha256(kind.encode()).hexdigest()[:8], 16)])
+        out += [(kind, sample(rng)) for _ in range(int(counts[kind]))]
+    return out
+
+
 #: Size keys a real model tends to set to multiples of 16 / 64 (widths, channels, batch); ``sample_wide`` snaps a share.
 _ALIGNABLE = ("batch", "in_features", "out_features", "in_channels", "out_channels", "hidden_size", "hidden", "embedding_dim")
 
