@@ -185,13 +185,18 @@ def sample_configs(spaces: dict[str, Any], *, per_kind: int, seed: int, max_flop
     return out
 
 
+def _named_generator(seed: int, name: str) -> np.random.Generator:
+    """A generator of its own for ``name`` (a space or block kind), so that adding a name draws nothing from another's."""
+    return np.random.default_rng([seed, int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)])
+
+
 def sample_blocks(counts: dict[str, int], *, seed: int) -> list[tuple[str, dict[str, int]]]:
     """More configurations of blocks (``counts``: block kind → how many), each kind from its own generator (``seed`` and
     its name), so that adding some leaves every other configuration as it was."""
     out = []
     for kind in sorted(counts):
         sample, _ = BLOCKS[kind]
-        rng = np.random.default_rng([seed + 2, int(hashlib.sha256(kind.encode()).hexdigest()[:8], 16)])
+        rng = _named_generator(seed + 2, kind)
         out += [(kind, sample(rng)) for _ in range(int(counts[kind]))]
     return out
 
@@ -223,7 +228,7 @@ def sample_wide(wide: dict[str, Any], *, seed: int, aligned_share: float) -> lis
         spec = wide[name]
         kind = str(spec.get("kind", name))
         lt = REGISTRY[kind]
-        rng = np.random.default_rng([seed + 1, int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)])
+        rng = _named_generator(seed + 1, name)
         for _ in range(int(spec["configs"])):
             out.append((kind, lt.complete(snap_aligned(lt.sample(rng, dict(spec["space"])), rng, aligned_share))))
     return out

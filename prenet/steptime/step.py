@@ -201,9 +201,9 @@ def _summarize(
     return pred, ops
 
 
-def grad_accumulation_records(module: nn.Module) -> list:
-    """The ``grad += new`` of every trainable parameter that a backward adds when gradients already exist (gradient
-    accumulation, or a loop without ``zero_grad``), as the ops they are (backward phase)."""
+def _per_parameter_records(module: nn.Module, op: Any, phase: str, operands: int) -> list:
+    """The records of ``op`` on a meta gradient of every trainable parameter (one call each, in registration order,
+    the gradient passed ``operands`` times: ``g.add_(g)`` takes 2, ``g.zero_()`` 1), in ``phase``."""
     import torch
 
     from prenet.ops.trace import trace_call
@@ -213,10 +213,18 @@ def grad_accumulation_records(module: nn.Module) -> list:
         if not p.requires_grad:
             continue
         g = torch.empty_like(p, device="meta")
-        for r in trace_call(torch.Tensor.add_, g, g):
-            r.phase = "backward"
+        for r in trace_call(op, *[g] * operands):
+            r.phase = phase
             out.append(r)
     return out
+
+
+def grad_accumulation_records(module: nn.Module) -> list:
+    """The ``grad += new`` of every trainable parameter that a backward adds when gradients already exist (gradient
+    accumulation, or a loop without ``zero_grad``), as the ops they are (backward phase)."""
+    import torch
+
+    return _per_parameter_records(module, torch.Tensor.add_, "backward", 2)
 
 
 def zero_grad_records(module: nn.Module) -> list:
@@ -225,16 +233,7 @@ def zero_grad_records(module: nn.Module) -> list:
     :func:`grad_accumulation_records`), as the ops they are (forward phase)."""
     import torch
 
-    from prenet.ops.trace import trace_call
-
-    out = []
-    for p in module.parameters():
-        if not p.requires_grad:
-            continue
-        for r in trace_call(torch.Tensor.zero_, torch.empty_like(p, device="meta")):
-            r.phase = "forward"
-            out.append(r)
-    return out
+    return _per_parameter_records(module, torch.Tensor.zero_, "forward", 1)
 
 
 def accumulate(trace: StepTrace, module: nn.Module, k: int) -> StepTrace:
