@@ -33,11 +33,6 @@ def _hardware(hardware: str | HardwareSpec, threads: int) -> HardwareSpec:
     return resolve(hardware, threads=threads, local_record=default_path("hardware_record"))
 
 
-def _op_models(models_dir: str | Path | None) -> str | Path:
-    """``models_dir``, or the default op-model folder (``paths.models_ops``, under ``PRENET_ARTIFACTS`` when set)."""
-    return default_path("models_ops") if models_dir is None else models_dir
-
-
 def predict_step_time(
     model: Any,
     *,
@@ -106,11 +101,15 @@ def predict_step_time(
         layout = Layout(gpus=gpus, nodes=nodes, strategy=strategy, tp=tp, network_gbits=network_gbits)
     trace = job.traces[device_type(hw)]
     if layout is None:
-        pred = predict_traced(trace, hw, EfficiencyModel.load(_op_models(models_dir)), overhead_ms=overhead_ms, dataset_size=dataset_size)
+        pred = predict_traced(
+            trace, hw, EfficiencyModel.load(default_path("models_ops", models_dir)), overhead_ms=overhead_ms, dataset_size=dataset_size
+        )
     else:
         from prenet.parallel.answer import predict_parallel
 
-        pred = predict_parallel(trace, hw, EfficiencyModel.load(_op_models(models_dir)), layout, overhead_ms=overhead_ms, dataset_size=dataset_size)
+        pred = predict_parallel(
+            trace, hw, EfficiencyModel.load(default_path("models_ops", models_dir)), layout, overhead_ms=overhead_ms, dataset_size=dataset_size
+        )
     pred.notes[:0] = job_notes(job)
     if gpus * nodes == 1 and parallel != "ddp":
         pred.notes.append(f"--parallel {parallel} on one GPU shares nothing: this is the single-GPU step (give --gpus N)")
@@ -147,4 +146,4 @@ def predict_layers(table: pl.DataFrame, *, hardware: str | HardwareSpec, threads
     (``models_dir`` default: ``paths.models_ops``, read when called)."""
     from prenet.steptime.layer_table import predict_layers as _predict_layers
 
-    return _predict_layers(table, hardware=_hardware(hardware, threads), model=_op_models(models_dir), threads=threads)
+    return _predict_layers(table, hardware=_hardware(hardware, threads), model=default_path("models_ops", models_dir), threads=threads)

@@ -50,7 +50,10 @@ def resolve_paths(paths: dict[str, str], key: str, where: str) -> Path:
     return p if p.is_absolute() else REPO_ROOT / p
 
 
-def default_path(key: str) -> Path:
-    """The default location of artifact ``key`` of the ``paths`` group (``models_ops``, ``outcome_models``…), absolute;
-    under ``PRENET_ARTIFACTS`` when it is set."""
+def default_path(key: str, given: str | Path | None = None) -> Path:
+    """``given`` when a caller gave a path; else the default location of artifact ``key`` of the ``paths`` group
+    (``models_ops``, ``outcome_models``…), absolute, under ``PRENET_ARTIFACTS`` when it is set, read when called (so an
+    API default set after import follows the variable)."""
+    if given is not None:
+        return Path(given)
     return resolve_paths(_group_paths(artifact_root()), key, "conf/paths/default.yaml")

@@ -84,11 +84,11 @@ def test_an_artifact_root_in_the_environment_moves_every_default(tmp_path, monke
     """PRENET_ARTIFACTS moves the library's and the CLI's default locations together (conftest sets it to an empty
     folder, so no test reads the checkout's own trained models); unset, they follow conf/ and params.yaml."""
     from pipeline.config import artifact_path
-    from prenet.api import _op_models
     from prenet.paths import ARTIFACTS_ENV, REPO_ROOT, default_path
 
     monkeypatch.setenv(ARTIFACTS_ENV, str(tmp_path))  # after prenet is imported: the defaults are read when called
-    assert default_path("models_ops") == artifact_path("models_ops") == _op_models(None) == tmp_path / "models" / "steptime_ops"
+    assert default_path("models_ops") == artifact_path("models_ops") == default_path("models_ops", None) == tmp_path / "models" / "steptime_ops"
+    assert default_path("models_ops", "elsewhere/ops") == Path("elsewhere/ops")  # a path the caller gave wins (the API's models_dir)
     assert default_path("outcome_vendored") == REPO_ROOT / "data" / "outcome" / "vendored"  # shipped input, not an artifact
     monkeypatch.delenv(ARTIFACTS_ENV)
     assert default_path("models_ops") == artifact_path("models_ops") == REPO_ROOT / "data" / "models" / "steptime_ops"

@@ -94,7 +94,7 @@ def predict(
     table = check_telemetry(table, source=source)
     if schedule is not None and schedule not in SCHEDULES:
         raise PrenetError(f"predict(schedule={schedule!r}): not a schedule; choose one of {', '.join(SCHEDULES)} or None")
-    models, manifest = loaded if loaded is not None else load(default_path("outcome_models") if models_dir is None else models_dir)
+    models, manifest = loaded if loaded is not None else load(default_path("outcome_models", models_dir))
     seen = int(table["epoch"].max())
     usable = [e for e in manifest["epochs"] if e <= seen]
     if not usable:

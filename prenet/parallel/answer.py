@@ -26,7 +26,7 @@ def _load(path: str, mtime: float) -> ParallelModel:
 def load_model(path: str | Path | None = None) -> ParallelModel:
     """The trained multi-GPU model at ``path`` (default: ``paths.models_parallel``, read when called), read once per file
     version (a plan asks for it per GPU)."""
-    p = Path(default_path("models_parallel") if path is None else path)
+    p = default_path("models_parallel", path)
     return _load(str(p), p.stat().st_mtime if p.is_file() else 0.0)
 
 

@@ -91,7 +91,7 @@ def device_type(hw: HardwareSpec) -> str:
 def default_overhead_ms(hw: HardwareSpec, optimizer: str, path: str | Path | None = None) -> float:
     """The measured null-step overhead (``benchmark_models``; ``path`` default: ``paths.step_overhead``, read when
     called) when ``hw`` is the CPU it was measured on, else 0."""
-    p = Path(default_path("step_overhead") if path is None else path)
+    p = default_path("step_overhead", path)
     if hw.kind != "cpu" or not p.is_file():
         return 0.0
     rec = json.loads(p.read_text())
