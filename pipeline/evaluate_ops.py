@@ -7,6 +7,7 @@ predicted time that came from fallbacks (analogy, roofline) on the CPU and on a 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.artifacts import artifact, read_artifact, write_artifact
 from pipeline.config import hydra_entry
+from pipeline.pool import run_items
 from pipeline.record import record_metrics
 from pipeline.train_ops import all_ops, specs_for
 from prenet import zoo
@@ -44,6 +46,26 @@ def skipped_check(cfg: DictConfig, name: str, switch: str) -> dict[str, object]:
     write_artifact(pl.DataFrame(), cfg, name)
     print(f"evaluate_ops: {switch}=false, so {name} is empty (set {switch}=true to run it)")
     return {"ran": False, "enable_with": f"{switch}=true"}
+
+
+#: whole-model checks on GPUs never fitted on: pytorch-gpu-benchmark's torchvision CNN steps, DeepLearningExamples'
+#: published throughput (AMP/TF32/FP32), NeuSight's measured transformer steps (H100, L4, A100 80GB), the HF parity of
+#: one op's two answers; and, op by op, NeuSight's test set on GPUs whose FP32 GEMM and row-wise ops were never fitted
+#: (L4, H100, A100 80GB). key: (output, check, summary); the longest first (``run_check`` spreads them over workers)
+CHECKS: dict[str, tuple[str, Callable[[EfficiencyModel], pl.DataFrame], Callable[[pl.DataFrame], dict]]] = {
+    "torchvision_whole_model": ("plots/op_torchvision.csv", ryujaehun_whole_model, ryujaehun_summary),
+    "dle_whole_model": ("plots/op_dle.csv", dle_whole_model, dle_summary),
+    "neusight_whole_model": ("plots/op_neusight_e2e.csv", neusight_whole_model, neusight_summary),
+    "hf_parity": ("plots/op_hf_parity.csv", hf_parity, hf_parity_summary),
+    "neusight_unseen_ops": ("plots/op_neusight_unseen.csv", neusight_unseen_ops, unseen_ops_summary),
+}
+
+
+def run_check(item: tuple[str, EfficiencyModel]) -> pl.DataFrame:
+    """The rows of one of :data:`CHECKS` (picklable, for :func:`pipeline.pool.run_items`'s worker processes): the
+    checks trace their models on meta and take no timing, so they run side by side."""
+    key, model = item
+    return CHECKS[key][1](model)
 
 
 def evaluate_ops(cfg: DictConfig) -> dict:
@@ -123,24 +145,23 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     )
     write_artifact(w, cfg, "plots/op_zoo.csv")
     metrics["whole_model"] = {p: whole_model_summary(w.filter(pl.col("precision") == p)) for p in ("fp32", "bf16")}
-    # whole-model checks on GPUs never fitted on: DeepLearningExamples' published throughput (AMP/TF32/FP32),
-    # NeuSight's measured transformer steps (H100, L4, A100 80GB), pytorch-gpu-benchmark's torchvision CNN steps; and
-    # NeuSight's op-level test set on those three GPUs
-    checks = {
-        "dle_whole_model": ("plots/op_dle.csv", dle_whole_model, dle_summary),
-        "neusight_whole_model": ("plots/op_neusight_e2e.csv", neusight_whole_model, neusight_summary),
-        "torchvision_whole_model": ("plots/op_torchvision.csv", ryujaehun_whole_model, ryujaehun_summary),
-        "hf_parity": ("plots/op_hf_parity.csv", hf_parity, hf_parity_summary),
-        # op by op, NeuSight's test set on GPUs whose FP32 GEMM and row-wise ops were never fitted (L4, H100, A100 80GB)
-        "neusight_unseen_ops": ("plots/op_neusight_unseen.csv", neusight_unseen_ops, unseen_ops_summary),
-    }
-    for key, (name, run_check, summary) in checks.items():
-        if cfg.ops.evaluate.get(key, True):
-            rows = run_check(model)
-            write_artifact(rows, cfg, name)
-            metrics[key] = summary(rows)
-        else:
-            metrics[key] = skipped_check(cfg, name, f"ops.evaluate.{key}")
+    enabled = [key for key in CHECKS if cfg.ops.evaluate.get(key, True)]
+    workers = int(cfg.ops.evaluate.get("workers", 1))
+    results = run_items(
+        run_check,
+        [(key, model) for key in enabled],
+        workers=workers,
+        threads=int(cfg.threads),
+        desc="evaluate_ops checks",
+        progress=bool(cfg.progress),
+    )
+    for key, rows in zip(enabled, results):
+        name, _, summary = CHECKS[key]
+        write_artifact(rows, cfg, name)
+        metrics[key] = summary(rows)
+    for key in CHECKS:
+        if key not in enabled:
+            metrics[key] = skipped_check(cfg, CHECKS[key][0], f"ops.evaluate.{key}")
     metrics["host_us_per_op"] = round(1e3 * model.host_ms.get("gpu", 0.0), 1)  # fitted by train_ops (prenet.steptime.host)
     mem = zoo_memory(fp32, cfg.models.get("sizes"))  # the planner's memory fit, measured (prenet/memory/evaluation.py)
     write_artifact(mem, cfg, "plots/memory_zoo.csv")
