@@ -29,7 +29,9 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     b = cfg.ops.benchmark
     torch.set_num_threads(int(cfg.threads))
     allocator = host_allocator(bool(cfg.keep_freed_memory))
-    hw = detect_local(threads=int(cfg.threads), device="cpu")
+    # the benchmark stage's record of this CPU (the spec the op models are fitted with), measured again only where it
+    # describes another CPU or thread count (detect_cpu: ~5 s of GEMM and bandwidth readings)
+    hw = detect_local(threads=int(cfg.threads), device="cpu", record=cfg.paths.hardware_record)
     configs = sample_configs(
         OmegaConf.to_container(cfg.benchmark.ops, resolve=True), per_kind=int(b.configs_per_kind), seed=int(b.seed), max_flops=float(b.max_flops)
     )

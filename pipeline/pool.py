@@ -9,7 +9,7 @@ import multiprocessing as mp
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -78,3 +78,11 @@ def run_items(
             for r in ex.map(fn, items):
                 yield r
                 bar.update()
+
+
+@contextmanager
+def in_background(fn: Callable[[T], Any], item: T, *, threads: int) -> Iterator[Future]:
+    """``fn(item)`` in one spawned worker process of ``threads`` threads while the caller goes on (``fn`` module-level,
+    ``item`` picklable); yields its future, and waits for the worker when the block ends. For work that times nothing."""
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=_init, initargs=(threads, None, ())) as ex:
+        yield ex.submit(fn, item)

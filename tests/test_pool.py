@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from pipeline.pool import run_items
+from pipeline.pool import in_background, run_items
 
 
 def _threads_seen(item: int) -> tuple[int, str | None]:
@@ -28,3 +28,14 @@ def test_spawned_workers_keep_input_order_and_set_their_own_threads() -> None:
     out = list(run_items(_threads_seen, [5, 4, 6, 0], workers=2, threads=1, desc="t", progress=False))
     assert out == [(5, "1"), (4, "1"), (6, "1"), (0, "1")]
     assert os.environ.get("OMP_NUM_THREADS") == before
+
+
+def test_background_work_runs_in_its_own_process_at_the_thread_count() -> None:
+    with in_background(_pid_and_threads, 2, threads=1) as job:
+        here = os.getpid()
+    pid, item, threads = job.result()
+    assert (item, threads) == (2, "1") and pid != here
+
+
+def _pid_and_threads(item: int) -> tuple[int, int, str | None]:
+    return os.getpid(), item, os.environ.get("OMP_NUM_THREADS")

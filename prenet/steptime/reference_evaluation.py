@@ -38,6 +38,7 @@ import torch
 from prenet.hardware.catalog import get, resolve_name
 from prenet.meta_device import build_on_meta
 from prenet.ops import trace_step
+from prenet.ops.records import StepTrace
 from prenet.paths import data_dir
 from prenet.reference_models import DLE_RECIPES, REFERENCE_MODELS, TORCHVISION_PARAMS, torchvision_model
 from prenet.steptime.efficiency import EfficiencyModel
@@ -197,12 +198,17 @@ def load_ryujaehun_rows(root: Path | None = None) -> pl.DataFrame:
     )
 
 
-def ryujaehun_steps(model: EfficiencyModel, rows: pl.DataFrame) -> list[tuple[dict, np.ndarray, np.ndarray, float]]:
-    """Per row of ``rows`` (:func:`load_ryujaehun_rows`): (row, predicted GPU ms of each op of the benchmark's loop in
-    issue order (zero_grad's per-parameter fills, forward, loss, backward and its per-parameter gradient adds), which of them the host issues, the batch's host-to-device copy ms); one trace per (model, precision,
-    batch), one batched prediction over its GPUs."""
-    out = []
-    for (name, precision, batch), group in rows.group_by(["model", "precision", "batch"], maintain_order=True):
+#: one traced loop of :func:`ryujaehun_traces`: (model, precision, batch) -> (its traced step, the batch's bytes)
+RyuTraces = dict[tuple[str, str, int], tuple[StepTrace, int]]
+
+
+def ryujaehun_traces(rows: pl.DataFrame) -> RyuTraces:
+    """The benchmark's loop (torch 1.x) per (model, precision, batch) of ``rows`` (:func:`load_ryujaehun_rows`), traced
+    on meta for CUDA: zero_grad()'s per-parameter fills, forward, loss, backward and its per-parameter gradient adds, in
+    issue order; and the bytes of the batch it copies to the GPU. Module-level and independent of any model, so a
+    caller may trace in another process while it fits the model the steps are predicted with."""
+    out: RyuTraces = {}
+    for (name, precision, batch), _ in rows.group_by(["model", "precision", "batch"], maintain_order=True):
         module, example = build_on_meta(partial(torchvision_model, str(name)), batch_size=int(batch))
         if precision == "fp16_pure":
             module, example = as_half(module, example)
@@ -210,7 +216,18 @@ def ryujaehun_steps(model: EfficiencyModel, rows: pl.DataFrame) -> list[tuple[di
         trace = trace_step(module, example, optimizer="sgd", precision=traced, device_type="cuda")
         # the benchmark's loop (torch 1.x): zero_grad() zeroes each gradient, the backward adds into it
         trace.records = zero_grad_records(module) + trace.records + grad_accumulation_records(module)
-        batch_bytes = example[0].numel() * example[0].element_size()
+        out[(str(name), str(precision), int(batch))] = (trace, example[0].numel() * example[0].element_size())
+    return out
+
+
+def ryujaehun_steps(model: EfficiencyModel, rows: pl.DataFrame, traces: RyuTraces | None = None) -> list[tuple[dict, np.ndarray, np.ndarray, float]]:
+    """Per row of ``rows`` (:func:`load_ryujaehun_rows`): (row, predicted GPU ms of each op of the benchmark's loop in
+    issue order (:func:`ryujaehun_traces`; ``traces``: already traced), which of them the host issues, the batch's
+    host-to-device copy ms); one batched prediction over each trace's GPUs."""
+    traces = ryujaehun_traces(rows) if traces is None else traces
+    out = []
+    for (name, precision, batch), group in rows.group_by(["model", "precision", "batch"], maintain_order=True):
+        trace, batch_bytes = traces[(str(name), str(precision), int(batch))]
         hws = [get(h) for h in group.get_column("hardware_id").to_list()]
         for row, ops in zip(group.iter_rows(named=True), predict_frames(trace, hws, model)):
             ops = ops.filter(pl.col("phase") != "optimizer")  # the benchmark times no optimizer step
@@ -219,12 +236,18 @@ def ryujaehun_steps(model: EfficiencyModel, rows: pl.DataFrame) -> list[tuple[di
     return out
 
 
-def fit_host(model: EfficiencyModel, rows: pl.DataFrame | None = None) -> tuple[float, float, int]:
-    """(host ms per issued op, its MAPE %, steps) fitted on the measured steps of the :data:`HOST_CALIBRATION`
-    architectures (every GPU of :func:`load_ryujaehun_rows`), with ``model``'s GPU op times."""
+def host_calibration_rows(rows: pl.DataFrame | None = None) -> pl.DataFrame:
+    """The rows of ``rows`` (default :func:`load_ryujaehun_rows`) the host cost per op is fitted on: the
+    :data:`HOST_CALIBRATION` architectures in the :data:`RYU_HOST_PRECISIONS`, on every GPU."""
     rows = load_ryujaehun_rows() if rows is None else rows
-    cal = rows.filter(pl.col("model").is_in(list(HOST_CALIBRATION)) & pl.col("precision").is_in(list(RYU_HOST_PRECISIONS)))
-    steps = [(r["measured_ms"], g, iss, h2d) for r, g, iss, h2d in ryujaehun_steps(model, cal)]
+    return rows.filter(pl.col("model").is_in(list(HOST_CALIBRATION)) & pl.col("precision").is_in(list(RYU_HOST_PRECISIONS)))
+
+
+def fit_host(model: EfficiencyModel, rows: pl.DataFrame | None = None, traces: RyuTraces | None = None) -> tuple[float, float, int]:
+    """(host ms per issued op, its MAPE %, steps) fitted on the measured steps of :func:`host_calibration_rows` of
+    ``rows``, with ``model``'s GPU op times (``traces``: those rows' :func:`ryujaehun_traces`, when already traced)."""
+    cal = host_calibration_rows(rows)
+    steps = [(r["measured_ms"], g, iss, h2d) for r, g, iss, h2d in ryujaehun_steps(model, cal, traces)]
     h, mape = fit_host_ms(steps)
     return h, mape, len(steps)
 
