@@ -55,11 +55,12 @@ def train_ops(cfg: DictConfig) -> dict:
     host_on = bool(cfg.ops.efficiency.get("host", True))  # the host's cost per issued op on a GPU (prenet.steptime.host)
     # its calibration steps are traced on meta in a second process while this one featurizes the vendored GPU ops and
     # fits (neither times anything; ~10 s of the stage's ~23 s here)
-    with in_background(ryujaehun_traces, host_calibration_rows(), threads=int(cfg.threads)) if host_on else nullcontext() as traced:
+    cal = host_calibration_rows() if host_on else None
+    with in_background(ryujaehun_traces, cal, threads=int(cfg.threads)) if cal is not None else nullcontext() as traced:
         model, gpu, ops, dev = _fit(cfg)
         host = {}
         if traced is not None:
-            h, mape, n = fit_host(model, traces=traced.result())
+            h, mape, n = fit_host(model, cal, traces=traced.result())
             model.host_ms["gpu"] = h
             host = {"host_us_per_op": round(1e3 * h, 1), "host_fit_mape_pct": round(mape, 1), "host_fit_steps": n}
     model.save(cfg.paths.models_ops)
