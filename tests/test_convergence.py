@@ -19,7 +19,7 @@ from prenet import datasets
 from prenet.convergence import dynamics, forecast, losses, targets
 from prenet.convergence.baselines import curve_fit_forecast
 from prenet.convergence.ntk import ProblemTooLargeError, empirical_ntk, gram, jacobian, relative_error
-from prenet.convergence.training import dense_curve, finetune, log_grid
+from prenet.convergence.training import dense_curve, finetune, log_grid, logging_view
 from prenet.errors import PrenetError
 
 
@@ -521,6 +521,27 @@ def test_loss_is_logged_where_asked_finely_at_the_start(digits_small):
     every = finetune(_mlp(), x, y, **kw)
     assert sparse.logged_steps.tolist() == [0, *log_grid(40, 8).tolist()]
     np.testing.assert_allclose(sparse.loss, every.loss[sparse.logged_steps], rtol=1e-6)
+
+
+def test_image_batches_are_logged_through_a_channels_last_copy_that_follows_the_training(digits_small):
+    """The logging view of a CNN on images is a channels_last copy (the trained model keeps its layout); the curve it
+    logs is the trained model's own, to float rounding. An MLP is logged as it is."""
+    from prenet.convergence.nets import build
+
+    images, y = digits_small
+    torch.manual_seed(0)
+    cnn = build("cnn", image_size=8, classes=10, widths=[4, 8])
+    view, vx = logging_view(cnn, images)
+    assert view is not cnn and vx.is_contiguous(memory_format=torch.channels_last)
+    assert next(cnn.parameters()).is_contiguous()
+    kw = dict(loss="cross_entropy", lr=0.05, momentum=0.9, batch_size=16, steps=5, seed=0)
+    real = finetune(cnn, images, y, **kw)
+    with torch.no_grad():
+        F = cnn(images).double().numpy()
+    assert real.loss[-1] == pytest.approx(losses.value(F, losses.onehot(y.numpy(), F.shape[1]), "cross_entropy"), rel=1e-6)
+    mlp = _mlp()
+    same, sx = logging_view(mlp, images)
+    assert same is mlp and sx is images
 
 
 # --- targets and baselines ---------------------------------------------------------------------------------
