@@ -52,6 +52,12 @@ def _in_process(threads: int, initializer: Callable[..., None] | None, initargs:
             sys.modules["torch"].set_num_threads(torch_threads)
 
 
+def _spawned(workers: int, threads: int, initializer: Callable[..., None] | None, initargs: tuple) -> ProcessPoolExecutor:
+    """A pool of ``workers`` spawned processes (spawn, not fork: fork can deadlock once OpenMP has run in this process),
+    each started by :func:`_init`."""
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init, initargs=(threads, initializer, initargs))
+
+
 def run_items(
     fn: Callable[[T], Any],
     items: Iterable[T],
@@ -74,7 +80,7 @@ def run_items(
                     yield fn(it)
                     bar.update()
             return
-        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_init, initargs=(threads, initializer, initargs)) as ex:
+        with _spawned(workers, threads, initializer, initargs) as ex:
             for r in ex.map(fn, items):
                 yield r
                 bar.update()
@@ -84,5 +90,5 @@ def run_items(
 def in_background(fn: Callable[[T], Any], item: T, *, threads: int) -> Iterator[Future]:
     """``fn(item)`` in one spawned worker process of ``threads`` threads while the caller goes on (``fn`` module-level,
     ``item`` picklable); yields its future, and waits for the worker when the block ends. For work that times nothing."""
-    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"), initializer=_init, initargs=(threads, None, ())) as ex:
+    with _spawned(1, threads, None, ()) as ex:
         yield ex.submit(fn, item)

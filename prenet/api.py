@@ -100,16 +100,13 @@ def predict_step_time(
         strategy, tp = parse_parallel(parallel)
         layout = Layout(gpus=gpus, nodes=nodes, strategy=strategy, tp=tp, network_gbits=network_gbits)
     trace = job.traces[device_type(hw)]
+    op_models = EfficiencyModel.load(default_path("models_ops", models_dir))
     if layout is None:
-        pred = predict_traced(
-            trace, hw, EfficiencyModel.load(default_path("models_ops", models_dir)), overhead_ms=overhead_ms, dataset_size=dataset_size
-        )
+        pred = predict_traced(trace, hw, op_models, overhead_ms=overhead_ms, dataset_size=dataset_size)
     else:
         from prenet.parallel.answer import predict_parallel
 
-        pred = predict_parallel(
-            trace, hw, EfficiencyModel.load(default_path("models_ops", models_dir)), layout, overhead_ms=overhead_ms, dataset_size=dataset_size
-        )
+        pred = predict_parallel(trace, hw, op_models, layout, overhead_ms=overhead_ms, dataset_size=dataset_size)
     pred.notes[:0] = job_notes(job)
     if gpus * nodes == 1 and parallel != "ddp":
         pred.notes.append(f"--parallel {parallel} on one GPU shares nothing: this is the single-GPU step (give --gpus N)")
