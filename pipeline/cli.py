@@ -516,7 +516,9 @@ def _add_parallel_args(p: argparse.ArgumentParser) -> None:
         "with the backward) | fsdp (ZeRO-3: parameters, gradients and optimizer state sharded) | tp:K (Megatron tensor "
         "parallelism of the transformer blocks over K GPUs of a node, data parallel over the rest)",
     )
-    p.add_argument("--network", type=float, metavar="GBITS", help="network bandwidth per node between nodes, Gb/s (e.g. 100, 200, 400; default 200)")
+    p.add_argument(
+        "--network", type=_positive_float, metavar="GBITS", help="network bandwidth per node between nodes, Gb/s (e.g. 100, 200, 400; default 200)"
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -595,8 +597,10 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("--loss", choices=list(LOSSES), help="training loss (default: the task's)")
     cv.add_argument("--lr", type=_positive_float, help="SGD learning rate (default: the task's)")
     cv.add_argument("--momentum", type=_momentum, help="SGD momentum in [0, 1) (default: the task's)")
-    cv.add_argument("--batch-size", type=_positive, help="samples per step (default: the task's; the full set when larger)")
-    cv.add_argument("--steps", type=_positive, help="horizon in optimizer steps (default: the task's)")
+    cv.add_argument(
+        "--batch-size", type=_positive, help="samples per step (required unless the --config file's run: sets it; the full set when larger)"
+    )
+    cv.add_argument("--steps", type=_positive, help="horizon in optimizer steps (required unless the --config file's run: sets it)")
     cv.add_argument(
         "--subset",
         type=int,
@@ -673,7 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ddp|fsdp|tp:K",
         help="how the GPUs share the job (default: ddp); tp:K plans only the GPU counts K divides",
     )
-    pn.add_argument("--network", type=float, metavar="GBITS", help="network bandwidth per node between nodes, Gb/s (default 200)")
+    pn.add_argument("--network", type=_positive_float, metavar="GBITS", help="network bandwidth per node between nodes, Gb/s (default 200)")
     pn.add_argument("--optimizer", choices=list(OPTIMIZERS), default="sgd", help="optimizer of the job (default: sgd)")
     pn.add_argument("--fused", action="store_true", help=_FUSED_HELP)
     pn.add_argument("--memory-format", choices=list(MEMORY_FORMATS), default="contiguous", help=_MEMORY_FORMAT_HELP)

@@ -40,6 +40,10 @@ def test_threads_out_of_range_are_refused_not_clamped(command, threads, capsys):
         (["predict", "step-time", "--model", "mlp", "--batch-size", "-4", "--hardware", "local"], "--batch-size: -4: give a positive integer"),
         (["predict", "step-time", "--model", "mlp", "--batch-size", "4", "--precision", "fp8"], "invalid choice: 'fp8'"),
         (["predict", "convergence", "--task", "mlp_digits_relabel", "--steps", "0"], "--steps: 0: give a positive integer"),
+        (
+            ["predict", "step-time", "--model", "mlp", "--batch-size", "4", "--gpus", "8", "--nodes", "2", "--network", "0"],
+            "--network: 0: give a number > 0",
+        ),
         (["predict", "convergence", "--task", "mlp_digits_relabel", "--lr", "0"], "--lr: 0: give a number > 0"),
         (["predict", "convergence", "--task", "mlp_digits_relabel", "--momentum", "1"], "--momentum: 1: give 0 ≤ momentum < 1"),
     ],
@@ -50,6 +54,13 @@ def test_a_wrong_argument_is_one_line_with_where_to_look(args, says, capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and says in err and "usage:" not in err
     assert err.startswith(f"prenet {args[0]} {args[1]}: error: ") and err.rstrip().endswith(f"`prenet {args[0]} {args[1]} --help` lists the options)")
+
+
+def test_plan_refuses_a_network_that_is_not_positive(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "--model", "mlp", "--batch-size", "4", "--gpus", "8", "--nodes", "2", "--network=-5"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "--network: -5: give a number > 0" in err
 
 
 def test_a_model_argument_that_is_not_a_size_is_one_line(capsys):

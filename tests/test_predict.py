@@ -265,6 +265,15 @@ def test_layer_csv_invalid_rows_are_reported_and_nothing_is_written(models_dir, 
     assert not out.exists() and not list(tmp_path.glob(".pred.csv*"))
 
 
+def test_layer_csv_dtype_the_hardware_cannot_run_names_the_row(models_dir, tmp_path, capsys):
+    src = tmp_path / "shapes.csv"
+    src.write_text("op,batch,in_features,out_features,direction,dtype\nlinear,32,512,256,forward,float32\nlinear,32,512,256,forward,bf16\n")
+    out = tmp_path / "pred.csv"
+    assert main(["predict", "layers", "--hardware", "T4", "--input", str(src), "--output", str(out), "--models", models_dir]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "row 2, column dtype (bf16)" in err and "--precision" not in err and not out.exists()
+
+
 def test_api_predict_layers(models_dir):
     df = pl.DataFrame(
         {

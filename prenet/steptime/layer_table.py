@@ -92,14 +92,14 @@ def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any, t
     for every layer. ``model``: the op-level :class:`~prenet.steptime.efficiency.EfficiencyModel` or its folder (read after
     the table is validated); ``threads``: the CPU threads a CPU step runs on. Returns the input plus ``predicted_ms``."""
     from prenet.ops import trace_step
-    from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError
     from prenet.steptime.step import device_type, predict_trace
 
     rows = parse_layer_table(table)
     if not isinstance(model, EfficiencyModel):
         model = EfficiencyModel.load(model)
     out = []
-    for r in rows:
+    for i, r in enumerate(rows, start=1):
         with torch.device("meta"):
             module, x = REGISTRY[r.op].build(r.shape, "meta", torch.float32)
         trace = trace_step(
@@ -113,6 +113,11 @@ def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any, t
             threads=threads,
         )
         # a layer's time is its kernels' (the host's issue time is a whole step's: prenet.steptime.host)
-        pred, _ = predict_trace(trace, hardware, model, host=False)
+        try:
+            pred, _ = predict_trace(trace, hardware, model, host=False)
+        except UnsupportedPrecisionError as e:  # the table's dtype column chose it, not a --precision flag
+            raise UnsupportedPrecisionError(
+                f"row {i}, column dtype ({r.precision}): " + str(e).split(" (choose another")[0] + "; give that row another dtype, e.g. fp32"
+            ) from None
         out.append(pred.step_seconds * 1e3)
     return table.with_columns(pl.Series("predicted_ms", out))
