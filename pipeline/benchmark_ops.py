@@ -50,10 +50,20 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.get("wide_bf16_max_flops", b.bf16_max_flops)) and kind in wide_bf16
     ]
     # blocks whose BF16 kernels run unlike their FP32 ones, measured again under BF16 autocast where the CPU runs BF16
-    # natively (elsewhere BF16 is emulated, slow, and answered as such): conf ops.benchmark.bf16_native_blocks
+    # natively (elsewhere BF16 is emulated, slow, and answered as such): conf ops.benchmark.bf16_native_blocks, and
+    # larger wide configurations of some kinds (ops.benchmark.wide_bf16_native: kind -> forward FLOPs cap)
     native_bf16 = hw.extra.get("bf16_units", "none") != "none"
     extra_bf16 = sample_blocks(dict(b.get("bf16_native_blocks") or {}), seed=int(b.seed)) if native_bf16 else []
     todo += [(kind, c, "sgd", "bf16") for kind, c in extra_bf16]
+    native_caps = dict(b.get("wide_bf16_native") or {}) if native_bf16 else {}
+    todo += [
+        (kind, c, "sgd", "bf16")
+        for i, (kind, c) in enumerate(wide)
+        if i % int(b.bf16_every) == 0
+        and kind in native_caps
+        and not (kind in wide_bf16 and forward_flops(kind, c) <= float(b.get("wide_bf16_max_flops", b.bf16_max_flops)))
+        and forward_flops(kind, c) <= float(native_caps[kind])
+    ]
     skipped: list[str] = []
     t0 = time.monotonic()
     probe = SpeedProbe(int(cfg.threads))  # host speed beside every row (prenet/measurement/probe.py)
@@ -85,7 +95,14 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     # the BF16-autocast zoo steps, timed as benchmark_models times the FP32 ones (interleaved rounds, fastest kept)
     zrows = [
         {**row, "dtype": "bf16"}
-        for row in measure_zoo(cfg, [(str(n), int(bs), "sgd") for n, bs in b.zoo_bf16], hw.hardware_id, probe, precision="bf16", device="cpu")
+        for row in measure_zoo(
+            cfg,
+            [(str(n), int(bs), "sgd") for n, bs in [*b.zoo_bf16, *((b.get("zoo_bf16_native") or []) if native_bf16 else [])]],
+            hw.hardware_id,
+            probe,
+            precision="bf16",
+            device="cpu",
+        )
     ]
     write_artifact(pl.DataFrame(zrows, schema=model_timing_schema(), orient="row"), cfg, "model_timings_bf16")
     metrics = {

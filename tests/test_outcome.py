@@ -467,6 +467,16 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
     assert main(["predict", "outcome", "--telemetry", str(least), "--models", cfg.paths.outcome_models]) == 0
     out, err = capsys.readouterr()
     assert "final test accuracy" in out and err.count("warning:") == 1 and f"{least} has no" in err and "minibatches" in err
+    diverged = tmp_path / "diverged.csv"  # the Recorder writes a non-finite loss empty: a failure by definition, said
+    diverged.write_text("epoch,train_loss,train_accuracy\n1,2.1,0.3\n2,,0.1\n")
+    assert main(["predict", "outcome", "--telemetry", str(diverged), "--models", cfg.paths.outcome_models]) == 0
+    out = capsys.readouterr().out
+    assert "failure probability   1.000   (the training loss was not finite from epoch 2" in out and "take off" not in out
+    assert predict(pl.read_csv(least), models_dir=cfg.paths.outcome_models).diverged_at is None
+    binary = tmp_path / "net.csv"  # not a CSV at all: one line, without the reader's hints on further lines
+    binary.write_bytes(b"import torch\nx = [1,\n 2, 3]\n\x00\x01,,,\n")
+    assert main(["predict", "outcome", "--telemetry", str(binary), "--models", cfg.paths.outcome_models]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
     text = tmp_path / "text.csv"
     text.write_text("epoch,train_loss,train_accuracy\n1,2.3,0.1\n2,abc,0.2\n")
     assert main(["predict", "outcome", "--telemetry", str(text), "--models", cfg.paths.outcome_models]) == 2

@@ -300,3 +300,13 @@ def test_plan_steps_count_one_gpus_batches_and_host_bound_gpus_are_named(tiny_ru
     assert rows["A100 80GB SXM4"]["steps"] == 800 and rows["8× A100 80GB SXM4"]["steps"] == 100
     assert any(n.startswith("--steps 800 counts steps of one GPU's batch (8 samples)") for n in d["notes"])
     assert any(n.startswith("host-bound on A100 80GB SXM4") for n in d["notes"])
+
+
+def test_unreadable_finetune_data_is_one_line(tmp_path):
+    from prenet.planner.plan import load_finetune_data
+
+    src = tmp_path / "net.py"  # a user's model file given where the data goes: torch's unpickling error is paragraphs
+    src.write_text("import torch\nimport torch.nn as nn\n\ndef build():\n    return nn.Linear(2, 2)\n")
+    with pytest.raises(PrenetError) as e:
+        load_finetune_data(src)
+    assert "\n" not in str(e.value) and "is not readable" in str(e.value) and ".npz with arrays inputs, labels" in str(e.value)

@@ -48,7 +48,9 @@ class Outcome:
     (the learning-rate schedule stated, or ``None``), ``accuracy_now`` (the last epoch's validation accuracy, else
     its train accuracy), ``take_off_probability`` (for a run still slow: the take-off model's probability that it ends
     as a success; ``None`` otherwise), ``may_take_off`` (:data:`TAKE_OFF`: slow now, but as likely to take off as the
-    slow runs of the corpus that did), ``take_off_base_rate`` (that share)."""
+    slow runs of the corpus that did), ``take_off_base_rate`` (that share), ``diverged_at`` (the first epoch whose training
+    loss was not finite, recorded empty: such a run has failed by the corpus's definition, failure probability 1;
+    ``None`` while the loss is finite)."""
 
     final_test_accuracy: float
     interval: tuple[float, float]
@@ -63,6 +65,7 @@ class Outcome:
     may_take_off: bool = False
     take_off_probability: float | None = None
     take_off_base_rate: float | None = None
+    diverged_at: int | None = None
 
     @property
     def relative_class_name(self) -> str:
@@ -133,6 +136,12 @@ def predict(
     pf = float(failure_probability(classifier, np.array([acc]), manifest.get("residuals", {}).get(rkey), thresholds["failure_threshold"])[0])
     cuts = thresholds["class_cuts"]
     cls, pc = relative_class(np.array([acc]), cuts, manifest.get("residuals", {}).get(rkey))
+    # a loss that went non-finite (the Recorder writes it empty) is a failure by the corpus's own label
+    # (prenet.outcome.generator.is_failure), not a probability: the trees saw such runs, the definition is exact
+    bad = table.filter(pl.col("train_loss").is_null() | ~pl.col("train_loss").cast(pl.Float64).is_finite())["epoch"]
+    diverged_at = int(bad.min()) if len(bad) else None
+    if diverged_at is not None:
+        pf, take_off, p_take = 1.0, False, None
     return Outcome(
         acc,
         (lo, hi),
@@ -147,6 +156,7 @@ def predict(
         take_off,
         p_take,
         base if p_take is not None else None,
+        diverged_at,
     )
 
 
@@ -164,7 +174,8 @@ def _read_table(path: str | Path) -> pl.DataFrame:
     try:
         table = pl.read_parquet(src) if src.suffix == ".parquet" else pl.read_csv(src)
     except Exception as e:  # noqa: BLE001 — any reader failure is the file's fault
-        raise PrenetError(f"{src} is not a readable CSV or parquet file: {e}") from e
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__  # polars appends hints on more lines
+        raise PrenetError(f"{src} is not a readable CSV or parquet file: {first}") from e
     return table
 
 
@@ -186,7 +197,13 @@ def render_outcome(out: Outcome) -> str:
         [
             f"after {out.epochs_seen} epoch(s) — model of epoch {out.epoch}, domain {out.scope}, schedule {out.schedule or 'not stated'}:",
             f"  final test accuracy   {out.final_test_accuracy:.3f}   (interval {lo:.3f} – {hi:.3f})",
-            f"  failure probability   {out.failure_probability:.3f}",
+            f"  failure probability   {out.failure_probability:.3f}"
+            + (
+                f"   (the training loss was not finite from epoch {out.diverged_at}, recorded empty: the run has diverged, a failure "
+                "by the corpus's definition; lower the learning rate or the initialization scale)"
+                if out.diverged_at is not None
+                else ""
+            ),
             f"  relative class        {out.relative_class_name} of its domain",
             *(
                 [

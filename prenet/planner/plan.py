@@ -270,7 +270,11 @@ def load_finetune_data(path: str | Path) -> tuple[Any, Any]:
         else:
             raw = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file becomes one message
-        raise PrenetError(f"fine-tuning data {p} is not readable: {type(e).__name__}: {e}") from e
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""  # torch's unpickling errors run to paragraphs
+        raise PrenetError(
+            f"fine-tuning data {p} is not readable: {type(e).__name__}: {first} (give a .pt file of torch.save({{'inputs': tensor, "
+            "'labels': tensor}) or an .npz with arrays inputs, labels)"
+        ) from e
     if not isinstance(raw, dict) or not {"inputs", "labels"} <= set(raw):
         raise PrenetError(
             f"fine-tuning data {p} must hold 'inputs' and 'labels' (found: {', '.join(map(str, raw)) if isinstance(raw, dict) else type(raw).__name__})"
