@@ -16,7 +16,7 @@ from pipeline.split import convergence_split_rule
 from prenet.convergence.baselines import ProbeRegressor, curve_fit_forecast
 from prenet.convergence.evaluation import auc, by_curve, curve_distance, dense, score, seed_noise_floor, steps_for, target_list, task_regime
 from prenet.data.split_rule import assert_no_holdout
-from prenet.planner.intervals import RatioSet, StepsErrors, write_errors
+from prenet.planner.intervals import RatioSet, StepsErrors, drift_band, write_errors
 from prenet.rendering import figures
 
 PRED_SOURCES = ("default", "forecast", "forecast_ode", "corrected", "curve_fit", "probe_regressor")
@@ -107,12 +107,20 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
     # the planner's intervals on steps (prenet plan): real / predicted steps of every holdout configuration where both reached the target
     cov = float(cfg.evaluate.get("interval_coverage", 0.8))
     steps_errors = StepsErrors(cov)
-    for (kind, param, src), g in h.filter(pl.col("source").is_in(["forecast", "corrected"])).group_by(
+
+    def ratios_of(g: pl.DataFrame) -> list[float]:
+        both = g.filter(pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
+        return [float(r) / max(float(p), 1.0) for r, p in zip(both["real_steps"].to_list(), both["pred_steps"].to_list())]
+
+    for (kind, param, src), g in h.filter(pl.col("source").is_in(["default", "forecast", "corrected"])).group_by(
         ["target_kind", "target_param", "source"], maintain_order=True
     ):
-        both = g.filter(pl.col("real_steps").is_not_null() & pl.col("pred_steps").is_not_null())
-        ratios = [float(r) / max(float(p), 1.0) for r, p in zip(both["real_steps"].to_list(), both["pred_steps"].to_list())]
-        steps_errors.targets.setdefault(_tkey(kind, param), {})[src] = RatioSet.measure(ratios, cov)
+        steps_errors.targets.setdefault(_tkey(kind, param), {})[src] = RatioSet.measure(ratios_of(g), cov)
+    # the default answer's errors by how far its kernel drifted (all configurations: the forecast fits nothing on them)
+    banded = tgt.filter(pl.col("source") == "default").join(fruns.select("config_id", "drift"), on="config_id", how="left")
+    banded = banded.with_columns(pl.col("drift").map_elements(drift_band, return_dtype=pl.String).alias("band"))
+    for (band,), g in banded.filter(pl.col("band").is_not_null()).group_by(["band"], maintain_order=True):
+        steps_errors.by_drift[str(band)] = RatioSet.measure(ratios_of(g), cov)
     write_errors(steps_errors, Path(cfg.paths.intervals) / "steps.json")
     # gaps on the holdout: real → exact linearized SGD → ODE/SDE on all N → ODE/SDE on the subset (the forecast)
     gaps: dict = {}

@@ -119,6 +119,23 @@ def test_interval_records_round_trip_and_refuse_the_wrong_kind(tmp_path):
         load_intervals(tmp_path / "missing")
 
 
+def test_a_forecast_that_drifted_far_gets_its_drift_bands_wider_interval(tmp_path):
+    from prenet.planner.intervals import drift_band
+
+    assert [drift_band(d) for d in (0.05, 0.5, 5.0, None, float("nan"))] == ["<0.1", "0.1-1", ">=1", None, None]
+    held = RatioSet.measure([0.95, 1.0, 1.05] * 4, 0.8)
+    far = RatioSet.measure([0.5, 0.7, 1.0, 1.3, 1.6] * 2, 0.8)  # forecasts that drifted past 1: wider errors
+    narrow = RatioSet.measure([0.99, 1.0, 1.01] * 4, 0.8)
+    steps = StepsErrors(0.8, {"accuracy>=0.9": {"default": held}}, {">=1": far, "<0.1": narrow})
+    write_errors(StepTimeErrors(0.8, RatioSet.measure([1.0, 1.1], 0.8), None), tmp_path / "step_time.json")
+    write_errors(steps, tmp_path / "steps.json")
+    assert read_errors(tmp_path / "steps.json", StepsErrors) == steps
+    assert load_intervals(tmp_path, steps_target="accuracy>=0.9", drift=3.0).steps == list(far.ratios)
+    assert load_intervals(tmp_path, steps_target="accuracy>=0.9", drift=0.01).steps == list(held.ratios)  # never narrowed
+    assert load_intervals(tmp_path, steps_target="accuracy>=0.9", drift=0.5).steps == list(held.ratios)  # no such band
+    assert load_intervals(tmp_path, steps_target="accuracy>=0.9").steps == list(held.ratios)
+
+
 def test_the_pipeline_writes_the_intervals_the_planner_reads(tiny_run):
     root, cfg, _ = tiny_run
     iv = load_intervals(cfg.paths.intervals, steps_target="relative_eps=0.1")

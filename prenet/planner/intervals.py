@@ -71,17 +71,36 @@ class StepTimeErrors:
         return out
 
 
+#: Bands of a convergence forecast's kernel drift over its horizon (‖Θ_end − Θ_0‖_F/‖Θ_0‖_F): the further fine-tuning
+#: moves from its linearization, the wider the forecast's error (measured per band, :attr:`StepsErrors.by_drift`)
+DRIFT_EDGES = (0.1, 1.0)
+
+
+def drift_band(drift: float | None) -> str | None:
+    """The :data:`DRIFT_EDGES` band of a forecast's ``drift`` (``<0.1``, ``0.1-1``, ``>=1``); None when not measured."""
+    if drift is None or not math.isfinite(drift):
+        return None
+    lo, hi = DRIFT_EDGES
+    return f"<{lo:g}" if drift < lo else (f"{lo:g}-{hi:g}" if drift < hi else f">={hi:g}")
+
+
 @dataclass(frozen=True)
 class StepsErrors:
     """What ``evaluate_convergence`` measured of the forecast steps on holdout fine-tunes: per target key
-    (``relative_eps=0.1``, ``loss<=0.1*L0``, ``accuracy>=0.9``…) and forecast variant (``forecast``, ``corrected``)."""
+    (``relative_eps=0.1``, ``loss<=0.1*L0``, ``accuracy>=0.9``…) and forecast variant (``default``: what ``forecast()``
+    answers, ``forecast``: the plain static-kernel curve, ``corrected``); and ``by_drift``: the default answer's ratios
+    per :func:`drift_band`, every target and configuration pooled (the forecast fits nothing on them)."""
 
     coverage: float
     targets: dict[str, dict[str, RatioSet]] = field(default_factory=dict)
+    by_drift: dict[str, RatioSet] = field(default_factory=dict)
 
     def summary(self) -> dict:
-        """{target: {variant: bounds}} for a stage's record."""
-        return {t: {src: rs.summary() for src, rs in per.items()} for t, per in self.targets.items()}
+        """{target: {variant: bounds}} (and the drift bands') for a stage's record."""
+        out: dict = {t: {src: rs.summary() for src, rs in per.items()} for t, per in self.targets.items()}
+        if self.by_drift:
+            out["by_drift"] = {band: rs.summary() for band, rs in self.by_drift.items()}
+        return out
 
 
 #: The interval records and their file names in ``paths.intervals``, in the order the planner prefers them.
@@ -125,7 +144,8 @@ def read_errors(path: str | Path, kind: type[StepTimeErrors] | type[StepsErrors]
         raise PrenetError(f"{p} holds {d.get('record')} v{d.get('version')}, not {kind.__name__} v{_VERSION}; rerun `dvc repro` to rewrite it")
     if kind is StepsErrors:
         targets = {t: {src: _ratio_set(v, f"{p}:{t}/{src}") for src, v in per.items()} for t, per in d.get("targets", {}).items()}
-        return StepsErrors(float(d["coverage"]), targets)  # type: ignore[arg-type]
+        by_drift = {band: _ratio_set(v, f"{p}:by_drift/{band}") for band, v in d.get("by_drift", {}).items()}
+        return StepsErrors(float(d["coverage"]), targets, by_drift)  # type: ignore[arg-type]
     return StepTimeErrors(
         float(d["coverage"]),
         _ratio_set(d.get("local_whole_model"), f"{p}:local_whole_model"),
@@ -172,11 +192,19 @@ def interval_ratios(measured: Sequence[float] | np.ndarray, predicted: Sequence[
     return [round(float(v), 4) for v in np.asarray(measured, float) / np.asarray(predicted, float)]
 
 
-def load_intervals(intervals_dir: str | Path, *, steps_target: str | None = None, steps_source: str = "forecast") -> Intervals:
+#: Fewest ratios of a drift band that may widen a steps interval (:func:`load_intervals`)
+MIN_BAND_RATIOS = 10
+
+
+def load_intervals(
+    intervals_dir: str | Path, *, steps_target: str | None = None, steps_source: str = "default", drift: float | None = None
+) -> Intervals:
     """The planner's intervals from the typed records the pipeline's evaluation stages wrote in ``intervals_dir``
     (``paths.intervals``): step time and memory from the op-level evaluation (``evaluate_ops``; the PreNeT recipe's
     record only when that is absent, as in an older run); steps to ``steps_target`` (e.g. ``relative_eps=0.1``) of ``steps_source`` from the convergence
-    evaluation, or of the closest measured target when that one has none."""
+    evaluation, or of the closest measured target when that one has none. With the forecast's kernel ``drift``: where
+    the forecasts of its drift band (:func:`drift_band`, at least ``MIN_BAND_RATIOS`` ratios) erred more widely than the
+    target's holdout forecasts, their ratios bound the steps instead (a fine-tune far from its linearization)."""
     d = Path(intervals_dir)
     ops_path = d / "step_time_ops.json"
     step = read_errors(ops_path if ops_path.is_file() else d / "step_time.json", StepTimeErrors)
@@ -192,6 +220,11 @@ def load_intervals(intervals_dir: str | Path, *, steps_target: str | None = None
             if entry is not None and entry.ratios:
                 steps = list(entry.ratios)
                 break
+        band = cv.by_drift.get(drift_band(drift) or "")
+        if steps and band is not None and len(band.ratios) >= MIN_BAND_RATIOS:
+            (lo, hi), (blo, bhi) = central(steps, cv.coverage), band.bounds
+            if blo < lo or bhi > hi:
+                steps = list(band.ratios)
         if not steps:
             raise PrenetError(
                 f"{d / 'steps.json'} has no measured forecast errors on holdout configurations; without them the steps have no "

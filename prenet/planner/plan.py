@@ -39,7 +39,7 @@ from prenet.errors import PrenetError
 from prenet.hardware.spec import HardwareSpec
 from prenet.memory.estimate import GIB, GPU_RESERVE_GIB, MemoryEstimate, fit_advice, fits
 from prenet.names import OPTIMIZERS
-from prenet.planner.intervals import Intervals, load_intervals, steps_interval
+from prenet.planner.intervals import DRIFT_EDGES, Intervals, drift_band, load_intervals, steps_interval
 
 
 @dataclass
@@ -360,7 +360,7 @@ def forecast_steps(
         "seconds": fc.seconds,
         "drift": fc.drift,
         "reliable": fc.reliable,
-        "answered_by": "corrected" if fc.variant == "corrected" else "forecast",
+        "answered_by": "corrected" if fc.variant == "corrected" else "default",
         "max_steps": max_steps,
         "cost": fc.details.get("cost"),
         "skipped": sorted({r["skipped"] for r in fc.details.get("relinearized") or [] if r.get("skipped")}),
@@ -495,7 +495,8 @@ def make_plan(
         if target_value is None or not finetune:
             raise PrenetError("a convergence target needs its value and --finetune-data (the fine-tuning set the forecast runs on)")
         key = steps_target_key(target, float(target_value))
-        by_source = {src: load_intervals(intervals_dir, steps_target=key, steps_source=src) for src in ("forecast", "corrected")}
+        load_intervals(intervals_dir, steps_target=key)  # a missing or stale record fails before the forecast runs
+
         fmod = _module_for_forecast(model, batch_size, zoo_kwargs)
         fc_info = forecast_steps(
             fmod,
@@ -513,9 +514,18 @@ def make_plan(
         )
         n_steps, steps_from = fc_info["steps"], "forecast"
         dataset_size = dataset_size or fc_info["n_train"]
-        iv = by_source[fc_info["answered_by"]]
+        # the interval of the variant that answered, widened to its drift band's measured errors where those are wider
+        iv = load_intervals(intervals_dir, steps_target=key, steps_source=fc_info["answered_by"], drift=fc_info["drift"])
         if fc_info["reliable"] is False:
-            notes.append(f"the forecast's kernel drifted ({fc_info['drift']:.2f} > 0.1): the forecast followed it")
+            notes.append(
+                f"the forecast's kernel drifted ({fc_info['drift']:.2f} > 0.1): the forecast followed it"
+                + (
+                    "; far from its linearization (drift ≥ 1: a new head, new classes or a large lr) forecasts err more widely, "
+                    "and the steps interval is that of the measured forecasts that drifted as far"
+                    if drift_band(fc_info["drift"]) == drift_band(DRIFT_EDGES[1])
+                    else ""
+                )
+            )
         elif fc_info["reliable"] is None:
             notes.append(
                 "the forecast did not check whether its kernel moves (every re-linearization was skipped: "
