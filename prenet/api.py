@@ -54,6 +54,7 @@ def predict_step_time(
     nodes: int = 1,
     parallel: str = "ddp",
     network_gbits: float | None = None,
+    seq_len: int | None = None,
 ) -> StepPrediction:
     """Predicted time of one training step (and of an epoch with ``dataset_size``) of ``model`` in ``precision``
     (fp32 | tf32 | fp16 | bf16), through the op-level path (:mod:`prenet.steptime.step`). ``overhead_ms`` None: the
@@ -69,7 +70,14 @@ def predict_step_time(
     ``memory_bytes`` is per GPU (DDP's gradient buckets, FSDP's shards, tensor parallelism's split blocks). ``model``: a name
     (a zoo model, ``torchvision:NAME``, ``timm:NAME``, ``hf:MODEL_TYPE``, ``hf:config.json``, ``path/to/file.py:function``)
     or ``(module, example_batch)``, whose batch is brought to ``batch_size`` samples. A named model's traced step is stored and read back
-    (:mod:`prenet.steptime.job_trace`): a repeated question about the same job imports no torch."""
+    (:mod:`prenet.steptime.job_trace`): a repeated question about the same job imports no torch. ``seq_len``: tokens per
+    sample of a named text model (the CLI's ``--seq-len``; the same as ``zoo_kwargs={"seq_len": N}``)."""
+    if seq_len is not None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise PrenetError(f"predict_step_time(seq_len={seq_len!r}): give a positive integer (tokens per sample)")
+        if (zoo_kwargs or {}).get("seq_len", seq_len) != seq_len:
+            raise PrenetError(f"predict_step_time: seq_len={seq_len} and zoo_kwargs seq_len={zoo_kwargs['seq_len']} disagree: give one")  # type: ignore[index]
+        zoo_kwargs = {**(zoo_kwargs or {}), "seq_len": seq_len}
     if not isinstance(model, (str, tuple)):
         raise PrenetError(
             f"predict_step_time: model is a {type(model).__name__}; pass (module, example_batch) — the batch a tensor or "

@@ -22,3 +22,10 @@ class HoldoutLeakError(PrenetError):
 
 class DataValidationError(PrenetError):
     """A table failed its pandera schema."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message (a library's error may append hints or a traceback-like report on further lines:
+    polars' CSV reader, torch's unpickler), or its type's name when it has none: what a one-line error quotes."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from prenet.errors import PrenetError
+from prenet.errors import PrenetError, first_line
 
 DEFAULT_SEQ_LEN = 512
 #: image side for a vision config that has none (convolutional ones take any): ImageNet's training crop
@@ -169,7 +169,7 @@ def hf_model(spec: str, batch_size: int, sizes: dict[str, Any] | None = None, *,
     except (PrenetError, MemoryError, torch.OutOfMemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - transformers' own failure, said in one line
-        first = str(e).strip().splitlines()[0].rstrip(" :") if str(e).strip() else ""
+        first = first_line(e).rstrip(" :")
         listed = "`prenet models hf` lists the types that build"
         if "huggingface.co" in first:
             raise PrenetError(

@@ -274,6 +274,17 @@ def test_layer_csv_dtype_the_hardware_cannot_run_names_the_row(models_dir, tmp_p
     assert err.count("\n") == 1 and "row 2, column dtype (bf16)" in err and "--precision" not in err and not out.exists()
 
 
+def test_api_seq_len_is_the_clis(models_dir):
+    kw = {"batch_size": 2, "hardware": "Tesla T4", "models_dir": models_dir, "overhead_ms": 0.0}
+    a = predict_step_time("bert_base_like", seq_len=16, **kw)
+    assert a.step_seconds == predict_step_time("bert_base_like", zoo_kwargs={"seq_len": 16}, **kw).step_seconds
+    assert a.input_shape == [2, 16]
+    with pytest.raises(PrenetError, match="disagree"):
+        predict_step_time("bert_base_like", seq_len=16, zoo_kwargs={"seq_len": 32}, **kw)
+    with pytest.raises(PrenetError, match="positive integer"):
+        predict_step_time("bert_base_like", seq_len=0, **kw)
+
+
 def test_api_predict_layers(models_dir):
     df = pl.DataFrame(
         {

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from prenet.errors import first_line
 from prenet.measurement.steps import unpack_example
 from prenet.memory.estimate import MemoryEstimate
 from prenet.names import OPTIMIZER_STATE_BUFFERS
@@ -220,7 +221,7 @@ def predict_memory_noted(
     try:
         return predict_training_memory(module, example_batch, optimizer, grad_accum, **kw), ""
     except (RuntimeError, NotImplementedError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        first = first_line(e)
         why = f"its FP32 forward cannot run on meta ({type(e).__name__}: {first})"
     try:
         memory = predict_training_memory(module, example_batch, optimizer, grad_accum, traced_in=torch.bfloat16, **kw)

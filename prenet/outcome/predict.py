@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from prenet.errors import PrenetError
+from prenet.errors import PrenetError, first_line
 from prenet.outcome.features import single_run
 from prenet.outcome.models import (
     LATE_BLOOMER,
@@ -174,7 +174,7 @@ def _read_table(path: str | Path) -> pl.DataFrame:
     try:
         table = pl.read_parquet(src) if src.suffix == ".parquet" else pl.read_csv(src)
     except Exception as e:  # noqa: BLE001 — any reader failure is the file's fault
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__  # polars appends hints on more lines
+        first = first_line(e)  # polars appends hints on more lines
         raise PrenetError(f"{src} is not a readable CSV or parquet file: {first}") from e
     return table
 

@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from prenet.errors import PrenetError
+from prenet.errors import PrenetError, first_line
 from prenet.hardware.spec import HardwareSpec
 from prenet.memory.estimate import GIB, GPU_RESERVE_GIB, MemoryEstimate, fit_advice, fits
 from prenet.names import OPTIMIZERS
-from prenet.planner.intervals import DRIFT_EDGES, Intervals, drift_band, load_intervals, steps_interval
+from prenet.planner.intervals import DRIFT_EDGES, Intervals, load_intervals, steps_interval
 
 
 @dataclass
@@ -270,7 +270,7 @@ def load_finetune_data(path: str | Path) -> tuple[Any, Any]:
         else:
             raw = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file becomes one message
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""  # torch's unpickling errors run to paragraphs
+        first = first_line(e)  # torch's unpickling errors run to paragraphs
         raise PrenetError(
             f"fine-tuning data {p} is not readable: {type(e).__name__}: {first} (give a .pt file of torch.save({{'inputs': tensor, "
             "'labels': tensor}) or an .npz with arrays inputs, labels)"
@@ -522,7 +522,7 @@ def make_plan(
                 + (
                     "; far from its linearization (drift ≥ 1: a new head, new classes or a large lr) forecasts err more widely, "
                     "and the steps interval is that of the measured forecasts that drifted as far"
-                    if drift_band(fc_info["drift"]) == drift_band(DRIFT_EDGES[1])
+                    if fc_info["drift"] >= DRIFT_EDGES[1]
                     else ""
                 )
             )
