@@ -147,7 +147,9 @@ def test_plan_from_a_convergence_target(tiny_run, tmp_path, capsys):
     )
     assert d["steps_from"] == "forecast" and 0 < d["steps"] < 300 and d["dataset_size"] == 96
     assert d["forecast"]["target"] == "target_accuracy" and d["forecast"]["n_train"] == 96
-    iv = load_intervals(root / "models" / "intervals", steps_target="accuracy>=0.9", steps_source=d["forecast"]["answered_by"])
+    iv = load_intervals(
+        root / "models" / "intervals", steps_target="accuracy>=0.9", steps_source=d["forecast"]["answered_by"], drift=d["forecast"]["drift"]
+    )
     assert (d["steps_low"], d["steps_high"]) == steps_interval(d["steps"], iv)  # scaled by the measured forecast errors
     assert all(r["wall_low"] <= r["wall_high"] for r in d["rows"])
 
@@ -310,3 +312,31 @@ def test_unreadable_finetune_data_is_one_line(tmp_path):
     with pytest.raises(PrenetError) as e:
         load_finetune_data(src)
     assert "\n" not in str(e.value) and "is not readable" in str(e.value) and ".npz with arrays inputs, labels" in str(e.value)
+
+
+def test_a_target_reached_early_is_forecast_again_at_twice_its_answer():
+    from sklearn.datasets import load_digits
+    from torch import nn
+
+    from prenet.planner.plan import REFINE_RATIO, REFINE_ROUNDS, forecast_steps
+
+    torch.manual_seed(0)
+    X, y = load_digits(return_X_y=True)
+    X, y = torch.tensor(X / 16.0, dtype=torch.float32), torch.tensor(y)
+    body = nn.Sequential(nn.Linear(64, 32), nn.ReLU())
+    net = nn.Sequential(body, nn.Linear(32, 5))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(3):  # pre-train on digits 0-4, then a new head for 5-9: the kernel grows as the head learns
+        for i in range(0, 900, 64):
+            xb, yb = X[y < 5][i : i + 64], y[y < 5][i : i + 64]
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(xb), yb).backward()
+            opt.step()
+    model = nn.Sequential(body, nn.Linear(32, 5))
+    kw = dict(target="target_accuracy", value=0.8, loss="cross_entropy", lr=0.2, momentum=0.0, batch_size=32, subset=None)
+    out = forecast_steps(model, X[y >= 5][:200], y[y >= 5][:200] - 5, max_steps=1000, **kw)
+    hz = out["horizons"]
+    assert hz[0][0] == 1000 and 1 < len(hz) <= REFINE_ROUNDS + 1 and REFINE_RATIO * hz[0][1] <= 1000
+    assert all(h == max(2 * at, 8) for (h, _), (_, at) in zip(hz[1:], hz[:-1]))  # each pass at twice the last answer
+    assert out["steps"] == (hz[-1][1] if hz[-1][1] is not None else hz[-2][1])
+    assert out["seconds"] > 0 and out["cost"]["ratio_estimate"] == pytest.approx(out["cost"]["train_seconds_estimate"] / out["seconds"])
