@@ -394,23 +394,34 @@ def _cmd_schedule(args: argparse.Namespace) -> None:
     from pipeline.config import compose
 
     compose(args.overrides or [], Path(args.repo).resolve() / "conf")  # a bad override: one line, before any server
+    from prefect.client.schemas.schedules import CronSchedule
     from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from pipeline.flows import retrain, start_local_server  # sets the environment defaults of the servers it starts
+
+    try:  # a bad cron expression: one line, before any server (Prefect's own check is a pydantic traceback at serve)
+        CronSchedule(cron=args.cron)
+    except ValueError as e:
+        raise PrenetError(
+            f"--cron {args.cron!r} is not a cron expression: give five fields (minute hour day-of-month month day-of-week), "
+            'e.g. "0 3 * * 0" (Sundays 03:00)'
+        ) from e
 
     server = None
     ctx = nullcontext()
     if not PREFECT_API_URL.value():
-        from pipeline.flows import start_local_server
-
         server, url = start_local_server()
         ctx = temporary_settings(updates={PREFECT_API_URL: url})
         print(f"no Prefect server configured: started a local one at {url} (it stops with this process)")
-    from pipeline.flows import retrain
 
     try:
         with ctx:
             print(f"serving flow 'prenet-retrain' as deployment {args.name!r} on cron {args.cron!r} (Ctrl-C stops)")
-            retrain.serve(
-                name=args.name, cron=args.cron, parameters={"repo_dir": str(Path(args.repo).resolve()), "overrides": args.overrides or None}
+            retrain.serve(  # limit=1: one retrain at a time (each rewrites params.yaml and runs dvc in the same repo)
+                name=args.name,
+                cron=args.cron,
+                parameters={"repo_dir": str(Path(args.repo).resolve()), "overrides": args.overrides or None},
+                limit=1,
             )
     finally:
         if server is not None:

@@ -26,7 +26,8 @@ def featurize(cfg: DictConfig) -> dict:
     cols = [*IDENTITY_COLUMNS, *ALL_SHAPE_COLUMNS, "time_ms", "spread_rel"]
     ops = sorted(local.get_column("op").unique().to_list()) or list(cfg.benchmark.ops)
     ext = cfg.featurize.external
-    external = load_external(list(ext.sources), ops, ext.max_rows_per_gpu)
+    sources = ext.sources if isinstance(ext.sources, str) else list(ext.sources)  # one name given as text is refused there
+    external = load_external(sources, ops, ext.max_rows_per_gpu)
     frames = [local.select(cols)] + ([external.select(cols)] if external.height else [])
     rows = pl.concat(frames, how="vertical_relaxed")
     hardware: dict[str, HardwareSpec] = dict(catalog())

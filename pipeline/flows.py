@@ -16,7 +16,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from prefect import flow, task
+# before Prefect is imported: its temporary server's usage-analytics heartbeat fights the flow's own SQLite writes and
+# prints "database is locked" tracebacks into a retrain that succeeds (a user may still turn it on)
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+from prefect import flow, task  # noqa: E402
 
 from pipeline.config import REPO_ROOT, compose, write_params
 from pipeline.stages import STAGES
@@ -31,17 +35,21 @@ def _env() -> dict[str, str]:
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("MKL_NUM_THREADS", "1")
-    env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     return env
 
 
 class DvcError(PrenetError, RuntimeError):
-    """A ``dvc`` command failed: one line (the command, the folder, DVC's own error line); ``tail`` keeps the last
-    lines of its output for the flow's log."""
+    """A ``dvc`` command failed: one line (the command, the folder, and why: the failing stage's own one-line
+    ``error:`` where a stage said one, else DVC's own error line); ``tail`` keeps the last lines of its output for the
+    flow's log."""
 
     def __init__(self, args: list[str], repo_dir: str | Path, code: int, output: str):
         lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
-        reason = next((ln for ln in reversed(lines) if ln.startswith("ERROR")), lines[-1] if lines else "no output")
+        # a stage's PrenetError is its one line (pipeline.config.hydra_entry): what is wrong and how to fix it, which
+        # DVC's "failed to reproduce" line does not say
+        said = next((ln for ln in reversed(lines) if ln.startswith("error:")), None)
+        dvcs = next((ln for ln in reversed(lines) if ln.startswith("ERROR")), lines[-1] if lines else "no output")
+        reason = said if said is not None else dvcs
         super().__init__(f"`dvc {' '.join(args)}` failed in {repo_dir} (exit {code}): {reason}")
         self.tail = "\n".join(output.splitlines()[-TAIL_LINES:])
 

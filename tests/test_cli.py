@@ -95,6 +95,14 @@ def test_hardware_list_and_show(capsys):
 def test_schedule_requires_cron():
     proc = _run("schedule")
     assert proc.returncode == 2 and "--cron" in proc.stderr
+    bad = _run("schedule", "--cron", "bogus cron")  # refused in one line before any Prefect server starts
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "is not a cron expression" in bad.stderr
+
+
+def test_a_stage_module_refuses_a_bad_override_in_one_line():
+    for override, says in (("predictor=mlpp", "Could not find 'predictor/mlpp'"), ("predictor.n_estimatorz=3", "predictor.n_estimatorz")):
+        proc = subprocess.run([sys.executable, "-m", "pipeline.train", override], capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ") and says in proc.stderr
 
 
 def test_stage_modules_have_hydra_help():

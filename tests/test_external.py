@@ -46,3 +46,14 @@ def test_subsample_is_stable_and_paired_across_gpus():
     assert a.equals(b)
     shapes = a.group_by("hardware_id").agg(pl.struct("batch", "in_channels", "out_channels", "kernel_size", "input_size").n_unique().alias("n"))
     assert shapes["n"].max() <= 30
+
+
+def test_an_unknown_or_unlisted_source_is_refused_not_dropped():
+    from prenet.data.external import load_external
+    from prenet.errors import PrenetError
+
+    assert load_external(["justus2018"], ["linear"], 5).height > 0
+    with pytest.raises(PrenetError, match="unknown external source.*'justus2019'.*justus2018, neusight2025"):
+        load_external(["justus2019"], ["linear"], 5)
+    with pytest.raises(PrenetError, match="must be a list of names"):
+        load_external("justus2018", ["linear"], 5)  # type: ignore[arg-type]

@@ -48,3 +48,16 @@ def test_stage_task_plain_function_reports_dvc_failures(scratch_repo):
 
     with pytest.raises(RuntimeError, match="dvc repro --single-item nosuchstage"):
         run_stage.fn("nosuchstage", str(scratch_repo))
+
+
+def test_a_failing_stage_says_its_own_error_line():
+    from pipeline.flows import DvcError
+
+    out = (
+        "Running stage 'evaluate_outcome_ooc':\n> python -m pipeline.run evaluate_outcome_ooc\nTraceback (most recent call last):\n"
+        "  ...\nerror: data/outcome/out_of_corpus/runs.parquet lacks column 'width'; rerun the corpus stage\n"
+        "ERROR: failed to reproduce 'evaluate_outcome_ooc': failed to run: python -m pipeline.run evaluate_outcome_ooc, exited with 2\n"
+    )
+    e = DvcError(["repro", "--single-item", "evaluate_outcome_ooc"], "/repo", 255, out)
+    assert str(e).endswith("(exit 255): error: data/outcome/out_of_corpus/runs.parquet lacks column 'width'; rerun the corpus stage")
+    assert "failed to reproduce" in str(DvcError(["repro"], "/repo", 255, out.replace("error: data", "data")))

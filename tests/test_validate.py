@@ -105,3 +105,16 @@ def test_validate_cli_exits_nonzero_without_traceback(features_ready, tmp_path):
     )
     assert proc.returncode == 2
     assert "hw_peak_tflops" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_truncated_table_is_one_line_naming_it(tmp_path):
+    from prenet.data.io import read_table
+    from prenet.errors import PrenetError
+
+    good = tmp_path / "t.parquet"
+    pl.DataFrame({"a": list(range(100))}).write_parquet(good)
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(good.read_bytes()[:200])
+    with pytest.raises(PrenetError) as e:
+        read_table(cut)
+    assert "\n" not in str(e.value) and str(cut) in str(e.value) and "not a readable parquet table" in str(e.value)

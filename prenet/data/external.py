@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from prenet.errors import PrenetError
 from prenet.hardware.catalog import resolve_name
 from prenet.layers import ALL_SHAPE_COLUMNS
 from prenet.paths import data_dir
@@ -154,6 +155,14 @@ LOADERS = {
 
 
 def load_external(sources: list[str], ops: list[str], max_rows_per_gpu: int | None) -> pl.DataFrame:
-    """Concatenate the requested (source, op) datasets that exist."""
+    """Concatenate the requested (source, op) datasets that exist (a source without one of ``ops`` adds none of it).
+    A source that is not a vendored dataset, or ``sources`` given as one name instead of a list, is one
+    :class:`PrenetError` naming the known sources (a typo would otherwise drop the data silently)."""
+    known = sorted({s for s, _ in LOADERS})
+    if isinstance(sources, str) or not all(isinstance(s, str) for s in sources):
+        raise PrenetError(f"external sources must be a list of names, e.g. [{', '.join(known)}]; got {sources!r}")
+    unknown = [s for s in sources if s not in known]
+    if unknown:
+        raise PrenetError(f"unknown external source(s) {', '.join(map(repr, unknown))}; the vendored ones are {', '.join(known)}")
     frames = [LOADERS[(s, o)](max_rows_per_gpu) for s in sources for o in ops if (s, o) in LOADERS]
     return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame()

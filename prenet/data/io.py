@@ -12,7 +12,7 @@ import pandera.polars as pa
 import polars as pl
 from pandera.errors import SchemaError, SchemaErrors
 
-from prenet.errors import DataValidationError
+from prenet.errors import DataValidationError, PrenetError, first_line
 
 MAX_EXAMPLES = 3
 
@@ -82,7 +82,13 @@ def read_table(path: str | Path, schema: type[pa.DataFrameModel] | None = None) 
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist; run the stage that produces it (see dvc.yaml) first")
-    df = pl.read_csv(p) if p.suffix == ".csv" else pl.read_parquet(p)
+    try:
+        df = pl.read_csv(p) if p.suffix == ".csv" else pl.read_parquet(p)
+    except Exception as e:  # noqa: BLE001 - a truncated or foreign file is the file's fault, said in one line
+        raise PrenetError(
+            f"{p} is not a readable {'CSV' if p.suffix == '.csv' else 'parquet'} table ({type(e).__name__}: {first_line(e)}); "
+            "rerun the stage that produces it (see dvc.yaml), or `dvc checkout` it"
+        ) from e
     return validate(df, schema, source=p) if schema is not None else df
 
 
