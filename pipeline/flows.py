@@ -133,8 +133,17 @@ def start_local_server(timeout_s: float = 90.0) -> tuple[subprocess.Popen, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """``python -m pipeline.flows [overrides]``: one retrain, as ``prenet retrain`` runs it (a bad override or a failed
+    stage is one line and exit 2)."""
+    from pipeline.config import run_guarded
+
     args = sys.argv[1:] if argv is None else argv
-    retrain(overrides=args or None)
+
+    def run() -> None:
+        compose(args)  # a bad override: one line, before Prefect starts a server
+        retrain(overrides=args or None)
+
+    run_guarded(run)
 
 
 if __name__ == "__main__":

@@ -156,3 +156,16 @@ def test_hydra_cli_runs_the_same_stage_function(tiny_run, tmp_path):
     assert {e["predictor"] for e in manifest["ops"].values()} == {"random_forest"}
     assert {e["params"]["n_estimators"] for e in manifest["ops"].values()} == {30}
     assert json.loads((tmp_path / "plots" / "train.json").read_text())["predictor"] == "random_forest"
+
+
+def test_featurize_refuses_an_empty_local_benchmark(tiny_cfg):
+    from pipeline.featurize import featurize
+    from prenet.errors import PrenetError
+
+    raw = Path(tiny_cfg.paths.raw_timings)
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    from prenet.data.schemas import RawTimings
+
+    pl.DataFrame(schema={n: c.dtype.type for n, c in RawTimings.to_schema().columns.items()}).write_parquet(raw)  # no rows
+    with pytest.raises(PrenetError, match="has no rows: the local benchmark measured nothing"):
+        featurize(tiny_cfg)
