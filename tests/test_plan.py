@@ -318,7 +318,8 @@ def test_a_target_reached_early_is_forecast_again_at_twice_its_answer():
     from sklearn.datasets import load_digits
     from torch import nn
 
-    from prenet.planner.plan import REFINE_RATIO, REFINE_ROUNDS, forecast_steps
+    from prenet.convergence.forecaster import REFINE_RATIO, REFINE_ROUNDS
+    from prenet.planner.plan import forecast_steps
 
     torch.manual_seed(0)
     X, y = load_digits(return_X_y=True)

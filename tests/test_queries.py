@@ -47,6 +47,10 @@ def test_answer_gives_the_default_and_both_variants(tmp_path):
     res = answer(task, opt, eps=0.1, target_loss=1e-9, pretrained=tmp_path / "pt")
     assert res["n_train"] == 48 and res["variant"] in ("plain", "relinearized") and res["correction"] == "trajectory"
     assert res["steps_to_loss"]["answer"] is None  # unreachable within 30 steps
+    assert res["steps_to_loss"]["horizons"] == [(30, None)]  # not reached: no second pass
+    early = answer(task, fine_tune_settings(task, {"batch_size": 16, "steps": 400}, {}), eps=0.1, target_accuracy=0.3, pretrained=tmp_path / "pt")
+    first, *again = early["steps_to_accuracy"]["horizons"]  # reached early in 400 steps: forecast again at twice its answer
+    assert first[0] == 400 and again and again[0][0] == max(2 * first[1], 8) and "forecast again at twice each answer" in render(early)
     text = render(res)
     assert "answered by the" in text and "not reached within 30 steps" in text and "along the forecast's trajectory" in text
     assert "chosen: samples: all 48 samples" in text and "; kernel: the " in text  # what the default chose, and why

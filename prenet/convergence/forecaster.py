@@ -40,8 +40,9 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -505,6 +506,33 @@ def auto_dynamics(n_full: int, n_used: int, classes: int, batch_size: int) -> st
     if n_used == n_full and n_full * classes <= dynamics.EXACT_MAX_NC:
         return "exact"
     return "sde"
+
+
+#: A loss or accuracy target reached before 1/REFINE_RATIO of a forecast's horizon is forecast again at twice its
+#: answer, at most REFINE_ROUNDS times (:func:`refined`): the re-linearization points are fractions of the horizon, so a
+#: long horizon re-linearizes late, and a fine-tune whose kernel grows was answered slower the longer the horizon (a
+#: user's MLP with a new head, accuracy 0.9 at 56 steps in training: 107 / 171 at a 2,000-step horizon, 85 at 200;
+#: refined, 85-90 from either)
+REFINE_RATIO = 4
+REFINE_ROUNDS = 3
+
+
+def refined(run: Callable[[int], tuple[Any, int | None]], horizon: int) -> tuple[Any, int | None, list[tuple[int, int | None]]]:
+    """The answer to a loss or accuracy target that does not depend on the horizon: ``run(h)`` forecasts at horizon
+    ``h`` and returns (the forecast, the step it reaches the target or None). While the target comes before
+    1/``REFINE_RATIO`` of the last horizon, forecast again at twice its step (at most ``REFINE_ROUNDS`` times); a pass
+    that does not reach it keeps the last answer. Returns (the forecast that answered, its step, every (horizon,
+    step) pass)."""
+    fc, steps = run(horizon)
+    horizons: list[tuple[int, int | None]] = [(horizon, steps)]
+    while steps is not None and REFINE_RATIO * steps <= horizons[-1][0] and len(horizons) <= REFINE_ROUNDS:
+        h = max(2 * steps, 8)
+        again, at = run(h)
+        horizons.append((h, at))
+        if at is None:
+            break
+        fc, steps = again, at
+    return fc, steps, horizons
 
 
 def forecast(

@@ -288,14 +288,6 @@ def load_finetune_data(path: str | Path) -> tuple[Any, Any]:
     return x, y.long()
 
 
-#: A target reached before 1/REFINE_RATIO of the forecast's horizon is forecast again at twice its answer, at most
-#: REFINE_ROUNDS times: the re-linearization points are fractions of the horizon, so a long horizon re-linearizes late
-#: and a fine-tune whose kernel grows is answered slower the longer the horizon (a user's MLP with a new head, accuracy
-#: 0.9 at 56 steps in training: 107 / 171 at a 2,000-step horizon, 85 at 200; re-forecast, 85-90 from either)
-REFINE_RATIO = 4
-REFINE_ROUNDS = 3
-
-
 def forecast_steps(
     module: Any,
     inputs: Any,
@@ -316,10 +308,11 @@ def forecast_steps(
     |L_t − L_T| ≤ ε (L_0 − L_T); ``target_loss``: L_t ≤ τ; ``target_accuracy``: training accuracy ≥ a), forecast
     from the NTK (the default forecast: the kernel followed along the forecast's own trajectory). Raises
     :class:`PrenetError` when the forecast does not reach the target within ``max_steps``. A loss or accuracy target
-    reached early in the horizon is forecast again at twice its answer (:data:`REFINE_RATIO`, :data:`REFINE_ROUNDS`;
+    reached early in the horizon is forecast again at twice its answer (:func:`prenet.convergence.forecaster.refined`;
     ``horizons`` records each pass): the answer then depends on the target, not on ``max_steps``. (``converge_eps`` is
     defined against the horizon's own last loss, so it is answered at ``max_steps``.)"""
     from prenet.convergence import forecast
+    from prenet.convergence.forecaster import refined
     from prenet.convergence.ntk import ProblemTooLargeError
 
     if target not in TARGETS:
@@ -349,15 +342,19 @@ def forecast_steps(
         at = {"converge_eps": b.steps_to_converge, "target_loss": b.steps_to_loss, "target_accuracy": b.steps_to_accuracy}[target](value)
         return fc, at
 
-    fc, steps = run(max_steps)
-    horizons, seconds = [(max_steps, steps)], fc.seconds
-    while target != "converge_eps" and steps is not None and REFINE_RATIO * steps <= horizons[-1][0] and len(horizons) <= REFINE_ROUNDS:
-        again, at = run(max(2 * steps, 8))
-        seconds += again.seconds
-        horizons.append((max(2 * steps, 8), at))
-        if at is None:  # not reached within twice the last answer: that answer stands
-            break
-        fc, steps = again, at
+    passes: list[float] = []
+
+    def timed(horizon: int) -> tuple[Any, int | None]:
+        out = run(horizon)
+        passes.append(out[0].seconds)
+        return out
+
+    if target == "converge_eps":
+        fc, steps = timed(max_steps)
+        horizons: list[tuple[int, int | None]] = [(max_steps, steps)]
+    else:
+        fc, steps, horizons = refined(timed, max_steps)
+    seconds = float(sum(passes))
     best = fc.best()
     final_loss, final_acc = float(best.loss[-1]), (float(best.accuracy[-1]) if best.accuracy is not None else None)
     if steps is None or (target == "converge_eps" and steps >= max_steps):
