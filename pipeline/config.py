@@ -133,7 +133,8 @@ def hydra_entry(stage: Callable[[DictConfig], Any]) -> Callable[[], None]:
     def entry() -> None:
         # Hydra composes before _main runs and reports an unknown group option or key in its own multi-line block (exit
         # 1); the same composition through compose() is one line and exit 2, as every other entry point answers
-        overrides = [a for a in sys.argv[1:] if not a.startswith("-")]  # Hydra's own flags (--help, --cfg job) pass
+        # the overrides (key=value, +key=value, ~key); Hydra's own flags and their values (--cfg job, -cn name) pass
+        overrides = [a for a in sys.argv[1:] if not a.startswith("-") and ("=" in a or a.startswith("~"))]
         if overrides:
             run_guarded(lambda: compose(overrides))
         _main()

@@ -103,6 +103,8 @@ def test_a_stage_module_refuses_a_bad_override_in_one_line():
     for override, says in (("predictor=mlpp", "Could not find 'predictor/mlpp'"), ("predictor.n_estimatorz=3", "predictor.n_estimatorz")):
         proc = subprocess.run([sys.executable, "-m", "pipeline.train", override], capture_output=True, text=True)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ") and says in proc.stderr
+    shown = subprocess.run([sys.executable, "-m", "pipeline.train", "--cfg", "job", "predictor=mlp"], capture_output=True, text=True)
+    assert shown.returncode == 0 and "name: mlp" in shown.stdout  # Hydra's own flags and their values still pass
 
 
 def test_stage_modules_have_hydra_help():

@@ -118,15 +118,19 @@ def answer(
     )
     fc = forecast(model, data.x, data.y, steps=int(settings["steps"]), also_plain=True, **kw)
 
-    def to_target(reach: Callable[[Any], int | None]) -> tuple[int | None, list[tuple[int, int | None]]]:
-        """A target's step, forecast again at twice its answer where it comes early in the horizon (refined)."""
+    def to_target(reach: Callable[[Any], int | None]) -> dict[str, Any]:
+        """A target's step, forecast again at twice its answer where it comes early in the horizon (refined): the
+        answer, every (horizon, step) pass and the seconds of the passes beyond the first."""
+        more: list[float] = []
 
         def run(h: int) -> tuple[Any, int | None]:
             f = fc if h == int(settings["steps"]) else forecast(model, data.x, data.y, steps=h, progress=False, **kw)
+            if f is not fc:
+                more.append(f.seconds)
             return f, reach(f)
 
         _, at, horizons = refined(run, int(settings["steps"]))
-        return at, horizons
+        return {"answer": at, "horizons": horizons, "more_seconds": float(sum(more))}
 
     plain = fc.plain
     res: dict[str, Any] = {
@@ -159,11 +163,10 @@ def answer(
         **({"heldout": fc.details["heldout"]} if "heldout" in fc.details else {}),
     }
     if target_loss is not None:
-        at, horizons = to_target(lambda f: f.steps_to_loss(target_loss))
-        res["steps_to_loss"] = {"tau": target_loss, "answer": at, "horizons": horizons, "plain": plain.steps_to_loss(target_loss)}
+        res["steps_to_loss"] = {"tau": target_loss, **to_target(lambda f: f.steps_to_loss(target_loss)), "plain": plain.steps_to_loss(target_loss)}
     if target_accuracy is not None:
-        at, horizons = to_target(lambda f: f.steps_to_accuracy(target_accuracy))
-        res["steps_to_accuracy"] = {"a": target_accuracy, "answer": at, "horizons": horizons, "plain": plain.steps_to_accuracy(target_accuracy)}
+        reached = to_target(lambda f: f.steps_to_accuracy(target_accuracy))
+        res["steps_to_accuracy"] = {"a": target_accuracy, **reached, "plain": plain.steps_to_accuracy(target_accuracy)}
     return res
 
 
@@ -258,7 +261,7 @@ def render(res: Mapping[str, Any]) -> str:
                 + (
                     " (reached early in the horizon, whose fractions place the re-linearizations: forecast again at twice each answer, "
                     + ", ".join(f"horizon {h}: {'not reached' if a is None else a}" for h, a in again)
-                    + ")"
+                    + f"; {r.get('more_seconds', 0.0):.2f} s more)"
                     if len(again) > 1
                     else ""
                 )

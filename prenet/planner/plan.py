@@ -321,6 +321,8 @@ def forecast_steps(
 
     check_target(OPTION_KIND[target], value)
 
+    passes: list[float] = []  # seconds of every forecast pass
+
     def run(horizon: int) -> tuple[Any, int | None]:
         try:
             fc = forecast(
@@ -338,22 +340,16 @@ def forecast_steps(
             )
         except ProblemTooLargeError as e:
             raise PrenetError(str(e)) from e
+        passes.append(fc.seconds)
         b = fc.best()
         at = {"converge_eps": b.steps_to_converge, "target_loss": b.steps_to_loss, "target_accuracy": b.steps_to_accuracy}[target](value)
         return fc, at
 
-    passes: list[float] = []
-
-    def timed(horizon: int) -> tuple[Any, int | None]:
-        out = run(horizon)
-        passes.append(out[0].seconds)
-        return out
-
     if target == "converge_eps":
-        fc, steps = timed(max_steps)
+        fc, steps = run(max_steps)
         horizons: list[tuple[int, int | None]] = [(max_steps, steps)]
     else:
-        fc, steps, horizons = refined(timed, max_steps)
+        fc, steps, horizons = refined(run, max_steps)
     seconds = float(sum(passes))
     best = fc.best()
     final_loss, final_acc = float(best.loss[-1]), (float(best.accuracy[-1]) if best.accuracy is not None else None)
