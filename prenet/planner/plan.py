@@ -566,6 +566,13 @@ def make_plan(
                 + ", ".join(fc_info["skipped"] or ["none scheduled"])
                 + "): the static kernel answers, which out of regime (new classes, a large lr) can be far off"
             )
+        if fc_info["skipped"] and fc_info["reliable"] is not None:  # some, not all: decided by this machine's timings
+            notes.append(
+                "some re-linearizations were skipped ("
+                + ", ".join(fc_info["skipped"])
+                + "), a decision taken from this machine's timings: on a busier or slower host the same question can answer "
+                "differently (give --max-steps near the target to keep them)"
+            )
         if (cost := fc_info.get("cost")) and not cost.get("met", True):
             r = float(cost["ratio_estimate"])
             notes.append(
