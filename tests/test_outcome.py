@@ -444,7 +444,8 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
     f = tmp_path / "run.csv"
     tel.filter(pl.col("run_id") == tel["run_id"][0]).drop("run_id").write_csv(f)
     assert main(["predict", "outcome", "--telemetry", str(f), "--models", cfg.paths.outcome_models]) == 0
-    assert "not an automatic stop" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "not an automatic stop" in shown and "epochs, the length of the corpus's runs, not of yours)" in shown  # what "final" means
     from prenet.outcome.predict import Outcome, render_outcome
 
     stuck = Outcome(0.3, (0.1, 0.85), 0.6, 0, [1.0, 0.0, 0.0], 2, "unknown", 2, None, accuracy_now=0.12, may_take_off=True)

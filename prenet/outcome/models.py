@@ -431,6 +431,8 @@ def train_all(
         "dev_runs": runs.height,
         "cv_folds": folds,
         "take_off": {"slow_below": SLOW_BELOW, "base_rate": take_off, "took_off_final_accuracy": took_off},
+        # what "final" means: the epochs the fitted runs trained for (the corpus's own length, not the user's)
+        "final_epoch": int(np.median(runs["epochs"].to_numpy())) if "epochs" in runs.columns else None,
     }
     return models, manifest
 

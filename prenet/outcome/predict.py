@@ -50,7 +50,8 @@ class Outcome:
     as a success; ``None`` otherwise), ``may_take_off`` (:data:`TAKE_OFF`: slow now, but as likely to take off as the
     slow runs of the corpus that did), ``take_off_base_rate`` (that share), ``diverged_at`` (the first epoch whose training
     loss was not finite, recorded empty: such a run has failed by the corpus's definition, failure probability 1;
-    ``None`` while the loss is finite)."""
+    ``None`` while the loss is finite), ``final_epoch`` (what "final" means: the epochs the corpus's runs trained for;
+    None from models that did not record it)."""
 
     final_test_accuracy: float
     interval: tuple[float, float]
@@ -66,6 +67,7 @@ class Outcome:
     take_off_probability: float | None = None
     take_off_base_rate: float | None = None
     diverged_at: int | None = None
+    final_epoch: int | None = None
 
     @property
     def relative_class_name(self) -> str:
@@ -157,6 +159,7 @@ def predict(
         p_take,
         base if p_take is not None else None,
         diverged_at,
+        manifest.get("final_epoch"),
     )
 
 
@@ -196,7 +199,9 @@ def render_outcome(out: Outcome) -> str:
     return "\n".join(
         [
             f"after {out.epochs_seen} epoch(s) — model of epoch {out.epoch}, domain {out.scope}, schedule {out.schedule or 'not stated'}:",
-            f"  final test accuracy   {out.final_test_accuracy:.3f}   (interval {lo:.3f} – {hi:.3f})",
+            f"  final test accuracy   {out.final_test_accuracy:.3f}   (interval {lo:.3f} – {hi:.3f}"
+            + (f"; after {out.final_epoch} epochs, the length of the corpus's runs, not of yours" if out.final_epoch else "")
+            + ")",
             f"  failure probability   {out.failure_probability:.3f}"
             + (
                 f"   (the training loss was not finite from epoch {out.diverged_at}, recorded empty: the run has diverged, a failure "
