@@ -44,26 +44,23 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.bf16_max_flops) and kind not in ("lstm", "gru", "rnn")
     ]
     wide_bf16 = set(b.get("wide_bf16_kinds") or [])
-    todo += [
-        (kind, c, "sgd", "bf16")
-        for i, (kind, c) in enumerate(wide)
-        if i % int(b.bf16_every) == 0 and forward_flops(kind, c) <= float(b.get("wide_bf16_max_flops", b.bf16_max_flops)) and kind in wide_bf16
-    ]
+    wide_cap = float(b.get("wide_bf16_max_flops", b.bf16_max_flops))
+
+    def wide_in_bf16(caps: dict[str, float]) -> list[tuple[str, dict]]:
+        """The wide configurations (every bf16_every-th) whose kind has a cap in ``caps`` and whose forward FLOPs are
+        within it."""
+        return [(k, c) for i, (k, c) in enumerate(wide) if i % int(b.bf16_every) == 0 and k in caps and forward_flops(k, c) <= caps[k]]
+
+    generic = wide_in_bf16({k: wide_cap for k in wide_bf16})
+    todo += [(kind, c, "sgd", "bf16") for kind, c in generic]
     # blocks whose BF16 kernels run unlike their FP32 ones, measured again under BF16 autocast where the CPU runs BF16
     # natively (elsewhere BF16 is emulated, slow, and answered as such): conf ops.benchmark.bf16_native_blocks, and
     # larger wide configurations of some kinds (ops.benchmark.wide_bf16_native: kind -> forward FLOPs cap)
     native_bf16 = hw.extra.get("bf16_units", "none") != "none"
     extra_bf16 = sample_blocks(dict(b.get("bf16_native_blocks") or {}), seed=int(b.seed)) if native_bf16 else []
     todo += [(kind, c, "sgd", "bf16") for kind, c in extra_bf16]
-    native_caps = dict(b.get("wide_bf16_native") or {}) if native_bf16 else {}
-    todo += [
-        (kind, c, "sgd", "bf16")
-        for i, (kind, c) in enumerate(wide)
-        if i % int(b.bf16_every) == 0
-        and kind in native_caps
-        and not (kind in wide_bf16 and forward_flops(kind, c) <= float(b.get("wide_bf16_max_flops", b.bf16_max_flops)))
-        and forward_flops(kind, c) <= float(native_caps[kind])
-    ]
+    native_caps = {str(k): float(v) for k, v in (b.get("wide_bf16_native") or {}).items()} if native_bf16 else {}
+    todo += [(kind, c, "sgd", "bf16") for kind, c in wide_in_bf16(native_caps) if (kind, c) not in generic]
     skipped: list[str] = []
     t0 = time.monotonic()
     probe = SpeedProbe(int(cfg.threads))  # host speed beside every row (prenet/measurement/probe.py)

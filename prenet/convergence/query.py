@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from prenet.convergence.forecaster import forecast, refined
+from prenet.convergence.forecaster import forecast, passes_text, refined
 from prenet.convergence.nets import with_new_head
 from prenet.convergence.targets import OPTION_KIND, check_target
 from prenet.convergence.tasks import Task, load_pretrained, pretrain, save
@@ -260,7 +260,7 @@ def render(res: Mapping[str, Any]) -> str:
                 f"  steps to {label.format(**r)}: {v if v is not None else 'not reached within ' + str(res['steps']) + ' steps'}"
                 + (
                     " (reached early in the horizon, whose fractions place the re-linearizations: forecast again at twice each answer, "
-                    + ", ".join(f"horizon {h}: {'not reached' if a is None else a}" for h, a in again)
+                    + passes_text(again)
                     + f"; {r.get('more_seconds', 0.0):.2f} s more)"
                     if len(again) > 1
                     else ""

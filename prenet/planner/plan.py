@@ -544,11 +544,11 @@ def make_plan(
         # the interval of the variant that answered, widened to its drift band's measured errors where those are wider
         iv = load_intervals(intervals_dir, steps_target=key, steps_source=fc_info["answered_by"], drift=fc_info["drift"])
         if len(fc_info["horizons"]) > 1:
+            from prenet.convergence.forecaster import passes_text
+
             notes.append(
                 "the target came early in the forecast's horizon, and its re-linearization points are fractions of the horizon: "
-                "forecast again at twice each answer ("
-                + ", ".join(f"horizon {h:,}: {'not reached' if at is None else f'{at:,} steps'}" for h, at in fc_info["horizons"])
-                + ")"
+                "forecast again at twice each answer (" + passes_text(fc_info["horizons"]) + ")"
             )
         if fc_info["reliable"] is False:
             notes.append(
