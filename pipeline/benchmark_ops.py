@@ -57,7 +57,8 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     # natively (elsewhere BF16 is emulated, slow, and answered as such): conf ops.benchmark.bf16_native_blocks, and
     # larger wide configurations of some kinds (ops.benchmark.wide_bf16_native: kind -> forward FLOPs cap)
     native_bf16 = hw.extra.get("bf16_units", "none") != "none"
-    extra_bf16 = sample_blocks(dict(b.get("bf16_native_blocks") or {}), seed=int(b.seed)) if native_bf16 else []
+    native_blocks = OmegaConf.to_container(b.bf16_native_blocks, resolve=True) if b.get("bf16_native_blocks") else {}
+    extra_bf16 = sample_blocks(native_blocks, seed=int(b.seed)) if native_bf16 else []
     todo += [(kind, c, "sgd", "bf16") for kind, c in extra_bf16]
     native_caps = {str(k): float(v) for k, v in (b.get("wide_bf16_native") or {}).items()} if native_bf16 else {}
     todo += [(kind, c, "sgd", "bf16") for kind, c in wide_in_bf16(native_caps) if (kind, c) not in generic]

@@ -356,6 +356,29 @@ def test_roofline_knows_winograd_alignment_and_per_element_work():
     assert (algorithmic_gain(frame, detect_cpu(1)) == 1.0).all()
 
 
+def test_a_strided_convolutions_backward_is_told_apart_by_what_it_writes():
+    """The ``log2_write_ratio`` feature: 0 for every op but a convolution's backward, stride² for a depthwise
+    convolution's backward (the input gradient it scatters back), so stride 1 and 2 are two features apart."""
+    from prenet.measurement.ops import build_config
+    from prenet.steptime.efficiency import FEATURES, feature_matrix
+
+    a100 = get("A100 80GB SXM4")
+
+    def with_ratio(module: nn.Module, batch) -> pl.DataFrame:
+        f = trace_step(module, batch).frame()
+        return f.with_columns(pl.Series("wr", feature_matrix(f, a100)[0][:, FEATURES.index("log2_write_ratio")]))
+
+    for stride in (1, 2):
+        m, x = build_config("depthwise_block", {"batch": 2, "channels": 4, "input_size": 16, "kernel_size": 3, "stride": stride, "expand": 4})
+        f = with_ratio(m.to("meta"), x.to("meta"))
+        dw = f.filter(pl.col("family") == "conv_depthwise")
+        assert dw.filter(pl.col("phase") == "forward")["wr"].to_list() == [0.0]
+        assert dw.filter(pl.col("phase") == "backward")["wr"][0] == pytest.approx(2.0 * np.log2(stride), abs=0.1)
+        assert (f.filter(~pl.col("family").str.starts_with("conv"))["wr"] == 0).all()
+    vit = with_ratio(*_meta("vit_tiny", 2))
+    assert vit.filter(pl.col("family") == "attention").height and (vit.filter(pl.col("family") == "attention")["wr"] == 0).all()
+
+
 def test_more_blocks_are_drawn_apart_from_the_others():
     """``sample_blocks``: each block kind from its own generator, so asking for more depthwise blocks neither repeats
     the benchmark's own depthwise configurations nor moves any other's."""
@@ -366,6 +389,28 @@ def test_more_blocks_are_drawn_apart_from_the_others():
     assert sample_blocks({"depthwise_block": 8, "conv1d_block": 2}, seed=7)[2:7] == dw  # sorted by kind: conv1d first
     own = [c for k, c in sample_configs({}, per_kind=5, seed=7) if k == "depthwise_block"]
     assert not any(c in own for _, c in dw)
+
+
+def test_a_named_block_space_draws_within_its_own_ranges():
+    """``bf16_native_blocks`` entries may name a kind and narrow its space (the stride-2 depthwise corner); the other
+    entries are unmoved, and a space the kind cannot take is refused in one line."""
+    from prenet.errors import PrenetError
+    from prenet.measurement.ops import sample_blocks
+
+    spec = {"kind": "depthwise_block", "configs": 12, "space": {"batch": [4, 32], "input_size": [8, 40], "stride": [2], "expand": [6]}}
+    s2 = sample_blocks({"depthwise_s2": spec}, seed=7)
+    assert len(s2) == 12 and {k for k, _ in s2} == {"depthwise_block"}
+    assert all(c["stride"] == 2 and c["expand"] == 6 and 4 <= c["batch"] <= 32 and 8 <= c["input_size"] <= 40 for _, c in s2)
+    assert len({c["batch"] for _, c in s2}) > 3  # drawn, not pinned
+    assert sample_blocks({"depthwise_s2": spec, "depthwise_block": 5}, seed=7)[:5] == sample_blocks({"depthwise_block": 5}, seed=7)
+    for bad in (
+        {"kind": "conv1d_block", "configs": 2, "space": {"batch": [1, 2]}},
+        {"kind": "depthwise_block", "configs": 2, "space": {"width": [1, 2]}},
+        {"kind": "nope", "configs": 1},
+    ):
+        with pytest.raises(PrenetError) as e:
+            sample_blocks({"x": bad}, seed=7)
+        assert "\n" not in str(e.value) and "bf16_native_blocks.x" in str(e.value) or "not one of" in str(e.value)
 
 
 def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():

@@ -88,15 +88,29 @@ class _LMHeadBlock(nn.Module):
         return F.cross_entropy(self.head(self.embed(x)), self.labels)
 
 
+#: The depthwise block's sampling space: log-uniform [low, high] of ``batch``, ``channels`` (before the expansion) and
+#: ``input_size`` (pixels a side); ``kernel_size``, ``stride`` and ``expand`` drawn from their lists. A config's
+#: ``space`` (``ops.benchmark.bf16_native_blocks``) overrides keys of it.
+DEPTHWISE_SPACE: dict[str, list[int]] = {
+    "batch": [1, 32],
+    "channels": [8, 96],
+    "input_size": [4, 56],
+    "kernel_size": [3, 5],
+    "stride": [1, 2],
+    "expand": [1, 4, 6],
+}
+
+
 def _blocks() -> dict[str, tuple[Callable[[np.random.Generator], dict[str, int]], Callable[[dict[str, int]], tuple[nn.Module, torch.Tensor]]]]:
-    def s_dw(r):
+    def s_dw(r, space=None):
+        sp = {**DEPTHWISE_SPACE, **(space or {})}
         return {
-            "batch": log_uniform_int(r, 1, 32),
-            "channels": log_uniform_int(r, 8, 96),
-            "input_size": log_uniform_int(r, 4, 56),
-            "kernel_size": int(r.choice([3, 5])),
-            "stride": int(r.choice([1, 2])),
-            "expand": int(r.choice([1, 4, 6])),
+            "batch": log_uniform_int(r, *sp["batch"]),
+            "channels": log_uniform_int(r, *sp["channels"]),
+            "input_size": log_uniform_int(r, *sp["input_size"]),
+            "kernel_size": int(r.choice(sp["kernel_size"])),
+            "stride": int(r.choice(sp["stride"])),
+            "expand": int(r.choice(sp["expand"])),
         }
 
     def b_dw(c):
@@ -190,14 +204,26 @@ def _named_generator(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng([seed, int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)])
 
 
-def sample_blocks(counts: dict[str, int], *, seed: int) -> list[tuple[str, dict[str, int]]]:
-    """More configurations of blocks (``counts``: block kind → how many), each kind from its own generator (``seed`` and
-    its name), so that adding some leaves every other configuration as it was."""
+def sample_blocks(counts: dict[str, Any], *, seed: int) -> list[tuple[str, dict[str, int]]]:
+    """More configurations of blocks: ``counts`` maps a name to how many of that block kind, or to ``{kind, configs,
+    space}`` (``kind`` defaults to the name; ``space`` overrides keys of the kind's sampling space, the depthwise block's
+    only: :data:`DEPTHWISE_SPACE`). Each name draws from its own generator (``seed`` and the name), so that adding some
+    leaves every other configuration as it was."""
     out = []
-    for kind in sorted(counts):
+    for name in sorted(counts):
+        spec = counts[name] if isinstance(counts[name], dict) else {"configs": counts[name]}
+        kind = str(spec.get("kind", name))
+        if kind not in BLOCKS:
+            raise PrenetError(f"block kind {kind!r} (ops.benchmark.bf16_native_blocks.{name}) is not one of {sorted(BLOCKS)}")
+        space = spec.get("space")
+        if space and kind != "depthwise_block":
+            raise PrenetError(f"ops.benchmark.bf16_native_blocks.{name}: only depthwise_block takes a space; remove it")
+        unknown = sorted(set(space or {}) - set(DEPTHWISE_SPACE))
+        if unknown:
+            raise PrenetError(f"ops.benchmark.bf16_native_blocks.{name}.space: unknown keys {unknown}; use {sorted(DEPTHWISE_SPACE)}")
         sample, _ = BLOCKS[kind]
-        rng = _named_generator(seed + 2, kind)
-        out += [(kind, sample(rng)) for _ in range(int(counts[kind]))]
+        rng = _named_generator(seed + 2, name)
+        out += [(kind, sample(rng, space) if space else sample(rng)) for _ in range(int(spec["configs"]))]
     return out
 
 
