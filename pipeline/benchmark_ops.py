@@ -62,6 +62,10 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     todo += [(kind, c, "sgd", "bf16") for kind, c in extra_bf16]
     native_caps = {str(k): float(v) for k, v in (b.get("wide_bf16_native") or {}).items()} if native_bf16 else {}
     todo += [(kind, c, "sgd", "bf16") for kind, c in wide_in_bf16(native_caps) if (kind, c) not in generic]
+    # ... and spaces of their own, measured under BF16 only (ops.benchmark.bf16_native_wide, as `wide`): corners where
+    # BF16 kernels run unlike FP32 ones, whose FP32 rows would move the FP32 answers the zoo already checks
+    native_spaces = OmegaConf.to_container(b.bf16_native_wide, resolve=True) if native_bf16 and b.get("bf16_native_wide") else {}
+    todo += [(kind, c, "sgd", "bf16") for kind, c in sample_wide(native_spaces, seed=int(b.seed), aligned_share=float(b.get("aligned_share", 0.0)))]
     skipped: list[str] = []
     t0 = time.monotonic()
     probe = SpeedProbe(int(cfg.threads))  # host speed beside every row (prenet/measurement/probe.py)

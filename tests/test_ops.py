@@ -685,3 +685,24 @@ def test_activations_torch_does_not_tag_pointwise_are_elementwise_ops():
     tv = import_torchvision()
     trace = trace_step(tv.models.mobilenet_v3_small(num_classes=10), (torch.randn(2, 3, 64, 64), torch.randint(0, 10, (2,))))
     assert not [r.op for r in trace.records if r.family == "other"]
+
+
+def test_the_whole_model_summary_gives_the_mape_as_timed_beside_the_rescaled_one():
+    """Whole steps are rescaled to the op benchmark's host speed (a noisy probe); the summary says what the figure is
+    against the steps as timed, matched on model and batch size whatever the order."""
+    from prenet.steptime.zoo_evaluation import whole_model_summary
+
+    w = pl.DataFrame(
+        {
+            "model": ["a", "b"],
+            "batch_size": [16, 16],
+            "predicted_ms": [10.0, 20.0],
+            "measured_ms": [10.0, 20.0],
+            "roofline_ms": [5.0, 5.0],
+            "spread_rel": [0.01, 0.01],
+        }
+    )
+    timed = pl.DataFrame({"model": ["b", "a"], "batch_size": [16, 16], "measured_ms": [25.0, 8.0]})
+    s = whole_model_summary(w, timed)
+    assert s["mape_pct"] == 0.0 and s["as_timed_mape_pct"] == pytest.approx(100 * (2 / 8 + 5 / 25) / 2)
+    assert "as_timed_mape_pct" not in whole_model_summary(w)

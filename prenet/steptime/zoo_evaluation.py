@@ -64,12 +64,20 @@ def mean_ci(values: np.ndarray, *, seed: int = 0, n_boot: int = 2000) -> list[fl
     return [round(float(np.quantile(m, 0.025)), 2), round(float(np.quantile(m, 0.975)), 2)]
 
 
-def whole_model_summary(w: pl.DataFrame) -> dict:
-    """MAPE (with its 95 % bootstrap interval), median APE, n, the roofline's MAPE and the noise floor of whole steps (%)."""
+def whole_model_summary(w: pl.DataFrame, timed: pl.DataFrame | None = None) -> dict:
+    """MAPE (with its 95 % bootstrap interval), median APE, n, the roofline's MAPE and the noise floor of whole steps (%);
+    with ``timed`` (the steps as timed, before :func:`~prenet.measurement.probe.at_reference_speed`; matched on model and
+    batch size) also the MAPE against them: how much of the figure is the host-speed rescaling."""
     if w.height == 0:
         return {}
     e = ape(w["predicted_ms"].to_numpy(), w["measured_ms"].to_numpy())
-    return {
+    extra = {}
+    if timed is not None and timed.height:
+        keys = ["model", "batch_size"]
+        t = w.select(*keys, "predicted_ms").join(timed.select(*keys, pl.col("measured_ms").alias("timed_ms")).unique(keys), on=keys, how="inner")
+        if t.height == w.height:
+            extra["as_timed_mape_pct"] = float(ape(t["predicted_ms"].to_numpy(), t["timed_ms"].to_numpy()).mean())
+    return extra | {
         "mape_pct": float(e.mean()),
         "mape_ci95": mean_ci(e),
         "median_ape_pct": float(np.median(e)),
