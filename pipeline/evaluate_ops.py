@@ -137,15 +137,14 @@ def evaluate_ops(cfg: DictConfig) -> dict:
         if ref is not None
         else "no host-speed probe in these tables: steps compared as timed",
     }
-    timed = {"fp32": fp32, "bf16": bf16}
-    fp32, bf16 = at_reference_speed(fp32, ref), at_reference_speed(bf16, ref)
+    fp32, bf16 = (at_reference_speed(t.with_columns(pl.col("measured_ms").alias("timed_ms")), ref) for t in (fp32, bf16))
     zoo_kw = {"sizes": cfg.models.get("sizes"), "overhead_path": cfg.paths.step_overhead, "threads": int(cfg.threads)}
     w = pl.concat(
         [whole_model_predictions(model, fp32, "fp32", cpu, **zoo_kw), whole_model_predictions(model, bf16, "bf16", cpu, **zoo_kw)],
         how="vertical_relaxed",
     )
     write_artifact(w, cfg, "plots/op_zoo.csv")
-    metrics["whole_model"] = {p: whole_model_summary(w.filter(pl.col("precision") == p), timed[p]) for p in ("fp32", "bf16")}
+    metrics["whole_model"] = {p: whole_model_summary(w.filter(pl.col("precision") == p)) for p in ("fp32", "bf16")}
     enabled = [key for key in CHECKS if cfg.ops.evaluate.get(key, True)]
     workers = int(cfg.ops.evaluate.get("workers", 1))
     results = run_items(

@@ -91,6 +91,8 @@ class _LMHeadBlock(nn.Module):
 #: The depthwise block's sampling space: log-uniform [low, high] of ``batch``, ``channels`` (before the expansion) and
 #: ``input_size`` (pixels a side); ``kernel_size``, ``stride`` and ``expand`` drawn from their lists. A config's
 #: ``space`` (``ops.benchmark.bf16_native_blocks``) overrides keys of it.
+#: The keys of :data:`DEPTHWISE_SPACE` drawn log-uniformly from a [low, high] range (the others from a list).
+_RANGED = ("batch", "channels", "input_size")
 DEPTHWISE_SPACE: dict[str, list[int]] = {
     "batch": [1, 32],
     "channels": [8, 96],
@@ -221,6 +223,12 @@ def sample_blocks(counts: dict[str, Any], *, seed: int) -> list[tuple[str, dict[
         unknown = sorted(set(space or {}) - set(DEPTHWISE_SPACE))
         if unknown:
             raise PrenetError(f"ops.benchmark.bf16_native_blocks.{name}.space: unknown keys {unknown}; use {sorted(DEPTHWISE_SPACE)}")
+        for key, v in (space or {}).items():
+            ranged = key in _RANGED
+            ok = isinstance(v, list) and v and all(isinstance(i, int) and i > 0 for i in v) and (not ranged or (len(v) == 2 and v[0] <= v[1]))
+            if not ok:
+                want = "[low, high], positive integers, low <= high" if ranged else "a non-empty list of positive integers"
+                raise PrenetError(f"ops.benchmark.bf16_native_blocks.{name}.space.{key}: {v!r}; give {want}")
         sample, _ = BLOCKS[kind]
         rng = _named_generator(seed + 2, name)
         out += [(kind, sample(rng, space) if space else sample(rng)) for _ in range(int(spec["configs"]))]

@@ -77,7 +77,8 @@ def _pct(v: float | None, digits: int = 1) -> str:
 
 
 def _as_timed(summary: dict) -> str:
-    """'; as timed X %': the whole-step MAPE before the steps were rescaled to the op benchmark's host speed."""
+    """The whole-step MAPE against the steps as timed, before their rescaling to the op benchmark's host speed, as the
+    README row's clause ("" where they were not rescaled)."""
     v = summary.get("as_timed_mape_pct")
     return "" if v is None else f"; as timed, not rescaled to the op benchmark's host speed: {_pct(v)}"
 

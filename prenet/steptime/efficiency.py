@@ -174,10 +174,13 @@ def alignment(dim: np.ndarray, cap: int = 64) -> np.ndarray:
 def write_ratio(g: dict[str, np.ndarray], conv: np.ndarray) -> np.ndarray:
     """log2 of the elements a convolution (``conv``: a row mask) writes per element of its implicit GEMM's output
     (``out_numel`` / groups·m·n; 0 for every other op and where ``out_numel`` is unknown). 0 for a convolution's
-    forward; its backward carries the input gradient it scatters back, stride² times the output's pixels (× C_in/C_out
-    for a dense one): on a CPU a BF16 depthwise backward of stride 2 ran 5-20x its FP32 time while stride 1 ran at it,
-    and the trees could not tell the two apart from m, out_numel and groups (2026-12-06, issue 28). Attention and GEMMs
-    keep 0: their GEMM views are not what they write (on attention the ratio moved a ViT's BF16 answer by -15 %)."""
+    forward (log2 C_out/C_in for a transposed one); its backward carries the input gradient it scatters back, stride²
+    times the output's pixels (× C_in/C_out for a dense one), and, where it is one op (a CPU trace), the weight gradient
+    too: a deep layer of large weights on few pixels reads high for its weights, not its stride (VGG-16's 512-channel
+    3x3 layer on 4x4 pixels at batch 16: ~4.3). On a CPU a BF16 depthwise backward of stride 2 ran 5-20x its FP32 time
+    while stride 1 ran at it, and the trees could not tell the two apart from m, out_numel and groups (2026-12-06, issue
+    28). Attention and GEMMs keep 0: their GEMM views are not what they write (on attention the ratio moved a ViT's
+    BF16 answer by -15 %)."""
     view = np.maximum(g["batch"], 1) * g["m"] * np.maximum(g["n"], 1)
     ok = conv & (g["m"] > 0) & (g["out_numel"] > 0)
     return np.where(ok, np.log2(np.maximum(g["out_numel"], 1) / np.maximum(view, 1)), 0.0)
@@ -217,7 +220,7 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
         "tail_occupancy": tiles / (waves * sms),
         "log2_bytes_per_l2": np.log2((g["bytes"] + 1) / l2_bytes),
         "log2_out_numel": _log2(g["out_numel"]),
-        "log2_write_ratio": write_ratio(g, frame.get_column("family").str.starts_with("conv").to_numpy()),
+        "log2_write_ratio": write_ratio(g, frame.get_column("family").str.starts_with("conv").fill_null(False).to_numpy()),
         "dtype_bytes": np.array([_DTYPE_BYTES.get(d, 4.0) for d in frame.get_column("dtype").to_list()]),
         "unit_code": np.array([_UNIT_CODE.get(u, 0.0) for u in frame.get_column("unit").to_list()]),
         "phase_code": np.array([_PHASE_CODE.get(p, 0.0) for p in frame.get_column("phase").to_list()]),
