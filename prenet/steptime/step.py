@@ -277,6 +277,19 @@ def cache_sensitive(ops: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
     return (by <= top) & (fl < CACHE_SENSITIVE_FLOPS_PER_BYTE * by)
 
 
+#: The gradients the backward writes of the saved activations, as a share of their bytes (one per activation, of its
+#: size): live beside them in the cache while the backward reads them back. Counted since 2026-12-06: steps of 40-60
+#: MB of weights and saved activations ran as if cold on a host whose copies held 64 MB in cache (in place against
+#: whole step, unseen torchvision MobileNetV3-small / ShuffleNetV2 at 64 px, batch 16, FP32: 14.5 / 19.2 ms slower
+#: whole, 13.6 / 14.2 ms the cold refetch; MobileNetV2-like BF16 19.7 against 14.1), while an MLP's 37 MB of weights
+#: and copies, with few activations, stayed warm (0.2 ms)
+ACTIVATION_GRAD_SHARE = 1.0
+#: A step's data (:func:`step_data_bytes`) stays warm only up to this share of the caches' measured capacity
+#: (:attr:`~prenet.hardware.spec.HardwareSpec.cache_mb`: where a copy loop still runs most of the way to cache speed; a
+#: step's allocator churn and temporaries touch more). Measured on two hosts (2026-12-05, 12-13 MB capacity: 9.5 MB of
+#: data warm, 18 MB cold; 2026-12-06, 64 MB: an MLP's 42 MB warm, unseen MobileNetV3-small / ShuffleNetV2 steps of
+#: 60-61 MB cold, 14-19 ms slower whole than their ops in place, 13-14 ms the cold refetch)
+CACHE_FILL_SHARE = 0.8
 #: Bytes per parameter a bf16 / fp16 autocast step adds: the 16-bit weight copies its cast cache holds (2) and their
 #: 16-bit gradients, which the backward casts into the FP32 ones (2).
 CAST_COPY_BYTES = 4
@@ -286,23 +299,24 @@ def step_data_bytes(trace: StepTrace) -> float:
     """The data a step touches every time (bytes): its parameters' FP32 weights, gradients and the optimizer's state
     buffers (:data:`~prenet.names.OPTIMIZER_STATE_BUFFERS`; unknown optimizers count none), under autocast the 16-bit
     weight copies and their gradients (:data:`CAST_COPY_BYTES`), and the activations its forward saves for the backward
-    (:attr:`~prenet.ops.records.StepTrace.activation_bytes`, where traced), written early and read back late. Other
-    activations are left out: made and used within a few ops, they stay warm. (A MobileNetV3-small at batch 8, 128²,
+    (:attr:`~prenet.ops.records.StepTrace.activation_bytes`, where traced), written early and read back late, with the
+    gradients the backward writes of them (:data:`ACTIVATION_GRAD_SHARE`). Other activations are left out: made and
+    used within a few ops, they stay warm. (A MobileNetV3-small at batch 8, 128²,
     AdamW: 39 MB of parameter data and 41 MB saved; with the saved activations counted its step outgrows a 64 MB cache,
     and the FP32 answer moved from 42 % to 18 % too fast against the measured step, 2026-12-06.)"""
     per = PARAM_BYTES * (2 + OPTIMIZER_STATE_BUFFERS.get(trace.optimizer, 0)) + (CAST_COPY_BYTES if trace.precision in ("bf16", "fp16") else 0)
-    return float(trace.params) * per + float(trace.activation_bytes or 0)
+    return float(trace.params) * per + (1.0 + ACTIVATION_GRAD_SHARE) * float(trace.activation_bytes or 0)
 
 
 def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, data_bytes: float, sensitive: np.ndarray | None = None) -> float:
-    """On a CPU whose caches (:attr:`~prenet.hardware.spec.HardwareSpec.cache_mb`, measured) hold less than the step's
-    ``data_bytes`` (:func:`step_data_bytes`): the time (ms) its cache-sensitive ops (:func:`cache_sensitive`) spend
+    """On a CPU whose caches' :data:`CACHE_FILL_SHARE` (of :attr:`~prenet.hardware.spec.HardwareSpec.cache_mb`, measured)
+    holds less than the step's ``data_bytes`` (:func:`step_data_bytes`): the time (ms) its cache-sensitive ops (:func:`cache_sensitive`) spend
     fetching their operands from DRAM, at the measured DRAM bandwidth, on top of their in-place times. Additive, not
     overlapped: one thread packs a GEMM's operand before it computes on it (measured on this host, 2026-12-05: the
     skinny GEMMs of a 784-1024-1024-1024-10 MLP at batch 16 took 0.20-0.36 ms more after a 64 MB eviction than in
     place, 3.3-4.3 MB each, i.e. 12-22 GB/s against 20.6 GB/s copy bandwidth). 0 on a GPU, for a step whose data fits
     the caches, or without a measured cache capacity. ``sensitive``: :func:`cache_sensitive` of ``ops``, if known."""
-    if hw.kind != "cpu" or not hw.cache_mb or data_bytes <= hw.cache_mb * 2**20:
+    if hw.kind != "cpu" or not hw.cache_mb or data_bytes <= CACHE_FILL_SHARE * hw.cache_mb * 2**20:
         return 0.0
     by = ops.get_column("bytes").to_numpy().astype(float)
     return float(by[cache_sensitive(ops, hw) if sensitive is None else sensitive].sum() / (hw.mem_bw_gbps * 1e9) * 1e3)
@@ -323,11 +337,11 @@ def cpu_cache_note(
     if hw.kind != "cpu" or ops.height == 0:
         return None
     sel = cache_sensitive(ops, hw) if sensitive is None else sensitive
-    acts = " and saved activations" if activations else ""
+    acts = " and saved activations with their gradients" if activations else ""
     if refetch_ms > 0:
         return (
-            f"cache: the step's weights, gradients, optimizer state{acts} ({data_bytes / 2**20:.0f} MB) outgrow the "
-            f"{hw.cache_mb:.0f} MB its caches hold (measured), so {int(sel.sum())} memory-bound ops of up to "
+            f"cache: the step's weights, gradients, optimizer state{acts} ({data_bytes / 2**20:.0f} MB) outgrow "
+            f"{CACHE_FILL_SHARE:.0%} of the {hw.cache_mb:.0f} MB its caches hold (measured), so {int(sel.sum())} memory-bound ops of up to "
             f"{hw.cache_mb:.0f} MB, timed in place with warm operands, fetch them from DRAM: + {refetch_ms:.2f} ms at "
             f"{hw.mem_bw_gbps:.1f} GB/s"
         )
