@@ -88,11 +88,11 @@ class _LMHeadBlock(nn.Module):
         return F.cross_entropy(self.head(self.embed(x)), self.labels)
 
 
+#: The keys of :data:`DEPTHWISE_SPACE` drawn log-uniformly from a [low, high] range (the others from a list).
+_RANGED = ("batch", "channels", "input_size")
 #: The depthwise block's sampling space: log-uniform [low, high] of ``batch``, ``channels`` (before the expansion) and
 #: ``input_size`` (pixels a side); ``kernel_size``, ``stride`` and ``expand`` drawn from their lists. A config's
 #: ``space`` (``ops.benchmark.bf16_native_blocks``) overrides keys of it.
-#: The keys of :data:`DEPTHWISE_SPACE` drawn log-uniformly from a [low, high] range (the others from a list).
-_RANGED = ("batch", "channels", "input_size")
 DEPTHWISE_SPACE: dict[str, list[int]] = {
     "batch": [1, 32],
     "channels": [8, 96],

@@ -281,8 +281,8 @@ def cache_sensitive(ops: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
 #: size): live beside them in the cache while the backward reads them back. Counted since 2026-12-06: steps of 40-60
 #: MB of weights and saved activations ran as if cold on a host whose copies held 64 MB in cache (in place against
 #: whole step, unseen torchvision MobileNetV3-small / ShuffleNetV2 at 64 px, batch 16, FP32: 14.5 / 19.2 ms slower
-#: whole, 13.6 / 14.2 ms the cold refetch; MobileNetV2-like BF16 19.7 against 14.1), while an MLP's 37 MB of weights
-#: and copies, with few activations, stayed warm (0.2 ms)
+#: whole, 13.6 / 14.2 ms the cold refetch; MobileNetV2-like BF16 19.7 against 14.1), while an MLP's 42 MB of weights
+#: and copies (counted this way), with few activations, stayed warm (0.2 ms)
 ACTIVATION_GRAD_SHARE = 1.0
 #: A step's data (:func:`step_data_bytes`) stays warm only up to this share of the caches' measured capacity
 #: (:attr:`~prenet.hardware.spec.HardwareSpec.cache_mb`: where a copy loop still runs most of the way to cache speed; a
