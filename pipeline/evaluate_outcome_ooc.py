@@ -15,7 +15,7 @@ from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
 from prenet.data.io import read_table
 from prenet.data.schemas import OocRepeats, OocRuns, OutcomeTelemetry
-from prenet.outcome.out_of_corpus import ablate_on, late_bloomer_share, score, seed_ceiling
+from prenet.outcome.out_of_corpus import ablate_on, late_bloomer_share, score, seed_ceiling, seed_spread
 
 
 def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
@@ -26,6 +26,8 @@ def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
     corpus_runs = read_artifact(cfg, "outcome_runs")
     corpus_tel = read_artifact(cfg, "outcome_telemetry")
     oc = cfg.outcome.out_of_corpus
+    dev = corpus_runs.filter(pl.col("split") != "holdout")  # what the trained models were fitted on
+    params = OmegaConf.to_container(cfg.outcome.predictor, resolve=True)
     res = score(runs, tel, cfg.paths.outcome_models, n_boot=int(oc.n_boot), seed=int(cfg.seed))
     res["corpus_late_bloomer_share"] = late_bloomer_share(corpus_runs, corpus_tel)
     repeated = Path(folder) / "runs_repeated.parquet"
@@ -35,18 +37,25 @@ def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
         res["group_ablation"] = ablate_on(
             runs,
             tel,
-            corpus_runs.filter(pl.col("split") != "holdout"),
+            dev,
             corpus_tel,
             cfg.paths.outcome_models,
             epoch=int(oc.ablate_epoch),
             groups=list(oc.ablate_groups),
-            params=OmegaConf.to_container(cfg.outcome.predictor, resolve=True),
+            params=params,
             n_boot=int(oc.n_boot),
             seed=int(cfg.seed),
+        )
+    if oc.get("seed_spread") and int(oc.seed_spread.fits) > 0:  # the headline's share of the fit's own randomness (its first fit)
+        seeds = [int(cfg.seed) + i for i in range(int(oc.seed_spread.fits))]
+        res["seed_spread"] = seed_spread(
+            runs, tel, dev, corpus_tel, cfg.paths.outcome_models, epochs=[int(e) for e in oc.seed_spread.epochs], seeds=seeds, params=params
         )
     res["summary"] = {f"r2_epoch{e}": m["r2"][0] for e, m in res["by_epoch"].items()} | {
         f"auc_epoch{e}": m["failure_auc"][0] for e, m in res["by_epoch"].items()
     }
+    for e, m in res.get("seed_spread", {}).get("by_epoch", {}).items():  # the range over the refits' seeds
+        res["summary"] |= {f"r2_epoch{e}_seed_min": m["min"], f"r2_epoch{e}_seed_max": m["max"]}
     record_metrics(cfg, "outcome_ooc", res)
     e2 = res["by_epoch"]["2"]
     print(

@@ -613,6 +613,10 @@ def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run, tmp_path):
     assert all(np.isfinite(v["r2"]["difference"]) for v in ab["groups"].values())
     flag = e2["take_off_flag"]
     assert flag["late_bloomers"] == round(n * res["late_bloomer_share"]) and flag["late_bloomers_flagged"] <= flag["flagged"]
+    spread = res["seed_spread"]  # the trained models are the stage seed's refit: its R² is the headline's, exactly
+    assert spread["seeds"] == [int(cfg.seed), int(cfg.seed) + 1] and set(spread["by_epoch"]) == {"2"}
+    assert spread["by_epoch"]["2"]["r2"][0] == pytest.approx(e2["r2"][0], abs=1e-9)
+    assert spread["by_epoch"]["2"]["min"] <= e2["r2"][0] <= spread["by_epoch"]["2"]["max"]
 
 
 def test_a_vendored_corpus_from_an_older_recorder_reads_with_its_new_columns_empty(tmp_path):

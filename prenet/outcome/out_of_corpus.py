@@ -308,3 +308,44 @@ def ablate_on(
         stated=False,
     )
     return {"epoch": epoch, "runs": hold.height, "groups": out}
+
+
+def seed_spread(
+    runs: pl.DataFrame,
+    telemetry: pl.DataFrame,
+    dev: pl.DataFrame,
+    dev_telemetry: pl.DataFrame,
+    models_dir: str | Path,
+    *,
+    epochs: list[int],
+    seeds: list[int],
+    params: dict,
+) -> dict[str, Any]:
+    """How much of the out-of-corpus R² is the fit's own randomness: the pooled accuracy model refitted on the corpus
+    development runs ``dev`` with each of ``seeds`` (XGBoost's row and column sampling, and which copies of a run mask
+    what a user may not state), answered with nothing stated at each of ``epochs`` on ``runs`` (a run diverged before
+    the epoch answered 0.1, as :func:`score` answers it). Returns, per epoch, the R² of each seed's refit and their
+    range. The trained models are one of these fits (the stage's ``seed``): the headline figure is one draw of this
+    spread, not its centre."""
+    from prenet.outcome.evaluation import r2
+    from prenet.outcome.models import fit_targets, labels, load, predict_targets
+
+    manifest = load(models_dir)[1]
+    thr, pooled = manifest["thresholds"], manifest["pooled_thresholds"]
+    train = labels(dev, thr, pooled)
+    y = runs["final_test_accuracy"].to_numpy()
+    out: dict[str, Any] = {"seeds": list(seeds), "by_epoch": {}}
+    for e in epochs:
+        answered = set(telemetry.filter(pl.col("epoch") == e)["run_id"].to_list())
+        mask = np.array([rid in answered for rid in runs["run_id"].to_list()])
+        hold = runs.filter(pl.lit(pl.Series(mask))).with_columns(
+            pl.lit(None, dtype=pl.String).alias("domain"), pl.lit(None, dtype=pl.String).alias("schedule")
+        )
+        scores = []
+        for s in seeds:
+            m = fit_targets(train, dev_telemetry, e, "telemetry", params=params, seed=int(s), targets=("final_test_accuracy",))
+            pred = np.full(len(y), 0.1)
+            pred[mask] = predict_targets(m, hold, telemetry, e, "telemetry", known_domain=False, known_schedule=False)["final_test_accuracy"]
+            scores.append(float(r2(y, pred)))
+        out["by_epoch"][str(e)] = {"r2": scores, "min": min(scores), "max": max(scores)}
+    return out

@@ -446,6 +446,14 @@ def _ooc_rows(oo: dict) -> list[Row]:
                 if "seed_ceiling" in oo
                 else ""
             )
+            + (
+                "; the predictor refitted with seeds "
+                + ", ".join(map(str, oo["seed_spread"]["seeds"]))
+                + ": R² "
+                + ", ".join(f"epoch {e} {m['min']:.3f}–{m['max']:.3f}" for e, m in oo["seed_spread"]["by_epoch"].items())
+                if oo.get("seed_spread", {}).get("by_epoch")
+                else ""
+            )
             + " (targets: R² ≥ 0.85 at epoch 2, ≥ 0.95 at epoch 5; AUC ≥ 0.97 at epoch 2)",
             "not published",
         )
