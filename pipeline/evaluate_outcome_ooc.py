@@ -47,7 +47,8 @@ def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
             seed=int(cfg.seed),
         )
     if oc.get("seed_spread") and int(oc.seed_spread.fits) > 0:  # the headline's share of the fit's own randomness (its first fit)
-        seeds = [int(cfg.seed) + i for i in range(int(oc.seed_spread.fits))]
+        step = max(int(params.get("bag", 1)), 1)  # each refit a whole seed bag, the bags' seeds apart
+        seeds = [int(cfg.seed) + i * step for i in range(int(oc.seed_spread.fits))]
         res["seed_spread"] = seed_spread(
             runs, tel, dev, corpus_tel, cfg.paths.outcome_models, epochs=[int(e) for e in oc.seed_spread.epochs], seeds=seeds, params=params
         )

@@ -326,6 +326,42 @@ def test_the_accuracy_model_learns_the_gain_over_the_accuracy_now(tmp_path):
     assert load(folder)[0][("pooled", 2, "telemetry", "final_test_accuracy")].base is None
 
 
+def test_a_seed_bag_averages_its_fits_and_survives_saving(tiny_run, tmp_path):
+    from prenet.outcome.features import design
+    from prenet.outcome.models import ACCURACY_TARGET, domain_thresholds, fit_targets, labels, load, save
+
+    _, cfg, _ = tiny_run
+    runs, tel = pl.read_parquet(cfg.paths.outcome_runs), pl.read_parquet(cfg.paths.outcome_telemetry)
+    lab = labels(runs, domain_thresholds(runs, 0.5, 3))
+    params = {"n_estimators": 10, "max_depth": 2, "learning_rate": 0.3, "subsample": 0.7, "colsample_bytree": 0.7, "max_bin": 16, "bag": 3}
+    bag = fit_targets(lab, tel, 2, "telemetry", params=params, seed=4)
+    singles = [fit_targets(lab, tel, 2, "telemetry", params=params, seed=s, bag=1) for s in (4, 5, 6)]  # the bag's seeds
+    X = design(tel, runs["run_id"].to_list(), 2, "telemetry", domains=runs["domain"].to_list(), schedules=runs["schedule"].to_list())
+    acc = bag["final_test_accuracy"]
+    assert len(acc.members) == 2 and len(bag["failure"].members) == 2
+    np.testing.assert_allclose(bag["failure"].predict(X), np.mean([m["failure"].predict(X) for m in singles], axis=0), rtol=1e-6)
+    one = [m["final_test_accuracy"].predict(X) for m in singles]
+    assert not np.allclose(one[0], one[1])  # the seeds differ (sampling), so the bag is not one fit three times
+    inside = (np.min(one, axis=0) - 1e-6 <= acc.predict(X)) & (acc.predict(X) <= np.max(one, axis=0) + 1e-6)
+    assert inside.all()  # the mean of the gains, the accuracy now added back: between the members' answers
+    manifest = {"epochs": [2], "scopes": ["pooled"], "feature_sets": ["telemetry"], "targets": ["final_test_accuracy", "failure"]}
+    folder = save({("pooled", 2, "telemetry", t): m for t, m in bag.items()}, {**manifest, "accuracy_target": ACCURACY_TARGET}, tmp_path / "bag")
+    back = load(folder)[0][("pooled", 2, "telemetry", "final_test_accuracy")]
+    assert len(back.members) == 2
+    np.testing.assert_allclose(back.predict(X), acc.predict(X), rtol=1e-6)
+    assert fit_targets(lab, tel, 2, "telemetry", params={**params, "bag": 1}, seed=4)["failure"].members == ()
+    import xgboost as xgb  # models saved as JSON (before 2026-12-06) still load, members too
+
+    old = tmp_path / "json"
+    old.mkdir()
+    (old / "manifest.json").write_text((folder / "manifest.json").read_text())
+    for f in folder.glob("*.ubj"):
+        b = xgb.Booster()
+        b.load_model(f)
+        b.save_model(old / f.with_suffix(".json").name)
+    np.testing.assert_allclose(load(old)[0][("pooled", 2, "telemetry", "final_test_accuracy")].predict(X), acc.predict(X), rtol=1e-6)
+
+
 def test_the_failure_probability_mixes_the_classifier_with_the_accuracy_models_residuals():
     from prenet.outcome.models import FAILURE_CLASSIFIER_SHARE, failure_probability
 
@@ -614,7 +650,8 @@ def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run, tmp_path):
     flag = e2["take_off_flag"]
     assert flag["late_bloomers"] == round(n * res["late_bloomer_share"]) and flag["late_bloomers_flagged"] <= flag["flagged"]
     spread = res["seed_spread"]  # the trained models are the stage seed's refit: its R² is the headline's, exactly
-    assert spread["seeds"] == [int(cfg.seed), int(cfg.seed) + 1] and set(spread["by_epoch"]) == {"2"}
+    bag = int(cfg.outcome.predictor.bag)  # each refit a whole bag, the bags' seeds apart
+    assert spread["seeds"] == [int(cfg.seed), int(cfg.seed) + bag] and set(spread["by_epoch"]) == {"2"}
     assert spread["by_epoch"]["2"]["r2"][0] == pytest.approx(e2["r2"][0], abs=1e-9)
     assert spread["by_epoch"]["2"]["min"] <= e2["r2"][0] <= spread["by_epoch"]["2"]["max"]
 

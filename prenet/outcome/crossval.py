@@ -115,13 +115,15 @@ def ablate_groups(
     y, yf = hold["final_test_accuracy"].to_numpy(), hold["failure"].to_numpy()
     tel_h = telemetry if hold_telemetry is None else hold_telemetry
     kw = {"known_domain": stated, "known_schedule": stated}
-    full = predict_targets(fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed), hold, tel_h, epoch, "telemetry", **kw)
+    # one fit each side, not the bag (params["bag"]): a paired difference of the recipe with and without a group, at a
+    # third of the refits' cost
+    full = predict_targets(fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed, bag=1), hold, tel_h, epoch, "telemetry", **kw)
     cols = feature_names(epoch, "telemetry")
     out = {}
     for g in groups:
         if g == "loss_acc" or len(feature_names(epoch, "telemetry", drop=(g,))) == len(cols):
             continue
-        m = fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed, drop=(g,))
+        m = fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed, drop=(g,), bag=1)
         p = predict_targets(m, hold, tel_h, epoch, "telemetry", drop=(g,), **kw)
         out[g] = {
             "r2": paired_difference(r2, y, full["final_test_accuracy"], p["final_test_accuracy"], n_boot, seed),

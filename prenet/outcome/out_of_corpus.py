@@ -324,7 +324,8 @@ def seed_spread(
     """How much of the out-of-corpus R² is the fit's own randomness: the pooled accuracy model refitted on the corpus
     development runs ``dev`` with each of ``seeds`` (XGBoost's row and column sampling, and which copies of a run mask
     what a user may not state), answered with nothing stated at each of ``epochs`` on ``runs`` (a run diverged before
-    the epoch answered 0.1, as :func:`score` answers it). Returns, per epoch, the R² of each seed's refit and their
+    the epoch answered 0.1, as :func:`score` answers it); with a seed bag (``params["bag"]`` = k) each refit is a bag
+    of seeds s … s + k − 1, so give ``seeds`` k apart. Returns, per epoch, the R² of each seed's refit and their
     range. The trained models are one of these fits (the stage's ``seed``): the headline figure is one draw of this
     spread, not its centre."""
     from prenet.outcome.evaluation import r2
