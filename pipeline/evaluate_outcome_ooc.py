@@ -55,6 +55,7 @@ def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
     res["summary"] = {f"r2_epoch{e}": m["r2"][0] for e, m in res["by_epoch"].items()} | {
         f"auc_epoch{e}": m["failure_auc"][0] for e, m in res["by_epoch"].items()
     }
+    res["summary"] |= {f"plain_log_r2_epoch{e}": m["plain_log_r2"][0] for e, m in res["by_epoch"].items()}
     for e, m in res.get("seed_spread", {}).get("by_epoch", {}).items():  # the range over the refits' seeds
         res["summary"] |= {f"r2_epoch{e}_seed_min": m["min"], f"r2_epoch{e}_seed_max": m["max"]}
     record_metrics(cfg, "outcome_ooc", res)

@@ -482,6 +482,7 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
     assert main(["predict", "outcome", "--telemetry", str(f), "--models", cfg.paths.outcome_models]) == 0
     shown = capsys.readouterr().out
     assert "not an automatic stop" in shown and "epochs, the length of the corpus's runs, not of yours)" in shown  # what "final" means
+    assert "(80 % interval " in shown  # the interval says what it covers (the tiny run's residual quantiles 0.1-0.9)
     from prenet.outcome.predict import Outcome, render_outcome
 
     stuck = Outcome(0.3, (0.1, 0.85), 0.6, 0, [1.0, 0.0, 0.0], 2, "unknown", 2, None, accuracy_now=0.12, may_take_off=True)
@@ -640,6 +641,7 @@ def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run, tmp_path):
     for m in res["by_epoch"].values():
         point, low, high = m["r2"]
         assert low <= point <= high and m["answered"] <= n and 0 <= m["failure_auc"][0] <= 1
+        assert m["plain_log_r2"][1] <= m["plain_log_r2"][0] <= m["plain_log_r2"][2]  # the same runs as plain logs
     assert 0 <= res["late_bloomer_share"] <= 1 and 0 <= res["corpus_late_bloomer_share"] <= 1
     e2 = res["by_epoch"]["2"]
     assert 0 <= e2["interval"]["coverage"] <= 1 and e2["interval"]["nominal"] == pytest.approx(0.8)
@@ -697,3 +699,28 @@ def test_a_run_that_may_take_off_gets_the_mixtures_interval():
     # p = 0.5: the 0.9 quantile of the mixture is the take-off group's 0.8 quantile (0.92); p = 0.05 < 0.1: unchanged
     assert hi == pytest.approx([0.92, 0.3, 0.3, 0.3]) and lo == pytest.approx([0.1] * 4)
     assert take_off_interval(np.array([0.1]), np.array([0.3]), np.array([0.9]), np.array([True]), [], 0.9)[1] == pytest.approx([0.3])
+
+
+def test_a_plain_training_log_is_a_case_the_model_has_seen():
+    """Every feature a Keras- or Lightning-style log (epoch, losses, accuracies, nothing from the Recorder) leaves
+    empty is masked together in a share of the training copies, except the domain and schedule (masked on their own)."""
+    from prenet.outcome.features import OPTIONAL_MASKS, PLAIN_LOG, _groups, feature_names, mask_groups, single_run
+    from prenet.outcome.telemetry_input import check_telemetry
+
+    log = pl.DataFrame(
+        {
+            "epoch": [1, 2, 3],
+            "train_loss": [1.9, 1.2, 0.8],
+            "train_accuracy": [0.35, 0.6, 0.75],
+            "val_loss": [1.8, 1.3, 0.9],
+            "val_accuracy": [0.4, 0.58, 0.7],
+        }
+    )
+    with pytest.warns(UserWarning, match="has no"):
+        table = check_telemetry(log)
+    names = feature_names(3, "telemetry")
+    empty = {n for n, v in zip(names, single_run(table, 3)[0]) if np.isnan(v)} - set(_groups(3)["domain"]) - set(_groups(3)["schedule"])
+    masked = {n for n, v in zip(names, mask_groups(np.ones((1, len(names))), 3, "telemetry", tuple(PLAIN_LOG.split("|")))[0]) if np.isnan(v)}
+    assert empty and empty <= masked, sorted(empty - masked)
+    assert not {n for n in masked if n.startswith(("train_loss", "train_accuracy", "val_", "loss_exponent"))}  # what the log has stays
+    assert OPTIONAL_MASKS[PLAIN_LOG] > 0

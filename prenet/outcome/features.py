@@ -202,11 +202,19 @@ def design(
     return X
 
 
+#: What a plain training log lacks (epoch, train and validation loss and accuracy: a Keras or Lightning history, no
+#: Recorder): the steps per epoch, the within-epoch quarters, the gradient, weight and activation probes, the
+#: optimizer's settings and the trends of the probes. Masked together in a share of the training copies
+#: (:data:`OPTIONAL_MASKS`); before it was (2026-12-06, one fit, corpus holdout as such a log, nothing stated) the
+#: telemetry model answered R² 0.30 / 0.62 / 0.56 at epochs 1 / 2 / 3, the NaNs of columns it had never seen missing;
+#: with it 0.54 / 0.72 / 0.81 (out of corpus 0.35 / 0.60 / 0.54 → 0.52 / 0.72 / 0.81), the full tables' R² within ±0.007.
+PLAIN_LOG = "progress|within|gradient|weights|activations|optimizer|d_log10_grad_snr|d_log10_update_ratio|weight_growth"
 #: What a user's call may lack, and in what share of the pooled model's second training copy it is masked: the
 #: domain and the schedule (unstated), validation (no ``val_*`` passed to the recorder), activations (no probe batch),
 #: the optimizer's settings (a recorder not given the optimizer),
 #: the update ratio and the within-epoch quarters (a table from an older recorder: the whole group), the loss quarters
-#: alone (no loss passed to ``after_backward``). Keys are feature groups, or column prefixes joined by ``|``, masked
+#: alone (no loss passed to ``after_backward``), and everything but the losses and accuracies (:data:`PLAIN_LOG`: a
+#: training log written without the Recorder). Keys are feature groups, or column prefixes joined by ``|``, masked
 #: together.
 OPTIONAL_MASKS = {
     "domain": 0.75,
@@ -217,6 +225,7 @@ OPTIONAL_MASKS = {
     "log10_update_ratio": 0.25,
     "within": 0.15,
     "loss_end|loss_trend|log_loss_projected_within": 0.15,
+    PLAIN_LOG: 0.15,
 }
 
 

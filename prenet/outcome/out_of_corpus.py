@@ -262,9 +262,26 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
             "runs": int(slow.sum()),
             "auc": float(auc(1.0 - fail[slow], pt_[slow])) if slow.any() and len(np.unique(fail[slow])) == 2 else None,
         }
+        # the same runs as a plain training log would give them (no Recorder: losses and accuracies only), answered by
+        # the same model (features.PLAIN_LOG is masked in its training copies)
+        e_model = max(k for k in manifest["epochs"] if k <= e)  # the model predict() answers with
+        plain = np.where(np.array(ok), _plain_log_accuracy(loaded[0], runs, telemetry, e_model), pa_)
+        m["plain_log_r2"] = list(bootstrap(r2, [y, plain], n_boot, seed))
         out["by_epoch"][str(e)] = m
     out["late_bloomer_share"] = late_bloomer_share(runs, telemetry)
     return out
+
+
+def _plain_log_accuracy(models: dict, runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> np.ndarray:
+    """The pooled model of ``epoch``'s final accuracy for ``runs`` (nothing stated) from their telemetry cut down to
+    a plain training log's columns (:data:`~prenet.outcome.telemetry_input.PLAIN_LOG_COLUMNS`)."""
+    from prenet.outcome.features import design
+    from prenet.outcome.telemetry_input import PLAIN_LOG_COLUMNS
+
+    keep = {*PLAIN_LOG_COLUMNS, "run_id"}
+    log = telemetry.with_columns([pl.lit(None, dtype=telemetry.schema[c]).alias(c) for c in telemetry.columns if c not in keep])
+    X = design(log, runs["run_id"].to_list(), epoch, "telemetry")
+    return models[("pooled", epoch, "telemetry", "final_test_accuracy")].predict(X)
 
 
 def ablate_on(

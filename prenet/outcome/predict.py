@@ -51,7 +51,8 @@ class Outcome:
     slow runs of the corpus that did), ``take_off_base_rate`` (that share), ``diverged_at`` (the first epoch whose training
     loss was not finite, recorded empty: such a run has failed by the corpus's definition, failure probability 1;
     ``None`` while the loss is finite), ``final_epoch`` (what "final" means: the epochs the corpus's runs trained for;
-    None from models that did not record it)."""
+    None from models that did not record it), ``interval_level`` (the interval's nominal coverage: 0.8 for the
+    residuals' 10th to 90th percentiles)."""
 
     final_test_accuracy: float
     interval: tuple[float, float]
@@ -68,6 +69,7 @@ class Outcome:
     take_off_base_rate: float | None = None
     diverged_at: int | None = None
     final_epoch: int | None = None
+    interval_level: float | None = None
 
     @property
     def relative_class_name(self) -> str:
@@ -160,6 +162,7 @@ def predict(
         base if p_take is not None else None,
         diverged_at,
         manifest.get("final_epoch"),
+        round(float(q_levels[-1] - q_levels[0]), 6) if (q_levels := manifest.get("interval_quantiles")) else None,
     )
 
 
@@ -199,7 +202,9 @@ def render_outcome(out: Outcome) -> str:
     return "\n".join(
         [
             f"after {out.epochs_seen} epoch(s) — model of epoch {out.epoch}, domain {out.scope}, schedule {out.schedule or 'not stated'}:",
-            f"  final test accuracy   {out.final_test_accuracy:.3f}   (interval {lo:.3f} – {hi:.3f}"
+            f"  final test accuracy   {out.final_test_accuracy:.3f}   ("
+            + (f"{100 * out.interval_level:.0f} % " if out.interval_level else "")
+            + f"interval {lo:.3f} – {hi:.3f}"
             + (f"; after {out.final_epoch} epochs, the length of the corpus's runs, not of yours" if out.final_epoch else "")
             + ")",
             f"  failure probability   {out.failure_probability:.3f}"

@@ -16,6 +16,9 @@ from prenet.errors import PrenetError
 
 #: Columns a prediction cannot do without; the other telemetry columns may be absent (predicted from what is there).
 REQUIRED = ("epoch", "train_loss", "train_accuracy")
+#: The columns of a plain training log (a Keras or Lightning history, written without the Recorder): what
+#: ``evaluate_outcome_ooc`` answers the out-of-corpus runs from once more (``plain_log_r2``).
+PLAIN_LOG_COLUMNS = ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy")
 #: Columns a recorder given the optimizer fills (:class:`prenet.telemetry.Recorder`).
 OPTIMIZER_COLUMNS = ("lr", "momentum", "adaptive")
 #: Columns that may come along and are ignored (a corpus table's run key).

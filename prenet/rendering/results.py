@@ -447,6 +447,12 @@ def _ooc_rows(oo: dict) -> list[Row]:
                 else ""
             )
             + (
+                "; the same runs as plain training logs (epoch, losses, accuracies: no Recorder): R² "
+                + ", ".join(f"epoch {e} {ci(m['plain_log_r2'])}" for e, m in oo.get("by_epoch", {}).items() if "plain_log_r2" in m)
+                if any("plain_log_r2" in m for m in oo.get("by_epoch", {}).values())
+                else ""
+            )
+            + (
                 "; the predictor refitted with seeds "
                 + ", ".join(map(str, oo["seed_spread"]["seeds"]))
                 + ": R² "
