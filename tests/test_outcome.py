@@ -496,6 +496,8 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
     assert "take off" not in render_outcome(Outcome(0.9, (0.8, 1.0), 0.0, 2, [0, 0, 1.0], 2, "unknown", 2))
     assert main(["predict", "outcome", "--telemetry", str(tmp_path / "missing.csv"), "--models", cfg.paths.outcome_models]) == 2
     assert capsys.readouterr().err.startswith("error: telemetry file")
+    assert main(["predict", "outcome", "--telemetry", str(tmp_path), "--models", cfg.paths.outcome_models]) == 2
+    assert "is a folder; give the CSV or parquet file" in capsys.readouterr().err
     bad = tmp_path / "bad.csv"
     bad.write_text("epoch,train_accuracy\n1,0.5\n")
     assert main(["predict", "outcome", "--telemetry", str(bad), "--models", cfg.paths.outcome_models]) == 2
@@ -552,6 +554,16 @@ def _good_table() -> pl.DataFrame:
         (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 2])), "column 'epoch', row 3: epoch 2 repeats row 2"),
         (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 4])), "column 'epoch': epoch 3 is missing"),
         (lambda t: t.with_columns(pl.lit(1.0).alias("test_loss")), "column 'test_loss': unknown column"),
+        (lambda t: t.rename({"train_accuracy": "train_acc"}), "column 'train_acc': unknown column; did you mean 'train_accuracy'?"),
+        (
+            lambda t: pl.DataFrame({"epoch;train_loss;train_accuracy": ["1;0.5;0.8"]}),
+            "the header reads as one column: the file is not comma-separated",
+        ),
+        (
+            lambda t: t.with_columns(pl.Series("train_accuracy", [24.5, 61.0, 80.0])),
+            "24.5 breaks the rule train_accuracy <= 1 (accuracies are fractions: divide percentages by 100)",
+        ),
+        (lambda t: t.with_columns(pl.Series("epoch", [0, 1, 2])), "0 breaks the rule epoch >= 1 (number the epochs from 1"),
         (lambda t: t.with_columns(pl.Series("train_loss", ["1.0", "x", "2"])), "column 'train_loss', row 2: 'x' is not a number"),
         (lambda t: t.head(0), "the table has no rows"),
         (lambda t: t.with_columns(pl.Series("lr", [0.1, 0.0, 0.1])), "column 'lr', row 2: 0 breaks the rule lr > 0"),

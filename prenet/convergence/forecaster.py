@@ -669,15 +669,18 @@ def forecast(
     # the CE bound is not a hard one; a near-converged start (tiny L0) may rise to the noise floor: never below ln C
     if loss == "cross_entropy" and ce_diverged(L, float(L[0]), C):
         raise dynamics.DivergenceError(
-            f"lr {lr:g} diverges: the linearized fine-tuning's loss grows from {L[0]:.4g} to {np.nanmax(L):.4g} "
-            f"(> {DIVERGED_GROWTH:g}× its start and > ln C); the cross-entropy stability bound at the starting outputs is "
+            f"lr {lr:g}: the linearized fine-tuning diverges (its loss grows from {L[0]:.4g} to {np.nanmax(L):.4g}, "
+            f"> {DIVERGED_GROWTH:g}× its start and > ln C); the cross-entropy stability bound at the starting outputs is "
             f"lr < {dynamics.max_stable_lr(lam_dyn, momentum):.4g} (momentum {momentum:g})"
             + (
                 f", and the re-linearized kernel moved by {relative_error(theta_last, kernel.theta):.3g} of its norm (a grown kernel lowers that bound)"
                 if theta_last is not kernel.theta
                 else ""
             )
-            + " — lower --lr"
+            # a new user's CNN fine-tune on digits (2026-12-06) trained well at lr 0.5-1, 12-24x that bound, where the
+            # linearized one diverged: the network's sharpness falls to the edge of stability, the linearization's cannot
+            + ". The real network may diverge too, or still train (its sharpness can fall to what the lr allows, which a "
+            "linearization cannot follow): prenet cannot forecast this lr — lower --lr to forecast, or train a few steps to see"
         )
     fc = Forecast(
         L,

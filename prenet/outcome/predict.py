@@ -175,6 +175,8 @@ def read_telemetry(path: str | Path) -> pl.DataFrame:
 def _read_table(path: str | Path) -> pl.DataFrame:
     """The table of a CSV or parquet file, unchecked; one-line :class:`PrenetError` when it is missing or unreadable."""
     src = Path(path)
+    if src.is_dir():
+        raise PrenetError(f"telemetry {src} is a folder; give the CSV or parquet file a Recorder's table was written to")
     if not src.is_file():
         raise PrenetError(f"telemetry file {src} does not exist (write one with prenet.telemetry.Recorder(...).table())")
     try:

@@ -50,6 +50,27 @@ def _rules() -> dict[str, tuple[pl.DataType, bool, list[tuple[str, object]]]]:
     return out
 
 
+def _unknown_column_rule(name: str, width: int, known: list[str]) -> str:
+    """The rule an unknown column breaks, with the likely fix: another separator (a one-column table whose name holds
+    ``;`` or a tab), or the known column its name is closest to."""
+    import difflib
+
+    if width == 1 and any(sep in name for sep in (";", "\t", "|")):
+        return "the header reads as one column: the file is not comma-separated; write it as CSV (commas) or parquet"
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown column; {hint}rename or drop it (known: {', '.join(known)})"
+
+
+def _bound_hint(column: str, values: pl.Series, op: str, bound: object) -> str:
+    """How to fix a value out of its bounds where the cause is common: accuracies in percent, epochs counted from 0."""
+    if op == "<=" and bound == 1 and "accuracy" in column and values.max() <= 100:
+        return " (accuracies are fractions: divide percentages by 100)"
+    if column == "epoch" and op == ">=" and values.min() == 0:
+        return " (number the epochs from 1: the row of the first finished epoch is epoch 1)"
+    return ""
+
+
 def with_absent_columns(table: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     """(``table`` with every telemetry column it lacks (:class:`~prenet.data.schemas.Telemetry`) added as nulls of that
     column's dtype, their names in schema order): a table from an older recorder, or a user's without some
@@ -76,7 +97,7 @@ def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.Dat
         raise TelemetryError(f"{source}: the table has no rows; record at least one epoch (Recorder.end_epoch)")
     unknown = [c for c in table.columns if c not in rules and c not in IGNORED]
     if unknown:
-        raise _fail(source, unknown[0], None, f"unknown column (known: {', '.join(rules)}); rename or drop it")
+        raise _fail(source, unknown[0], None, _unknown_column_rule(unknown[0], table.width, list(rules)))
     for c in REQUIRED:
         if c not in table.columns:
             raise _fail(source, c, None, "required column is missing (one row per epoch with epoch, train_loss, train_accuracy)")
@@ -110,7 +131,7 @@ def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.Dat
             if len(viol):
                 i = int(viol[0])
                 rule = f"{c} in {{{', '.join(f'{x:g}' for x in v)}}}" if op == "in" else f"{c} {op} {v:g}"
-                raise _fail(source, c, i + 1, f"{cast[i]:g} breaks the rule {rule}")
+                raise _fail(source, c, i + 1, f"{cast[i]:g} breaks the rule {rule}{_bound_hint(c, cast, op, v)}")
         cols.append(cast.alias(c))
     out = table.select(cols)
     ep = out["epoch"].to_list()
