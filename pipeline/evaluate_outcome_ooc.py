@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.artifacts import read_artifact
 from pipeline.config import hydra_entry
+from pipeline.pool import run_items
 from pipeline.record import record_metrics
 from prenet.data.io import read_table
 from prenet.data.schemas import OocRepeats, OocRuns, OutcomeTelemetry
@@ -28,6 +29,18 @@ def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
     oc = cfg.outcome.out_of_corpus
     dev = corpus_runs.filter(pl.col("split") != "holdout")  # what the trained models were fitted on
     params = OmegaConf.to_container(cfg.outcome.predictor, resolve=True)
+
+    def refits(fn, items):  # independent refits, in `outcome.workers` processes (timing-insensitive)
+        return run_items(
+            fn,
+            items,
+            workers=int(cfg.outcome.workers),
+            threads=int(cfg.threads),
+            desc="evaluate_outcome_ooc refits",
+            progress=bool(cfg.progress),
+            unit="fit",
+        )
+
     res = score(runs, tel, cfg.paths.outcome_models, n_boot=int(oc.n_boot), seed=int(cfg.seed))
     res["corpus_late_bloomer_share"] = late_bloomer_share(corpus_runs, corpus_tel)
     repeated = Path(folder) / "runs_repeated.parquet"
@@ -45,12 +58,21 @@ def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
             params=params,
             n_boot=int(oc.n_boot),
             seed=int(cfg.seed),
+            mapper=refits,
         )
     if oc.get("seed_spread") and int(oc.seed_spread.fits) > 0:  # the headline's share of the fit's own randomness (its first fit)
         step = max(int(params.get("bag", 1)), 1)  # each refit a whole seed bag, the bags' seeds apart
         seeds = [int(cfg.seed) + i * step for i in range(int(oc.seed_spread.fits))]
         res["seed_spread"] = seed_spread(
-            runs, tel, dev, corpus_tel, cfg.paths.outcome_models, epochs=[int(e) for e in oc.seed_spread.epochs], seeds=seeds, params=params
+            runs,
+            tel,
+            dev,
+            corpus_tel,
+            cfg.paths.outcome_models,
+            epochs=[int(e) for e in oc.seed_spread.epochs],
+            seeds=seeds,
+            params=params,
+            mapper=refits,
         )
     res["summary"] = {f"r2_epoch{e}": m["r2"][0] for e, m in res["by_epoch"].items()} | {
         f"auc_epoch{e}": m["failure_auc"][0] for e, m in res["by_epoch"].items()

@@ -7,7 +7,7 @@ plain dicts of scores (:func:`prenet.outcome.evaluation.scores`) ready for ``met
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -94,6 +94,16 @@ def mean_over_groups(result: dict, epoch: int, model: str, metric: str) -> float
     return float(np.mean(vals)) if vals else float("nan")
 
 
+def fit_and_answer(item: tuple) -> dict[str, np.ndarray]:
+    """One refit, a pool's unit: ``item`` = (development runs, their telemetry, the runs to answer, theirs, epoch,
+    params, seed, dropped groups, more :func:`~prenet.outcome.models.fit_targets` keywords (``bag``, ``targets``),
+    :func:`~prenet.outcome.models.predict_targets` keywords); the telemetry models fitted without the groups, and
+    their answers."""
+    dev, telemetry, hold, hold_telemetry, epoch, params, seed, drop, fit_kw, answer_kw = item
+    m = fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed, drop=drop, **fit_kw)
+    return predict_targets(m, hold, hold_telemetry, epoch, "telemetry", drop=drop, **answer_kw)
+
+
 def ablate_groups(
     dev: pl.DataFrame,
     hold: pl.DataFrame,
@@ -106,25 +116,24 @@ def ablate_groups(
     groups: Sequence[str] = GROUPS,
     hold_telemetry: pl.DataFrame | None = None,
     stated: bool = True,
+    mapper: Callable = map,
 ) -> dict:
     """Each feature group of ``groups`` dropped in turn from the telemetry set at ``epoch`` (``loss_acc`` is never
     dropped: it is the baseline; a group without columns at ``epoch`` is skipped): R² and failure AUC on ``hold``
     (labelled; its telemetry in ``hold_telemetry`` when it is not in ``telemetry``, answered with its domain and
     schedule when ``stated``) of the full model minus the model without the group, with a paired bootstrap
-    (positive = the group helps)."""
+    (positive = the group helps). ``mapper(fn, items)`` runs the refits (the builtin ``map``, or a process pool's)."""
     y, yf = hold["final_test_accuracy"].to_numpy(), hold["failure"].to_numpy()
     tel_h = telemetry if hold_telemetry is None else hold_telemetry
     kw = {"known_domain": stated, "known_schedule": stated}
+    cols = feature_names(epoch, "telemetry")
+    todo = [g for g in groups if g != "loss_acc" and len(feature_names(epoch, "telemetry", drop=(g,))) != len(cols)]
     # one fit each side, not the bag (params["bag"]): a paired difference of the recipe with and without a group, at a
     # third of the refits' cost
-    full = predict_targets(fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed, bag=1), hold, tel_h, epoch, "telemetry", **kw)
-    cols = feature_names(epoch, "telemetry")
+    items = [(dev, telemetry, hold, tel_h, epoch, params, seed, drop, {"bag": 1}, kw) for drop in [(), *((g,) for g in todo)]]
+    full, *dropped = list(mapper(fit_and_answer, items))
     out = {}
-    for g in groups:
-        if g == "loss_acc" or len(feature_names(epoch, "telemetry", drop=(g,))) == len(cols):
-            continue
-        m = fit_targets(dev, telemetry, epoch, "telemetry", params=params, seed=seed, drop=(g,), bag=1)
-        p = predict_targets(m, hold, tel_h, epoch, "telemetry", drop=(g,), **kw)
+    for g, p in zip(todo, dropped):
         out[g] = {
             "r2": paired_difference(r2, y, full["final_test_accuracy"], p["final_test_accuracy"], n_boot, seed),
             "failure_auc": paired_difference(auc, yf, full["failure"], p["failure"], n_boot, seed),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import polars as pl
@@ -296,11 +296,12 @@ def ablate_on(
     params: dict,
     n_boot: int,
     seed: int,
+    mapper: Callable = map,
 ) -> dict[str, Any]:
     """Each of ``groups`` dropped in turn from a model refitted on the corpus development runs ``dev``, scored on the
     out-of-corpus ``runs`` answered with nothing stated at ``epoch`` (those with ``epoch`` epochs recorded): R² and
     failure AUC of the full model minus the model without the group, paired bootstrap (positive = the group helps).
-    Labels use the trained models' thresholds."""
+    Labels use the trained models' thresholds. ``mapper(fn, items)`` runs the refits (``map``, or a pool's)."""
     from prenet.outcome.crossval import ablate_groups
     from prenet.outcome.models import labels, load
 
@@ -323,6 +324,7 @@ def ablate_on(
         groups=groups,
         hold_telemetry=telemetry,
         stated=False,
+        mapper=mapper,
     )
     return {"epoch": epoch, "runs": hold.height, "groups": out}
 
@@ -337,6 +339,7 @@ def seed_spread(
     epochs: list[int],
     seeds: list[int],
     params: dict,
+    mapper: Callable = map,
 ) -> dict[str, Any]:
     """How much of the out-of-corpus R² is the fit's own randomness: the pooled accuracy model refitted on the corpus
     development runs ``dev`` with each of ``seeds`` (XGBoost's row and column sampling, and which copies of a run mask
@@ -344,26 +347,32 @@ def seed_spread(
     the epoch answered 0.1, as :func:`score` answers it); with a seed bag (``params["bag"]`` = k) each refit is a bag
     of seeds s … s + k − 1, so give ``seeds`` k apart. Returns, per epoch, the R² of each seed's refit and their
     range. The trained models are one of these fits (the stage's ``seed``): the headline figure is one draw of this
-    spread, not its centre."""
+    spread, not its centre. ``mapper(fn, items)`` runs the refits (``map``, or a process pool's)."""
+    from prenet.outcome.crossval import fit_and_answer
     from prenet.outcome.evaluation import r2
-    from prenet.outcome.models import fit_targets, labels, load, predict_targets
+    from prenet.outcome.models import labels, load
 
     manifest = load(models_dir)[1]
     thr, pooled = manifest["thresholds"], manifest["pooled_thresholds"]
     train = labels(dev, thr, pooled)
     y = runs["final_test_accuracy"].to_numpy()
     out: dict[str, Any] = {"seeds": list(seeds), "by_epoch": {}}
+    masks, items = {}, []
+    nothing = {"known_domain": False, "known_schedule": False}
     for e in epochs:
         answered = set(telemetry.filter(pl.col("epoch") == e)["run_id"].to_list())
-        mask = np.array([rid in answered for rid in runs["run_id"].to_list()])
-        hold = runs.filter(pl.lit(pl.Series(mask))).with_columns(
+        masks[e] = np.array([rid in answered for rid in runs["run_id"].to_list()])
+        hold = runs.filter(pl.lit(pl.Series(masks[e]))).with_columns(
             pl.lit(None, dtype=pl.String).alias("domain"), pl.lit(None, dtype=pl.String).alias("schedule")
         )
+        accuracy = {"targets": ("final_test_accuracy",)}  # the bag params["bag"] gives, its accuracy model alone
+        items += [(train, dev_telemetry, hold, telemetry, e, params, int(s), (), accuracy, nothing) for s in seeds]
+    answers = iter(mapper(fit_and_answer, items))
+    for e in epochs:
         scores = []
-        for s in seeds:
-            m = fit_targets(train, dev_telemetry, e, "telemetry", params=params, seed=int(s), targets=("final_test_accuracy",))
-            pred = np.full(len(y), 0.1)
-            pred[mask] = predict_targets(m, hold, telemetry, e, "telemetry", known_domain=False, known_schedule=False)["final_test_accuracy"]
+        for _ in seeds:
+            pred = np.full(len(y), 0.1)  # a run diverged before the epoch, as score() answers it
+            pred[masks[e]] = next(answers)["final_test_accuracy"]
             scores.append(float(r2(y, pred)))
         out["by_epoch"][str(e)] = {"r2": scores, "min": min(scores), "max": max(scores)}
     return out
