@@ -33,7 +33,7 @@ def _cmd_hardware(args: argparse.Namespace) -> None:
         raise PrenetError("`prenet hardware show` needs a NAME (a catalog name, 'local' or a spec.yaml path)")
     from prenet.hardware.catalog import alias_note
 
-    spec = resolve(args.name, threads=args.threads)
+    spec = resolve(args.name, threads=args.threads, local_record=artifact_path("hardware_record"))  # as predict reads it
     if (note := alias_note(args.name)) is not None:
         print(f"note: {note}", file=sys.stderr)  # stdout stays the JSON
     print(json.dumps(spec.to_dict(), indent=2))
@@ -174,6 +174,10 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
     from prenet.planner.render import parameters_text
 
     print(f"{args.model} · input {shape} · {parameters_text(p.params)} · {args.precision} · {opt}{fmt} · {where}")
+    if at := hw.extra.get("measured_at"):  # not the benchmark's record: this CPU's first measurement, stored
+        print(
+            f"  hardware: this CPU at {hw.extra.get('threads', args.threads)} thread(s) as measured {at}, stored for the next answers (prenet/hardware/local.py: stored_cpu)"
+        )
     parts = [f"{p.ops} ops"] + [
         f"+ {ms:.2f} ms {what}" for ms, what in ((p.dram_refetch_ms, "from DRAM (cache note)"), (p.overhead_ms, "measured null step")) if ms
     ]

@@ -27,7 +27,8 @@ from prenet.steptime.step import StepPrediction, device_type, predict_traced
 
 
 def _hardware(hardware: str | HardwareSpec, threads: int) -> HardwareSpec:
-    """``local`` is the benchmark stage's record of this CPU when it matches (``paths.hardware_record``), else measured."""
+    """``local`` is the benchmark stage's record of this CPU when it matches (``paths.hardware_record``), else its first
+    measurement at ``threads``, stored (:func:`~prenet.hardware.local.stored_cpu`)."""
     if isinstance(hardware, HardwareSpec):
         return hardware
     return resolve(hardware, threads=threads, local_record=default_path("hardware_record"))

@@ -19,6 +19,19 @@ def data_dir() -> Path:
     return Path(os.environ.get("PRENET_DATA_DIR", REPO_ROOT / "data"))
 
 
+def user_store(kind: str) -> Path | None:
+    """The folder of this user's stored answers of one ``kind`` (``traces``, ``hardware``): under ``PRENET_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/prenet``, else ``~/.cache/prenet``; None when ``PRENET_TRACE_CACHE`` is ``off`` (or ``0``,
+    ``false``, ``no``: the store's one switch) or no home directory is to be found."""
+    if os.environ.get("PRENET_TRACE_CACHE", "on").strip().lower() in ("off", "0", "false", "no"):
+        return None
+    try:
+        root = os.environ.get("PRENET_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prenet"
+    except RuntimeError:  # no home directory to be found: no store
+        return None
+    return Path(root) / kind
+
+
 #: Environment variable naming another artifact root (``paths.root``) for the library's and the CLI's defaults: the
 #: trained models of a run made elsewhere (``make run`` with ``paths.root=…``, or a copy of its ``data/``). The tests set
 #: it to an empty folder, so no test reads the checkout's own artifacts, which a clean checkout (CI) lacks.

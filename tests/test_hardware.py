@@ -104,3 +104,39 @@ def test_bf16_units_from_cpu_flags_and_the_answer_says_how_bf16_runs():
     assert "no native BF16 units" in note and "0.2×" in note
     amx = cpu_bf16_note(cpu(0.5, "amx_bf16"))
     assert "AMX" in amx and "5.0×" in amx
+
+
+def test_local_hardware_is_measured_once_then_read_back(monkeypatch, tmp_path):
+    """`--hardware local` at a thread count the benchmark did not record: measured on the first answer, stored, and
+    read back after (the same question no longer moves with the host's load); with the store off, measured each time."""
+    import json
+    import os
+
+    from prenet.hardware import local as local_mod
+    from prenet.hardware import resolve
+    from prenet.hardware.spec import HardwareSpec
+
+    calls, fake_results = [], []
+
+    def fake(threads: int) -> HardwareSpec:
+        calls.append(threads)
+        fake_results.append(HardwareSpec(hardware_id=local_mod.cpu_id(), kind="cpu", peak_fp32_tflops=0.05 * len(calls), mem_bw_gbps=20.0,
+                            cores=2, clock_mhz=2000.0, extra={"threads": threads}))  # fmt: skip
+        return fake_results[-1]
+
+    monkeypatch.setattr(local_mod, "detect_cpu", fake)
+    monkeypatch.setenv("PRENET_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PRENET_TRACE_CACHE", "on")
+    first = resolve("local", threads=2, local_record=tmp_path / "no-record.json")
+    again = resolve("local", threads=2, local_record=tmp_path / "no-record.json")
+    assert calls == [2] and again.peak_fp32_tflops == first.peak_fp32_tflops == 0.05
+    assert again.extra["measured_at"] == first.extra["measured_at"] and again.extra["measured_at"].endswith("UTC")
+    assert len(list((tmp_path / "hardware").glob("*t-v*.json"))) == 1 and "measured_at" not in fake_results[0].extra  # not in place
+    monkeypatch.setenv("PRENET_TRACE_CACHE", "off")
+    assert resolve("local", threads=2, local_record=None).peak_fp32_tflops == 0.1 and calls == [2, 2]  # store off: measured
+    # the benchmark's record of this CPU at that thread count wins, and the store is not touched
+    monkeypatch.setenv("PRENET_TRACE_CACHE", "on")
+    used = max(1, min(2, os.cpu_count() or 1))
+    record = tmp_path / "hardware.json"
+    record.write_text(json.dumps({**first.to_dict(), "peak_fp32_tflops": 7.0, "extra": {"threads": used}}))
+    assert resolve("local", threads=2, local_record=record).peak_fp32_tflops == 7.0 and calls == [2, 2]

@@ -14,11 +14,12 @@ __all__ = ["HardwareSpec", "catalog", "get", "load_spec_yaml", "resolve", "resol
 
 def resolve(target: str, *, threads: int = 1, local_record: str | Path | None = None) -> HardwareSpec:
     """Hardware from a catalog name, ``local`` (this machine with ``threads`` threads: the benchmark's record of it in
-    ``local_record`` when that matches, else detected now) or a path to a ``.yaml`` spec file."""
+    ``local_record`` when that matches, else this CPU's first measurement at that thread count, kept in the user's
+    store: :func:`~prenet.hardware.local.stored_cpu`) or a path to a ``.yaml`` spec file."""
     if target == "local":
-        from prenet.hardware.local import detect_local
+        from prenet.hardware.local import recorded_cpu, stored_cpu
 
-        return detect_local(threads=threads, record=local_record)
+        return recorded_cpu(local_record, threads) or stored_cpu(threads)
     if target.endswith((".yaml", ".yml")):
         return with_sustained_clock(load_spec_yaml(target), catalog().values())
     return get(target)

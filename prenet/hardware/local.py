@@ -8,7 +8,7 @@ import statistics
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from prenet.cpu_identity import cpu_id, cpu_model, cpuinfo
 from prenet.errors import PrenetError, UnknownHardwareError
@@ -251,6 +251,47 @@ def recorded_cpu(path: str | Path | None, threads: int) -> HardwareSpec | None:
     used = max(1, min(threads, os.cpu_count() or 1))
     if spec.kind != "cpu" or spec.hardware_id != cpu_id() or int(spec.extra.get("threads", spec.cores or 0)) != used:
         return None
+    return spec
+
+
+#: The stored spec's layout (:func:`stored_cpu`): bump when :class:`HardwareSpec` or what :func:`detect_cpu` measures
+#: changes, so a spec measured by older code is measured again rather than read without the new fields.
+STORE_FORMAT = 1
+
+
+def stored_cpu(threads: int, measure: Callable[[int], HardwareSpec] | None = None) -> HardwareSpec:
+    """This CPU at ``threads`` threads as first measured on this machine (:func:`detect_cpu`, or ``measure``), kept in
+    the user's store (:func:`prenet.paths.user_store` ``hardware``; measured every time where the store is off).
+    Measured afresh at each answer, the same question was answered 794, 1,667 and 2,001 ms (a new user's 2-thread
+    ResNet step, 2026-12-06: the peaks and the cache size read off a loaded host each time); read back, it is one spec.
+    ``extra["measured_at"]`` says when (UTC); delete the file to measure again."""
+    import dataclasses
+    import datetime
+    import json
+    import tempfile
+
+    from prenet.paths import user_store
+
+    measure = measure or detect_cpu
+    folder = user_store("hardware")
+    used = max(1, min(threads, os.cpu_count() or 1))
+    path = None if folder is None else folder / f"{cpu_id()}-{used}t-v{STORE_FORMAT}.json"
+    if path is not None and path.is_file():
+        try:
+            return recorded_spec(path)
+        except Exception:  # noqa: BLE001 — a damaged or foreign file: measured again, written anew
+            pass
+    measured = measure(threads)  # detect_cpu's own result is cached: not changed in place
+    at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    spec = dataclasses.replace(measured, extra={**measured.extra, "measured_at": at})
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as f:
+                f.write(json.dumps(spec.to_dict(), indent=1, sort_keys=True))
+            os.replace(f.name, path)  # whole or not at all: two answers at once never read half a file
+        except OSError:  # a read-only home: answered, not stored
+            pass
     return spec
 
 

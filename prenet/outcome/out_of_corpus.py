@@ -367,7 +367,7 @@ def seed_spread(
         )
         accuracy = {"targets": ("final_test_accuracy",)}  # the bag params["bag"] gives, its accuracy model alone
         items += [(train, dev_telemetry, hold, telemetry, e, params, int(s), (), accuracy, nothing) for s in seeds]
-    answers = iter(mapper(fit_and_answer, items))
+    answers = iter(list(mapper(fit_and_answer, items)))  # run to the end: a pool's generator closes its processes
     for e in epochs:
         scores = []
         for _ in seeds:

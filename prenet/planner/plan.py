@@ -452,7 +452,8 @@ def make_plan(
     micro-steps of ``batch_size`` per optimizer step (a step is an optimizer step: epochs count ``batch_size``·K samples
     per step, the forecast runs at that batch); ``checkpointing``: activation checkpointing of the model's repeated
     blocks (:mod:`prenet.checkpointing`), in the step time and the memory fit.
-    ``local_record``: the benchmark stage's record of this CPU (``local`` is measured now when it does not match).
+    ``local_record``: the benchmark stage's record of this CPU (when it does not match, ``local`` is this CPU's first
+    measurement at ``threads``, stored: :func:`~prenet.hardware.local.stored_cpu`).
     ``gpus``: the GPU counts per node planned for every GPU (e.g. 1, 2, 4, 8; a count above what its node holds is
     left out), on ``nodes`` nodes of ``network_gbits`` Gb/s each, shared as ``parallel`` (ddp | fsdp | tp:K; batch per
     GPU, per tp:K group under tensor parallelism; tp:K plans the counts K divides);
@@ -515,7 +516,12 @@ def make_plan(
     if "local" in specs and recorded is None:
         notes.append(
             f"local: no benchmark record of this CPU at {threads} thread(s) ({local_record or 'none given'}): its peaks and "
-            "bandwidth were measured now, and its step times extrapolate from the CPU the op models were trained on"
+            + (
+                f"bandwidth are its first measurement here ({at}, stored for the next answers)"
+                if (at := specs["local"].extra.get("measured_at"))
+                else "bandwidth were measured now"
+            )
+            + ", and its step times extrapolate from the CPU the op models were trained on"
         )
     op_model = EfficiencyModel.load(models_dir)  # what every plan needs is read before any forecast runs: a missing file fails fast
     if target is not None:

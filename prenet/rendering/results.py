@@ -453,9 +453,9 @@ def _ooc_rows(oo: dict) -> list[Row]:
                 else ""
             )
             + (
-                "; the predictor refitted with seeds "
+                "; the predictor refitted as seed bags from seeds "
                 + ", ".join(map(str, oo["seed_spread"]["seeds"]))
-                + ": R² "
+                + " (the first the trained models): R² "
                 + ", ".join(f"epoch {e} {m['min']:.3f}–{m['max']:.3f}" for e, m in oo["seed_spread"]["by_epoch"].items())
                 if oo.get("seed_spread", {}).get("by_epoch")
                 else ""

@@ -54,14 +54,10 @@ class JobTrace:
 
 
 def cache_dir() -> Path | None:
-    """Where traces are stored; None when ``PRENET_TRACE_CACHE`` is ``off`` (or ``0``, ``false``, ``no``)."""
-    if os.environ.get("PRENET_TRACE_CACHE", "on").strip().lower() in ("off", "0", "false", "no"):
-        return None
-    try:
-        root = os.environ.get("PRENET_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "prenet"
-    except RuntimeError:  # no home directory to be found: no store
-        return None
-    return Path(root) / "traces"
+    """Where traces are stored (:func:`prenet.paths.user_store`); None when ``PRENET_TRACE_CACHE`` is ``off``."""
+    from prenet.paths import user_store
+
+    return user_store("traces")
 
 
 def code_fingerprint() -> str:
