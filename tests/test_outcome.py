@@ -483,6 +483,18 @@ def test_outcome_cli(tiny_run, tmp_path, capsys):
     shown = capsys.readouterr().out
     assert "not an automatic stop" in shown and "epochs, the length of the corpus's runs, not of yours)" in shown  # what "final" means
     assert "(80 % interval " in shown  # the interval says what it covers (the tiny run's residual quantiles 0.1-0.9)
+    assert "plain training log" not in shown  # a Recorder's table
+    from prenet.outcome.models import load, residual_key
+    from prenet.outcome.predict import predict, render_outcome
+    from prenet.outcome.telemetry_input import PLAIN_LOG_COLUMNS
+
+    loaded = load(cfg.paths.outcome_models)
+    run = tel.filter(pl.col("run_id") == tel["run_id"][0]).drop("run_id")
+    with pytest.warns(UserWarning, match="has no"):
+        plain = predict(run.select([c for c in PLAIN_LOG_COLUMNS if c in run.columns]), loaded=loaded)
+    full = predict(run, loaded=loaded)
+    assert plain.plain_log and not full.plain_log and residual_key(plain.epoch, False, plain=True) in loaded[1]["residual_quantiles"]
+    assert "a plain training log (no Recorder probes)" in render_outcome(plain)
     from prenet.outcome.predict import Outcome, render_outcome
 
     stuck = Outcome(0.3, (0.1, 0.85), 0.6, 0, [1.0, 0.0, 0.0], 2, "unknown", 2, None, accuracy_now=0.12, may_take_off=True)
@@ -654,6 +666,7 @@ def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run, tmp_path):
         point, low, high = m["r2"]
         assert low <= point <= high and m["answered"] <= n and 0 <= m["failure_auc"][0] <= 1
         assert m["plain_log_r2"][1] <= m["plain_log_r2"][0] <= m["plain_log_r2"][2]  # the same runs as plain logs
+        assert 0 <= m["interval"]["plain_log_coverage"] <= 1  # their intervals, from plain logs' residuals
     assert 0 <= res["late_bloomer_share"] <= 1 and 0 <= res["corpus_late_bloomer_share"] <= 1
     e2 = res["by_epoch"]["2"]
     assert 0 <= e2["interval"]["coverage"] <= 1 and e2["interval"]["nominal"] == pytest.approx(0.8)

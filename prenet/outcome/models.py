@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 import polars as pl
 
-from prenet.outcome.features import FEATURE_SETS, OPTIONAL_MASKS, design, feature_names, mask_groups
+from prenet.outcome.features import FEATURE_SETS, OPTIONAL_MASKS, PLAIN_LOG, design, feature_names, mask_groups
 
 #: What the fitted models predict; the relative class follows from the predicted accuracy (:func:`relative_class`).
 TARGETS = ("final_test_accuracy", "failure")
@@ -277,12 +277,13 @@ def predict_targets(
 
 def cv_residuals(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, params: dict, seed: int, folds: int = 5) -> dict[str, list[float]]:
     """Out-of-fold residuals (actual − predicted accuracy, telemetry model) of the development runs, as answered with
-    the domain and schedule stated (``stated``) and with neither (``unstated``, the default call); empty lists when
-    too few runs for the folds."""
+    the domain and schedule stated (``stated``), with neither (``unstated``, the default call), and from a plain
+    training log with neither (``plain``: :data:`~prenet.outcome.features.PLAIN_LOG` empty); empty lists when too few
+    runs for the folds."""
     if runs.height < 2 * folds:
-        return {"stated": [], "unstated": []}
+        return {"stated": [], "unstated": [], "plain": []}
     idx = np.random.default_rng(seed).permutation(runs.height)
-    res = {"stated": np.empty(runs.height), "unstated": np.empty(runs.height)}
+    res = {"stated": np.empty(runs.height), "unstated": np.empty(runs.height), "plain": np.empty(runs.height)}
     y = runs["final_test_accuracy"].to_numpy()
     for f in range(folds):
         te = np.sort(idx[f::folds])
@@ -293,6 +294,9 @@ def cv_residuals(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, par
         for key, stated in (("stated", True), ("unstated", False)):
             p = predict_targets(m, runs[te], telemetry, epoch, "telemetry", known_domain=stated, known_schedule=stated)
             res[key][te] = y[te] - np.clip(p["final_test_accuracy"], 0, 1)
+        X = design(telemetry, runs[te]["run_id"].to_list(), epoch, "telemetry")  # nothing stated, then as a plain log
+        p = m["final_test_accuracy"].predict(mask_groups(X, epoch, "telemetry", tuple(PLAIN_LOG.split("|"))))
+        res["plain"][te] = y[te] - np.clip(p, 0, 1)
     return {k: [round(float(v), 5) for v in r] for k, r in res.items()}
 
 
@@ -354,10 +358,11 @@ def failure_probability(
     return FAILURE_CLASSIFIER_SHARE * p + (1.0 - FAILURE_CLASSIFIER_SHARE) * below
 
 
-def residual_key(epoch: int, stated: bool) -> str:
+def residual_key(epoch: int, stated: bool, plain: bool = False) -> str:
     """The manifest key of the out-of-fold residuals behind an answer at ``epoch``: stated = domain and schedule both
-    given (otherwise the wider, unstated residuals answer)."""
-    return f"pooled|{epoch}" + ("" if stated else "|unstated")
+    given (otherwise the wider, unstated residuals answer); ``plain``: a plain training log's (no Recorder probes,
+    nothing stated: wider still)."""
+    return f"pooled|{epoch}|plain" if plain else f"pooled|{epoch}" + ("" if stated else "|unstated")
 
 
 def thresholds_for(manifest: dict, domain: str | None) -> dict[str, Any]:
@@ -424,7 +429,7 @@ def train_all(
         if base is not None:
             take_off[str(e)], took_off[str(e)] = base
         for kind, res in res_by_kind.items():
-            key = residual_key(e, kind == "stated")
+            key = residual_key(e, kind == "stated", plain=kind == "plain")
             residuals[key] = res
             quantiles[key] = [float(np.quantile(res, q)) for q in interval] if res else [float("nan")] * len(interval)
             if res:  # the out-of-fold prediction is the actual accuracy less its residual

@@ -196,7 +196,7 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
     Failure = diverged or final accuracy below the models' pooled failure
     threshold."""
     from prenet.outcome.evaluation import auc, bootstrap, interval_coverage, mae, r2, reliability
-    from prenet.outcome.models import load
+    from prenet.outcome.models import interval_bounds, load, residual_key
     from prenet.outcome.predict import predict
 
     loaded = load(models_dir)
@@ -267,6 +267,11 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
         e_model = max(k for k in manifest["epochs"] if k <= e)  # the model predict() answers with
         plain = np.where(np.array(ok), _plain_log_accuracy(loaded[0], runs, telemetry, e_model), pa_)
         m["plain_log_r2"] = list(bootstrap(r2, [y, plain], n_boot, seed))
+        pkey = residual_key(e_model, False, plain=True)
+        if pkey in manifest.get("residual_quantiles", {}):  # as predict() bounds a plain log's answer
+            plo, phi = interval_bounds(plain, manifest["residual_quantiles"][pkey], manifest.get("residual_bands", {}).get(pkey))
+            plo, phi = np.where(ok, plo, lo_), np.where(ok, phi, hi_)
+            m["interval"]["plain_log_coverage"] = interval_coverage(y, plo, phi)
         out["by_epoch"][str(e)] = m
     out["late_bloomer_share"] = late_bloomer_share(runs, telemetry)
     return out

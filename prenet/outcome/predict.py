@@ -28,7 +28,7 @@ from prenet.outcome.models import (
     thresholds_for,
 )
 from prenet.outcome.space import SCHEDULES
-from prenet.outcome.telemetry_input import check_telemetry
+from prenet.outcome.telemetry_input import check_telemetry, is_plain_log
 from prenet.paths import default_path
 
 CLASS_NAMES = ("bottom third", "middle third", "top third")
@@ -52,7 +52,8 @@ class Outcome:
     loss was not finite, recorded empty: such a run has failed by the corpus's definition, failure probability 1;
     ``None`` while the loss is finite), ``final_epoch`` (what "final" means: the epochs the corpus's runs trained for;
     None from models that did not record it), ``interval_level`` (the interval's nominal coverage: 0.8 for the
-    residuals' 10th to 90th percentiles)."""
+    residuals' 10th to 90th percentiles), ``plain_log`` (the table had no Recorder probes, only losses, accuracies and
+    the optimizer's settings: the interval is then from plain logs' residuals, wider)."""
 
     final_test_accuracy: float
     interval: tuple[float, float]
@@ -70,6 +71,7 @@ class Outcome:
     diverged_at: int | None = None
     final_epoch: int | None = None
     interval_level: float | None = None
+    plain_log: bool = False
 
     @property
     def relative_class_name(self) -> str:
@@ -115,7 +117,8 @@ def predict(
         )
     X = single_run(table, e, "telemetry", domain=domain if domain in known else None, schedule=schedule)
     acc = float(models[(scope, e, "telemetry", "final_test_accuracy")].predict(X)[0])  # in [0, 1] (Fitted.predict)
-    rkey = residual_key(e, stated=domain in known and schedule is not None)
+    plain = is_plain_log(table) and residual_key(e, False, plain=True) in manifest.get("residual_quantiles", {})
+    rkey = residual_key(e, stated=domain in known and schedule is not None, plain=plain)
     q = manifest["residual_quantiles"].get(rkey, [float("nan"), float("nan")])
     lo, hi = (float(b[0]) for b in interval_bounds(np.array([acc]), q, manifest.get("residual_bands", {}).get(rkey)))
     one, tagged = pl.DataFrame({"run_id": ["run"]}), table.with_columns(pl.lit("run").alias("run_id"))
@@ -163,6 +166,7 @@ def predict(
         diverged_at,
         manifest.get("final_epoch"),
         round(float(q_levels[-1] - q_levels[0]), 6) if (q_levels := manifest.get("interval_quantiles")) else None,
+        plain,
     )
 
 
@@ -209,6 +213,7 @@ def render_outcome(out: Outcome) -> str:
             + f"interval {lo:.3f} – {hi:.3f}"
             + (f"; after {out.final_epoch} epochs, the length of the corpus's runs, not of yours" if out.final_epoch else "")
             + ")",
+            *(["  answered from         a plain training log (no Recorder probes): less to go on, so a wider interval"] if out.plain_log else []),
             f"  failure probability   {out.failure_probability:.3f}"
             + (
                 f"   (the training loss was not finite from epoch {out.diverged_at}, recorded empty: the run has diverged, a failure "

@@ -145,3 +145,10 @@ def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.Dat
         gap = min(expected - set(ep))
         raise _fail(source, "epoch", None, f"epoch {gap} is missing; epochs must run 1, 2, …, {max(ep)} without a gap")
     return out.sort("epoch")
+
+
+def is_plain_log(table: pl.DataFrame) -> bool:
+    """Whether a checked table (:func:`check_telemetry`) is a plain training log: no value in any column beyond
+    :data:`PLAIN_LOG_COLUMNS` and the optimizer's (no Recorder probe: gradients, weights, activations, quarters)."""
+    probes = [c for c in table.columns if c not in (*PLAIN_LOG_COLUMNS, *OPTIMIZER_COLUMNS, *IGNORED)]
+    return all(table[c].null_count() == table.height for c in probes)

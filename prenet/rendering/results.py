@@ -465,8 +465,9 @@ def _ooc_rows(oo: dict) -> list[Row]:
         )
     ]
     honest = [
-        f"epoch {e}: {100 * m['interval']['coverage']:.0f} % ({100 * m['interval']['coverage_late_bloomers']:.0f} % of late bloomers), "
-        f"ECE {m['failure_reliability']['ece']:.3f}, take-off flag {m['take_off_flag']['late_bloomers_flagged']} of "
+        f"epoch {e}: {100 * m['interval']['coverage']:.0f} % ({100 * m['interval']['coverage_late_bloomers']:.0f} % of late bloomers"
+        + (f"; as plain logs {100 * m['interval']['plain_log_coverage']:.0f} %" if "plain_log_coverage" in m["interval"] else "")
+        + f"), ECE {m['failure_reliability']['ece']:.3f}, take-off flag {m['take_off_flag']['late_bloomers_flagged']} of "
         f"{m['take_off_flag']['late_bloomers']} late bloomers ({m['take_off_flag']['flagged']} flagged"
         + (
             f"; take-off probability AUC {m['take_off_auc']['auc']:.2f} over the {m['take_off_auc']['runs']} runs still slow)"
