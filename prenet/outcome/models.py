@@ -229,16 +229,17 @@ def fit_targets(
     that many fits with seeds ``seed``, ``seed + 1``, … (XGBoost's row and column sampling, and which copies are
     masked), averaged (:class:`Fitted` ``members``)."""
     bag = int(params.get("bag", 1)) if bag is None else int(bag)
-    fits = [_fit_targets_once(runs, telemetry, (epoch, feature_set, drop, targets), params, seed + i) for i in range(max(bag, 1))]
+    X = design(  # once for the bag: only the masked copies differ between its fits
+        telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(), schedules=runs["schedule"].to_list(), drop=drop
+    )
+    fits = [_fit_targets_once(runs, X, (epoch, feature_set, drop, targets), params, seed + i) for i in range(max(bag, 1))]
     return {t: m if m.constant is not None else replace(m, members=tuple(f[t].model for f in fits[1:])) for t, m in fits[0].items()}
 
 
-def _fit_targets_once(runs: pl.DataFrame, telemetry: pl.DataFrame, what: tuple, params: dict, seed: int) -> dict[str, Fitted]:
-    """One fit of :func:`fit_targets` with one ``seed``; ``what`` = (epoch, feature set, dropped groups, targets)."""
+def _fit_targets_once(runs: pl.DataFrame, X: np.ndarray, what: tuple, params: dict, seed: int) -> dict[str, Fitted]:
+    """One fit of :func:`fit_targets` with one ``seed`` on the runs' design ``X``; ``what`` = (epoch, feature set,
+    dropped groups, targets)."""
     epoch, feature_set, drop, targets = what
-    X = design(
-        telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(), schedules=runs["schedule"].to_list(), drop=drop
-    )
     reps = 1
     if feature_set == "telemetry":
         rng = np.random.default_rng(seed)
