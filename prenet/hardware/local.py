@@ -8,7 +8,7 @@ import statistics
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from prenet.cpu_identity import cpu_id, cpu_model, cpuinfo
 from prenet.errors import PrenetError, UnknownHardwareError
@@ -259,8 +259,8 @@ def recorded_cpu(path: str | Path | None, threads: int) -> HardwareSpec | None:
 STORE_FORMAT = 1
 
 
-def stored_cpu(threads: int, measure: Callable[[int], HardwareSpec] | None = None) -> HardwareSpec:
-    """This CPU at ``threads`` threads as first measured on this machine (:func:`detect_cpu`, or ``measure``), kept in
+def stored_cpu(threads: int) -> HardwareSpec:
+    """This CPU at ``threads`` threads as first measured on this machine (:func:`detect_cpu`), kept in
     the user's store (:func:`prenet.paths.user_store` ``hardware``; measured every time where the store is off).
     Measured afresh at each answer, the same question was answered 794, 1,667 and 2,001 ms (a new user's 2-thread
     ResNet step, 2026-12-06: the peaks and the cache size read off a loaded host each time); read back, it is one spec.
@@ -272,7 +272,6 @@ def stored_cpu(threads: int, measure: Callable[[int], HardwareSpec] | None = Non
 
     from prenet.paths import user_store
 
-    measure = measure or detect_cpu
     folder = user_store("hardware")
     used = max(1, min(threads, os.cpu_count() or 1))
     path = None if folder is None else folder / f"{cpu_id()}-{used}t-v{STORE_FORMAT}.json"
@@ -281,7 +280,7 @@ def stored_cpu(threads: int, measure: Callable[[int], HardwareSpec] | None = Non
             return recorded_spec(path)
         except Exception:  # noqa: BLE001 — a damaged or foreign file: measured again, written anew
             pass
-    measured = measure(threads)  # detect_cpu's own result is cached: not changed in place
+    measured = detect_cpu(threads)  # its result is cached: not changed in place
     at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     spec = dataclasses.replace(measured, extra={**measured.extra, "measured_at": at})
     if path is not None:

@@ -209,6 +209,13 @@ def design(
 #: telemetry model answered R² 0.30 / 0.62 / 0.56 at epochs 1 / 2 / 3, the NaNs of columns it had never seen missing;
 #: with it 0.54 / 0.72 / 0.81 (out of corpus 0.35 / 0.60 / 0.54 → 0.52 / 0.72 / 0.81), the full tables' R² within ±0.007.
 PLAIN_LOG = "progress|within|gradient|weights|activations|optimizer|d_log10_grad_snr|d_log10_update_ratio|weight_growth"
+
+
+def as_plain_log(X: np.ndarray, epoch: int) -> np.ndarray:
+    """Telemetry design rows ``X`` at ``epoch`` as a plain training log gives them: :data:`PLAIN_LOG` empty."""
+    return mask_groups(X, epoch, "telemetry", tuple(PLAIN_LOG.split("|")))
+
+
 #: What a user's call may lack, and in what share of the pooled model's second training copy it is masked: the
 #: domain and the schedule (unstated), validation (no ``val_*`` passed to the recorder), activations (no probe batch),
 #: the optimizer's settings (a recorder not given the optimizer),

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 import polars as pl
 
-from prenet.outcome.features import FEATURE_SETS, OPTIONAL_MASKS, PLAIN_LOG, design, feature_names, mask_groups
+from prenet.outcome.features import FEATURE_SETS, OPTIONAL_MASKS, as_plain_log, design, feature_names, mask_groups
 
 #: What the fitted models predict; the relative class follows from the predicted accuracy (:func:`relative_class`).
 TARGETS = ("final_test_accuracy", "failure")
@@ -296,7 +296,7 @@ def cv_residuals(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, par
             p = predict_targets(m, runs[te], telemetry, epoch, "telemetry", known_domain=stated, known_schedule=stated)
             res[key][te] = y[te] - np.clip(p["final_test_accuracy"], 0, 1)
         X = design(telemetry, runs[te]["run_id"].to_list(), epoch, "telemetry")  # nothing stated, then as a plain log
-        p = m["final_test_accuracy"].predict(mask_groups(X, epoch, "telemetry", tuple(PLAIN_LOG.split("|"))))
+        p = m["final_test_accuracy"].predict(as_plain_log(X, epoch))
         res["plain"][te] = y[te] - np.clip(p, 0, 1)
     return {k: [round(float(v), 5) for v in r] for k, r in res.items()}
 

@@ -277,15 +277,22 @@ def score(runs: pl.DataFrame, telemetry: pl.DataFrame, models_dir: str | Path, *
     return out
 
 
-def _plain_log_accuracy(models: dict, runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> np.ndarray:
-    """The pooled model of ``epoch``'s final accuracy for ``runs`` (nothing stated) from their telemetry cut down to
-    a plain training log's columns (:data:`~prenet.outcome.telemetry_input.PLAIN_LOG_COLUMNS`)."""
-    from prenet.outcome.features import design
-    from prenet.outcome.telemetry_input import PLAIN_LOG_COLUMNS
+def answered_unstated(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> tuple[np.ndarray, pl.DataFrame]:
+    """(which of ``runs`` have ``epoch`` epochs recorded, those runs with their domain and schedule unstated): the
+    runs a refit answers at ``epoch`` as a user's call with nothing stated."""
+    answered = set(telemetry.filter(pl.col("epoch") == epoch)["run_id"].to_list())
+    mask = np.array([rid in answered for rid in runs["run_id"].to_list()], dtype=bool)
+    hold = runs.filter(pl.Series(mask)).with_columns(pl.lit(None, dtype=pl.String).alias("domain"), pl.lit(None, dtype=pl.String).alias("schedule"))
+    return mask, hold
 
-    keep = {*PLAIN_LOG_COLUMNS, "run_id"}
-    log = telemetry.with_columns([pl.lit(None, dtype=telemetry.schema[c]).alias(c) for c in telemetry.columns if c not in keep])
-    X = design(log, runs["run_id"].to_list(), epoch, "telemetry")
+
+def _plain_log_accuracy(models: dict, runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> np.ndarray:
+    """The pooled model of ``epoch``'s final accuracy for ``runs`` (nothing stated) as plain training logs would give
+    them (:func:`~prenet.outcome.features.as_plain_log`: the same features as their telemetry cut down to
+    :data:`~prenet.outcome.telemetry_input.PLAIN_LOG_COLUMNS`, checked 2026-12-06 on these runs)."""
+    from prenet.outcome.features import as_plain_log, design
+
+    X = as_plain_log(design(telemetry, runs["run_id"].to_list(), epoch, "telemetry"), epoch)
     return models[("pooled", epoch, "telemetry", "final_test_accuracy")].predict(X)
 
 
@@ -312,12 +319,7 @@ def ablate_on(
 
     manifest = load(models_dir)[1]
     thr, pooled = manifest["thresholds"], manifest["pooled_thresholds"]
-    answered = telemetry.filter(pl.col("epoch") == epoch)["run_id"].unique()
-    hold = runs.filter(pl.col("run_id").is_in(answered.implode())).with_columns(
-        pl.lit(None, dtype=pl.String).alias("domain"),
-        pl.lit(None, dtype=pl.String).alias("schedule"),
-        failed(float(pooled["failure_threshold"])),
-    )
+    hold = answered_unstated(runs, telemetry, epoch)[1].with_columns(failed(float(pooled["failure_threshold"])))
     out = ablate_groups(
         labels(dev, thr, pooled),
         hold,
@@ -365,11 +367,7 @@ def seed_spread(
     masks, items = {}, []
     nothing = {"known_domain": False, "known_schedule": False}
     for e in epochs:
-        answered = set(telemetry.filter(pl.col("epoch") == e)["run_id"].to_list())
-        masks[e] = np.array([rid in answered for rid in runs["run_id"].to_list()])
-        hold = runs.filter(pl.lit(pl.Series(masks[e]))).with_columns(
-            pl.lit(None, dtype=pl.String).alias("domain"), pl.lit(None, dtype=pl.String).alias("schedule")
-        )
+        masks[e], hold = answered_unstated(runs, telemetry, e)
         accuracy = {"targets": ("final_test_accuracy",)}  # the bag params["bag"] gives, its accuracy model alone
         items += [(train, dev_telemetry, hold, telemetry, e, params, int(s), (), accuracy, nothing) for s in seeds]
     answers = iter(list(mapper(fit_and_answer, items)))  # run to the end: a pool's generator closes its processes
