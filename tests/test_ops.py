@@ -321,6 +321,59 @@ def test_fused_kernels_as_the_device_runs_them():
     assert Names.seen.count("mkldnn_rnn_layer") == 2  # what the emulation assumes a CPU does
 
 
+class _GruNet(nn.Module):
+    """Two bidirectional GRU layers, batch first, and a head: the shapes a CPU's GRU loop must reproduce."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(6, 5, num_layers=2, batch_first=True, bidirectional=True, dropout=0.0)
+        self.out = nn.Linear(10, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.gru(x)[0]).flatten(0, 1)
+
+
+def test_a_cpu_gru_is_traced_as_the_cpu_runs_it():
+    """On meta a GRU projects each timestep's input on its own; a CPU projects the whole sequence once per layer and
+    direction (ATen's FullLayer pre_compute_input) and runs one hidden projection per step. The trace's forward and
+    backward ops (names, shapes) are the CPU's: the same multiset as a real step's, in-place or not aside (autograd
+    accumulates gradients with add on meta, add_ on a CPU)."""
+    torch.manual_seed(0)
+    batch = (torch.randn(3, 7, 6), torch.randint(0, 3, (21,)))
+
+    class Seen(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            shapes = ", ".join("x".join(map(str, a.shape)) for a in args if isinstance(a, torch.Tensor))
+            self.ops.append((base_name(func), shapes))
+            return out
+
+    from prenet.ops import training_loss
+
+    real = _GruNet()
+    with Seen() as seen:
+        training_loss(real(batch[0]), batch[1]).backward()
+    with torch.device("meta"):
+        meta = _GruNet()
+    traced = trace_step(meta, tuple(t.to("meta") for t in batch), device_type="cpu").records
+    keep = {"mm", "addmm", "sigmoid_", "tanh_", "sigmoid_backward", "tanh_backward", "sub", "mul_"}
+
+    def counts(ops):
+        out: dict = {}
+        for op, shapes in ops:
+            if op in keep:
+                out[(op, shapes)] = out.get((op, shapes), 0) + 1
+        return out
+
+    want = counts(seen.ops)
+    assert want[("addmm", "15, 3x5, 5x15")] == 2 * 2 * 7  # one hidden projection per layer, direction and step
+    assert counts((r.op, r.shapes) for r in traced if r.phase != "optimizer") == want
+
+
 def test_an_op_that_overwrites_its_destination_moves_only_what_it_reads_and_writes():
     """copy_ reads its source and writes its destination; zero_ and fill_ only write; add_ reads both and writes one."""
     from prenet.ops.trace import trace_call

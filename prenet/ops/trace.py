@@ -142,6 +142,45 @@ def mkldnn_lstm(
     return (x.transpose(0, 1) if batch_first else x), torch.stack(hs), torch.stack(cs)
 
 
+def cpu_gru(
+    input: torch.Tensor, hx: Any, params: Any, has_biases: bool, num_layers: int, dropout: float, train: bool, bidirectional: bool, batch_first: bool
+) -> Any:
+    """``_VF.gru`` as a CPU runs it (ATen's ``RNN.cpp``: no oneDNN kernel for a GRU): per layer and direction the input
+    projection of the whole sequence first, one ``linear`` (``FullLayer``'s ``pre_compute_input``, taken only where
+    ``input.device().is_cpu()``, so never on ``meta``, where each timestep would project its own input: twice the
+    per-step GEMMs), then per timestep ``GRUCell``: the hidden projection and the gates' in-place ops; the reverse
+    direction walks the steps backwards. None where the CPU takes another path (packed sequences)."""
+    d = 2 if bidirectional else 1
+    stride = 4 if has_biases else 2
+    if not isinstance(hx, torch.Tensor) or len(params) != stride * num_layers * d:
+        return None
+    x = input.transpose(0, 1) if batch_first else input
+    hs = []
+    for layer in range(num_layers):
+        outs = []
+        for k in range(d):
+            i = layer * d + k
+            w = params[i * stride : (i + 1) * stride]
+            b_ih, b_hh = (w[2], w[3]) if has_biases else (None, None)
+            steps = list(torch.nn.functional.linear(x, w[0], b_ih).unbind(0))
+            h = hx[i]
+            out = []
+            for xw in reversed(steps) if k == 1 else steps:
+                ig = xw.unsafe_chunk(3, 1)
+                hg = torch.nn.functional.linear(h, w[1], b_hh).unsafe_chunk(3, 1)
+                r = hg[0].add_(ig[0]).sigmoid_()
+                z = hg[1].add_(ig[1]).sigmoid_()
+                n = ig[2].add(hg[2].mul_(r)).tanh_()
+                h = (h - n).mul_(z).add_(n)
+                out.append(h)
+            outs.append(torch.stack(out[::-1] if k == 1 else out, 0))
+            hs.append(h)
+        x = outs[0] if d == 1 else torch.cat(outs, -1)
+        if dropout > 0 and train and layer < num_layers - 1:
+            x = torch.nn.functional.dropout(x, dropout, train)
+    return (x.transpose(0, 1) if batch_first else x), torch.stack(hs, 0)
+
+
 def _pair(v: Any) -> tuple[int, int]:
     return (int(v[0]), int(v[-1])) if isinstance(v, (tuple, list)) else (int(v), int(v))
 
@@ -185,7 +224,8 @@ class _FusedAttention(TorchFunctionMode):
     """Routes every ``scaled_dot_product_attention`` of a meta trace to :func:`fused_attention`: calls made directly
     (this mode) and calls made inside torch's Python composites such as ``F.multi_head_attention_forward`` (which the
     mode cannot see: ``torch.nn.functional.scaled_dot_product_attention`` is replaced for the duration of the trace).
-    On a CPU an LSTM runs as oneDNN's fused layer (:func:`mkldnn_lstm`), as it does on a real CPU."""
+    On a CPU an LSTM runs as oneDNN's fused layer (:func:`mkldnn_lstm`) and a GRU as ATen's CPU loop (:func:`cpu_gru`),
+    as they do on a real CPU."""
 
     def __init__(self, device_type: str) -> None:
         super().__init__()
@@ -205,6 +245,10 @@ class _FusedAttention(TorchFunctionMode):
             return fused_attention(self.device_type, *args, **(kwargs or {}))
         if name == "lstm" and self.device_type == "cpu" and not kwargs and len(args) == 9 and isinstance(args[1], (list, tuple)):
             out = mkldnn_lstm(*args)
+            if out is not None:
+                return out
+        if name == "gru" and self.device_type == "cpu" and not kwargs and len(args) == 9 and isinstance(args[1], torch.Tensor):
+            out = cpu_gru(*args)
             if out is not None:
                 return out
         return func(*args, **(kwargs or {}))
