@@ -37,6 +37,9 @@ class OpRecord:
     strides: str = ""
     measured_ms: float | None = None
     spread_rel: float | None = None
+    #: what the op reads, as ``[bytes, distance]`` pairs: the distinct bytes the step touched since each operand's last
+    #: touch (:func:`prenet.ops.reuse.read_distances`; -1: never); empty where not traced (external kernels, old traces)
+    reads: list = field(default_factory=list)
 
 
 @dataclass

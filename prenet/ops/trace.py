@@ -41,6 +41,7 @@ from prenet.ops.families import (
     unit_of,
 )
 from prenet.ops.records import OpRecord, StepTrace
+from prenet.ops.reuse import Touch, read_distances
 from prenet.optimizers import STEP_WEIGHT_DECAY, make_optimizer, prime_state
 
 #: The 16-bit dtype of each autocast precision (:data:`~prenet.names.AUTOCAST_PRECISIONS`).
@@ -291,6 +292,7 @@ class _Tracer(TorchDispatchMode):
         self.stack: list[str] = []
         self.node_module: dict[Any, str] = {}
         self.records: list[OpRecord] = []
+        self.touches: list[Touch] = []  # (record, storage, bytes, read) in order (:mod:`prenet.ops.reuse`)
         #: cuDNN's layout transposes around tensor-core (FP16/BF16/TF32) convolutions on NCHW tensors (set for CUDA traces)
         self.conv_transposes = False
         #: an ``fp32`` step traced for any GPU: its FP32 convolutions' transposes are recorded too, as the ones a GPU
@@ -374,13 +376,31 @@ class _Tracer(TorchDispatchMode):
         if not ins and not outs:
             return out
         module = self.where()
+        first = len(self.records)
         calls = _backward_passes(args, out) if self.split_conv_backward and name == "convolution_backward" else [(args, out)]
         for call_args, call_out in calls:
             self._record(func, name, module, ins, tensors(call_out), call_args, kwargs, call_out, ms, spread)
+        self._touch(first, tensors(list(read_args(name, args))) + tensors(list(kwargs.values())), outs or written_args(func, args, kwargs))
         last = self.records[-1]
         if self.conv_transposes and last.family == "conv" and (last.unit in TENSOR_CORE_UNITS or self.tf32_transposes and last.dtype == "float32"):
             self._nchw_transposes(module, last.dtype, tensors(list(read_args(name, args))), outs)
         return out
+
+    def _touch(self, record: int, reads: list[torch.Tensor], writes: list[torch.Tensor]) -> None:
+        """Note the storages record ``record`` reads and writes, in order (:mod:`prenet.ops.reuse`)."""
+        for ts, is_read in ((reads, True), (writes, False)):
+            for t in ts:
+                try:
+                    key, size = t.untyped_storage()._cdata, min(nbytes(t), t.untyped_storage().nbytes())
+                except (RuntimeError, NotImplementedError):  # a tensor without a storage (sparse, nested)
+                    continue
+                self.touches.append((record, key, size, is_read))
+
+    def finish(self) -> list[OpRecord]:
+        """The records, each with its reads' distances (:func:`~prenet.ops.reuse.read_distances`)."""
+        for r, reads in zip(self.records, read_distances(self.touches, len(self.records)), strict=True):
+            r.reads = reads
+        return self.records
 
     def _record(self, func, name: str, module: str, ins: list, outs: list, args: tuple, kwargs: dict, out: Any, ms, spread) -> None:
         """Append the op record of one call (``ms``/``spread``: its timing, None on meta)."""
@@ -882,7 +902,7 @@ def trace_step(
             "with more threads, or 16 samples or more, oneDNN runs them (--threads)"
         )
     return StepTrace(
-        tracer.records,
+        tracer.finish(),
         precision,
         optimizer,
         device_type,
@@ -995,7 +1015,7 @@ def measure_step(
     _run(module, inputs, labels, tracer, **kw)
     module.zero_grad(set_to_none=True)
     shape = [int(s) for s in inputs.shape]
-    return StepTrace(tracer.records, precision, optimizer, dev, shape, sum(int(p.numel()) for p in module.parameters()), fused=fused)
+    return StepTrace(tracer.finish(), precision, optimizer, dev, shape, sum(int(p.numel()) for p in module.parameters()), fused=fused)
 
 
 def _on_meta(module: nn.Module) -> bool:

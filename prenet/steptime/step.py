@@ -26,6 +26,7 @@ from prenet.hardware.power import power_note
 from prenet.hardware.spec import HardwareSpec
 from prenet.names import OPTIMIZER_STATE_BUFFERS
 from prenet.ops.records import StepTrace, as_run_on
+from prenet.ops.reuse import cold_bytes
 from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.host import issue_bound_ms, issued
@@ -167,8 +168,9 @@ def _summarize(
     if hw.kind == "cpu" and trace.precision == "bf16" and (note := cpu_bf16_note(hw)):
         notes.append(note)
     data_bytes, sensitive = step_data_bytes(trace), cache_sensitive(ops, hw)
-    refetch_ms = dram_refetch_ms(ops, hw, data_bytes, sensitive)
-    if note := cpu_cache_note(ops, hw, refetch_ms, data_bytes, sensitive, activations=bool(trace.activation_bytes)):
+    cold = cold_read_bytes(trace, hw)
+    refetch_ms = dram_refetch_ms(ops, hw, cold, sensitive)
+    if note := cpu_cache_note(ops, hw, refetch_ms, data_bytes, sensitive, activations=bool(trace.activation_bytes), cold=cold):
         notes.append(note)
     if host_issue_ms > total_ms:
         notes.append(
@@ -253,8 +255,8 @@ def accumulate(trace: StepTrace, module: nn.Module, k: int) -> StepTrace:
 #: A CPU op is cache-sensitive when it is memory-bound (under this many FLOPs per byte: a GEMM of a batch of 16 rows
 #: through a weight matrix has ~8) and its operands (bytes moved) fit the caches' capacity
 #: (:attr:`~prenet.hardware.spec.HardwareSpec.cache_mb`; :data:`CACHE_SENSITIVE_MAX_MB` where a record predates it):
-#: the op benchmark times it in place, its operands warm, while inside a step whose data outgrows the caches they come
-#: from DRAM (:func:`dram_refetch_ms`), however small the op: the step evicted them since their last use. (Measured
+#: the op benchmark times it in place, its operands warm, while inside a step those of its operands that the step
+#: evicted since their last use (:func:`cold_read_bytes`) come from DRAM (:func:`dram_refetch_ms`), however small the op. (Measured
 #: 2026-12-06, operands evicted by a 256 MB pass first: batch norm and depthwise convolutions of 2 MB ran 1.6-2.2x their
 #: in-place time, of 0.2 MB 2.8-4.8x. Until then ops under the L2's size were counted warm; counting them cold moved an
 #: unseen MobileNetV3-small's FP32 answer from 18 % too fast to 3 % too slow, the CPU zoo's FP32 rows 7.8 -> 7.2 %
@@ -284,9 +286,14 @@ def cache_sensitive(ops: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
 #: whole, 13.6 / 14.2 ms the cold refetch; MobileNetV2-like BF16 19.7 against 14.1), while an MLP's 42 MB of weights
 #: and copies (counted this way), with few activations, stayed warm (0.2 ms)
 ACTIVATION_GRAD_SHARE = 1.0
-#: A step's data (:func:`step_data_bytes`) stays warm only up to this share of the caches' measured capacity
+#: An operand stays warm while the distinct data its step touched since its last use (its LRU stack distance,
+#: :mod:`prenet.ops.reuse`) is under this share of the caches' measured capacity
 #: (:attr:`~prenet.hardware.spec.HardwareSpec.cache_mb`: where a copy loop still runs most of the way to cache speed; a
-#: step's allocator churn and temporaries touch more). Measured on two hosts (2026-12-05, 12-13 MB capacity: 9.5 MB of
+#: step's allocator churn and temporaries touch more). Per operand since 2026-12-06 (issue 28): until then every
+#: memory-bound op of a step whose data outgrew the caches was counted cold, the per-timestep gates of a GRU, reading
+#: what the op before them wrote, too (AMD EPYC, 1 thread: gru_tagger +55 -> +6 %, the CPU zoo's FP32 MAPE 14.0 ->
+#: 5.8 %; unseen torchvision CNNs at 64-96 px moved the other way, mean |error| 16.4 -> 21.6 %: their in-step
+#: convolution and batch-norm backward ran up to 4x their in-place times, which neither rule explains). The share was set for the whole step's data, measured on two hosts (2026-12-05, 12-13 MB capacity: 9.5 MB of
 #: data warm, 18 MB cold; 2026-12-06, 64 MB: an MLP's 42 MB warm, unseen MobileNetV3-small / ShuffleNetV2 steps of
 #: 60-61 MB cold, 14-19 ms slower whole than their ops in place, 13-14 ms the cold refetch)
 CACHE_FILL_SHARE = 0.8
@@ -308,18 +315,27 @@ def step_data_bytes(trace: StepTrace) -> float:
     return float(trace.params) * per + (1.0 + ACTIVATION_GRAD_SHARE) * float(trace.activation_bytes or 0)
 
 
-def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, data_bytes: float, sensitive: np.ndarray | None = None) -> float:
-    """On a CPU whose caches' :data:`CACHE_FILL_SHARE` (of :attr:`~prenet.hardware.spec.HardwareSpec.cache_mb`, measured)
-    holds less than the step's ``data_bytes`` (:func:`step_data_bytes`): the time (ms) its cache-sensitive ops (:func:`cache_sensitive`) spend
-    fetching their operands from DRAM, at the measured DRAM bandwidth, on top of their in-place times. Additive, not
-    overlapped: one thread packs a GEMM's operand before it computes on it (measured on this host, 2026-12-05: the
-    skinny GEMMs of a 784-1024-1024-1024-10 MLP at batch 16 took 0.20-0.36 ms more after a 64 MB eviction than in
-    place, 3.3-4.3 MB each, i.e. 12-22 GB/s against 20.6 GB/s copy bandwidth). 0 on a GPU, for a step whose data fits
-    the caches, or without a measured cache capacity. ``sensitive``: :func:`cache_sensitive` of ``ops``, if known."""
-    if hw.kind != "cpu" or not hw.cache_mb or data_bytes <= CACHE_FILL_SHARE * hw.cache_mb * 2**20:
+def cold_read_bytes(trace: StepTrace, hw: HardwareSpec) -> np.ndarray | None:
+    """Per op of a CPU ``trace``, the bytes it reads from DRAM: its operands last touched further back than
+    :data:`CACHE_FILL_SHARE` of the caches' measured capacity (:func:`prenet.ops.reuse.cold_bytes`). None on a GPU,
+    without a measured capacity, or for a trace that holds no reads (stored before they were traced)."""
+    if hw.kind != "cpu" or not hw.cache_mb or not any(r.reads for r in trace.records):
+        return None
+    capacity = CACHE_FILL_SHARE * hw.cache_mb * 2**20
+    return np.array([cold_bytes(r.reads, capacity) for r in trace.records], dtype=float)
+
+
+def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, cold: np.ndarray | None, sensitive: np.ndarray | None = None) -> float:
+    """The time (ms) a CPU step's cache-sensitive ops (:func:`cache_sensitive`) spend reading from DRAM, at its measured
+    bandwidth, the operands they last touched further back than its caches hold (``cold``: bytes per op,
+    :func:`cold_read_bytes`), on top of their in-place times. Additive, not overlapped: one thread packs a GEMM's
+    operand before it computes on it (measured on an Intel Xeon, 2026-12-05: the skinny GEMMs of a 784-1024-1024-1024-10
+    MLP at batch 16 took 0.20-0.36 ms more after a 64 MB eviction than in place, 3.3-4.3 MB each; on an AMD EPYC,
+    2026-12-06, 0.31-0.43 ms). 0 on a GPU, or where ``cold`` is None. ``sensitive``: :func:`cache_sensitive` of ``ops``."""
+    if hw.kind != "cpu" or cold is None:
         return 0.0
-    by = ops.get_column("bytes").to_numpy().astype(float)
-    return float(by[cache_sensitive(ops, hw) if sensitive is None else sensitive].sum() / (hw.mem_bw_gbps * 1e9) * 1e3)
+    sel = cache_sensitive(ops, hw) if sensitive is None else sensitive
+    return float(cold[sel].sum() / (hw.mem_bw_gbps * 1e9) * 1e3)
 
 
 def cpu_cache_note(
@@ -329,21 +345,22 @@ def cpu_cache_note(
     data_bytes: float = 0.0,
     sensitive: np.ndarray | None = None,
     activations: bool = False,
+    cold: np.ndarray | None = None,
 ) -> str | None:
-    """What the answer says of a CPU step's caches: the DRAM refetch it added (:func:`dram_refetch_ms`), or, without a
-    measured cache capacity, a warning where cache-sensitive ops hold most of the step (they ran up to ~1.5× slower
-    inside a step than timed in place). None for GPUs and other steps. ``sensitive``: :func:`cache_sensitive` of ``ops``,
-    if known."""
+    """What the answer says of a CPU step's caches: the DRAM refetch it added (:func:`dram_refetch_ms`; ``cold``: the
+    bytes per op it counted), or, without a measured cache capacity, a warning where cache-sensitive ops hold most of
+    the step (they ran up to ~1.5× slower inside a step than timed in place). None for GPUs and other steps.
+    ``sensitive``: :func:`cache_sensitive` of ``ops``, if known."""
     if hw.kind != "cpu" or ops.height == 0:
         return None
     sel = cache_sensitive(ops, hw) if sensitive is None else sensitive
     acts = " and saved activations with their gradients" if activations else ""
-    if refetch_ms > 0:
+    if refetch_ms > 0 and cold is not None:
         return (
-            f"cache: the step's weights, gradients, optimizer state{acts} ({data_bytes / 2**20:.0f} MB) outgrow "
-            f"{CACHE_FILL_SHARE:.0%} of the {hw.cache_mb:.0f} MB its caches hold (measured), so {int(sel.sum())} memory-bound ops of up to "
-            f"{hw.cache_mb:.0f} MB, timed in place with warm operands, fetch them from DRAM: + {refetch_ms:.2f} ms at "
-            f"{hw.mem_bw_gbps:.1f} GB/s"
+            f"cache: {int((sel & (cold > 0)).sum())} memory-bound ops, timed in place with warm operands, read "
+            f"{cold[sel].sum() / 2**20:.1f} MB last touched further back than {CACHE_FILL_SHARE:.0%} of the "
+            f"{hw.cache_mb:.0f} MB its caches hold (measured; the step's weights, gradients, optimizer state{acts}: "
+            f"{data_bytes / 2**20:.0f} MB) and fetch them from DRAM: + {refetch_ms:.2f} ms at {hw.mem_bw_gbps:.1f} GB/s"
         )
     if hw.cache_mb:
         return None
