@@ -96,12 +96,14 @@ def test_bf16_units_from_cpu_flags_and_the_answer_says_how_bf16_runs():
     assert bf16_units({"fp", "asimd", "bf16"}) == "bf16"
     assert bf16_units({"avx2", "fma"}) == "none"
 
-    def cpu(bf16_tflops: float, units: str) -> HardwareSpec:
+    def cpu(bf16_tflops: float, units: str, simd: int = 512) -> HardwareSpec:
         return HardwareSpec(hardware_id="cpu-x-2c", kind="cpu", peak_fp32_tflops=0.1, mem_bw_gbps=20.0, cores=2, clock_mhz=2000.0,
-                            peak_bf16_tflops=bf16_tflops, extra={"bf16_units": units})  # fmt: skip
+                            peak_bf16_tflops=bf16_tflops, extra={"bf16_units": units, "simd_bits": simd})  # fmt: skip
 
     note = cpu_bf16_note(cpu(0.02, "none"))
-    assert "no native BF16 units" in note and "0.2×" in note
+    assert "no native BF16 units" in note and "oneDNN converts" in note and "0.2×" in note
+    avx2 = cpu_bf16_note(cpu(0.01, "none", 256))  # an AMD EPYC (Zen 3): ATen's reference loops, layout-bound
+    assert "reference loops" in avx2 and "oneDNN converts" not in avx2 and "0.1×" in avx2
     amx = cpu_bf16_note(cpu(0.5, "amx_bf16"))
     assert "AMX" in amx and "5.0×" in amx
 

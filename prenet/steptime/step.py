@@ -408,7 +408,14 @@ def cpu_bf16_note(hw: HardwareSpec) -> str | None:
         "amx_bf16": "native BF16 units (AMX tiles)",
         "avx512_bf16": "native BF16 dot products (AVX512-BF16)",
         "bf16": "native BF16 instructions (Arm BF16)",
-        "none": "no native BF16 units (neither AVX512-BF16 nor AMX): oneDNN converts to FP32",
+        "none": "no native BF16 units (neither AVX512-BF16 nor AMX): "
+        + (
+            "oneDNN converts to FP32"
+            if int(hw.extra.get("simd_bits", 512)) >= 512
+            else "without AVX-512 torch does not hand BF16 GEMMs to oneDNN, and ATen's reference loops run them at a "
+            "speed set by the operands' layout (on an AMD EPYC, 2026-12-06: 0.5-2.8 GFLOP/s with both operands "
+            "row-major, as a Linear's input gradient, 4-10 with the second transposed, 14-17 with the first)"
+        ),
     }.get(str(units), "BF16 units not recorded (re-run `dvc repro benchmark` to detect them)")
     return (
         f"bf16 on {hw.hardware_id}: {how}; its BF16 GEMMs were measured at {hw.peak_bf16_tflops:.2f} TFLOP/s "
