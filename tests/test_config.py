@@ -27,6 +27,18 @@ def test_every_option_of_every_group_composes(group):
             assert opt.startswith(cfg.predictor.name)  # xgboost_small is an xgboost
 
 
+def test_the_tiny_experiment_shrinks_every_op_benchmark_space():
+    """experiment=tiny merges into quick's op benchmark, so a space quick adds stays at quick's size unless tiny names it
+    too (until 2026-12-06 conv2d, pointwise convolutions and large LSTMs were measured at quick's size, 150+ blocks of
+    up to 6 GFLOP: benchmark_ops took 42 s of each test session on an AMD EPYC)."""
+    b = compose(["experiment=tiny"]).ops.benchmark
+    for group in ("wide", "bf16_native_wide"):
+        for kind, spec in b[group].items():
+            assert int(spec.configs) <= 2, f"{group}.{kind}: {spec.configs} configurations"
+            space = spec.space
+            assert float(space.get("max_flops", 0)) <= 1e7 and float(space.get("max_elements", 0)) <= 1e5, f"{group}.{kind}: {dict(space)}"
+
+
 def test_required_predictors_exist():
     assert {"xgboost", "random_forest", "gbdt", "mlp", "linear"} <= {p.stem for p in (CONF_DIR / "predictor").glob("*.yaml")}
 

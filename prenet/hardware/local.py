@@ -100,22 +100,27 @@ def measure_gemm_tflops(dtype: torch.dtype | None = None, n: int = 1024, repeats
     import torch
 
     dtype = torch.float32 if dtype is None else dtype
-    a = torch.rand(n, n).to(dtype)
-    b = torch.rand(n, n).to(dtype)
-    layouts = (lambda: torch.mm(a, b), lambda: torch.mm(a, b.t()))
-    warm = []
-    for fn in layouts:  # one warm-up call each, timed
+
+    def layouts(size: int) -> tuple:
+        a, b = torch.rand(size, size).to(dtype), torch.rand(size, size).to(dtype)
+        return (lambda: torch.mm(a, b), lambda: torch.mm(a, b.t()))
+
+    def timed(fn) -> float:
         t0 = time.perf_counter()
         fn()
-        warm.append(time.perf_counter() - t0)
-    best = min(warm)
-    for fn, w in zip(layouts, warm):
-        if w > 3 * min(warm):  # a layout 3× slower than the other even warm cannot hold the best time: not repeated
-            continue  # (BF16 on a CPU without BF16 units: 2.4 s per call of the slow layout, 12 s of every detection)
+        return time.perf_counter() - t0
+
+    # which layouts can hold the best time, from one small product each: a layout 3x slower than the other cannot
+    # (BF16 on a CPU without BF16 units: 0.9 against 9 GFLOP/s, 2.3 s per call of the slow one at n = 1024, which every
+    # detection paid three times before it was ruled out at this size)
+    probe = [min(timed(fn), timed(fn)) for fn in layouts(min(n, 256))]  # twice: a first call may pay a kernel's set-up
+    best = float("inf")
+    for fn, p in zip(layouts(n), probe):
+        if p > 3 * min(probe):
+            continue
+        fn()  # warm-up
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, timed(fn))
     return 2 * n**3 / best / 1e12
 
 

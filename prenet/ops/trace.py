@@ -292,7 +292,10 @@ class _Tracer(TorchDispatchMode):
         self.stack: list[str] = []
         self.node_module: dict[Any, str] = {}
         self.records: list[OpRecord] = []
-        self.touches: list[Touch] = []  # (record, storage, bytes, read) in order (:mod:`prenet.ops.reuse`)
+        #: the storages each op touches, (record, storage, bytes, read) in order, noted where ``reuse`` (a CPU step's
+        #: answer needs its reads' reuse distances, :mod:`prenet.ops.reuse`; a GPU's does not: 0.1-0.3 s a large model)
+        self.reuse = False
+        self.touches: list[Touch] = []
         #: cuDNN's layout transposes around tensor-core (FP16/BF16/TF32) convolutions on NCHW tensors (set for CUDA traces)
         self.conv_transposes = False
         #: an ``fp32`` step traced for any GPU: its FP32 convolutions' transposes are recorded too, as the ones a GPU
@@ -387,7 +390,9 @@ class _Tracer(TorchDispatchMode):
         return out
 
     def _touch(self, record: int, reads: list[torch.Tensor], writes: list[torch.Tensor]) -> None:
-        """Note the storages record ``record`` reads and writes, in order (:mod:`prenet.ops.reuse`)."""
+        """Note the storages record ``record`` reads and writes, in order (:mod:`prenet.ops.reuse`), where ``reuse``."""
+        if not self.reuse:
+            return
         for ts, is_read in ((reads, True), (writes, False)):
             for t in ts:
                 try:
@@ -397,9 +402,10 @@ class _Tracer(TorchDispatchMode):
                 self.touches.append((record, key, size, is_read))
 
     def finish(self) -> list[OpRecord]:
-        """The records, each with its reads' distances (:func:`~prenet.ops.reuse.read_distances`)."""
-        for r, reads in zip(self.records, read_distances(self.touches, len(self.records)), strict=True):
-            r.reads = reads
+        """The records, each with its reads' distances (:func:`~prenet.ops.reuse.read_distances`) where noted."""
+        if self.reuse:
+            for r, reads in zip(self.records, read_distances(self.touches, len(self.records)), strict=True):
+                r.reads = reads
         return self.records
 
     def _record(self, func, name: str, module: str, ins: list, outs: list, args: tuple, kwargs: dict, out: Any, ms, spread) -> None:
@@ -875,6 +881,7 @@ def trace_step(
         if inputs.dim() == 4:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
     tracer = _Tracer(precision=precision, meta=True, names=_module_names(meta), timing=None)
+    tracer.reuse = device_type == "cpu"
     tracer.conv_transposes = tracer.split_conv_backward = device_type == "cuda"
     tracer.tf32_transposes = device_type == "cuda" and precision == "fp32"
     tracer.channels_last = memory_format == "channels_last"
@@ -1015,7 +1022,7 @@ def measure_step(
     _run(module, inputs, labels, tracer, **kw)
     module.zero_grad(set_to_none=True)
     shape = [int(s) for s in inputs.shape]
-    return StepTrace(tracer.finish(), precision, optimizer, dev, shape, sum(int(p.numel()) for p in module.parameters()), fused=fused)
+    return StepTrace(tracer.records, precision, optimizer, dev, shape, sum(int(p.numel()) for p in module.parameters()), fused=fused)
 
 
 def _on_meta(module: nn.Module) -> bool:

@@ -9,6 +9,7 @@ excluded (the CSV's line number minus one)."""
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import polars as pl
 
@@ -105,10 +106,52 @@ def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.Dat
     if missing:
         remedy = " (Recorder(model, optimizer=opt) records the optimizer's)" if set(missing) & set(OPTIMIZER_COLUMNS) else ""
         warnings.warn(f"{source} has no {', '.join(missing)}; the prediction uses what is there{remedy}", stacklevel=3)
-    cols = []
+    if _any_violation(table, rules, missing):
+        _raise_first_violation(table, rules, missing, source)
+    cast = {c: pl.col(c) if c in missing else pl.col(c).cast(dtype, strict=False) for c, (dtype, _, _) in rules.items()}
+    out = table.select([e.alias(c) for c, e in cast.items()])
+    ep = out["epoch"].to_list()
+    seen: dict[int, int] = {}
+    for i, e in enumerate(ep):
+        if e in seen:
+            raise _fail(source, "epoch", i + 1, f"epoch {e} repeats row {seen[e] + 1}; one row per epoch")
+        seen[e] = i
+    expected = set(range(1, max(ep) + 1))
+    if set(ep) != expected:
+        gap = min(expected - set(ep))
+        raise _fail(source, "epoch", None, f"epoch {gap} is missing; epochs must run 1, 2, …, {max(ep)} without a gap")
+    return out.sort("epoch")
+
+
+def _bound_ok(cast: pl.Expr | pl.Series, op: str, v: Any) -> Any:
+    """Whether each value keeps the bound ``op`` ``v`` (null where the value is)."""
+    return cast.is_in(v) if op == "in" else {">=": cast >= v, "<=": cast <= v, ">": cast > v, "<": cast < v}[op]
+
+
+def _any_violation(table: pl.DataFrame, rules: dict, missing: list[str]) -> bool:
+    """Whether any present column breaks a rule of :func:`check_telemetry`, all columns in one pass (the rule-by-rule
+    search for the first broken one, :func:`_raise_first_violation`, costs ~30 ms a table: 960 of them in the
+    out-of-corpus check)."""
+    flags = []
+    for c, (dtype, nullable, bounds) in rules.items():
+        if c in missing:
+            continue
+        raw = pl.col(c)
+        cast = raw.cast(dtype, strict=False)
+        flags.append((cast.is_null() & raw.is_not_null()).any())
+        if dtype == pl.Float64:
+            flags.append((cast.is_nan() | cast.is_infinite()).fill_null(False).any())
+        if not nullable:
+            flags.append(cast.is_null().any())
+        flags += [(~_bound_ok(cast, op, v)).fill_null(False).any() for op, v in bounds]
+    return bool(flags) and any(table.select(pl.any_horizontal(flags)).row(0))
+
+
+def _raise_first_violation(table: pl.DataFrame, rules: dict, missing: list[str], source: str) -> None:
+    """:class:`TelemetryError` naming the first broken rule (column by column, row by row), for a table
+    :func:`_any_violation` found broken."""
     for c, (dtype, nullable, bounds) in rules.items():
         if c in missing:  # absent: left empty, not checked
-            cols.append(table[c])
             continue
         raw = table[c]
         cast = raw.cast(dtype, strict=False)
@@ -126,25 +169,13 @@ def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.Dat
             if len(nulls):
                 raise _fail(source, c, int(nulls[0]) + 1, "is empty; this column needs a value in every row")
         for op, v in bounds:
-            ok = {">=": cast >= v, "<=": cast <= v, ">": cast > v, "<": cast < v}[op] if op != "in" else cast.is_in(v)
+            ok = _bound_ok(cast, op, v)
             viol = (~ok).fill_null(False).arg_true()
             if len(viol):
                 i = int(viol[0])
                 rule = f"{c} in {{{', '.join(f'{x:g}' for x in v)}}}" if op == "in" else f"{c} {op} {v:g}"
                 raise _fail(source, c, i + 1, f"{cast[i]:g} breaks the rule {rule}{_bound_hint(c, cast, op, v)}")
-        cols.append(cast.alias(c))
-    out = table.select(cols)
-    ep = out["epoch"].to_list()
-    seen: dict[int, int] = {}
-    for i, e in enumerate(ep):
-        if e in seen:
-            raise _fail(source, "epoch", i + 1, f"epoch {e} repeats row {seen[e] + 1}; one row per epoch")
-        seen[e] = i
-    expected = set(range(1, max(ep) + 1))
-    if set(ep) != expected:
-        gap = min(expected - set(ep))
-        raise _fail(source, "epoch", None, f"epoch {gap} is missing; epochs must run 1, 2, …, {max(ep)} without a gap")
-    return out.sort("epoch")
+    raise AssertionError("a broken rule was found in one pass but not column by column")
 
 
 def is_plain_log(table: pl.DataFrame) -> bool:
