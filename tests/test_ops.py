@@ -374,6 +374,22 @@ def test_a_cpu_gru_is_traced_as_the_cpu_runs_it():
     assert counts((r.op, r.shapes) for r in traced if r.phase != "optimizer") == want
 
 
+def test_a_batch_norm_carries_its_spatial_run_and_channels():
+    """A batch norm's record names what sets a CPU kernel's speed: the spatial size each channel's runs have (m) and
+    the channels (n), N as its batch, no k; the efficiency features tile it as the row-wise op it is, not as a GEMM."""
+    from prenet.steptime.efficiency import FEATURES, feature_matrix
+
+    with torch.device("meta"):
+        net = nn.Sequential(nn.BatchNorm2d(48), nn.Flatten(), nn.Linear(48 * 4, 3))
+    trace = trace_step(net, (torch.randn(16, 48, 2, 2), torch.randint(0, 3, (16,))), device_type="cpu")
+    bn = [r for r in trace.records if "batch_norm" in r.op]
+    assert {r.phase for r in bn} == {"forward", "backward"}
+    assert all((r.batch, r.m, r.n, r.k) == (16, 4, 48, 0) for r in bn)
+    x, _ = feature_matrix(trace.frame().filter(pl.col("op").str.contains("batch_norm")), get("V100 SXM2"))
+    tiles = x[:, FEATURES.index("log2_tiles")]
+    assert np.allclose(tiles, np.log2(np.ceil(16 * 48 * 4 / 128**2) + 1))  # by elements, as elementwise ops (log2 1 + x)
+
+
 def test_an_op_that_overwrites_its_destination_moves_only_what_it_reads_and_writes():
     """copy_ reads its source and writes its destination; zero_ and fill_ only write; add_ reads both and writes one."""
     from prenet.ops.trace import trace_call

@@ -97,7 +97,8 @@ def _grouped_dims(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor | None) -
 
 
 def gemm_view(name: str, args: tuple, out: Any) -> tuple[int, int, int, int]:
-    """(batch, m, n, k) of the product op ``name`` computes; (0, 0, 0, 0) for ops that are not products."""
+    """(batch, m, n, k) of the product op ``name`` computes, or a batch norm's (N, spatial size, channels, 0); (0, 0, 0,
+    0) for other ops."""
     a = [x for x in args if isinstance(x, torch.Tensor)]
     try:
         if name in ("mm", "_int_mm") and len(a) >= 2:
@@ -121,6 +122,12 @@ def gemm_view(name: str, args: tuple, out: Any) -> tuple[int, int, int, int]:
             # (grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, mask)
             groups = int(args[9]) if len(args) > 9 else 1
             return _conv_dims(a[1], a[2], a[0], groups)
+        if "batch_norm" in name and name != "batch_norm_stats" and a and a[0].dim() >= 3:
+            # (N, C, *spatial): per channel a reduction over N runs of the spatial size, contiguous in NCHW. That run
+            # sets a CPU kernel's speed (2026-12-06, AMD EPYC: backward of 16 x C x 2 x 2 at 0.8 GB/s, of 16 x C x 4 x 4
+            # at 9-15): (batch N, m the spatial size, n the channels, k 0; k = 0 keeps it out of the GEMM tiling)
+            x = a[0]
+            return int(x.shape[0]), math.prod(int(v) for v in x.shape[2:]), int(x.shape[1]), 0
         if name in ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward") and len(a) >= 3:
             # one LSTM layer over T steps: [T·B, I+H] × [I+H, 4H] per step, as one implicit GEMM
             x, w_ih, w_hh = a[0], a[1], a[2]

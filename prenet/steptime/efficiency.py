@@ -192,7 +192,7 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
     roof = np.maximum(compute, memory)
     g = {c: frame.get_column(c).to_numpy().astype(float) for c in ("flops", "bytes", "m", "n", "k", "batch", "groups", "out_numel")}
     sms = float(hw.sms or hw.cores or 1)
-    gemm = g["m"] > 0
+    gemm = (g["m"] > 0) & (g["k"] > 0)  # a batch norm's view has no k (prenet.ops.accounting.gemm_view)
     tiles = np.where(
         gemm,
         np.maximum(g["batch"], 1) * np.ceil(g["m"] / TILE) * np.ceil(np.maximum(g["n"], 1) / TILE),
