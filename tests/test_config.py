@@ -36,6 +36,7 @@ def test_the_tiny_experiment_shrinks_every_op_benchmark_space():
         for kind, spec in b[group].items():
             assert int(spec.configs) <= 2, f"{group}.{kind}: {spec.configs} configurations"
             space = spec.space
+            assert "max_flops" in space or "max_elements" in space, f"{group}.{kind}: no size cap"
             assert float(space.get("max_flops", 0)) <= 1e7 and float(space.get("max_elements", 0)) <= 1e5, f"{group}.{kind}: {dict(space)}"
 
 

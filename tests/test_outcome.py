@@ -581,6 +581,10 @@ def _good_table() -> pl.DataFrame:
         (lambda t: t.with_columns(pl.Series("lr", [0.1, 0.0, 0.1])), "column 'lr', row 2: 0 breaks the rule lr > 0"),
         (lambda t: t.with_columns(pl.Series("momentum", [0.9, 0.9, 1.0])), "column 'momentum', row 3: 1 breaks the rule momentum < 1"),
         (lambda t: t.with_columns(pl.Series("adaptive", [0.5, 0.0, 0.0])), "column 'adaptive', row 1: 0.5 breaks the rule adaptive in {0, 1}"),
+        (  # a later column polars cannot cast at all does not hide the first broken rule (the one-pass check falls back)
+            lambda t: t.with_columns(pl.Series("train_loss", ["1.0", "x", "2"]), pl.Series("lr", [[0.1], [0.1], [0.1]])),
+            "column 'train_loss', row 2: 'x' is not a number",
+        ),
     ],
 )
 def test_bad_telemetry_is_one_line_naming_column_row_and_rule(edit, message):

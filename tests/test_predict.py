@@ -81,7 +81,8 @@ def test_reuse_distances_count_the_distinct_bytes_touched_since_the_last_touch()
     """LRU stack distances over a step replayed back to back: a read of what the op before wrote is at distance 0; a
     read after other storages were touched counts each of them once, however often; a weight the optimizer wrote at
     the end of the step is read by the next step's forward after everything touched in between; a storage touched
-    once only is at the step's whole distinct footprint less itself."""
+    once only is at the step's whole distinct footprint less itself; a read is cold where it and what came after it
+    outgrow the caches."""
     from prenet.ops.reuse import cold_bytes, read_distances
 
     # (record, storage, bytes, read): 0 reads w (10) and x (1), writes y (5); 1 reads y; 2 reads y, writes z (7)
@@ -92,7 +93,8 @@ def test_reuse_distances_count_the_distinct_bytes_touched_since_the_last_touch()
     assert d[1] == [[5, 0]] and d[2] == [[5, 0]] and d[4] == []
     assert d[3] == [[7, 0], [10, 1 + 5 + 7]]  # w: since record 0 read it, x, y and z (z once, though touched thrice)
     assert d[0] == [[10, 2], [1, 5 + 7 + 10 + 2]]  # next step: w since the optimizer wrote it (v); x: all but itself
-    assert cold_bytes(d[0], 1) == 11 and cold_bytes(d[0], 8) == 1 and cold_bytes(d[0], 100) == 0 and cold_bytes([[3, -1]], 1e12) == 3
+    # cold where the operand and what came after it outgrow the capacity: w (10 + 2), x (1 + 24)
+    assert cold_bytes(d[0], 11) == 11 and cold_bytes(d[0], 13) == 1 and cold_bytes(d[0], 25) == 0
 
 
 def test_a_cpu_grus_gates_read_what_the_op_before_them_wrote(models_dir):

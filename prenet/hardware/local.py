@@ -29,7 +29,8 @@ def simd_width_bits(flags: set[str]) -> int:
 
 def bf16_units(flags: set[str]) -> str:
     """The CPU's native BF16 arithmetic, from its feature flags: ``amx_bf16`` (AMX tiles), ``avx512_bf16`` (AVX-512
-    dot products), ``bf16`` (Arm's BF16 extension), or ``none`` (oneDNN converts BF16 to FP32 and back)."""
+    dot products), ``bf16`` (Arm's BF16 extension), or ``none`` (no native BF16 arithmetic: converted to FP32, by
+    oneDNN where the CPU has AVX-512, else by ATen's reference loops, :func:`prenet.steptime.step.cpu_bf16_note`)."""
     for flag in ("amx_bf16", "avx512_bf16", "bf16"):
         if flag in flags:
             return flag
@@ -95,7 +96,7 @@ def _cache_crossing_mb(cache_bw_gbps: float, dram_bw_gbps: float, repeats: int) 
 
 def measure_gemm_tflops(dtype: torch.dtype | None = None, n: int = 1024, repeats: int = 5) -> float:
     """Attained TFLOP/s of an n×n×n matrix product in ``dtype`` on the current thread setting (best of ``repeats``
-    after a warm-up, over both weight layouts: BF16 kernels differ by 10× between them on some CPUs): the CPU's
+    after a warm-up, over the weight layouts a 256³ product does not rule out: BF16 kernels differ by 10× between them on some CPUs): the CPU's
     practical peak, measured instead of derived from the clock and SIMD width (``dtype`` None: float32)."""
     import torch
 
@@ -110,7 +111,7 @@ def measure_gemm_tflops(dtype: torch.dtype | None = None, n: int = 1024, repeats
         fn()
         return time.perf_counter() - t0
 
-    # which layouts can hold the best time, from one small product each: a layout 3x slower than the other cannot
+    # which layouts can hold the best time, from two small products each: a layout 3x slower than the other cannot
     # (BF16 on a CPU without BF16 units: 0.9 against 9 GFLOP/s, 2.3 s per call of the slow one at n = 1024, which every
     # detection paid three times before it was ruled out at this size)
     probe = [min(timed(fn), timed(fn)) for fn in layouts(min(n, 256))]  # twice: a first call may pay a kernel's set-up
@@ -118,7 +119,7 @@ def measure_gemm_tflops(dtype: torch.dtype | None = None, n: int = 1024, repeats
     for fn, p in zip(layouts(n), probe):
         if p > 3 * min(probe):
             continue
-        fn()  # warm-up
+        best = min(best, timed(fn))  # the warm-up, kept where it is the best
         for _ in range(repeats):
             best = min(best, timed(fn))
     return 2 * n**3 / best / 1e12

@@ -38,7 +38,7 @@ class OpRecord:
     measured_ms: float | None = None
     spread_rel: float | None = None
     #: what the op reads, as ``[bytes, distance]`` pairs: the distinct bytes the step touched since each operand's last
-    #: touch (:func:`prenet.ops.reuse.read_distances`; -1: never); empty where not traced (external kernels, old traces)
+    #: touch (:func:`prenet.ops.reuse.read_distances`); empty where not noted (GPU traces, measured ones, external kernels)
     reads: list = field(default_factory=list)
 
 

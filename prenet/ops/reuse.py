@@ -4,7 +4,8 @@ A CPU op is timed in place with warm operands (the op benchmark repeats it), whi
 DRAM when more distinct data than the caches hold was touched since its last use. The distance of a read is the bytes
 of the distinct tensors (storages) touched between the previous touch of its storage (read or written) and this read.
 The step is replayed twice, as a steady state of back-to-back steps: the weights a forward reads were last written by
-the previous step's optimizer, and a read whose storage nothing touched in either replay counts as never seen (-1).
+the previous step's optimizer, so every read has a distance (its storage was touched in the first replay, if only by
+this very read).
 No torch here: the tracer hands in (record, storage, bytes, read) tuples.
 """
 
@@ -39,7 +40,7 @@ class _Fenwick:
 
 def read_distances(touches: Sequence[Touch], records: int) -> list[list[list[int]]]:
     """Per record (``records`` of them), its reads as ``[bytes, distance]`` pairs: ``distance`` the distinct bytes
-    touched since the storage's previous touch, in the steady state of repeated steps (module docstring), -1 where none."""
+    touched since the storage's previous touch, in the steady state of repeated steps (module docstring)."""
     out: list[list[list[int]]] = [[] for _ in range(records)]
     n = len(touches)
     tree = _Fenwick(2 * n)
@@ -62,6 +63,7 @@ def read_distances(touches: Sequence[Touch], records: int) -> list[list[list[int
 
 
 def cold_bytes(reads: Sequence[Sequence[int]], capacity_bytes: float) -> int:
-    """The bytes of ``reads`` (``[bytes, distance]`` pairs, :func:`read_distances`) that come from DRAM: those last
-    touched further back than ``capacity_bytes`` of distinct data, or never."""
-    return int(sum(b for b, d in reads if d < 0 or d > capacity_bytes))
+    """The bytes of ``reads`` (``[bytes, distance]`` pairs, :func:`read_distances`) that come from DRAM: those that,
+    with the distinct data touched since their last touch, outgrow ``capacity_bytes`` (an LRU cache holds an operand
+    while it and what came after it fit)."""
+    return int(sum(b for b, d in reads if d + b > capacity_bytes))

@@ -248,7 +248,15 @@ class _FusedAttention(TorchFunctionMode):
             out = mkldnn_lstm(*args)
             if out is not None:
                 return out
-        if name == "gru" and self.device_type == "cpu" and not kwargs and len(args) == 9 and isinstance(args[1], torch.Tensor):
+        # gru(input, hx, params, ...); a packed sequence's gru(data, batch_sizes, hx, params, ...) has 9 arguments too
+        if (
+            name == "gru"
+            and self.device_type == "cpu"
+            and not kwargs
+            and len(args) == 9
+            and isinstance(args[1], torch.Tensor)
+            and isinstance(args[2], (list, tuple))
+        ):
             out = cpu_gru(*args)
             if out is not None:
                 return out
@@ -339,6 +347,7 @@ class _Tracer(TorchDispatchMode):
                 shapes=_shape_text((a,)),
             )
         )
+        self._touch(len(self.records) - 1, [a], [low])
         return low
 
     def where(self) -> str:
@@ -437,7 +446,7 @@ class _Tracer(TorchDispatchMode):
                 k=k,
                 groups=groups,
                 out_numel=int(sum(t.numel() for t in outs)),
-                layout=_layout(name, args) if m else 0,
+                layout=_layout(name, args) if k else 0,
                 shapes=_shape_text(args),
                 out_shapes=_shape_text(outs),
                 strides=_stride_text(args),

@@ -144,7 +144,10 @@ def _any_violation(table: pl.DataFrame, rules: dict, missing: list[str]) -> bool
         if not nullable:
             flags.append(cast.is_null().any())
         flags += [(~_bound_ok(cast, op, v)).fill_null(False).any() for op, v in bounds]
-    return bool(flags) and any(table.select(pl.any_horizontal(flags)).row(0))
+    try:
+        return bool(flags) and any(table.select(pl.any_horizontal(flags)).row(0))
+    except pl.exceptions.PolarsError:  # a column polars cannot cast at all: the column-by-column search names it
+        return True
 
 
 def _raise_first_violation(table: pl.DataFrame, rules: dict, missing: list[str], source: str) -> None:
