@@ -292,10 +292,11 @@ ACTIVATION_GRAD_SHARE = 1.0
 #: step's allocator churn and temporaries touch more). Per operand since 2026-12-06 (issue 28): until then every
 #: memory-bound op of a step whose data outgrew the caches was counted cold, the per-timestep gates of a GRU, reading
 #: what the op before them wrote, too (AMD EPYC, 1 thread: gru_tagger +55 -> +6 %, the CPU zoo's FP32 MAPE 14.0 ->
-#: 5.8 %; unseen torchvision CNNs at 64-96 px moved the other way, mean |error| 16.4 -> 21.6 %: their in-step
-#: convolution and batch-norm backward ran up to 4x their in-place times, which neither rule explains). The share was set for the whole step's data, measured on two hosts (2026-12-05, 12-13 MB capacity: 9.5 MB of
-#: data warm, 18 MB cold; 2026-12-06, 64 MB: an MLP's 42 MB warm, unseen MobileNetV3-small / ShuffleNetV2 steps of
-#: 60-61 MB cold, 14-19 ms slower whole than their ops in place, 13-14 ms the cold refetch)
+#: 5.8 %; six unseen torchvision CNNs at 64-96 px, timed as the benchmark times, 13.8 -> 14.8 % mean |error|, 11.4 %
+#: once batch norms carried their spatial size). The share was set for the whole step's data, measured on two hosts
+#: (2026-12-05, 12-13 MB capacity: 9.5 MB of data warm, 18 MB cold; 2026-12-06, 64 MB: an MLP's 42 MB warm, unseen
+#: MobileNetV3-small / ShuffleNetV2 steps of 60-61 MB cold, 14-19 ms slower whole than their ops in place, 13-14 ms the
+#: cold refetch)
 CACHE_FILL_SHARE = 0.8
 #: Bytes per parameter a bf16 / fp16 autocast step adds: the 16-bit weight copies its cast cache holds (2) and their
 #: 16-bit gradients, which the backward casts into the FP32 ones (2).
@@ -303,7 +304,8 @@ CAST_COPY_BYTES = 4
 
 
 def step_data_bytes(trace: StepTrace) -> float:
-    """The data a step touches every time (bytes): its parameters' FP32 weights, gradients and the optimizer's state
+    """The data a step touches every time (bytes), the working set its cache note names (the DRAM refetch itself is per
+    operand since 2026-12-06, :func:`cold_read_bytes`): its parameters' FP32 weights, gradients and the optimizer's state
     buffers (:data:`~prenet.names.OPTIMIZER_STATE_BUFFERS`; unknown optimizers count none), under autocast the 16-bit
     weight copies and their gradients (:data:`CAST_COPY_BYTES`), and the activations its forward saves for the backward
     (:attr:`~prenet.ops.records.StepTrace.activation_bytes`, where traced), written early and read back late, with the
@@ -316,9 +318,10 @@ def step_data_bytes(trace: StepTrace) -> float:
 
 
 def cold_read_bytes(trace: StepTrace, hw: HardwareSpec) -> np.ndarray | None:
-    """Per op of a CPU ``trace``, the bytes it reads from DRAM: its operands last touched further back than
-    :data:`CACHE_FILL_SHARE` of the caches' measured capacity (:func:`prenet.ops.reuse.cold_bytes`). None on a GPU,
-    without a measured capacity, or for a trace that holds no reads (stored before they were traced)."""
+    """Per op of a CPU ``trace``, the bytes it reads from DRAM: the operands that, with the distinct data the step
+    touched since their last touch, outgrow :data:`CACHE_FILL_SHARE` of the caches' measured capacity
+    (:func:`prenet.ops.reuse.cold_bytes`). None on a GPU, without a measured capacity, or for a trace that notes no
+    reads (a GPU trace, a measured one)."""
     if hw.kind != "cpu" or not hw.cache_mb or not any(r.reads for r in trace.records):
         return None
     capacity = CACHE_FILL_SHARE * hw.cache_mb * 2**20
