@@ -128,22 +128,28 @@ def _bound_ok(cast: pl.Expr | pl.Series, op: str, v: Any) -> Any:
     return cast.is_in(v) if op == "in" else {">=": cast >= v, "<=": cast <= v, ">": cast > v, "<": cast < v}[op]
 
 
+def _checks(dtype: Any, nullable: bool, bounds: list) -> list[tuple[str, Any, Any, Any]]:
+    """A column's rules, in the order a broken one is reported: (kind, op, bound, broken) with ``broken(raw, cast)``
+    the rows that break it, on polars expressions (the one-pass check) or series (the row search) alike."""
+    out: list[tuple[str, Any, Any, Any]] = [("type", None, None, lambda raw, cast: cast.is_null() & raw.is_not_null())]
+    if dtype == pl.Float64:
+        out.append(("finite", None, None, lambda raw, cast: (cast.is_nan() | cast.is_infinite()).fill_null(False)))
+    if not nullable:
+        out.append(("empty", None, None, lambda raw, cast: cast.is_null()))
+    out += [("bound", op, v, lambda raw, cast, op=op, v=v: (~_bound_ok(cast, op, v)).fill_null(False)) for op, v in bounds]
+    return out
+
+
 def _any_violation(table: pl.DataFrame, rules: dict, missing: list[str]) -> bool:
     """Whether any present column breaks a rule of :func:`check_telemetry`, all columns in one pass (the rule-by-rule
     search for the first broken one, :func:`_raise_first_violation`, costs ~30 ms a table: 960 of them in the
     out-of-corpus check)."""
-    flags = []
-    for c, (dtype, nullable, bounds) in rules.items():
-        if c in missing:
-            continue
-        raw = pl.col(c)
-        cast = raw.cast(dtype, strict=False)
-        flags.append((cast.is_null() & raw.is_not_null()).any())
-        if dtype == pl.Float64:
-            flags.append((cast.is_nan() | cast.is_infinite()).fill_null(False).any())
-        if not nullable:
-            flags.append(cast.is_null().any())
-        flags += [(~_bound_ok(cast, op, v)).fill_null(False).any() for op, v in bounds]
+    flags = [
+        broken(pl.col(c), pl.col(c).cast(dtype, strict=False)).any()
+        for c, (dtype, nullable, bounds) in rules.items()
+        if c not in missing
+        for _, _, _, broken in _checks(dtype, nullable, bounds)
+    ]
     try:
         return bool(flags) and any(table.select(pl.any_horizontal(flags)).row(0))
     except pl.exceptions.PolarsError:  # a column polars cannot cast at all: the column-by-column search names it
@@ -158,26 +164,19 @@ def _raise_first_violation(table: pl.DataFrame, rules: dict, missing: list[str],
             continue
         raw = table[c]
         cast = raw.cast(dtype, strict=False)
-        bad = (cast.is_null() & raw.is_not_null()).arg_true()
-        if len(bad):
-            i = int(bad[0])
-            raise _fail(source, c, i + 1, f"{raw[i]!r} is not {'an integer' if dtype == pl.Int64 else 'a number'}")
-        if dtype == pl.Float64:
-            nonfinite = (cast.is_nan() | cast.is_infinite()).fill_null(False).arg_true()
-            if len(nonfinite):
-                i = int(nonfinite[0])
+        for kind, op, v, broken in _checks(dtype, nullable, bounds):
+            rows = broken(raw, cast).arg_true()
+            if not len(rows):
+                continue
+            i = int(rows[0])
+            if kind == "type":
+                raise _fail(source, c, i + 1, f"{raw[i]!r} is not {'an integer' if dtype == pl.Int64 else 'a number'}")
+            if kind == "finite":
                 raise _fail(source, c, i + 1, f"{cast[i]} is not finite (leave a value that was not finite empty)")
-        if not nullable:
-            nulls = cast.is_null().arg_true()
-            if len(nulls):
-                raise _fail(source, c, int(nulls[0]) + 1, "is empty; this column needs a value in every row")
-        for op, v in bounds:
-            ok = _bound_ok(cast, op, v)
-            viol = (~ok).fill_null(False).arg_true()
-            if len(viol):
-                i = int(viol[0])
-                rule = f"{c} in {{{', '.join(f'{x:g}' for x in v)}}}" if op == "in" else f"{c} {op} {v:g}"
-                raise _fail(source, c, i + 1, f"{cast[i]:g} breaks the rule {rule}{_bound_hint(c, cast, op, v)}")
+            if kind == "empty":
+                raise _fail(source, c, i + 1, "is empty; this column needs a value in every row")
+            rule = f"{c} in {{{', '.join(f'{x:g}' for x in v)}}}" if op == "in" else f"{c} {op} {v:g}"
+            raise _fail(source, c, i + 1, f"{cast[i]:g} breaks the rule {rule}{_bound_hint(c, cast, op, v)}")
     raise AssertionError("a broken rule was found in one pass but not column by column")
 
 
