@@ -20,27 +20,35 @@ from prenet.hardware.local import local_id
 from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema, null_step_ms, to_device
 from prenet.measurement.probe import SpeedProbe
-from prenet.measurement.timer import across_rounds, fastest_round, interleaved
+from prenet.measurement.timer import RoundSchedule, across_rounds, fastest_round
 from prenet.memory.training import measure_training_memory
 
 
 def measure_zoo(
-    cfg: DictConfig, todo: list[tuple[str, int, str]], hw_id: str, probe: SpeedProbe, *, precision: str = "fp32", device: str | None = None
-) -> list[dict]:
+    cfg: DictConfig,
+    todo: list[tuple[str, int, str]],
+    hw_id: str,
+    probe: SpeedProbe,
+    *,
+    precision: str = "fp32",
+    device: str | None = None,
+    budget_s: float | None = None,
+) -> tuple[list[dict], RoundSchedule]:
     """One model-timing row per (zoo model, batch size, optimizer) of ``todo``, each step timed (``cfg.models``: warm-up,
-    blocks, repeats) in ``cfg.models.rounds`` interleaved rounds, its fastest round kept; in ``precision`` (fp32 | bf16
-    autocast), on ``device`` (default ``cfg.hardware.device``). FP32 steps also get their peak training memory,
-    measured on the first round's warm-up step."""
+    blocks, repeats) in ``cfg.models.rounds`` interleaved rounds, its fastest round kept; rounds beyond
+    ``cfg.models.min_rounds`` only while they end within ``budget_s`` seconds (:class:`RoundSchedule`); in ``precision``
+    (fp32 | bf16 autocast), on ``device`` (default ``cfg.hardware.device``). FP32 steps also get their peak training
+    memory, measured on the first round's warm-up step. Returns the rows and the rounds' schedule (what ran)."""
     device = str(cfg.hardware.device) if device is None else device
     m = cfg.models
-    rounds = int(m.get("rounds", 1))
+    schedule = RoundSchedule(len(todo), int(m.get("rounds", 1)), min_rounds=int(m.get("min_rounds", 1)), budget_s=budget_s)
     timings: dict[tuple, list] = {k: [] for k in todo}
     probes: dict[tuple, list[float]] = {k: [] for k in todo}
     peaks: dict[tuple, int | None] = {k: None for k in todo}
     params: dict[tuple, int] = {}
     # interleaved rounds (every step once per round, in turn): a minute of a noisy neighbour slows one round of every
     # step, not one step's whole measurement (prenet.measurement.timer.across_rounds)
-    for r, i in tqdm(interleaved(len(todo), rounds), desc=f"benchmark models ({precision})", unit="step", disable=not cfg.progress):
+    for r, i in tqdm(schedule, desc=f"benchmark models ({precision})", unit="step", disable=not cfg.progress):
         key = name, b, o = todo[i]
         probes[key].append(probe.sample())
         torch.manual_seed(int(cfg.seed))
@@ -66,7 +74,7 @@ def measure_zoo(
             )
         )
         del module, batch
-    return [
+    rows = [
         model_timing_row(
             name,
             int(b),
@@ -80,6 +88,7 @@ def measure_zoo(
         )
         for name, b, o in todo
     ]
+    return rows, schedule
 
 
 def benchmark_models(cfg: DictConfig) -> dict:
@@ -93,7 +102,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
     todo = [(name, b, o) for name in m.names for b in m.batch_sizes for o in m.optimizers]
     t0 = time.monotonic()
     probe = SpeedProbe(int(cfg.threads))  # host speed beside every row: evaluate_ops puts these steps on the op benchmark's scale
-    rows = measure_zoo(cfg, todo, hw_id, probe)
+    rows, schedule = measure_zoo(cfg, todo, hw_id, probe, budget_s=m.get("rounds_budget_s"))
     df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
     write_artifact(df, cfg, "model_timings")
     overhead = {o: null_step_ms(o, device=str(cfg.hardware.device)) for o in m.optimizers}
@@ -103,7 +112,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
         "wall_s": round(time.monotonic() - t0, 1),
         "threads": int(cfg.threads),
         "allocator": allocator,
-        "rounds": int(m.get("rounds", 1)),
+        **schedule.summary(),
         # with rounds > 1: the median over steps of the round-to-round spread (IQR / median), else of the blocks' in one round
         "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()),
         "null_step_ms": overhead,

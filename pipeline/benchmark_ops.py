@@ -20,7 +20,7 @@ from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import model_timing_schema
 from prenet.measurement.ops import across_rounds_frame, forward_flops, measure_config, sample_blocks, sample_configs, sample_wide
 from prenet.measurement.probe import SpeedProbe
-from prenet.measurement.timer import interleaved
+from prenet.measurement.timer import RoundSchedule
 
 
 def benchmark_ops(cfg: DictConfig) -> dict:
@@ -69,11 +69,12 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     skipped: list[str] = []
     t0 = time.monotonic()
     probe = SpeedProbe(int(cfg.threads))  # host speed beside every row (prenet/measurement/probe.py)
-    rounds = int(b.get("rounds", 1))
+    # rounds beyond min_rounds only while they end within rounds_budget_s (a slower host measures fewer rounds)
+    schedule = RoundSchedule(len(todo), int(b.get("rounds", 1)), min_rounds=int(b.get("min_rounds", 1)), budget_s=b.get("rounds_budget_s"))
     per_step: list[list[pl.DataFrame]] = [[] for _ in todo]
     # interleaved rounds (every step once per round, in turn), each op its fastest round: a minute of a noisy
     # neighbour slows one round of every op, not all the ops measured in that minute (prenet.measurement.timer)
-    for r, i in tqdm(interleaved(len(todo), rounds), desc="benchmark ops", unit="step", disable=not cfg.progress):
+    for r, i in tqdm(schedule, desc="benchmark ops", unit="step", disable=not cfg.progress):
         kind, c, opt, prec = todo[i]
         if r > 0 and not per_step[i]:
             continue  # skipped in the first round
@@ -95,17 +96,16 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     ops = ops.filter(pl.col("measured_ms") > 0)
     write_artifact(ops, cfg, "op_timings")
     # the BF16-autocast zoo steps, timed as benchmark_models times the FP32 ones (interleaved rounds, fastest kept)
-    zrows = [
-        {**row, "dtype": "bf16"}
-        for row in measure_zoo(
-            cfg,
-            [(str(n), int(bs), "sgd") for n, bs in [*b.zoo_bf16, *((b.get("zoo_bf16_native") or []) if native_bf16 else [])]],
-            hw.hardware_id,
-            probe,
-            precision="bf16",
-            device="cpu",
-        )
-    ]
+    zoo_rows, zoo_schedule = measure_zoo(
+        cfg,
+        [(str(n), int(bs), "sgd") for n, bs in [*b.zoo_bf16, *((b.get("zoo_bf16_native") or []) if native_bf16 else [])]],
+        hw.hardware_id,
+        probe,
+        precision="bf16",
+        device="cpu",
+        budget_s=b.get("zoo_bf16_rounds_budget_s"),
+    )
+    zrows = [{**row, "dtype": "bf16"} for row in zoo_rows]
     write_artifact(pl.DataFrame(zrows, schema=model_timing_schema(), orient="row"), cfg, "model_timings_bf16")
     metrics = {
         "configurations": len(configs) + len(wide),
@@ -119,7 +119,8 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         "hardware_id": hw.hardware_id,
         "peak_fp32_tflops": hw.peak_fp32_tflops,
         "peak_bf16_tflops": hw.peak_bf16_tflops,
-        "rounds": rounds,
+        **schedule.summary(),
+        "zoo_bf16_rounds": zoo_schedule.summary(),
         # with rounds > 1: the median over ops of the round-to-round spread (IQR / median), else of the blocks' in one round
         "noise_floor_median_spread_pct": float(100 * ops["spread_rel"].median()),
         "zoo_bf16_steps": len(zrows),

@@ -14,7 +14,7 @@ from prenet.data.schemas import RawTimings
 from prenet.data.shard_files import read_shards
 from prenet.hardware.spec import HardwareSpec
 from prenet.measurement import measurement_plan, run_benchmark, time_callable
-from prenet.measurement.timer import Timing, across_rounds
+from prenet.measurement.timer import RoundSchedule, Timing, across_rounds
 
 HW = HardwareSpec("test-cpu", "cpu", 0.1, 10.0, 1, 2000.0)
 OPS = {
@@ -85,6 +85,29 @@ def test_across_rounds_takes_the_fastest_round_and_its_round_to_round_spread():
     assert r.iqr_ms == pytest.approx(13.5 - 10.5) and r.spread_rel == pytest.approx(3.0 / 11.0)
     assert r.repeats == 6 and r.number == 3
     assert across_rounds([one(5.0)]) == one(5.0)
+
+
+def test_rounds_beyond_the_minimum_run_only_within_the_budget():
+    """A round runs only where it would end within the budget, projected from the mean round so far; the first
+    ``min_rounds`` always run, every item in every round run, and the summary says what the budget cut."""
+    now = [0.0]
+
+    def run(**kw) -> tuple[list[tuple[int, int]], RoundSchedule]:
+        now[0] = 0.0
+        s = RoundSchedule(2, 3, clock=lambda: now[0], **kw)
+        order = []
+        for r, i in s:  # each item takes 5 s: a round of two, 10 s
+            order.append((r, i))
+            now[0] += 5.0
+        return order, s
+
+    order, s = run(min_rounds=2, budget_s=25.0)  # after two rounds (20 s) a third would end at 30 s
+    assert order == [(0, 0), (0, 1), (1, 0), (1, 1)] and s.measured == 2
+    assert s.summary()["rounds_measured"] == 2 and "2 of 3 rounds" in s.summary()["rounds_note"]
+    assert run(min_rounds=2, budget_s=30.0)[1].measured == 3 and "rounds_note" not in run(min_rounds=2, budget_s=30.0)[1].summary()
+    assert run(min_rounds=2, budget_s=1.0)[1].measured == 2  # the minimum whatever the budget
+    assert run(min_rounds=1, budget_s=15.0)[1].measured == 1
+    assert run()[1].measured == 3 and len(run()[0]) == len(RoundSchedule(2, 3)) == 6  # no budget: every round
 
 
 def test_an_op_step_measured_in_rounds_is_its_fastest_round():
@@ -198,8 +221,9 @@ def test_the_bf16_zoo_steps_are_timed_as_the_fp32_ones(tiny_cfg):
     from prenet.measurement.probe import SpeedProbe
 
     todo = [("mlp", 2, "sgd"), ("mlp", 4, "sgd")]
-    bf16 = measure_zoo(tiny_cfg, todo, "cpu-test", SpeedProbe(1), precision="bf16", device="cpu")
-    fp32 = measure_zoo(tiny_cfg, todo[:1], "cpu-test", SpeedProbe(1))
+    bf16, schedule = measure_zoo(tiny_cfg, todo, "cpu-test", SpeedProbe(1), precision="bf16", device="cpu")
+    fp32, _ = measure_zoo(tiny_cfg, todo[:1], "cpu-test", SpeedProbe(1))
+    assert schedule.measured == schedule.rounds == int(tiny_cfg.models.get("rounds", 1))  # no budget: every round
     frame = pl.DataFrame(bf16, schema=model_timing_schema(), orient="row")
     assert frame.height == 2 and frame["batch_size"].to_list() == [2, 4] and (frame["measured_ms"] > 0).all()
     assert frame["peak_memory_bytes"].is_null().all() and fp32[0]["peak_memory_bytes"] > 0

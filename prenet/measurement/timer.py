@@ -126,3 +126,45 @@ def interleaved(items: int, rounds: int) -> list[tuple[int, int]]:
     """(round, item index) in measuring order for ``rounds`` interleaved rounds over ``items`` measurements: every item
     once per round, in turn (:func:`across_rounds`)."""
     return [(r, i) for r in range(rounds) for i in range(items)]
+
+
+@dataclass
+class RoundSchedule:
+    """Interleaved rounds (:func:`interleaved`) under a wall-clock budget: iterating yields (round, item index); the
+    first ``min_rounds`` rounds always run, a further one only where it would end within ``budget_s`` seconds of the
+    first round's start, projected from the mean round so far (None: every round runs). A slower host measures fewer
+    rounds, never fewer items: every item keeps a complete measurement, and only the noisy-neighbour protection of the
+    extra rounds is given up (2026-12-06, an AMD EPYC 1.7-2x slower than the Intel Xeon the rounds were sized on: the
+    op benchmark's 3 rounds took 216 s of ``make run``'s 720). ``measured``: rounds completed so far."""
+
+    items: int
+    rounds: int
+    min_rounds: int = 1
+    budget_s: float | None = None
+    measured: int = 0
+    clock: Callable[[], float] = time.monotonic  # seconds
+
+    def __iter__(self):
+        t0 = self.clock()
+        for r in range(self.rounds):
+            if r >= max(self.min_rounds, 1) and self.budget_s is not None:
+                elapsed = self.clock() - t0
+                if elapsed * (r + 1) / r > self.budget_s:
+                    return
+            for i in range(self.items):
+                yield r, i
+            self.measured = r + 1
+
+    def __len__(self) -> int:
+        return self.items * self.rounds
+
+    def summary(self) -> dict[str, object]:
+        """What ran, for a stage's metrics: rounds configured and measured, the budget (s), and a note where the
+        budget cut rounds."""
+        out: dict[str, object] = {"rounds": self.rounds, "rounds_measured": self.measured, "rounds_budget_s": self.budget_s}
+        if self.measured < self.rounds:
+            out["rounds_note"] = (
+                f"{self.measured} of {self.rounds} rounds measured: a further round would have ended past the {self.budget_s:g} s budget "
+                "on this host (each item keeps its fastest measured round)"
+            )
+        return out
