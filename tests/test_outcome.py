@@ -350,6 +350,11 @@ def test_a_seed_bag_averages_its_fits_and_survives_saving(tiny_run, tmp_path):
     assert len(back.members) == 2
     np.testing.assert_allclose(back.predict(X), acc.predict(X), rtol=1e-6)
     assert fit_targets(lab, tel, 2, "telemetry", params={**params, "bag": 1}, seed=4)["failure"].members == ()
+    # the bag for the accuracy model alone (outcome.predictor.bag_targets): the failure classifier is its first fit
+    only = fit_targets(lab, tel, 2, "telemetry", params={**params, "bag_targets": ["final_test_accuracy"]}, seed=4)
+    assert len(only["final_test_accuracy"].members) == 2 and only["failure"].members == ()
+    np.testing.assert_allclose(only["final_test_accuracy"].predict(X), acc.predict(X), rtol=1e-6)
+    np.testing.assert_allclose(only["failure"].predict(X), singles[0]["failure"].predict(X), rtol=1e-6)
     import xgboost as xgb  # models saved as JSON (before 2026-12-06) still load, members too
 
     old = tmp_path / "json"

@@ -227,13 +227,18 @@ def fit_targets(
     (:data:`~prenet.outcome.features.OPTIONAL_MASKS`), so an unstated domain or schedule, or a table without
     validation, activations or update ratio, is a case the model has seen. ``bag`` (default ``params["bag"]``, else 1):
     that many fits with seeds ``seed``, ``seed + 1``, … (XGBoost's row and column sampling, and which copies are
-    masked), averaged (:class:`Fitted` ``members``)."""
+    masked), averaged (:class:`Fitted` ``members``), for the targets of ``params["bag_targets"]`` (default: all); the
+    others are fitted once."""
     bag = int(params.get("bag", 1)) if bag is None else int(bag)
     X = design(  # once for the bag: only the masked copies differ between its fits
         telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(), schedules=runs["schedule"].to_list(), drop=drop
     )
-    fits = [_fit_targets_once(runs, X, (epoch, feature_set, drop, targets), params, seed + i) for i in range(max(bag, 1))]
-    return {t: m if m.constant is not None else replace(m, members=tuple(f[t].model for f in fits[1:])) for t, m in fits[0].items()}
+    bagged = tuple(t for t in targets if t in set(params.get("bag_targets") or targets))
+    fits = [_fit_targets_once(runs, X, (epoch, feature_set, drop, targets), params, seed)]
+    fits += [_fit_targets_once(runs, X, (epoch, feature_set, drop, bagged), params, seed + i) for i in range(1, max(bag, 1)) if bagged]
+    return {
+        t: m if m.constant is not None or t not in bagged else replace(m, members=tuple(f[t].model for f in fits[1:])) for t, m in fits[0].items()
+    }
 
 
 def _fit_targets_once(runs: pl.DataFrame, X: np.ndarray, what: tuple, params: dict, seed: int) -> dict[str, Fitted]:
