@@ -203,7 +203,9 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         print(f"  memory {mem_bytes / GIB:10.2f} GiB predicted peak{per_gpu}" + ("" if fit is None else ("  (fits)" if fit else "  (DOES NOT FIT)")))
     print("  time by op family:  " + ", ".join(f"{f} {100 * v:.0f} %" for f, v in p.family_share.items() if v >= 0.005))
     how = ", ".join(f"{k} {100 * v:.0f} %" for k, v in sorted(p.estimate_share.items()))
-    print(f"  estimated by:       {how}  (model: a measured family; analogy: a related family's model; roofline: none)")
+    print(
+        f"  estimated by:       {how}  (model: a measured family; analogy: a related family's model; unit: its family's model on a sibling unit's kernels; roofline: none)"
+    )
     print("  slowest ops:")
     for r in p.top_ops:
         print(f"    {r['module'][:28]:28} {r['op'][:26]:26} {r['phase'][:8]:8} {r['predicted_ms']:9.3f} ms  {r['estimate']}")

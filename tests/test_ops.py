@@ -802,3 +802,36 @@ def test_the_default_op_model_fit_is_the_same_whatever_xgboosts_seed():
     assert (
         sampled[0].predict(measured, a100)["predicted_ms"].to_list() != sampled[1].predict(measured, a100)["predicted_ms"].to_list()
     )  # the test can fail
+
+
+def test_a_unit_no_measurement_covered_is_answered_through_its_sibling_units_kernels(tmp_path):
+    """TF32 convolutions were never measured: a family's TF32 ops are answered at the efficiency its trees give the
+    same ops in FP16 (the same tensor-core kernels), against their own TF32 roofline, and the answer says so; a unit
+    the trees did see keeps its own answer, and the rows per unit survive saving."""
+    from prenet.ops.records import as_run_on
+    from prenet.steptime.efficiency import feature_matrix
+
+    a100 = get("A100 80GB SXM4")
+    module, batch = zoo.build("resnet18", 4, None)
+
+    def measured(precision: str, efficiency: float) -> pl.DataFrame:
+        f = trace_step(module, batch, precision=precision, device_type="cuda").frame()
+        f = f.filter(pl.col("family") == "conv")
+        return f.with_columns(pl.Series("measured_ms", feature_matrix(f, a100)[1] / efficiency))
+
+    fp32, fp16 = measured("fp32", 0.6), measured("fp16", 0.05)
+    params = {"n_estimators": 30, "max_depth": 3, "learning_rate": 0.3}
+    model = EfficiencyModel.fit([(fp32.with_columns(pl.lit("fp32").alias("unit")), a100), (fp16, a100)], params=params, min_rows=5)
+    assert model.unit_rows["gpu/conv"] == {"fp16": fp16.height, "fp32": fp32.height}
+    trace = trace_step(module, batch, precision="fp32", device_type="cuda")  # torch's defaults: cuDNN on TF32
+    tf32 = as_run_on(trace, trace.frame(), True).filter(pl.col("family") == "conv")
+    assert set(tf32["unit"]) == {"tf32"}
+    out = model.predict(tf32, a100)
+    assert set(out["estimate"]) == {"unit:fp16"}
+    assert np.median(out["efficiency"].to_numpy()) == pytest.approx(0.05, rel=0.3)  # FP16's, not FP32's 0.6
+    back = EfficiencyModel.load(model.save(tmp_path) or tmp_path)
+    assert back.unit_rows == model.unit_rows and back.predict(tf32, a100)["predicted_ms"].to_list() == out["predicted_ms"].to_list()
+    seen = EfficiencyModel.fit([(fp32.with_columns(pl.lit("tf32").alias("unit")), a100), (fp16, a100)], params=params, min_rows=5)
+    assert set(seen.predict(tf32, a100)["estimate"]) == {"model"}  # TF32 rows of its own: its own trees' answer
+    pred, _ = predict_trace(trace, a100, model)
+    assert any("CONV in TF32 (as FP16)".lower() in n.lower() for n in pred.notes), pred.notes

@@ -70,6 +70,15 @@ FEATURES: tuple[str, ...] = (
 # generalising: leave-one-GPU-out mean MAPE 27.0 % with them, 24.9 % without; peak FLOP/s per board watt (power
 # headroom: T4, L4) made it 26.4 % (2026-11-30).
 TILE = 128
+#: A tensor-core unit whose ops a family's trees barely saw is answered through its sibling's kernels: a TF32 op at the
+#: efficiency the trees give the same op in FP16 (same cuDNN/cuBLAS tensor-core kernels; TF32 runs at half FP16's
+#: rate and moves FP32 operands, which its own roofline holds), against the TF32 op's own roofline. No TF32
+#: convolution was ever measured here: the trees placed TF32 (unit code 1) among FP32 convolutions, at FP32
+#: efficiencies against the 8x larger TF32 peak, and DeepLearningExamples' EfficientNets on an A100 in TF32 were
+#: answered 19-25 % too fast (DLE TF32 MAPE 16.5 %, 2026-12-06). ``estimate`` names it ``unit:<sibling>``.
+UNIT_PROXY = {"tf32": "fp16"}
+#: The element type of each unit's operands
+UNIT_DTYPE = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 _UNIT_CODE = {"fp32": 0.0, "tf32": 1.0, "fp16": 2.0, "bf16": 2.0}
 _PHASE_CODE = {"forward": 0.0, "backward": 1.0, "optimizer": 2.0}
 _DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "float64": 8.0, "int64": 8.0}
@@ -260,6 +269,9 @@ class EfficiencyModel:
     #: the devices whose measured ops the trees were fitted on: their timings already ran at the clock their power
     #: allowed, so they are answered at their spec-sheet (boost) peaks (:meth:`clock_for`)
     measured_devices: list[str] = field(default_factory=list)
+    #: per "device kind/family", the training rows of each arithmetic unit: a tensor-core unit with fewer than
+    #: ``min_rows`` of them is answered through its sibling unit's kernels (:data:`UNIT_PROXY`, :meth:`predict_many`)
+    unit_rows: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def measured(self, hw: HardwareSpec) -> bool:
         """Whether ``hw``'s own measured ops trained this model."""
@@ -294,6 +306,7 @@ class EfficiencyModel:
         feats: dict[str, list[np.ndarray]] = {}
         targets: dict[str, list[np.ndarray]] = {}
         effs: dict[str, list[np.ndarray]] = {}
+        units: dict[str, dict[str, int]] = {}
         for frame, hw in data:
             hw = at_boost_clock(hw)
             frame = frame.filter(pl.col("measured_ms").is_not_null() & (pl.col("measured_ms") > 0))
@@ -308,7 +321,10 @@ class EfficiencyModel:
                 sel = fams == fam
                 feats.setdefault(key, []).append(x[sel])
                 targets.setdefault(key, []).append(_logit(eff[sel]))
+                for u, n in zip(*np.unique(frame.get_column("unit").to_numpy()[sel].astype(str), return_counts=True)):
+                    units.setdefault(key, {})[str(u)] = units.get(key, {}).get(str(u), 0) + int(n)
         model = EfficiencyModel(params=dict(params), measured_devices=sorted({hw.hardware_id for f, hw in data if f.height}))
+        model.params.setdefault("min_rows", min_rows)
         for kind, e in effs.items():
             model.median_efficiency[kind] = float(np.median(np.clip(np.concatenate(e), EFF_MIN, 1.0)))
         p = {"objective": "reg:squarederror", "nthread": threads, "verbosity": 0, **{k: v for k, v in params.items() if k != "n_estimators"}}
@@ -320,7 +336,16 @@ class EfficiencyModel:
             booster = xgb.train(p, xgb.DMatrix(x, label=y, feature_names=list(FEATURES)), num_boost_round=int(params.get("n_estimators", 300)))
             model.boosters[key] = Forest.from_json(bytes(booster.save_raw("json")), key)
             model.rows[key] = int(len(y))
+            model.unit_rows[key] = dict(sorted(units.get(key, {}).items()))
         return model
+
+    def unit_proxy(self, key: str, unit: str) -> str | None:
+        """The unit whose kernels answer ``unit``'s ops of the trees ``key`` ("gpu/conv"): its :data:`UNIT_PROXY` sibling
+        where the trees saw fewer than ``min_rows`` ops of ``unit`` and at least that many of the sibling; else None."""
+        proxy = UNIT_PROXY.get(unit)
+        seen = self.unit_rows.get(key, {})
+        least = int(self.params.get("min_rows", 30))
+        return proxy if proxy is not None and seen.get(unit, 0) < least <= seen.get(proxy, 0) else None
 
     def source_of(self, kind: str, family: str) -> str:
         """How ops of ``family`` on a ``kind`` device are estimated: ``model``, ``analogy:<family>`` or ``roofline``."""
@@ -355,7 +380,9 @@ class EfficiencyModel:
         hws = [self.clock_for(hw) for hw in hws]
         feats = [feature_matrix(frame, hw) for hw in hws]
         fams = frame.get_column("family").to_numpy().astype(object)
-        on_tensor_units = np.isin(frame.get_column("unit").to_numpy(), list(TENSOR_CORE_UNITS))
+        units = frame.get_column("unit").to_numpy().astype(str)
+        on_tensor_units = np.isin(units, list(TENSOR_CORE_UNITS))
+        proxied = {u: self._proxied(frame, u, hws) for u in set(units) & set(UNIT_PROXY)}
         eff = np.empty((len(hws), frame.height))
         how: dict[str, np.ndarray] = {}
         for kind in dict.fromkeys(hw.kind for hw in hws):
@@ -371,8 +398,15 @@ class EfficiencyModel:
                 how[kind][sel] = src
                 if src == "roofline":
                     continue
-                trees = self.boosters[f"{kind}/{fam if src == 'model' else src.split(':', 1)[1]}"]
-                z = trees.predict(np.concatenate([feats[i][0][sel] for i in idx]))
+                key = f"{kind}/{fam if src == 'model' else src.split(':', 1)[1]}"
+                trees = self.boosters[key]
+                x = [feats[i][0].copy() for i in idx]
+                for u, alt in proxied.items():  # a unit the trees barely saw: its sibling's features, its own roofline
+                    if (proxy := self.unit_proxy(key, u)) is not None and (on := sel & (units == u)).any():
+                        for j, i in enumerate(idx):
+                            x[j][on] = alt[i][on]
+                        how[kind][on] = f"unit:{proxy}"
+                z = trees.predict(np.concatenate([xi[sel] for xi in x]))
                 eff[np.ix_(idx, np.flatnonzero(sel))] = _sigmoid(z).reshape(len(idx), -1)
         return [
             frame.with_columns(
@@ -383,6 +417,19 @@ class EfficiencyModel:
             )
             for i, (hw, (_, roof)) in enumerate(zip(hws, feats))
         ]
+
+    def _proxied(self, frame: pl.DataFrame, unit: str, hws: list[HardwareSpec]) -> list[np.ndarray]:
+        """Per hardware, the features of ``frame`` with its ``unit`` ops recast as their :data:`UNIT_PROXY` sibling's: the
+        sibling's unit and element size (bytes scaled by the ratio of element sizes)."""
+        proxy = UNIT_PROXY[unit]
+        on = pl.col("unit") == unit
+        scale = _DTYPE_BYTES[UNIT_DTYPE[proxy]] / _DTYPE_BYTES[UNIT_DTYPE[unit]]
+        alt = frame.with_columns(
+            pl.when(on).then(pl.lit(proxy)).otherwise(pl.col("unit")).alias("unit"),
+            pl.when(on).then(pl.lit(UNIT_DTYPE[proxy])).otherwise(pl.col("dtype")).alias("dtype"),
+            pl.when(on).then((pl.col("bytes") * scale).round().cast(frame.schema["bytes"])).otherwise(pl.col("bytes")).alias("bytes"),
+        )
+        return [feature_matrix(alt, hw)[0] for hw in hws]
 
     def save(self, directory: str | Path) -> None:
         d = Path(directory)
@@ -399,6 +446,7 @@ class EfficiencyModel:
                     "params": self.params,
                     "host_ms": self.host_ms,
                     "measured_devices": self.measured_devices,
+                    "unit_rows": self.unit_rows,
                 },
                 indent=2,
             )
@@ -423,6 +471,7 @@ class EfficiencyModel:
             man.get("params", {}),
             man.get("host_ms", {}),
             man.get("measured_devices", []),
+            man.get("unit_rows", {}),
         )
 
 

@@ -154,7 +154,9 @@ def _summarize(
     fam = ops.group_by("family").agg(pl.col("predicted_ms").sum()).sort("predicted_ms", descending=True)
     est = ops.with_columns(pl.col("estimate").str.replace(r":.*", "")).group_by("estimate").agg(pl.col("predicted_ms").sum())
     notes = []
-    fallback = ops.filter(pl.col("estimate") != "model")
+    fallback = ops.filter((pl.col("estimate") != "model") & ~pl.col("estimate").str.starts_with("unit:"))
+    if note := unit_proxy_note(ops, total_ms):
+        notes.append(note)
     if fallback.height:
         kinds = ", ".join(f"{f} ({e})" for f, e in fallback.select("family", "estimate").unique().sort("family").iter_rows())
         notes.append(
@@ -387,6 +389,23 @@ def tf32_default_ops(trace: StepTrace, ops: pl.DataFrame) -> int:
     """How many of ``ops`` (the predicted frame of ``trace`` on one GPU) an ``fp32`` step runs on TF32 units by torch's
     defaults (0 for any other precision or device, and on a GPU without TF32 units)."""
     return int(ops.filter((pl.col("unit") == "tf32") & (pl.col("dtype") == "float32")).height) if trace.tf32_by_default else 0
+
+
+def unit_proxy_note(ops: pl.DataFrame, total_ms: float) -> str | None:
+    """What share of the step was answered through a sibling unit's kernels (``estimate`` ``unit:<sibling>``,
+    :data:`~prenet.steptime.efficiency.UNIT_PROXY`), and for which families and units; None where none was."""
+    proxied = ops.filter(pl.col("estimate").str.starts_with("unit:"))
+    if not proxied.height:
+        return None
+    kinds = ", ".join(
+        f"{f} in {u.upper()} (as {e.split(':', 1)[1].upper()})"
+        for f, u, e in proxied.select("family", "unit", "estimate").unique().sort("family").iter_rows()
+    )
+    share = 100 * float(proxied["predicted_ms"].sum()) / max(total_ms, 1e-12)
+    return (
+        f"{share:.1f} % of the time is of ops whose unit no measurement covered: {kinds}, answered at the efficiency the "
+        "model gives the same ops on the sibling unit's tensor-core kernels, against their own roofline"
+    )
 
 
 def default_tf32_note(trace: StepTrace, ops: pl.DataFrame) -> str | None:
