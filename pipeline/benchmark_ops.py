@@ -66,6 +66,10 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     # BF16 kernels run unlike FP32 ones, whose FP32 rows would move the FP32 answers the zoo already checks
     native_spaces = OmegaConf.to_container(b.bf16_native_wide, resolve=True) if native_bf16 and b.get("bf16_native_wide") else {}
     todo += [(kind, c, "sgd", "bf16") for kind, c in sample_wide(native_spaces, seed=int(b.seed), aligned_share=float(b.get("aligned_share", 0.0)))]
+    # ... and spaces measured under BF16 only on every CPU (ops.benchmark.bf16_wide): power-of-two widths, whose rows
+    # alias in the caches where ATen's reference loops run BF16 GEMMs (no BF16 units)
+    bf16_spaces = OmegaConf.to_container(b.bf16_wide, resolve=True) if b.get("bf16_wide") else {}
+    todo += [(kind, c, "sgd", "bf16") for kind, c in sample_wide(bf16_spaces, seed=int(b.seed), aligned_share=0.0)]
     skipped: list[str] = []
     t0 = time.monotonic()
     probe = SpeedProbe(int(cfg.threads))  # host speed beside every row (prenet/measurement/probe.py)

@@ -414,6 +414,29 @@ def test_roofline_knows_winograd_alignment_and_per_element_work():
     assert not winograd_3x3("convolution", "16x64x32x32, 128x64x1x1", "16x128x32x32", 1)  # 1×1
     assert not winograd_3x3("convolution", "16x64x32x32, 64x1x3x3", "16x64x32x32", 64)  # depthwise
     assert list(alignment(np.array([768, 3072, 2220, 425, 16, 0]))) == [6, 6, 2, 0, 4, 0]
+    # a GEMM operand's row stride in bytes, up to 16 KB: 1024 BF16 elements (2 KB) apart from 1000 (2000 B) and 768
+    from prenet.steptime.efficiency import stride_pow2
+
+    got = stride_pow2(np.array([1024, 1000, 768, 2048, 8192, 1024]), np.array([2, 2, 2, 4, 4, 2]), np.array([True] * 5 + [False]))
+    assert list(got) == [11, 4, 9, 13, 14, 0]
+    # ... set where ATen's reference loops run the GEMM: 16-bit on a CPU without BF16 units, not FP32 (MKL packs), not
+    # where the CPU has BF16 units (oneDNN), not on a GPU
+    from dataclasses import replace
+
+    from prenet.hardware.local import detect_cpu
+    from prenet.steptime.efficiency import FEATURES, feature_matrix
+
+    col = FEATURES.index("stride_pow2_n")
+    cpu = detect_cpu(1)
+    for precision, units, device, expect in (
+        ("bf16", "none", "cpu", True),
+        ("fp32", "none", "cpu", False),
+        ("bf16", "amx", "cpu", False),
+        ("bf16", None, "cuda", False),
+    ):
+        f = trace_step(*_meta("mlp", 16), precision=precision, device_type=device).frame().filter(pl.col("family") == "gemm")
+        hw = replace(cpu, extra={**cpu.extra, "bf16_units": units}) if device == "cpu" else get("A100 80GB SXM4")
+        assert (feature_matrix(f, hw)[0][:, col] > 0).any() == expect, (precision, units, device)
     assert op_class("add") < op_class("div") < op_class("gelu") < op_class("bernoulli_")
     # the gain applies on GPUs only, and a Winograd convolution's GPU roofline is 2.25× lower than its direct FLOPs'
     trace = trace_step(*_meta("resnet18", 2), device_type="cuda")
@@ -512,6 +535,17 @@ def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():
     # a CNN's power-of-two channels, where asked
     pow2 = sample_wide(convs(8, in_channels=[200, 2048], out_channels=[200, 2048], powers_of_two=True), seed=7, aligned_share=0.0)
     assert all(c[k] in (256, 512, 1024, 2048) for _, c in pow2 for k in ("in_channels", "out_channels"))
+    # ... and a linear layer's power-of-two widths, within the space's cap
+    dense = {
+        "linear_pow2": {
+            "kind": "linear",
+            "configs": 8,
+            "space": {"batch": [1, 64], "in_features": [200, 2048], "out_features": [200, 2048], "powers_of_two": True, "max_flops": 6e7},
+        }
+    }
+    lin = sample_wide(dense, seed=7, aligned_share=0.0)
+    assert all(c[k] in (256, 512, 1024, 2048) for _, c in lin for k in ("in_features", "out_features"))
+    assert max(REGISTRY["linear"].cost(c, 4).forward_flops for _, c in lin) <= 6e7
 
 
 def test_justus_peaks_follow_cores_times_clock():
@@ -835,3 +869,8 @@ def test_a_unit_no_measurement_covered_is_answered_through_its_sibling_units_ker
     assert set(seen.predict(tf32, a100)["estimate"]) == {"model"}  # TF32 rows of its own: its own trees' answer
     pred, _ = predict_trace(trace, a100, model)
     assert any("CONV in TF32 (as FP16)".lower() in n.lower() for n in pred.notes), pred.notes
+    # a spec sheet with TF32 but no FP16 peak (a user's YAML): the unit's own features answer, no error
+    from dataclasses import replace
+
+    no_fp16 = replace(a100, hardware_id="tf32-only", peak_fp16_tflops=None)
+    assert set(model.predict(tf32, no_fp16)["estimate"]) == {"model"}

@@ -355,6 +355,9 @@ def test_a_seed_bag_averages_its_fits_and_survives_saving(tiny_run, tmp_path):
     assert len(only["final_test_accuracy"].members) == 2 and only["failure"].members == ()
     np.testing.assert_allclose(only["final_test_accuracy"].predict(X), acc.predict(X), rtol=1e-6)
     np.testing.assert_allclose(only["failure"].predict(X), singles[0]["failure"].predict(X), rtol=1e-6)
+    assert fit_targets(lab, tel, 2, "telemetry", params={**params, "bag_targets": []}, seed=4)["final_test_accuracy"].members == ()
+    with pytest.raises(PrenetError, match="bag_targets"):
+        fit_targets(lab, tel, 2, "telemetry", params={**params, "bag_targets": ["final_accuracy"]}, seed=4)
     import xgboost as xgb  # models saved as JSON (before 2026-12-06) still load, members too
 
     old = tmp_path / "json"

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from prenet.layers.base import LayerCost, LayerType, log_uniform_int
+from prenet.layers.base import LayerCost, LayerType, log_uniform_int, width
 
 
 def output_size(input_size: int, kernel_size: int, stride: int, padding: int) -> int:
@@ -28,11 +27,7 @@ def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
     power-of-two strides runs slower: cache sets alias)."""
 
     def channels(bounds: list[int]) -> int:
-        c = log_uniform_int(rng, *bounds)
-        if not space.get("powers_of_two"):
-            return c
-        lo, hi = 2 ** math.ceil(math.log2(bounds[0])), 2 ** math.floor(math.log2(bounds[1]))  # the powers within bounds
-        return int(min(max(2 ** round(math.log2(c)), lo), max(lo, hi)))
+        return width(rng, bounds, bool(space.get("powers_of_two")))
 
     for _ in range(1000):
         k = int(rng.choice(space["kernel_size"]))

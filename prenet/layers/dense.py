@@ -8,16 +8,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from prenet.layers.base import LayerCost, LayerType, log_uniform_int
+from prenet.layers.base import LayerCost, LayerType, log_uniform_int, width
 
 
 def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
-    """Log-uniform batch and widths within ``space`` ranges, rejecting configs above ``max_flops``."""
+    """Log-uniform batch and widths within ``space`` ranges (with ``powers_of_two``, widths rounded to powers of two:
+    :func:`~prenet.layers.base.width`), rejecting configs above ``max_flops``."""
+    pow2 = bool(space.get("powers_of_two"))
     for _ in range(1000):
         cfg = {
             "batch": log_uniform_int(rng, *space["batch"]),
-            "in_features": log_uniform_int(rng, *space["in_features"]),
-            "out_features": log_uniform_int(rng, *space["out_features"]),
+            "in_features": width(rng, space["in_features"], pow2),
+            "out_features": width(rng, space["out_features"], pow2),
         }
         if cost(cfg, 4).forward_flops <= float(space.get("max_flops", float("inf"))):
             return cfg

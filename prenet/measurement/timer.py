@@ -156,6 +156,7 @@ class RoundSchedule:
             self.measured = r + 1
 
     def __len__(self) -> int:
+        """The most (round, item) pairs it yields: every round's (a progress bar's total; a budget may stop it sooner)."""
         return self.items * self.rounds
 
     def summary(self) -> dict[str, object]:

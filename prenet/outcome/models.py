@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 import polars as pl
 
+from prenet.errors import PrenetError
 from prenet.outcome.features import FEATURE_SETS, OPTIONAL_MASKS, as_plain_log, design, feature_names, mask_groups
 
 #: What the fitted models predict; the relative class follows from the predicted accuracy (:func:`relative_class`).
@@ -227,13 +228,16 @@ def fit_targets(
     (:data:`~prenet.outcome.features.OPTIONAL_MASKS`), so an unstated domain or schedule, or a table without
     validation, activations or update ratio, is a case the model has seen. ``bag`` (default ``params["bag"]``, else 1):
     that many fits with seeds ``seed``, ``seed + 1``, … (XGBoost's row and column sampling, and which copies are
-    masked), averaged (:class:`Fitted` ``members``), for the targets of ``params["bag_targets"]`` (default: all); the
-    others are fitted once."""
+    masked), averaged (:class:`Fitted` ``members``), for the targets of ``params["bag_targets"]`` (None: all; [] none);
+    the others are fitted once."""
     bag = int(params.get("bag", 1)) if bag is None else int(bag)
     X = design(  # once for the bag: only the masked copies differ between its fits
         telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(), schedules=runs["schedule"].to_list(), drop=drop
     )
-    bagged = tuple(t for t in targets if t in set(params.get("bag_targets") or targets))
+    chosen = params.get("bag_targets")
+    if chosen is not None and (isinstance(chosen, str) or not set(chosen) <= set(TARGETS) | {"take_off"}):
+        raise PrenetError(f"outcome.predictor.bag_targets={chosen!r}: a list of {', '.join([*TARGETS, 'take_off'])} (or null: all)")
+    bagged = tuple(t for t in targets if chosen is None or t in set(chosen))
     fits = [_fit_targets_once(runs, X, (epoch, feature_set, drop, targets), params, seed)]
     fits += [_fit_targets_once(runs, X, (epoch, feature_set, drop, bagged), params, seed + i) for i in range(1, max(bag, 1)) if bagged]
     return {

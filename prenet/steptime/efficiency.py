@@ -9,13 +9,14 @@ The efficiency is bounded, so no prediction beats the roofline, and a GPU never 
 sheet: its peaks, bandwidth, SM count and L2 enter both the roofline and the features. Features: the op's FLOPs,
 bytes, arithmetic intensity against the device's ridge point, its GEMM view (m, n, k, batch, groups), the tile
 and wave count of a 128×128-tile schedule over the SMs (cores on a CPU) and the tail wave's occupancy, bytes
-against L2, the alignment of m, n, k (powers of two dividing them), the per-element work class of elementwise
+against L2, the alignment of m, n, k (powers of two dividing them) and of the row strides in bytes, the per-element work class of elementwise
 ops (add < divide < transcendental < random draw), the dtype and unit; the spec sheet enters through these (not as raw features, see ``FEATURES``).
 
 A family without a model on a device kind is answered by the model of an analogous family
 (:data:`prenet.ops.families.ANALOGY`), and without that by its roofline ÷ the median efficiency of every training
-op of that device kind; each answer names which (``estimate`` column: ``model``, ``analogy:<family>``,
-``roofline``).
+op of that device kind; a tensor-core unit its family's trees saw too few ops of is answered through its sibling
+unit's kernels (:data:`UNIT_PROXY`); each answer names which (``estimate`` column: ``model``, ``analogy:<family>``,
+``unit:<unit>`` (or ``analogy:<family>+unit:<unit>``), ``roofline``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ FEATURES: tuple[str, ...] = (
     "align_m",
     "align_n",
     "align_k",
+    "stride_pow2_n",
+    "stride_pow2_k",
     "op_class",
 )
 # The spec sheet enters through the roofline, the ridge ratio, the waves over the SMs and bytes per L2. Raw peak,
@@ -180,6 +183,23 @@ def alignment(dim: np.ndarray, cap: int = 64) -> np.ndarray:
     return np.where(d > 0, np.log2(np.gcd(d, cap)), 0.0)
 
 
+#: The largest row stride (bytes) :func:`stride_pow2` tells apart: 16 KB, four 4 KB pages
+STRIDE_POW2_CAP = 2**14
+
+
+def stride_pow2(dim: np.ndarray, elem_bytes: np.ndarray, gemm: np.ndarray) -> np.ndarray:
+    """log2 of the largest power of two (≤ :data:`STRIDE_POW2_CAP`) dividing the row stride in bytes of a GEMM operand
+    whose rows are ``dim`` elements of ``elem_bytes``; 0 outside ``gemm`` (a mask: the GEMMs ATen's reference loops run,
+    16-bit ones on a CPU without BF16 units; on GPUs the feature moved the unseen-GPU answers, NeuSight's FP32 steps
+    5.5 -> 7.2 % MAPE). Rows a multiple of 2-4 KB
+    apart map to the same cache sets: ATen's reference BF16 GEMM on a CPU without BF16 units, walking a row-major
+    second operand down its columns, ran 16x1024 @ 1024x1024 at 0.97 GFLOP/s, 16x1000 @ 1000x1000 at 1.64 and
+    16x2048 @ 2048x2048 at 0.27 (AMD EPYC, 2026-12-06); :func:`alignment` stops at 64 elements and cannot tell them
+    apart."""
+    b = np.maximum(np.asarray(dim, dtype=np.int64), 0) * np.asarray(elem_bytes, dtype=np.int64)
+    return np.where(gemm & (b > 0), np.log2(np.gcd(b, STRIDE_POW2_CAP)), 0.0)
+
+
 def write_ratio(g: dict[str, np.ndarray], conv: np.ndarray) -> np.ndarray:
     """log2 of the elements a convolution (``conv``: a row mask) writes per element of its implicit GEMM's output
     (``out_numel`` / groups·m·n; 0 for every other op and where ``out_numel`` is unknown). 0 for a convolution's
@@ -212,6 +232,10 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
     tf1 = frame.get_column("tf1").to_numpy().astype(float) if "tf1" in frame.columns else np.zeros(frame.height)
     # 1 for a bare kernel's time (DeepBench, XLA: no framework dispatch around it); 0 for an op timed in PyTorch and for
     # every op of a step prenet predicts
+    elem = np.array([_DTYPE_BYTES.get(d, 4.0) for d in frame.get_column("dtype").to_list()])
+    # cache-set aliasing of row strides: where ATen's reference loops run a CPU's GEMMs, 16-bit ones on a CPU without
+    # BF16 units (MKL and oneDNN pack their operands; GPU GEMMs tile through shared memory)
+    ref_loops = (elem < 4) & (hw.kind == "cpu") & (str(hw.extra.get("bf16_units", "none")) == "none")
     kernel_only = frame.get_column("kernel_only").fill_null(0).to_numpy().astype(float) if "kernel_only" in frame.columns else np.zeros(frame.height)
     cols = {
         "log2_flops": _log2(g["flops"]),
@@ -230,7 +254,7 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
         "log2_bytes_per_l2": np.log2((g["bytes"] + 1) / l2_bytes),
         "log2_out_numel": _log2(g["out_numel"]),
         "log2_write_ratio": write_ratio(g, frame.get_column("family").str.starts_with("conv").fill_null(False).to_numpy()),
-        "dtype_bytes": np.array([_DTYPE_BYTES.get(d, 4.0) for d in frame.get_column("dtype").to_list()]),
+        "dtype_bytes": elem,
         "unit_code": np.array([_UNIT_CODE.get(u, 0.0) for u in frame.get_column("unit").to_list()]),
         "phase_code": np.array([_PHASE_CODE.get(p, 0.0) for p in frame.get_column("phase").to_list()]),
         "tf1": tf1,
@@ -240,6 +264,8 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
         "align_m": alignment(g["m"]),
         "align_n": alignment(g["n"]),
         "align_k": alignment(g["k"]),
+        "stride_pow2_n": stride_pow2(g["n"], elem, gemm & ref_loops),
+        "stride_pow2_k": stride_pow2(g["k"], elem, gemm & ref_loops),
         "op_class": np.array([float(op_class(o)) for o in frame.get_column("op").to_list()]),
     }
     return np.column_stack([cols[f] for f in FEATURES]), roof
@@ -272,6 +298,8 @@ class EfficiencyModel:
     #: per "device kind/family", the training rows of each arithmetic unit: a tensor-core unit with fewer than
     #: ``min_rows`` of them is answered through its sibling unit's kernels (:data:`UNIT_PROXY`, :meth:`predict_many`)
     unit_rows: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: the fewest training rows that give a (device kind, family), or a unit within it, an answer of its own
+    min_rows: int = 30
 
     def measured(self, hw: HardwareSpec) -> bool:
         """Whether ``hw``'s own measured ops trained this model."""
@@ -323,8 +351,7 @@ class EfficiencyModel:
                 targets.setdefault(key, []).append(_logit(eff[sel]))
                 for u, n in zip(*np.unique(frame.get_column("unit").to_numpy()[sel].astype(str), return_counts=True)):
                     units.setdefault(key, {})[str(u)] = units.get(key, {}).get(str(u), 0) + int(n)
-        model = EfficiencyModel(params=dict(params), measured_devices=sorted({hw.hardware_id for f, hw in data if f.height}))
-        model.params.setdefault("min_rows", min_rows)
+        model = EfficiencyModel(params=dict(params), measured_devices=sorted({hw.hardware_id for f, hw in data if f.height}), min_rows=min_rows)
         for kind, e in effs.items():
             model.median_efficiency[kind] = float(np.median(np.clip(np.concatenate(e), EFF_MIN, 1.0)))
         p = {"objective": "reg:squarederror", "nthread": threads, "verbosity": 0, **{k: v for k, v in params.items() if k != "n_estimators"}}
@@ -344,8 +371,7 @@ class EfficiencyModel:
         where the trees saw fewer than ``min_rows`` ops of ``unit`` and at least that many of the sibling; else None."""
         proxy = UNIT_PROXY.get(unit)
         seen = self.unit_rows.get(key, {})
-        least = int(self.params.get("min_rows", 30))
-        return proxy if proxy is not None and seen.get(unit, 0) < least <= seen.get(proxy, 0) else None
+        return proxy if proxy is not None and seen.get(unit, 0) < self.min_rows <= seen.get(proxy, 0) else None
 
     def source_of(self, kind: str, family: str) -> str:
         """How ops of ``family`` on a ``kind`` device are estimated: ``model``, ``analogy:<family>`` or ``roofline``."""
@@ -382,7 +408,7 @@ class EfficiencyModel:
         fams = frame.get_column("family").to_numpy().astype(object)
         units = frame.get_column("unit").to_numpy().astype(str)
         on_tensor_units = np.isin(units, list(TENSOR_CORE_UNITS))
-        proxied = {u: self._proxied(frame, u, hws) for u in set(units) & set(UNIT_PROXY)}
+        proxied: dict[str, list[np.ndarray | None]] = {}  # unit → per hardware, its ops' features as its sibling's (lazy)
         eff = np.empty((len(hws), frame.height))
         how: dict[str, np.ndarray] = {}
         for kind in dict.fromkeys(hw.kind for hw in hws):
@@ -400,12 +426,20 @@ class EfficiencyModel:
                     continue
                 key = f"{kind}/{fam if src == 'model' else src.split(':', 1)[1]}"
                 trees = self.boosters[key]
-                x = [feats[i][0].copy() for i in idx]
-                for u, alt in proxied.items():  # a unit the trees barely saw: its sibling's features, its own roofline
-                    if (proxy := self.unit_proxy(key, u)) is not None and (on := sel & (units == u)).any():
-                        for j, i in enumerate(idx):
-                            x[j][on] = alt[i][on]
-                        how[kind][on] = f"unit:{proxy}"
+                x = [feats[i][0] for i in idx]
+                for u in sorted(set(units[sel]) & set(UNIT_PROXY)):  # a unit the trees barely saw: its sibling's features
+                    if (proxy := self.unit_proxy(key, u)) is None:
+                        continue
+                    if u not in proxied:
+                        proxied[u] = self._proxied(frame, u, hws)
+                    alt = [proxied[u][i] for i in idx]
+                    if any(a is None for a in alt):  # a hardware without the sibling's peak: the unit's own features
+                        continue
+                    on = sel & (units == u)
+                    x = [xi.copy() for xi in x]
+                    for j, a in enumerate(alt):
+                        x[j][on] = a[on]
+                    how[kind][on] = f"unit:{proxy}" if src == "model" else f"{src}+unit:{proxy}"
                 z = trees.predict(np.concatenate([xi[sel] for xi in x]))
                 eff[np.ix_(idx, np.flatnonzero(sel))] = _sigmoid(z).reshape(len(idx), -1)
         return [
@@ -418,18 +452,29 @@ class EfficiencyModel:
             for i, (hw, (_, roof)) in enumerate(zip(hws, feats))
         ]
 
-    def _proxied(self, frame: pl.DataFrame, unit: str, hws: list[HardwareSpec]) -> list[np.ndarray]:
-        """Per hardware, the features of ``frame`` with its ``unit`` ops recast as their :data:`UNIT_PROXY` sibling's: the
-        sibling's unit and element size (bytes scaled by the ratio of element sizes)."""
+    def _proxied(self, frame: pl.DataFrame, unit: str, hws: list[HardwareSpec]) -> list[np.ndarray | None]:
+        """Per hardware, features of ``frame``'s rows (rows × FEATURES; only the ``unit`` ops' rows filled) with those ops
+        recast as their :data:`UNIT_PROXY` sibling's: its unit and element size (bytes scaled by the ratio of element
+        sizes); None for a hardware whose spec sheet lacks the sibling's peak."""
         proxy = UNIT_PROXY[unit]
-        on = pl.col("unit") == unit
+        pos = np.flatnonzero(frame.get_column("unit").to_numpy().astype(str) == unit)
         scale = _DTYPE_BYTES[UNIT_DTYPE[proxy]] / _DTYPE_BYTES[UNIT_DTYPE[unit]]
-        alt = frame.with_columns(
-            pl.when(on).then(pl.lit(proxy)).otherwise(pl.col("unit")).alias("unit"),
-            pl.when(on).then(pl.lit(UNIT_DTYPE[proxy])).otherwise(pl.col("dtype")).alias("dtype"),
-            pl.when(on).then((pl.col("bytes") * scale).round().cast(frame.schema["bytes"])).otherwise(pl.col("bytes")).alias("bytes"),
+        alt = frame[pos].with_columns(
+            pl.lit(proxy).alias("unit"),
+            pl.lit(UNIT_DTYPE[proxy]).alias("dtype"),
+            (pl.col("bytes") * scale).round().cast(frame.schema["bytes"]).alias("bytes"),
         )
-        return [feature_matrix(alt, hw)[0] for hw in hws]
+        out: list[np.ndarray | None] = []
+        for hw in hws:
+            try:
+                x = feature_matrix(alt, hw)[0]
+            except UnsupportedPrecisionError:
+                out.append(None)
+                continue
+            full = np.zeros((frame.height, x.shape[1]))
+            full[pos] = x
+            out.append(full)
+        return out
 
     def save(self, directory: str | Path) -> None:
         d = Path(directory)
@@ -447,6 +492,7 @@ class EfficiencyModel:
                     "host_ms": self.host_ms,
                     "measured_devices": self.measured_devices,
                     "unit_rows": self.unit_rows,
+                    "min_rows": self.min_rows,
                 },
                 indent=2,
             )
@@ -472,6 +518,7 @@ class EfficiencyModel:
             man.get("host_ms", {}),
             man.get("measured_devices", []),
             man.get("unit_rows", {}),
+            int(man.get("min_rows", 30)),
         )
 
 

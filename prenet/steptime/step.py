@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 @dataclass
 class StepPrediction:
     """One training step on one device: ``step_seconds`` (s), the share of time per op family, and how each share was
-    estimated (``model`` | ``analogy:<family>`` | ``roofline``: ``estimate_share``). ``family_ms`` are the ops' own
+    estimated (``model`` | ``analogy:<family>`` | ``unit:<unit>`` | ``roofline``: ``estimate_share``). ``family_ms`` are the ops' own
     device times; on a GPU ``step_seconds`` also holds the time the device waits for the host to issue them
     (``host_issue_ms``: the host's issue time of the step), so the families sum to at most the step."""
 
@@ -154,7 +154,7 @@ def _summarize(
     fam = ops.group_by("family").agg(pl.col("predicted_ms").sum()).sort("predicted_ms", descending=True)
     est = ops.with_columns(pl.col("estimate").str.replace(r":.*", "")).group_by("estimate").agg(pl.col("predicted_ms").sum())
     notes = []
-    fallback = ops.filter((pl.col("estimate") != "model") & ~pl.col("estimate").str.starts_with("unit:"))
+    fallback = ops.filter(is_fallback())
     if note := unit_proxy_note(ops, total_ms):
         notes.append(note)
     if fallback.height:
@@ -391,20 +391,27 @@ def tf32_default_ops(trace: StepTrace, ops: pl.DataFrame) -> int:
     return int(ops.filter((pl.col("unit") == "tf32") & (pl.col("dtype") == "float32")).height) if trace.tf32_by_default else 0
 
 
+def is_fallback() -> pl.Expr:
+    """Ops answered without measurements of their own family on that device kind (``estimate`` neither ``model`` nor
+    ``unit:<unit>``, the family's own model through a sibling unit's kernels)."""
+    return (pl.col("estimate") != "model") & ~pl.col("estimate").str.starts_with("unit:")
+
+
 def unit_proxy_note(ops: pl.DataFrame, total_ms: float) -> str | None:
-    """What share of the step was answered through a sibling unit's kernels (``estimate`` ``unit:<sibling>``,
-    :data:`~prenet.steptime.efficiency.UNIT_PROXY`), and for which families and units; None where none was."""
-    proxied = ops.filter(pl.col("estimate").str.starts_with("unit:"))
+    """What share of the step was answered through a sibling unit's kernels (``estimate`` ``unit:<sibling>``, or
+    ``analogy:<family>+unit:<sibling>``: :data:`~prenet.steptime.efficiency.UNIT_PROXY`), for which families and
+    units; None where none was."""
+    proxied = ops.filter(pl.col("estimate").str.contains("unit:", literal=True))
     if not proxied.height:
         return None
     kinds = ", ".join(
-        f"{f} in {u.upper()} (as {e.split(':', 1)[1].upper()})"
+        f"{f} in {u.upper()} (as {e.split('unit:', 1)[1].upper()})"
         for f, u, e in proxied.select("family", "unit", "estimate").unique().sort("family").iter_rows()
     )
     share = 100 * float(proxied["predicted_ms"].sum()) / max(total_ms, 1e-12)
     return (
-        f"{share:.1f} % of the time is of ops whose unit no measurement covered: {kinds}, answered at the efficiency the "
-        "model gives the same ops on the sibling unit's tensor-core kernels, against their own roofline"
+        f"{share:.1f} % of the time is of ops whose unit their model saw too few measurements of: {kinds}, answered at "
+        "the efficiency the model gives the same ops on the sibling unit's tensor-core kernels, against their own roofline"
     )
 
 
