@@ -426,17 +426,27 @@ def test_roofline_knows_winograd_alignment_and_per_element_work():
     from prenet.hardware.local import detect_cpu
     from prenet.steptime.efficiency import FEATURES, feature_matrix
 
-    col = FEATURES.index("stride_pow2_n")
+    cols = [FEATURES.index("stride_pow2_a"), FEATURES.index("stride_pow2_b")]
     cpu = detect_cpu(1)
-    for precision, units, device, expect in (
-        ("bf16", "none", "cpu", True),
-        ("fp32", "none", "cpu", False),
-        ("bf16", "amx", "cpu", False),
+    for precision, extra, device, expect in (
+        ("bf16", {"bf16_units": "none", "simd_bits": 256}, "cpu", True),
+        ("fp32", {"bf16_units": "none", "simd_bits": 256}, "cpu", False),  # MKL packs FP32 operands
+        ("bf16", {"bf16_units": "amx_bf16", "simd_bits": 512}, "cpu", False),  # native BF16: oneDNN
+        ("bf16", {"bf16_units": "none", "simd_bits": 512}, "cpu", False),  # AVX-512 without BF16 units: oneDNN too
+        ("bf16", {"simd_bits": 256}, "cpu", False),  # a spec sheet that does not say (a user's YAML): not assumed
         ("bf16", None, "cuda", False),
     ):
         f = trace_step(*_meta("mlp", 16), precision=precision, device_type=device).frame().filter(pl.col("family") == "gemm")
-        hw = replace(cpu, extra={**cpu.extra, "bf16_units": units}) if device == "cpu" else get("A100 80GB SXM4")
-        assert (feature_matrix(f, hw)[0][:, col] > 0).any() == expect, (precision, units, device)
+        hw = replace(cpu, extra=extra) if device == "cpu" else get("A100 80GB SXM4")
+        assert (feature_matrix(f, hw)[0][:, cols] > 0).any() == expect, (precision, extra, device)
+    # each operand's own stride: a Linear's input gradient (both row-major: A k apart, B n apart) and its weight gradient
+    # (A transposed: m apart) on a 16 x 1024 -> 512 layer in BF16
+    net = nn.Sequential(nn.Linear(1024, 1024), nn.Linear(1024, 512))
+    f = trace_step(net, torch.randn(16, 1024), precision="bf16", device_type="cpu").frame().filter(pl.col("op") == "mm")
+    x = feature_matrix(f, replace(cpu, extra={"bf16_units": "none", "simd_bits": 256}))[0][:, cols]
+    got = {(r["m"], r["n"], r["k"], r["layout"]): tuple(v) for r, v in zip(f.iter_rows(named=True), x.tolist())}
+    assert got[(16, 1024, 512, 0)] == (10.0, 11.0)  # grad (16 x 512) @ W (512 x 1024): rows of 512 and 1024 BF16 values
+    assert got[(512, 1024, 16, 1)] == (10.0, 11.0)  # grad^T (512 x 16, stored 16 x 512) @ x (16 x 1024)
     assert op_class("add") < op_class("div") < op_class("gelu") < op_class("bernoulli_")
     # the gain applies on GPUs only, and a Winograd convolution's GPU roofline is 2.25× lower than its direct FLOPs'
     trace = trace_step(*_meta("resnet18", 2), device_type="cuda")
@@ -874,3 +884,6 @@ def test_a_unit_no_measurement_covered_is_answered_through_its_sibling_units_ker
 
     no_fp16 = replace(a100, hardware_id="tf32-only", peak_fp16_tflops=None)
     assert set(model.predict(tf32, no_fp16)["estimate"]) == {"model"}
+    both = model.predict_many(tf32, [a100, no_fp16])  # batched: each hardware answered as on its own
+    assert both[0]["predicted_ms"].to_list() == out["predicted_ms"].to_list() and set(both[0]["estimate"]) == {"unit:fp16"}
+    assert both[1]["predicted_ms"].to_list() == model.predict(tf32, no_fp16)["predicted_ms"].to_list() and set(both[1]["estimate"]) == {"model"}

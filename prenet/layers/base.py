@@ -55,7 +55,9 @@ def width(rng: np.random.Generator, bounds: list[int], powers_of_two: bool = Fal
     if not powers_of_two:
         return c
     lo, hi = 2 ** math.ceil(math.log2(bounds[0])), 2 ** math.floor(math.log2(bounds[1]))  # the powers within bounds
-    return int(min(max(2 ** round(math.log2(c)), lo), max(lo, hi)))
+    if lo > hi:
+        raise ValueError(f"powers_of_two: no power of two within {bounds}; widen the bounds or drop powers_of_two")
+    return int(min(max(2 ** round(math.log2(c)), lo), hi))
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,8 @@ FEATURES: tuple[str, ...] = (
     "align_m",
     "align_n",
     "align_k",
-    "stride_pow2_n",
-    "stride_pow2_k",
+    "stride_pow2_a",
+    "stride_pow2_b",
     "op_class",
 )
 # The spec sheet enters through the roofline, the ridge ratio, the waves over the SMs and bytes per L2. Raw peak,
@@ -190,8 +190,8 @@ STRIDE_POW2_CAP = 2**14
 def stride_pow2(dim: np.ndarray, elem_bytes: np.ndarray, gemm: np.ndarray) -> np.ndarray:
     """log2 of the largest power of two (≤ :data:`STRIDE_POW2_CAP`) dividing the row stride in bytes of a GEMM operand
     whose rows are ``dim`` elements of ``elem_bytes``; 0 outside ``gemm`` (a mask: the GEMMs ATen's reference loops run,
-    16-bit ones on a CPU without BF16 units; on GPUs the feature moved the unseen-GPU answers, NeuSight's FP32 steps
-    5.5 -> 7.2 % MAPE). Rows a multiple of 2-4 KB
+    16-bit ones on a CPU without BF16 units or AVX-512; on GPUs the feature moved the unseen-GPU answers, NeuSight's FP32
+    steps 5.5 -> 7.2 % MAPE). Rows a multiple of 2-4 KB
     apart map to the same cache sets: ATen's reference BF16 GEMM on a CPU without BF16 units, walking a row-major
     second operand down its columns, ran 16x1024 @ 1024x1024 at 0.97 GFLOP/s, 16x1000 @ 1000x1000 at 1.64 and
     16x2048 @ 2048x2048 at 0.27 (AMD EPYC, 2026-12-06); :func:`alignment` stops at 64 elements and cannot tell them
@@ -233,9 +233,12 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
     # 1 for a bare kernel's time (DeepBench, XLA: no framework dispatch around it); 0 for an op timed in PyTorch and for
     # every op of a step prenet predicts
     elem = np.array([_DTYPE_BYTES.get(d, 4.0) for d in frame.get_column("dtype").to_list()])
-    # cache-set aliasing of row strides: where ATen's reference loops run a CPU's GEMMs, 16-bit ones on a CPU without
-    # BF16 units (MKL and oneDNN pack their operands; GPU GEMMs tile through shared memory)
-    ref_loops = (elem < 4) & (hw.kind == "cpu") & (str(hw.extra.get("bf16_units", "none")) == "none")
+    # cache-set aliasing of row strides where ATen's reference loops run a CPU's GEMMs: 16-bit ones on a CPU recorded
+    # without BF16 units and without AVX-512 (with AVX-512 torch hands them to oneDNN, which packs its operands, as MKL
+    # does FP32 ones; GPU GEMMs tile through shared memory)
+    ref_loops = (elem < 4) & (hw.kind == "cpu") & (hw.extra.get("bf16_units") == "none") & (int(hw.extra.get("simd_bits", 512)) < 512)
+    ref_loops &= frame.get_column("family").to_numpy().astype(str) == "gemm"
+    lay = frame.get_column("layout").to_numpy().astype(np.int64) if "layout" in frame.columns else np.zeros(frame.height, dtype=np.int64)
     kernel_only = frame.get_column("kernel_only").fill_null(0).to_numpy().astype(float) if "kernel_only" in frame.columns else np.zeros(frame.height)
     cols = {
         "log2_flops": _log2(g["flops"]),
@@ -264,8 +267,9 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
         "align_m": alignment(g["m"]),
         "align_n": alignment(g["n"]),
         "align_k": alignment(g["k"]),
-        "stride_pow2_n": stride_pow2(g["n"], elem, gemm & ref_loops),
-        "stride_pow2_k": stride_pow2(g["k"], elem, gemm & ref_loops),
+        # A (m × k) is stored k apart, or m where transposed (layout bit 1); B (k × n) n apart, or k (bit 2)
+        "stride_pow2_a": stride_pow2(np.where(lay & 1, g["m"], g["k"]), elem, gemm & ref_loops),
+        "stride_pow2_b": stride_pow2(np.where(lay & 2, g["k"], g["n"]), elem, gemm & ref_loops),
         "op_class": np.array([float(op_class(o)) for o in frame.get_column("op").to_list()]),
     }
     return np.column_stack([cols[f] for f in FEATURES]), roof
@@ -298,7 +302,8 @@ class EfficiencyModel:
     #: per "device kind/family", the training rows of each arithmetic unit: a tensor-core unit with fewer than
     #: ``min_rows`` of them is answered through its sibling unit's kernels (:data:`UNIT_PROXY`, :meth:`predict_many`)
     unit_rows: dict[str, dict[str, int]] = field(default_factory=dict)
-    #: the fewest training rows that give a (device kind, family), or a unit within it, an answer of its own
+    #: the fewest training rows of a unit within a (device kind, family) that answer that unit's ops with their own
+    #: features (:meth:`unit_proxy`); a family's own threshold is ``fit``'s ``min_rows`` / ``min_rows_family``
     min_rows: int = 30
 
     def measured(self, hw: HardwareSpec) -> bool:
@@ -411,6 +416,7 @@ class EfficiencyModel:
         proxied: dict[str, list[np.ndarray | None]] = {}  # unit → per hardware, its ops' features as its sibling's (lazy)
         eff = np.empty((len(hws), frame.height))
         how: dict[str, np.ndarray] = {}
+        relabel: dict[int, list[tuple[np.ndarray, str]]] = {}  # per hardware: (rows, label) answered through a sibling unit
         for kind in dict.fromkeys(hw.kind for hw in hws):
             idx = [i for i, hw in enumerate(hws) if hw.kind == kind]
             eff[idx] = self.median_efficiency.get(kind, 0.5)
@@ -432,25 +438,29 @@ class EfficiencyModel:
                         continue
                     if u not in proxied:
                         proxied[u] = self._proxied(frame, u, hws)
-                    alt = [proxied[u][i] for i in idx]
-                    if any(a is None for a in alt):  # a hardware without the sibling's peak: the unit's own features
-                        continue
                     on = sel & (units == u)
-                    x = [xi.copy() for xi in x]
-                    for j, a in enumerate(alt):
-                        x[j][on] = a[on]
-                    how[kind][on] = f"unit:{proxy}" if src == "model" else f"{src}+unit:{proxy}"
+                    label = f"unit:{proxy}" if src == "model" else f"{src}+unit:{proxy}"
+                    for j, i in enumerate(idx):  # a hardware without the sibling's peak keeps the unit's own features
+                        if (a := proxied[u][i]) is not None:
+                            x[j] = x[j].copy()
+                            x[j][on] = a[on]
+                            relabel.setdefault(i, []).append((on, label))
                 z = trees.predict(np.concatenate([xi[sel] for xi in x]))
                 eff[np.ix_(idx, np.flatnonzero(sel))] = _sigmoid(z).reshape(len(idx), -1)
-        return [
-            frame.with_columns(
-                pl.Series("roofline_ms", roof),
-                pl.Series("efficiency", eff[i]),
-                pl.Series("predicted_ms", roof / eff[i]),
-                pl.Series("estimate", how[hw.kind].astype(str)),
+        out = []
+        for i, (hw, (_, roof)) in enumerate(zip(hws, feats)):
+            est = how[hw.kind].copy()
+            for on, label in relabel.get(i, []):
+                est[on] = label
+            out.append(
+                frame.with_columns(
+                    pl.Series("roofline_ms", roof),
+                    pl.Series("efficiency", eff[i]),
+                    pl.Series("predicted_ms", roof / eff[i]),
+                    pl.Series("estimate", est.astype(str)),
+                )
             )
-            for i, (hw, (_, roof)) in enumerate(zip(hws, feats))
-        ]
+        return out
 
     def _proxied(self, frame: pl.DataFrame, unit: str, hws: list[HardwareSpec]) -> list[np.ndarray | None]:
         """Per hardware, features of ``frame``'s rows (rows × FEATURES; only the ``unit`` ops' rows filled) with those ops
