@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,11 +192,10 @@ def stride_pow2(dim: np.ndarray, elem_bytes: np.ndarray, gemm: np.ndarray) -> np
     """log2 of the largest power of two (≤ :data:`STRIDE_POW2_CAP`) dividing the row stride in bytes of a GEMM operand
     whose rows are ``dim`` elements of ``elem_bytes``; 0 outside ``gemm`` (a mask: the GEMMs ATen's reference loops run,
     16-bit ones on a CPU without BF16 units or AVX-512; on GPUs the feature moved the unseen-GPU answers, NeuSight's FP32
-    steps 5.5 -> 7.2 % MAPE). Rows a multiple of 2-4 KB
-    apart map to the same cache sets: ATen's reference BF16 GEMM on a CPU without BF16 units, walking a row-major
-    second operand down its columns, ran 16x1024 @ 1024x1024 at 0.97 GFLOP/s, 16x1000 @ 1000x1000 at 1.64 and
-    16x2048 @ 2048x2048 at 0.27 (AMD EPYC, 2026-12-06); :func:`alignment` stops at 64 elements and cannot tell them
-    apart."""
+    steps 5.5 -> 7.2 % MAPE). Rows a multiple of 2-4 KB apart map to the same cache sets: ATen's reference BF16 GEMM on
+    a CPU without BF16 units, walking a row-major second operand down its columns, ran 16x1024 @ 1024x1024 at 0.97
+    GFLOP/s, 16x1000 @ 1000x1000 at 1.64 and 16x2048 @ 2048x2048 at 0.27 (AMD EPYC, 2026-12-06); :func:`alignment`
+    stops at 64 elements and cannot tell them apart."""
     b = np.maximum(np.asarray(dim, dtype=np.int64), 0) * np.asarray(elem_bytes, dtype=np.int64)
     return np.where(gemm & (b > 0), np.log2(np.gcd(b, STRIDE_POW2_CAP)), 0.0)
 
@@ -339,7 +339,7 @@ class EfficiencyModel:
         feats: dict[str, list[np.ndarray]] = {}
         targets: dict[str, list[np.ndarray]] = {}
         effs: dict[str, list[np.ndarray]] = {}
-        units: dict[str, dict[str, int]] = {}
+        units: dict[str, Counter[str]] = {}
         for frame, hw in data:
             hw = at_boost_clock(hw)
             frame = frame.filter(pl.col("measured_ms").is_not_null() & (pl.col("measured_ms") > 0))
@@ -354,8 +354,7 @@ class EfficiencyModel:
                 sel = fams == fam
                 feats.setdefault(key, []).append(x[sel])
                 targets.setdefault(key, []).append(_logit(eff[sel]))
-                for u, n in zip(*np.unique(frame.get_column("unit").to_numpy()[sel].astype(str), return_counts=True)):
-                    units.setdefault(key, {})[str(u)] = units.get(key, {}).get(str(u), 0) + int(n)
+                units.setdefault(key, Counter()).update(frame.get_column("unit").to_numpy()[sel].astype(str).tolist())
         model = EfficiencyModel(params=dict(params), measured_devices=sorted({hw.hardware_id for f, hw in data if f.height}), min_rows=min_rows)
         for kind, e in effs.items():
             model.median_efficiency[kind] = float(np.median(np.clip(np.concatenate(e), EFF_MIN, 1.0)))
