@@ -120,6 +120,8 @@ def benchmark_models(cfg: DictConfig) -> dict:
     }
     record_metrics(cfg, "benchmark_models", metrics)
     print(f"benchmark_models: {df.height} model steps -> {cfg.paths.model_timings}")
+    if note := schedule.summary().get("rounds_note"):  # a progress bar cut short says why here
+        print(f"benchmark_models: {note}")
     return metrics
 
 

@@ -133,6 +133,9 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     }
     record_metrics(cfg, "benchmark_ops", metrics)
     print(f"benchmark_ops: {ops.height} ops from {len(frames)} steps -> {cfg.paths.op_timings}")
+    for what, sched in (("op steps", schedule), ("BF16 zoo steps", zoo_schedule)):  # a progress bar cut short says why here
+        if note := sched.summary().get("rounds_note"):
+            print(f"benchmark_ops: {what}: {note}")
     return metrics
 
 
