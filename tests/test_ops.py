@@ -556,6 +556,12 @@ def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():
     lin = sample_wide(dense, seed=7, aligned_share=0.0)
     assert all(c[k] in (256, 512, 1024, 2048) for _, c in lin for k in ("in_features", "out_features"))
     assert max(REGISTRY["linear"].cost(c, 4).forward_flops for _, c in lin) <= 6e7
+    # bounds that hold no power of two: one error naming the space (a config error: one line, exit 2 in a stage)
+    from prenet.errors import ConfigError
+
+    bad = {"linear_pow2": {**dense["linear_pow2"], "space": {**dense["linear_pow2"]["space"], "in_features": [600, 1000]}}}
+    with pytest.raises(ConfigError, match="'linear_pow2'.*no power of two within \\[600, 1000\\]"):
+        sample_wide(bad, seed=7, aligned_share=0.0)
 
 
 def test_justus_peaks_follow_cores_times_clock():

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from prenet.errors import ConfigError
+
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 #: FLOPs of a direction as a multiple of the forward FLOPs: backward computes the input gradient and the
@@ -56,7 +58,7 @@ def width(rng: np.random.Generator, bounds: list[int], powers_of_two: bool = Fal
         return c
     lo, hi = 2 ** math.ceil(math.log2(bounds[0])), 2 ** math.floor(math.log2(bounds[1]))  # the powers within bounds
     if lo > hi:
-        raise ValueError(f"powers_of_two: no power of two within {bounds}; widen the bounds or drop powers_of_two")
+        raise ConfigError(f"powers_of_two: no power of two within {bounds}; widen the bounds or drop powers_of_two")
     return int(min(max(2 ** round(math.log2(c)), lo), hi))
 
 

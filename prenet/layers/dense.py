@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from prenet.errors import ConfigError
 from prenet.layers.base import LayerCost, LayerType, log_uniform_int, width
 
 
@@ -23,7 +24,7 @@ def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
         }
         if cost(cfg, 4).forward_flops <= float(space.get("max_flops", float("inf"))):
             return cfg
-    raise ValueError(f"dense space {space} admits no configuration under max_flops; raise max_flops")
+    raise ConfigError(f"dense space {space} admits no configuration under max_flops; raise max_flops")
 
 
 def build(cfg: dict[str, int], device: str, dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor]:

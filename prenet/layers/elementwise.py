@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from prenet.errors import ConfigError
 from prenet.layers.base import LayerCost, LayerType, log_uniform_int
 
 SHAPE = ("batch", "hidden")
@@ -53,7 +54,7 @@ def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
         cfg = {"batch": log_uniform_int(rng, *space["batch"]), "hidden": log_uniform_int(rng, *space["hidden"])}
         if cfg["batch"] * cfg["hidden"] <= float(space.get("max_elements", float("inf"))):
             return cfg
-    raise ValueError(f"space {space} admits no configuration under max_elements")
+    raise ConfigError(f"space {space} admits no configuration under max_elements")
 
 
 def _make(

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from prenet.errors import ConfigError
 from prenet.layers.base import LayerCost, LayerType, log_uniform_int
 
 GATES = {"rnn": 1, "gru": 3, "lstm": 4}
@@ -42,7 +43,7 @@ def _capped(space: dict[str, Any], draw, flops) -> dict[str, int]:
         cfg = draw()
         if flops(cfg) <= float(space.get("max_flops", float("inf"))):
             return cfg
-    raise ValueError(f"space {space} admits no configuration under max_flops")
+    raise ConfigError(f"space {space} admits no configuration under max_flops")
 
 
 # ---- recurrent ----------------------------------------------------------------------------------------------
@@ -142,7 +143,7 @@ def sample_embedding(rng: np.random.Generator, space: dict[str, Any]) -> dict[st
         }
         if cfg["num_embeddings"] * cfg["embedding_dim"] <= float(space.get("max_params", float("inf"))):
             return cfg
-    raise ValueError(f"space {space} admits no configuration under max_params")
+    raise ConfigError(f"space {space} admits no configuration under max_params")
 
 
 def build_embedding(cfg, device, dtype):

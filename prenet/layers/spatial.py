@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from prenet.errors import ConfigError
 from prenet.layers.base import LayerCost, LayerType, log_uniform_int
 
 
@@ -25,7 +26,7 @@ def sample_bn(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]
         }
         if cfg["batch"] * cfg["channels"] * cfg["input_size"] ** 2 <= float(space.get("max_elements", float("inf"))):
             return cfg
-    raise ValueError(f"space {space} admits no configuration under max_elements")
+    raise ConfigError(f"space {space} admits no configuration under max_elements")
 
 
 def sample_pool(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
@@ -35,7 +36,7 @@ def sample_pool(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, in
         cfg["stride"] = int(rng.choice(space["stride"]))
         if _pool_out(cfg) >= 1:
             return cfg
-    raise ValueError(f"space {space} admits no pooling configuration")
+    raise ConfigError(f"space {space} admits no pooling configuration")
 
 
 def _input(cfg: dict[str, int], device: str, dtype: torch.dtype) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prenet.errors import PrenetError
+from prenet.errors import ConfigError, PrenetError
 from prenet.layers import REGISTRY
 from prenet.layers.base import log_uniform_int
 from prenet.measurement.timer import fastest_round, round_spread
@@ -264,7 +264,11 @@ def sample_wide(wide: dict[str, Any], *, seed: int, aligned_share: float) -> lis
         lt = REGISTRY[kind]
         rng = _named_generator(seed + 1, name)
         for _ in range(int(spec["configs"])):
-            out.append((kind, lt.complete(snap_aligned(lt.sample(rng, dict(spec["space"])), rng, aligned_share))))
+            try:
+                cfg = lt.sample(rng, dict(spec["space"]))
+            except ConfigError as e:  # name the space (a key of ops.benchmark's wide, bf16_wide or bf16_native_wide)
+                raise ConfigError(f"op benchmark space {name!r}: {e}") from e
+            out.append((kind, lt.complete(snap_aligned(cfg, rng, aligned_share))))
     return out
 
 
