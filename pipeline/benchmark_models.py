@@ -41,7 +41,7 @@ def measure_zoo(
     memory, measured on the first round's warm-up step. Returns the rows and the rounds' schedule (what ran)."""
     device = str(cfg.hardware.device) if device is None else device
     m = cfg.models
-    schedule = RoundSchedule(len(todo), int(m.get("rounds", 1)), min_rounds=int(m.get("min_rounds", 1)), budget_s=budget_s)
+    schedule = RoundSchedule.from_config(len(todo), m, budget_s)
     timings: dict[tuple, list] = {k: [] for k in todo}
     probes: dict[tuple, list[float]] = {k: [] for k in todo}
     peaks: dict[tuple, int | None] = {k: None for k in todo}
@@ -120,8 +120,8 @@ def benchmark_models(cfg: DictConfig) -> dict:
     }
     record_metrics(cfg, "benchmark_models", metrics)
     print(f"benchmark_models: {df.height} model steps -> {cfg.paths.model_timings}")
-    if note := schedule.summary().get("rounds_note"):  # a progress bar cut short says why here
-        print(f"benchmark_models: {note}")
+    if schedule.note:  # a progress bar cut short says why here
+        print(f"benchmark_models: {schedule.note}")
     return metrics
 
 

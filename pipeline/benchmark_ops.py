@@ -74,7 +74,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     t0 = time.monotonic()
     probe = SpeedProbe(int(cfg.threads))  # host speed beside every row (prenet/measurement/probe.py)
     # rounds beyond min_rounds only while they end within rounds_budget_s (a slower host measures fewer rounds)
-    schedule = RoundSchedule(len(todo), int(b.get("rounds", 1)), min_rounds=int(b.get("min_rounds", 1)), budget_s=b.get("rounds_budget_s"))
+    schedule = RoundSchedule.from_config(len(todo), b, b.get("rounds_budget_s"))
     per_step: list[list[pl.DataFrame]] = [[] for _ in todo]
     # interleaved rounds (every step once per round, in turn), each op its fastest round: a minute of a noisy
     # neighbour slows one round of every op, not all the ops measured in that minute (prenet.measurement.timer)
@@ -134,8 +134,8 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     record_metrics(cfg, "benchmark_ops", metrics)
     print(f"benchmark_ops: {ops.height} ops from {len(frames)} steps -> {cfg.paths.op_timings}")
     for what, sched in (("op steps", schedule), ("BF16 zoo steps", zoo_schedule)):  # a progress bar cut short says why here
-        if note := sched.summary().get("rounds_note"):
-            print(f"benchmark_ops: {what}: {note}")
+        if sched.note:
+            print(f"benchmark_ops: {what}: {sched.note}")
     return metrics
 
 

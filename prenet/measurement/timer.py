@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -122,16 +122,10 @@ def fastest_round(values: np.ndarray) -> np.ndarray:
     return np.min(values, axis=0)
 
 
-def interleaved(items: int, rounds: int) -> list[tuple[int, int]]:
-    """(round, item index) in measuring order for ``rounds`` interleaved rounds over ``items`` measurements: every item
-    once per round, in turn (:func:`across_rounds`)."""
-    return [(r, i) for r in range(rounds) for i in range(items)]
-
-
 @dataclass
 class RoundSchedule:
-    """Interleaved rounds (:func:`interleaved`) under a wall-clock budget: iterating yields (round, item index); the
-    first ``min_rounds`` rounds always run, a further one only where it would end within ``budget_s`` seconds of the
+    """Interleaved rounds under a wall-clock budget: iterating yields (round, item index), every item once per round, in
+    turn (:func:`across_rounds`); the first ``min_rounds`` rounds always run, a further one only where it would end within ``budget_s`` seconds of the
     first round's start, projected from the mean round so far (None: every round runs). A slower host measures fewer
     rounds, never fewer items: every item keeps a complete measurement, and only the noisy-neighbour protection of the
     extra rounds is given up (2026-12-06, an AMD EPYC 1.7-2x slower than the Intel Xeon the rounds were sized on: the
@@ -154,6 +148,16 @@ class RoundSchedule:
             for i in range(self.items):
                 yield r, i
             self.measured = r + 1
+
+    @classmethod
+    def from_config(cls, items: int, node: Any, budget_s: float | None) -> "RoundSchedule":
+        """``items`` in the rounds a config group sets (``rounds``, ``min_rounds``; both default 1) under ``budget_s``."""
+        return cls(items, int(node.get("rounds", 1)), min_rounds=int(node.get("min_rounds", 1)), budget_s=budget_s)
+
+    @property
+    def note(self) -> str | None:
+        """Why fewer rounds than configured ran (None where every round ran): :meth:`summary`'s ``rounds_note``."""
+        return self.summary().get("rounds_note")  # type: ignore[return-value]
 
     def __len__(self) -> int:
         """The most (round, item) pairs it yields: every round's (a progress bar's total; a budget may stop it sooner)."""

@@ -436,7 +436,7 @@ class EfficiencyModel:
                     if (proxy := self.unit_proxy(key, u)) is None:
                         continue
                     if u not in proxied:
-                        proxied[u] = self._proxied(frame, u, hws)
+                        proxied[u] = self._proxied(frame, np.flatnonzero(units == u), u, hws)
                     on = sel & (units == u)
                     label = f"unit:{proxy}" if src == "model" else f"{src}+unit:{proxy}"
                     for j, i in enumerate(idx):  # a hardware without the sibling's peak keeps the unit's own features
@@ -461,12 +461,11 @@ class EfficiencyModel:
             )
         return out
 
-    def _proxied(self, frame: pl.DataFrame, unit: str, hws: list[HardwareSpec]) -> list[np.ndarray | None]:
-        """Per hardware, features of ``frame``'s rows (rows × FEATURES; only the ``unit`` ops' rows filled) with those ops
+    def _proxied(self, frame: pl.DataFrame, pos: np.ndarray, unit: str, hws: list[HardwareSpec]) -> list[np.ndarray | None]:
+        """Per hardware, features of ``frame``'s rows (rows × FEATURES; only the rows at ``pos``, the ``unit`` ops, filled) with those ops
         recast as their :data:`UNIT_PROXY` sibling's: its unit and element size (bytes scaled by the ratio of element
         sizes); None for a hardware whose spec sheet lacks the sibling's peak."""
         proxy = UNIT_PROXY[unit]
-        pos = np.flatnonzero(frame.get_column("unit").to_numpy().astype(str) == unit)
         scale = _DTYPE_BYTES[UNIT_DTYPE[proxy]] / _DTYPE_BYTES[UNIT_DTYPE[unit]]
         alt = frame[pos].with_columns(
             pl.lit(proxy).alias("unit"),
