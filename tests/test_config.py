@@ -27,6 +27,32 @@ def test_every_option_of_every_group_composes(group):
             assert opt.startswith(cfg.predictor.name)  # xgboost_small is an xgboost
 
 
+def _dvc_params() -> list[str]:
+    """Every params key a dvc.yaml stage lists (``dvc repro`` refuses a stage whose key params.yaml lacks)."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    keys: set[str] = set()
+    for stage in stages.values():
+        for entry in stage.get("params", []):
+            keys.update([entry] if isinstance(entry, str) else [k for v in entry.values() for k in v])
+    return sorted(keys)
+
+
+@pytest.mark.parametrize("override", [f"{p.parent.name}={p.stem}" for p in sorted(CONF_DIR.glob("*/*.yaml"))])
+def test_every_dvc_param_exists_under_every_group_option(override):
+    """A group option that drops a key some stage lists fails `dvc repro` under it (until 2026-12-06 models=tiny, and
+    so experiment=tiny and the retrain flow's test, lacked models.min_rounds)."""
+    cfg = OmegaConf.to_container(compose([override]), resolve=True)
+    missing = []
+    for key in _dvc_params():
+        node = cfg
+        for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                missing.append(key)
+                break
+            node = node[part]
+    assert not missing, f"{override}: {missing}"
+
+
 def test_the_tiny_experiment_shrinks_every_op_benchmark_space():
     """experiment=tiny merges into quick's op benchmark, so a space quick adds stays at quick's size unless tiny names it
     too (until 2026-12-06 conv2d, pointwise convolutions and large LSTMs were measured at quick's size, 150+ blocks of
