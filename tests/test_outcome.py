@@ -201,6 +201,39 @@ def test_a_recipe_adds_runs_from_its_own_settings_and_leaves_the_others_planned_
         plan_domain("mlp_digits", space, enrich={"wide": hb}, **kw)
 
 
+def test_features_of_gapped_runs_are_computed_a_column_at_a_time_as_one_run_alone():
+    """design() works over all runs at once: a run missing an epoch, a null or non-positive loss, a run absent from
+    the table, a repeated run and a run alone all give what its own row gives; the power law is least squares in
+    log-log over the positive losses (as np.polyfit fits it)."""
+    from prenet.outcome.features import PROJECT_EPOCH, design, feature_names, single_run
+
+    loss = {"a": [2.0, 1.1, 0.7, 0.5], "b": [2.3, None, 1.9, -1.0], "c": [1.5, 0.0, 0.9, 0.8]}
+    rows = [
+        {"run_id": r, "epoch": e + 1, "train_loss": v, "train_accuracy": 0.1 * (e + 1), "minibatches": 4}
+        for r, vs in loss.items()
+        for e, v in enumerate(vs)
+        if not (r == "b" and e == 1)  # b has no row for epoch 2
+    ]
+    tel = pl.DataFrame(rows)
+    ids = ["c", "a", "missing", "a", "b"]
+    X = design(tel, ids, 4, "telemetry")
+    col = {n: i for i, n in enumerate(feature_names(4, "telemetry"))}
+    for i, r in enumerate(ids):
+        alone = single_run(tel.filter(pl.col("run_id") == r).drop("run_id"), 4)[0] if r != "missing" else None
+        if alone is not None:
+            np.testing.assert_array_equal(X[i], alone)
+    assert np.isnan(X[2]).all()  # a run the table lacks: nothing known
+    np.testing.assert_array_equal(X[1], X[3])
+    k = np.array([1.0, 3.0, 4.0])  # c: the zero loss at epoch 2 is left out of the fit
+    slope, icpt = np.polyfit(np.log(k), np.log([1.5, 0.9, 0.8]), 1)
+    assert X[0, col["loss_exponent"]] == pytest.approx(-slope) and X[0, col["loss_projected"]] == pytest.approx(
+        math.exp(icpt + slope * math.log(PROJECT_EPOCH))
+    )
+    # b: no epoch-2 row and a negative loss at epoch 4: fitted on epochs 1 and 3
+    assert X[4, col["loss_exponent"]] == pytest.approx(-math.log(1.9 / 2.3) / math.log(3)) and np.isnan(X[4, col["train_loss_e2"]])
+    assert X[4, col["d_train_loss"]] == pytest.approx(-2.9) and X[4, col["train_loss_e4"]] == -1.0 and np.isnan(X[4, col["loss_ratio_e2"]])
+
+
 @pytest.mark.skipif(not datasets.fashion_mnist_available(), reason="dataset-fashion-mnist not installed (make install)")
 def test_fashion_domain_data_is_a_fixed_downsampled_subset():
     tr, va, te = domain_data("fashion", fashion_train=100, fashion_test=20)

@@ -115,65 +115,125 @@ def feature_names(epoch: int, feature_set: str, drop: Sequence[str] = ()) -> lis
     return [n for g in keep for n in groups[g]]
 
 
-def _power_law(values: list[float]) -> tuple[float, float]:
-    """(exponent b, value projected to PROJECT_EPOCH) of v_k = a·k^(−b) fitted to positive values v_1..v_e."""
-    k = np.arange(1, len(values) + 1, dtype=float)
-    v = np.array(values, dtype=float)
-    ok = np.isfinite(v) & (v > 0)
-    if ok.sum() < 2:
-        return float("nan"), float("nan")
-    slope, icpt = np.polyfit(np.log(k[ok]), np.log(v[ok]), 1)
-    return float(-slope), float(math.exp(icpt + slope * math.log(PROJECT_EPOCH)))
+#: The telemetry columns the features read (absent from a table: NaN).
+_READ = (
+    "train_loss",
+    "train_accuracy",
+    "grad_norm",
+    "log10_grad_snr",
+    "log10_grad_snr_median",
+    *_WEIGHTS,
+    *_WITHIN,
+    "dead_relu_frac",
+    "saturated_frac",
+    "val_accuracy",
+    "val_loss",
+    "update_ratio",
+    "minibatches",
+    "lr",
+    "momentum",
+    "adaptive",
+)
 
 
-def _row(tel: dict[int, dict], epoch: int, domain: str | None, schedule: str | None = None) -> dict[str, float]:
-    def get(k: int, c: str) -> float:
-        v = tel.get(k, {}).get(c)
-        return float(v) if v is not None and math.isfinite(float(v)) else float("nan")
+def _cube(telemetry: pl.DataFrame, run_ids: Sequence[str], epoch: int) -> dict[str, np.ndarray]:
+    """Each read column as (runs × epochs 1..``epoch``) float64, in the order of ``run_ids`` (repeats allowed): NaN
+    where the run has no row for the epoch, the value is null or not finite, or the table lacks the column."""
+    uniq = list(dict.fromkeys(run_ids))
+    where = {r: i for i, r in enumerate(uniq)}
+    pos = np.array([where[r] for r in run_ids], dtype=np.int64)
+    keys = pl.DataFrame(
+        {"run_id": uniq, "_row": np.arange(len(uniq), dtype=np.int64)}, schema_overrides={"run_id": telemetry.schema.get("run_id", pl.String)}
+    )
+    t = telemetry.filter((pl.col("epoch") >= 1) & (pl.col("epoch") <= epoch)).join(keys, on="run_id", how="inner")
+    r, e = t["_row"].to_numpy(), t["epoch"].to_numpy().astype(np.int64) - 1
+    out = {}
+    for c in _READ:
+        a = np.full((len(uniq), epoch), np.nan)
+        if c in t.columns:
+            a[r, e] = t[c].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+        a[~np.isfinite(a)] = np.nan
+        out[c] = a[pos]
+    return out
 
-    def ratio(a: float, b: float) -> float:
-        return a / b if b > 0 and math.isfinite(a / b) else float("nan")
 
-    def log10(v: float) -> float:
-        return math.log10(v) if v > 0 and math.isfinite(v) else float("nan")
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a / b where b > 0 and the quotient is finite, else NaN."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        q = a / b
+    return np.where((b > 0) & np.isfinite(q), q, np.nan)
 
-    out: dict[str, float] = {}
-    ks = range(1, epoch + 1)
-    for k in ks:
-        tl, ta = get(k, "train_loss"), get(k, "train_accuracy")
-        out[f"train_loss_e{k}"], out[f"train_accuracy_e{k}"] = tl, ta
+
+def _log10(v: np.ndarray) -> np.ndarray:
+    """log10 of the positive finite values, NaN elsewhere."""
+    ok = (v > 0) & np.isfinite(v)
+    return np.where(ok, np.log10(np.where(ok, v, 1.0)), np.nan)
+
+
+def _power_law(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``values`` (runs × epochs 1..e): (exponent b, value projected to PROJECT_EPOCH) of v_k = a·k^(−b),
+    least squares in log–log over the row's positive values; NaN for a row with fewer than two."""
+    ok = np.isfinite(values) & (values > 0)
+    x = np.where(ok, np.log(np.arange(1, values.shape[1] + 1, dtype=float))[None, :], 0.0)
+    y = np.where(ok, np.log(np.where(ok, values, 1.0)), 0.0)
+    n = ok.sum(axis=1).astype(float)
+    mx = np.divide(x.sum(axis=1), n, out=np.zeros_like(n), where=n > 0)
+    my = np.divide(y.sum(axis=1), n, out=np.zeros_like(n), where=n > 0)
+    dx = np.where(ok, x - mx[:, None], 0.0)
+    sxx = (dx * dx).sum(axis=1)
+    fit = n >= 2
+    slope = np.divide((dx * np.where(ok, y - my[:, None], 0.0)).sum(axis=1), sxx, out=np.full_like(n, np.nan), where=fit)
+    with np.errstate(over="ignore", invalid="ignore"):
+        projected = np.exp(my + slope * (math.log(PROJECT_EPOCH) - mx))
+    return np.where(fit, -slope, np.nan), np.where(fit, projected, np.nan)
+
+
+def _columns(v: dict[str, np.ndarray], epoch: int, domains: Sequence[str | None], schedules: Sequence[str | None]) -> dict[str, np.ndarray]:
+    """The feature columns (one value per run) from the runs' telemetry cube ``v`` (:func:`_cube`)."""
+    tl, ta = v["train_loss"], v["train_accuracy"]
+    out: dict[str, np.ndarray] = {}
+    for k in range(1, epoch + 1):
+        i = k - 1
+        out[f"train_loss_e{k}"], out[f"train_accuracy_e{k}"] = tl[:, i], ta[:, i]
         if k >= 2:
-            out[f"loss_ratio_e{k}"] = ratio(tl, get(1, "train_loss"))
-            out[f"log10_grad_norm_ratio_e{k}"] = log10(ratio(get(k, "grad_norm"), get(1, "grad_norm")))
+            out[f"loss_ratio_e{k}"] = _ratio(tl[:, i], tl[:, 0])
+            out[f"log10_grad_norm_ratio_e{k}"] = _log10(_ratio(v["grad_norm"][:, i], v["grad_norm"][:, 0]))
         for c in ("log10_grad_snr", "log10_grad_snr_median", *_WEIGHTS, *_WITHIN, "dead_relu_frac", "saturated_frac", "val_accuracy", "val_loss"):
-            out[f"{c}_e{k}"] = get(k, c)
-        out[f"log10_update_ratio_e{k}"] = log10(get(k, "update_ratio"))
-        out[f"gap_accuracy_e{k}"] = ta - get(k, "val_accuracy")
-        out[f"gap_loss_e{k}"] = get(k, "val_loss") - tl
-    out["log10_steps_per_epoch"] = log10(get(1, "minibatches"))
-    prev = epoch - 1 if epoch > 1 else None
-    out["d_train_loss"] = get(epoch, "train_loss") - get(prev, "train_loss") if prev else float("nan")
-    out["d_train_accuracy"] = get(epoch, "train_accuracy") - get(prev, "train_accuracy") if prev else float("nan")
-    if prev:
-        out["d_log10_grad_snr"] = get(epoch, "log10_grad_snr") - get(prev, "log10_grad_snr")
-        out["d_log10_update_ratio"] = log10(get(epoch, "update_ratio")) - log10(get(prev, "update_ratio"))
-        out["weight_growth"] = get(epoch, "weight_norm_ratio") - get(prev, "weight_norm_ratio")
+            out[f"{c}_e{k}"] = v[c][:, i]
+        out[f"log10_update_ratio_e{k}"] = _log10(v["update_ratio"][:, i])
+        out[f"gap_accuracy_e{k}"] = ta[:, i] - v["val_accuracy"][:, i]
+        out[f"gap_loss_e{k}"] = v["val_loss"][:, i] - tl[:, i]
+    out["log10_steps_per_epoch"] = _log10(v["minibatches"][:, 0])
+    last = epoch - 1
+    if epoch > 1:
+        prev = epoch - 2
+        out["d_train_loss"] = tl[:, last] - tl[:, prev]
+        out["d_train_accuracy"] = ta[:, last] - ta[:, prev]
+        out["d_log10_grad_snr"] = v["log10_grad_snr"][:, last] - v["log10_grad_snr"][:, prev]
+        out["d_log10_update_ratio"] = _log10(v["update_ratio"][:, last]) - _log10(v["update_ratio"][:, prev])
+        out["weight_growth"] = v["weight_norm_ratio"][:, last] - v["weight_norm_ratio"][:, prev]
     if epoch >= 3:
-        ll = [log10(get(k, "train_loss")) for k in (epoch - 2, epoch - 1, epoch)]
-        out["loss_curvature"] = ll[2] - 2 * ll[1] + ll[0]
-        aa = [get(k, "train_accuracy") for k in (epoch - 2, epoch - 1, epoch)]
-        out["accuracy_curvature"] = aa[2] - 2 * aa[1] + aa[0]
-    end, trend = get(epoch, "loss_end"), get(epoch, "loss_trend")
-    out["log_loss_projected_within"] = max(math.log(end) + trend * (PROJECT_EPOCH - epoch) / 0.75, math.log(1e-4)) if end > 0 else float("nan")
+        ll = _log10(tl[:, last - 2 : last + 1])
+        out["loss_curvature"] = ll[:, 2] - 2 * ll[:, 1] + ll[:, 0]
+        aa = ta[:, last - 2 : last + 1]
+        out["accuracy_curvature"] = aa[:, 2] - 2 * aa[:, 1] + aa[:, 0]
+    end, trend = v["loss_end"][:, last], v["loss_trend"][:, last]
+    pos = end > 0
+    with np.errstate(invalid="ignore"):
+        within = np.log(np.where(pos, end, 1.0)) + trend * (PROJECT_EPOCH - epoch) / 0.75
+    out["log_loss_projected_within"] = np.where(pos, np.maximum(within, math.log(1e-4)), np.nan)
     if epoch >= 2:
-        out["loss_exponent"], out["loss_projected"] = _power_law([get(k, "train_loss") for k in ks])
-        out["error_exponent"], out["error_projected"] = _power_law([1 - get(k, "train_accuracy") for k in ks])
-    lr, m, adaptive = get(epoch, "lr"), get(epoch, "momentum"), get(epoch, "adaptive")
-    out["log10_lr"], out["log10_lr_ratio"] = log10(lr), log10(ratio(lr, get(1, "lr")))
+        out["loss_exponent"], out["loss_projected"] = _power_law(tl)
+        out["error_exponent"], out["error_projected"] = _power_law(1 - ta)
+    lr, m, adaptive = v["lr"][:, last], v["momentum"][:, last], v["adaptive"][:, last]
+    out["log10_lr"], out["log10_lr_ratio"] = _log10(lr), _log10(_ratio(lr, v["lr"][:, 0]))
     out["momentum"], out["adaptive"] = m, adaptive
-    out["log10_sgd_step"] = log10(lr / (1 - m)) if adaptive == 0 and 0 <= m < 1 else float("nan")
-    out["arch_code"], out["dataset_code"] = domain_codes(domain)
-    out["schedule_code"] = SCHEDULE_CODES.get(schedule, float("nan")) if schedule else float("nan")
+    sgd = (adaptive == 0) & (m >= 0) & (m < 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["log10_sgd_step"] = np.where(sgd, _log10(lr / np.where(sgd, 1 - m, 1.0)), np.nan)
+    codes = np.array([domain_codes(d) for d in domains], dtype=float).reshape(len(domains), 2)
+    out["arch_code"], out["dataset_code"] = codes[:, 0], codes[:, 1]
+    out["schedule_code"] = np.array([SCHEDULE_CODES.get(s, np.nan) if s else np.nan for s in schedules], dtype=float)
     return out
 
 
@@ -188,15 +248,13 @@ def design(
     drop: Sequence[str] = (),
 ) -> np.ndarray:
     """(runs × features) for the runs ``run_ids`` (in that order) from a long telemetry table (run_id, epoch, …);
-    ``domains`` and ``schedules`` (one per run, ``None`` = unknown) feed the domain and schedule groups."""
-    by_run: dict[str, dict[int, dict]] = {}
-    for r in telemetry.filter(pl.col("epoch") <= epoch).iter_rows(named=True):
-        by_run.setdefault(r["run_id"], {})[int(r["epoch"])] = r
+    ``domains`` and ``schedules`` (one per run, ``None`` = unknown) feed the domain and schedule groups. Computed a
+    column at a time over all the runs (a run's row once cost 0.3 ms in Python: train_outcome built 216,000)."""
     names = feature_names(epoch, feature_set, drop)
     doms = list(domains) if domains is not None else [None] * len(run_ids)
     scheds = list(schedules) if schedules is not None else [None] * len(run_ids)
-    rows = [_row(by_run.get(rid, {}), epoch, d, sc) for rid, d, sc in zip(run_ids, doms, scheds)]
-    X = np.array([[r.get(n, float("nan")) for n in names] for r in rows], dtype=float).reshape(len(run_ids), len(names))
+    cols = _columns(_cube(telemetry, run_ids, epoch), epoch, doms, scheds) if len(run_ids) else {}
+    X = np.array([cols[n] if n in cols else np.full(len(run_ids), np.nan) for n in names], dtype=float).T.reshape(len(run_ids), len(names))
     with np.errstate(over="ignore"):
         X = np.where(np.isfinite(X) & (np.abs(X) < 1e30), X, np.nan)  # an overflowing ratio is as unknown as a missing value
     return X
