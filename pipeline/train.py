@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import polars as pl
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.artifacts import read_artifact, write_artifact
@@ -24,7 +23,6 @@ from pipeline.config import compose, hydra_entry
 from pipeline.record import record_metrics
 from pipeline.split import split_rule
 from prenet.data.split_rule import assert_no_holdout
-from prenet.recipe.model import fit_step_time_model, select_step_time_model
 
 
 def predictor_params(cfg_predictor, seed: int, threads: int) -> tuple[str, dict]:
@@ -36,6 +34,12 @@ def predictor_params(cfg_predictor, seed: int, threads: int) -> tuple[str, dict]
 
 def train(cfg: DictConfig) -> dict:
     """Fit the configured, the baseline-feature and the selected models; save them and ``metrics/train.json``."""
+    # the fitting's imports (torch, XGBoost: 3.5 s) only here: `python -m pipeline.train` with a bad override, --help or
+    # --cfg answers without them
+    import torch
+
+    from prenet.recipe.model import fit_step_time_model, select_step_time_model
+
     dev = read_artifact(cfg, "dev")
     assert_no_holdout(dev, split_rule(cfg), where=f"train ({cfg.paths.dev})")
     torch.set_num_threads(int(cfg.threads))
