@@ -27,6 +27,9 @@ def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
     corpus_runs = read_artifact(cfg, "outcome_runs")
     corpus_tel = read_artifact(cfg, "outcome_telemetry")
     oc = cfg.outcome.out_of_corpus
+    if oc.get("max_runs") is not None:  # the first runs only (a test of the stage; the record's `runs` says how many)
+        runs = runs.head(int(oc.max_runs))
+        tel = tel.filter(pl.col("run_id").is_in(runs["run_id"].implode()))
     dev = corpus_runs.filter(pl.col("split") != "holdout")  # what the trained models were fitted on
     params = OmegaConf.to_container(cfg.outcome.predictor, resolve=True)
 
