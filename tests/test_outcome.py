@@ -691,20 +691,13 @@ def test_out_of_corpus_runs_are_a_users_loop_outside_the_prior():
     assert late_bloomer_share(runs, tel) == pytest.approx(1 / 3)  # a: below 0.5 at epoch 2, at least 0.8 at the end
 
 
-def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run, tmp_path):
-    from omegaconf import OmegaConf
-
+def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run):
     from pipeline.evaluate_outcome_ooc import evaluate_outcome_ooc
 
     _, cfg, _ = tiny_run
-    shipped = Path(cfg.paths.outcome_ooc)
-    runs = pl.read_parquet(shipped / "runs.parquet").head(48)  # the first 48 of the shipped runs: the stage, not its figures
-    (tmp_path / "ooc").mkdir()
-    runs.write_parquet(tmp_path / "ooc" / "runs.parquet")
-    pl.read_parquet(shipped / "telemetry.parquet").filter(pl.col("run_id").is_in(runs["run_id"].implode())).write_parquet(
-        tmp_path / "ooc" / "telemetry.parquet"
-    )
-    res = evaluate_outcome_ooc(OmegaConf.merge(cfg, {"paths": {"outcome_ooc": str(tmp_path / "ooc")}}))
+    assert cfg.outcome.out_of_corpus.max_runs == 48  # the first 48 of the shipped runs (experiment=tiny): the stage, not its figures
+    res = evaluate_outcome_ooc(cfg)
+    runs = pl.read_parquet(Path(cfg.paths.outcome_ooc) / "runs.parquet").head(48)
     n = runs.height
     assert res["runs"] == n == 48 and set(res["by_epoch"]) == {"1", "2", "3", "5"}
     for m in res["by_epoch"].values():
