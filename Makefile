@@ -58,8 +58,11 @@ run: $(STAMP) data-deps  ## the main job: dvc repro on the embedded defaults, th
 	@echo "  metrics  data/metrics/*.json   (headline scalars: dvc metrics show; full records in data/plots/*.json)"
 	@echo "  models   data/models/   (wall times of the stages: data/run_log.jsonl)"
 
-test: $(STAMP) test-deps data-deps  ## the test suite (slow tests excluded; see test-slow)
-	python -m pytest -q
+# make test's pytest processes (pytest-xdist): the 2 cores the contract gives it, one torch thread each (tests/conftest.py)
+TEST_WORKERS ?= 2
+
+test: $(STAMP) test-deps data-deps  ## the test suite (slow tests excluded; see test-slow), in TEST_WORKERS processes
+	python -m pytest -q -n $(TEST_WORKERS)
 
 test-deps:  ## Debian's chromium for the report's browser test (installed when this user may; else that test skips)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
