@@ -129,7 +129,7 @@ def test_prenet_report_command_renders_the_stages_page_with_its_overrides(tmp_pa
     seen = []
     monkeypatch.setattr(pipeline.report, "report", lambda cfg: seen.append(cfg) or {"html": Path(cfg.paths.report) / "index.html"})
     out = tmp_path / "again"
-    assert main(["report", f"paths.report={out}", "threads=1"]) == 0
+    assert main(["report", f"paths.report={out}"]) == 0
     assert len(seen) == 1 and Path(seen[0].paths.report) == out and Path(seen[0].paths.plots).is_absolute()
     assert f"open {out / 'index.html'} in a browser (self-contained" in capsys.readouterr().out
 
