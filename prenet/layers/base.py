@@ -43,6 +43,25 @@ class LayerCost:
     output_bytes: int
 
 
+#: Configurations a sampler draws before it calls its space empty.
+MAX_DRAWS = 1000
+
+
+def cap(space: dict[str, Any], key: str) -> float:
+    """A space's cap ``key`` (``max_flops``, ``max_elements``, ``max_params``); none set: no cap."""
+    return float(space.get(key, float("inf")))
+
+
+def redraw(draw: Callable[[], dict[str, int] | None], fits: Callable[[dict[str, int]], bool], empty: str) -> dict[str, int]:
+    """The first configuration ``draw()`` gives that ``fits`` (a draw of None is invalid), within ``MAX_DRAWS`` draws;
+    :class:`~prenet.errors.ConfigError` ``empty`` (what was wrong and how to fix it) when none does."""
+    for _ in range(MAX_DRAWS):
+        cfg = draw()
+        if cfg is not None and fits(cfg):
+            return cfg
+    raise ConfigError(empty)
+
+
 def log_uniform_int(rng: np.random.Generator, lo: int, hi: int) -> int:
     """An integer drawn log-uniformly from [lo, hi]."""
     return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))

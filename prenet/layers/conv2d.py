@@ -8,8 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from prenet.errors import ConfigError
-from prenet.layers.base import LayerCost, LayerType, log_uniform_int, width
+from prenet.layers.base import LayerCost, LayerType, cap, log_uniform_int, redraw, width
 
 
 def output_size(input_size: int, kernel_size: int, stride: int, padding: int) -> int:
@@ -30,7 +29,7 @@ def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
     def channels(bounds: list[int]) -> int:
         return width(rng, bounds, bool(space.get("powers_of_two")))
 
-    for _ in range(1000):
+    def draw() -> dict[str, int] | None:  # None: an empty output
         k = int(rng.choice(space["kernel_size"]))
         cfg = {
             "batch": log_uniform_int(rng, *space["batch"]),
@@ -41,11 +40,13 @@ def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
             "stride": int(rng.choice(space["stride"])),
             "padding": int(rng.choice([0, k // 2])),
         }
-        if derive(cfg)["output_size"] < 1:
-            continue
-        if cost(cfg, 4).forward_flops <= float(space.get("max_flops", float("inf"))):
-            return cfg
-    raise ConfigError(f"conv2d space {space} admits no configuration under max_flops; raise max_flops")
+        return cfg if derive(cfg)["output_size"] >= 1 else None
+
+    return redraw(
+        draw,
+        lambda c: cost(c, 4).forward_flops <= cap(space, "max_flops"),
+        f"conv2d space {space} admits no configuration under max_flops; raise max_flops",
+    )
 
 
 def build(cfg: dict[str, int], device: str, dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor]:

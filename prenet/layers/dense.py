@@ -8,23 +8,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from prenet.errors import ConfigError
-from prenet.layers.base import LayerCost, LayerType, log_uniform_int, width
+from prenet.layers.base import LayerCost, LayerType, cap, log_uniform_int, redraw, width
 
 
 def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
     """Log-uniform batch and widths within ``space`` ranges (with ``powers_of_two``, widths rounded to powers of two:
     :func:`~prenet.layers.base.width`), rejecting configs above ``max_flops``."""
     pow2 = bool(space.get("powers_of_two"))
-    for _ in range(1000):
-        cfg = {
+    return redraw(
+        lambda: {
             "batch": log_uniform_int(rng, *space["batch"]),
             "in_features": width(rng, space["in_features"], pow2),
             "out_features": width(rng, space["out_features"], pow2),
-        }
-        if cost(cfg, 4).forward_flops <= float(space.get("max_flops", float("inf"))):
-            return cfg
-    raise ConfigError(f"dense space {space} admits no configuration under max_flops; raise max_flops")
+        },
+        lambda c: cost(c, 4).forward_flops <= cap(space, "max_flops"),
+        f"dense space {space} admits no configuration under max_flops; raise max_flops",
+    )
 
 
 def build(cfg: dict[str, int], device: str, dtype: torch.dtype) -> tuple[nn.Module, torch.Tensor]:

@@ -15,8 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prenet.errors import ConfigError
-from prenet.layers.base import LayerCost, LayerType, log_uniform_int
+from prenet.layers.base import LayerCost, LayerType, cap, log_uniform_int, redraw
 
 SHAPE = ("batch", "hidden")
 
@@ -50,11 +49,11 @@ class CrossEntropy(nn.Module):
 
 def sample(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
     """Log-uniform batch and hidden, redrawn while batch·hidden exceeds ``max_elements``."""
-    for _ in range(1000):
-        cfg = {"batch": log_uniform_int(rng, *space["batch"]), "hidden": log_uniform_int(rng, *space["hidden"])}
-        if cfg["batch"] * cfg["hidden"] <= float(space.get("max_elements", float("inf"))):
-            return cfg
-    raise ConfigError(f"space {space} admits no configuration under max_elements")
+    return redraw(
+        lambda: {"batch": log_uniform_int(rng, *space["batch"]), "hidden": log_uniform_int(rng, *space["hidden"])},
+        lambda c: c["batch"] * c["hidden"] <= cap(space, "max_elements"),
+        f"space {space} admits no configuration under max_elements",
+    )
 
 
 def _make(

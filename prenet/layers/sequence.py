@@ -9,8 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from prenet.errors import ConfigError
-from prenet.layers.base import LayerCost, LayerType, log_uniform_int
+from prenet.layers.base import LayerCost, LayerType, cap, log_uniform_int, redraw
 
 GATES = {"rnn": 1, "gru": 3, "lstm": 4}
 _RNN_CLS = {"rnn": nn.RNN, "gru": nn.GRU, "lstm": nn.LSTM}
@@ -39,11 +38,7 @@ class SelfAttention(nn.Module):
 
 
 def _capped(space: dict[str, Any], draw, flops) -> dict[str, int]:
-    for _ in range(1000):
-        cfg = draw()
-        if flops(cfg) <= float(space.get("max_flops", float("inf"))):
-            return cfg
-    raise ConfigError(f"space {space} admits no configuration under max_flops")
+    return redraw(draw, lambda c: flops(c) <= cap(space, "max_flops"), f"space {space} admits no configuration under max_flops")
 
 
 # ---- recurrent ----------------------------------------------------------------------------------------------
@@ -134,16 +129,16 @@ def cost_embedding(cfg: dict[str, int], dtype_bytes: int) -> LayerCost:
 
 
 def sample_embedding(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
-    for _ in range(1000):
-        cfg = {
+    return redraw(
+        lambda: {
             "batch": log_uniform_int(rng, *space["batch"]),
             "seq_len": log_uniform_int(rng, *space["seq_len"]),
             "num_embeddings": log_uniform_int(rng, *space["num_embeddings"]),
             "embedding_dim": log_uniform_int(rng, *space["embedding_dim"]),
-        }
-        if cfg["num_embeddings"] * cfg["embedding_dim"] <= float(space.get("max_params", float("inf"))):
-            return cfg
-    raise ConfigError(f"space {space} admits no configuration under max_params")
+        },
+        lambda c: c["num_embeddings"] * c["embedding_dim"] <= cap(space, "max_params"),
+        f"space {space} admits no configuration under max_params",
+    )
 
 
 def build_embedding(cfg, device, dtype):

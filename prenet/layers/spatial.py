@@ -9,8 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from prenet.errors import ConfigError
-from prenet.layers.base import LayerCost, LayerType, log_uniform_int
+from prenet.layers.base import LayerCost, LayerType, cap, log_uniform_int, redraw
 
 
 def _pool_out(cfg: dict[str, int]) -> int:
@@ -18,25 +17,22 @@ def _pool_out(cfg: dict[str, int]) -> int:
 
 
 def sample_bn(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
-    for _ in range(1000):
-        cfg = {
+    return redraw(
+        lambda: {
             "batch": log_uniform_int(rng, *space["batch"]),
             "channels": log_uniform_int(rng, *space["channels"]),
             "input_size": log_uniform_int(rng, *space["input_size"]),
-        }
-        if cfg["batch"] * cfg["channels"] * cfg["input_size"] ** 2 <= float(space.get("max_elements", float("inf"))):
-            return cfg
-    raise ConfigError(f"space {space} admits no configuration under max_elements")
+        },
+        lambda c: c["batch"] * c["channels"] * c["input_size"] ** 2 <= cap(space, "max_elements"),
+        f"space {space} admits no configuration under max_elements",
+    )
 
 
 def sample_pool(rng: np.random.Generator, space: dict[str, Any]) -> dict[str, int]:
-    for _ in range(1000):
-        cfg = sample_bn(rng, space)
-        cfg["kernel_size"] = int(rng.choice(space["kernel_size"]))
-        cfg["stride"] = int(rng.choice(space["stride"]))
-        if _pool_out(cfg) >= 1:
-            return cfg
-    raise ConfigError(f"space {space} admits no pooling configuration")
+    def draw() -> dict[str, int]:
+        return {**sample_bn(rng, space), "kernel_size": int(rng.choice(space["kernel_size"])), "stride": int(rng.choice(space["stride"]))}
+
+    return redraw(draw, lambda c: _pool_out(c) >= 1, f"space {space} admits no pooling configuration")
 
 
 def _input(cfg: dict[str, int], device: str, dtype: torch.dtype) -> torch.Tensor:
