@@ -76,6 +76,7 @@ def evaluate_outcome_ooc(cfg: DictConfig) -> dict:
             seeds=seeds,
             params=params,
             mapper=refits,
+            known={int(cfg.seed): {int(e): m["r2"][0] for e, m in res["by_epoch"].items()}},  # the trained models: the headline
         )
     res["summary"] = {f"r2_epoch{e}": m["r2"][0] for e, m in res["by_epoch"].items()} | {
         f"auc_epoch{e}": m["failure_auc"][0] for e, m in res["by_epoch"].items()

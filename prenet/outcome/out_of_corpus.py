@@ -347,6 +347,7 @@ def seed_spread(
     seeds: list[int],
     params: dict,
     mapper: Callable = map,
+    known: dict[int, dict[int, float]] | None = None,
 ) -> dict[str, Any]:
     """How much of the out-of-corpus R² is the fit's own randomness: the pooled accuracy model refitted on the corpus
     development runs ``dev`` with each of ``seeds`` (XGBoost's row and column sampling, and which copies of a run mask
@@ -354,7 +355,9 @@ def seed_spread(
     the epoch answered 0.1, as :func:`score` answers it); with a seed bag (``params["bag"]`` = k) each refit is a bag
     of seeds s … s + k − 1, so give ``seeds`` k apart. Returns, per epoch, the R² of each seed's refit and their
     range. The trained models are one of these fits (the stage's ``seed``): the headline figure is one draw of this
-    spread, not its centre. ``mapper(fn, items)`` runs the refits (``map``, or a process pool's)."""
+    spread, not its centre. ``known`` ({seed: {epoch: R²}}) gives the seeds already fitted and scored (the trained
+    models, by :func:`score`), taken as given rather than refitted (a refit reproduces them to 1e-9: a test holds it).
+    ``mapper(fn, items)`` runs the refits (``map``, or a process pool's)."""
     from prenet.outcome.crossval import fit_and_answer
     from prenet.outcome.evaluation import r2
     from prenet.outcome.models import labels, load
@@ -366,14 +369,19 @@ def seed_spread(
     out: dict[str, Any] = {"seeds": list(seeds), "by_epoch": {}}
     masks, items = {}, []
     nothing = {"known_domain": False, "known_schedule": False}
+    known = known or {}
+    fit = {e: [s for s in seeds if e not in known.get(s, {})] for e in epochs}
     for e in epochs:
         masks[e], hold = answered_unstated(runs, telemetry, e)
         accuracy = {"targets": ("final_test_accuracy",)}  # the bag params["bag"] gives, its accuracy model alone
-        items += [(train, dev_telemetry, hold, telemetry, e, params, int(s), (), accuracy, nothing) for s in seeds]
+        items += [(train, dev_telemetry, hold, telemetry, e, params, int(s), (), accuracy, nothing) for s in fit[e]]
     answers = iter(list(mapper(fit_and_answer, items)))  # run to the end: a pool's generator closes its processes
     for e in epochs:
         scores = []
-        for _ in seeds:
+        for s in seeds:
+            if s not in fit[e]:
+                scores.append(float(known[s][e]))
+                continue
             pred = np.full(len(y), 0.1)  # a run diverged before the epoch, as score() answers it
             pred[masks[e]] = next(answers)["final_test_accuracy"]
             scores.append(float(r2(y, pred)))
