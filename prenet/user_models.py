@@ -74,7 +74,21 @@ def load_model_function(spec: str) -> Callable[..., Any]:
     mod_spec = importlib.util.spec_from_file_location(f"prenet_user_{path.stem}", path)
     module = importlib.util.module_from_spec(mod_spec)
     try:
-        mod_spec.loader.exec_module(module)  # type: ignore[union-attr]
+        try:
+            mod_spec.loader.exec_module(module)  # type: ignore[union-attr]
+        except RuntimeError as e:
+            # the file (or timm / transformers, which it imports) imports torchvision, whose C++ extension does not load
+            # against this torch ("operator torchvision::nms does not exist"): import it as torchvision:NAME models are
+            # imported (prenet.torchvision_import), then the file again
+            if "torchvision::" not in str(e):
+                raise
+            from prenet.torchvision_import import import_torchvision
+
+            import_torchvision(f"model file {path}")
+            module = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(module)  # type: ignore[union-attr]
+    except PrenetError:
+        raise
     except Exception as e:  # noqa: BLE001 - any import failure becomes one clear message
         raise PrenetError(f"model file {path} failed to import: {type(e).__name__}: {e}") from e
     fn = getattr(module, fn_name, None)

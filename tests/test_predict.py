@@ -222,6 +222,19 @@ def test_a_user_function_without_batch_size_is_answered_at_the_batch_asked(tmp_p
     assert y.tolist() == [0, 1, 2, 0, 0, 1]  # its own four samples, in turn
 
 
+def test_a_model_file_that_imports_torchvision_loads(tmp_path):
+    # in a fresh process: this venv's torchvision wheel fails a plain `import torchvision` ("operator torchvision::nms
+    # does not exist"); a user's file that imports it loads as torchvision:NAME models do (prenet.torchvision_import)
+    import subprocess
+    import sys
+
+    f = tmp_path / "net.py"
+    f.write_text("import torch, torchvision\ndef build():\n    return torchvision.models.resnet18(num_classes=3), torch.randn(2, 3, 32, 32)\n")
+    code = f"from prenet.user_models import load_model_function; m, x = load_model_function({str(f) + ':build'!r})(); print(type(m).__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ResNet", out.stderr[-500:]
+
+
 @pytest.mark.parametrize(
     "source,fn,message",
     [

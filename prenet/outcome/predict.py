@@ -112,8 +112,14 @@ def predict(
     scope = "pooled"
     known = manifest.get("domains", [])
     if domain is not None and domain not in known:
+        import difflib
+
+        close = difflib.get_close_matches(domain, known, n=1, cutoff=0.75)
         warnings.warn(
-            f"domain {domain!r} was not in the corpus (known: {', '.join(known)}); the pooled model answers as for an unknown domain", stacklevel=2
+            f"domain {domain!r} was not in the corpus (known: {', '.join(known)}"
+            + (f"; did you mean {close[0]!r}?" if close else "")
+            + "); the pooled model answers as for an unknown domain",
+            stacklevel=2,
         )
     X = single_run(table, e, "telemetry", domain=domain if domain in known else None, schedule=schedule)
     acc = float(models[(scope, e, "telemetry", "final_test_accuracy")].predict(X)[0])  # in [0, 1] (Fitted.predict)

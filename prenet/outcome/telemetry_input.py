@@ -2,8 +2,9 @@
 rule, raised as :class:`TelemetryError` (exit 2 from the CLI).
 
 The rules are those of :class:`prenet.data.schemas.Telemetry` (types, nullability, bounds, one row per epoch), read
-from the schema itself, plus what the schema cannot say: values must be finite (the recorder writes a non-finite
-value as empty), epochs run 1, 2, …, k without a gap, and no column is unknown. Rows are numbered from 1, header
+from the schema itself, plus what the schema cannot say: epochs run 1, 2, …, k without a gap, and no column is
+unknown. A non-finite number (a diverged run's NaN or inf loss, as training loops log it) is read as empty, as the
+recorder writes it, with a warning naming the first. Rows are numbered from 1, header
 excluded (the CSV's line number minus one)."""
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.Dat
         if c not in table.columns:
             raise _fail(source, c, None, "required column is missing (one row per epoch with epoch, train_loss, train_accuracy)")
     table, missing = with_absent_columns(table)
+    table = _blank_non_finite(table, rules, missing, source)
     if missing:
         remedy = " (Recorder(model, optimizer=opt) records the optimizer's)" if set(missing) & set(OPTIMIZER_COLUMNS) else ""
         warnings.warn(f"{source} has no {', '.join(missing)}; the prediction uses what is there{remedy}", stacklevel=3)
@@ -123,6 +125,27 @@ def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.Dat
     return out.sort("epoch")
 
 
+def _blank_non_finite(table: pl.DataFrame, rules: dict, missing: list[str], source: str) -> pl.DataFrame:
+    """``table`` with each non-finite value (NaN, ±inf) of a number column read as empty, as the recorder writes a
+    value that was not finite (the predictor reads an empty loss as a diverged run); a warning names the first."""
+    cols = [c for c, (dtype, _, _) in rules.items() if dtype == pl.Float64 and c not in missing]
+    try:
+        bad = {c: m for c in cols if (m := table[c].cast(pl.Float64, strict=False)).is_nan().any() or m.is_infinite().any()}
+    except pl.exceptions.PolarsError:  # a column polars cannot cast at all: the rule search names it
+        return table
+    if not bad:
+        return table
+    c, m = next(iter(bad.items()))
+    i = int((m.is_nan() | m.is_infinite()).arg_true()[0])
+    n = sum(int((v.is_nan() | v.is_infinite()).sum()) for v in bad.values())
+    warnings.warn(
+        f"{source}: column {c!r}, row {i + 1}: {m[i]} is not finite; read as empty, as the recorder writes it (a diverged run)"
+        + (f", and {n - 1} more such value(s)" if n > 1 else ""),
+        stacklevel=4,
+    )
+    return table.with_columns([pl.when(v.is_nan() | v.is_infinite()).then(None).otherwise(pl.col(c)).alias(c) for c, v in bad.items()])
+
+
 def _bound_ok(cast: pl.Expr | pl.Series, op: str, v: Any) -> Any:
     """Whether each value keeps the bound ``op`` ``v`` (null where the value is)."""
     return cast.is_in(v) if op == "in" else {">=": cast >= v, "<=": cast <= v, ">": cast > v, "<": cast < v}[op]
@@ -132,8 +155,6 @@ def _checks(dtype: Any, nullable: bool, bounds: list) -> list[tuple[str, Any, An
     """A column's rules, in the order a broken one is reported: (kind, op, bound, broken) with ``broken(raw, cast)``
     the rows that break it, on polars expressions (the one-pass check) or series (the row search) alike."""
     out: list[tuple[str, Any, Any, Any]] = [("type", None, None, lambda raw, cast: cast.is_null() & raw.is_not_null())]
-    if dtype == pl.Float64:
-        out.append(("finite", None, None, lambda raw, cast: (cast.is_nan() | cast.is_infinite()).fill_null(False)))
     if not nullable:
         out.append(("empty", None, None, lambda raw, cast: cast.is_null()))
     out += [("bound", op, v, lambda raw, cast, op=op, v=v: (~_bound_ok(cast, op, v)).fill_null(False)) for op, v in bounds]
@@ -171,8 +192,6 @@ def _raise_first_violation(table: pl.DataFrame, rules: dict, missing: list[str],
             i = int(rows[0])
             if kind == "type":
                 raise _fail(source, c, i + 1, f"{raw[i]!r} is not {'an integer' if dtype == pl.Int64 else 'a number'}")
-            if kind == "finite":
-                raise _fail(source, c, i + 1, f"{cast[i]} is not finite (leave a value that was not finite empty)")
             if kind == "empty":
                 raise _fail(source, c, i + 1, "is empty; this column needs a value in every row")
             rule = f"{c} in {{{', '.join(f'{x:g}' for x in v)}}}" if op == "in" else f"{c} {op} {v:g}"
