@@ -325,7 +325,9 @@ def trajectory(
     kernel's eigenvalues past the linearized SGD's stability edge are lowered to just inside it
     (:func:`dynamics.cap_at_edge`: real training stays at that edge), and the weights (and their velocity, at the next
     kernel) then move as the capped outputs do. Returns (loss, accuracy, the last kernel measured, one record per
-    re-linearization point: step, drift on the sample, drift of the whole kernel when adopted (``capped``: how many
+    re-linearization point (and, where no point found the kernel moving, one at the horizon's end, ``end_of_horizon``:
+    the drift there makes the verdict ``reliable``, not the dynamics): step, drift on the sample, drift of the whole
+    kernel when adopted (``capped``: how many
     directions were lowered, the cap ÷ n and the share of Θ's trace removed), ``whole_kernel`` whether one was computed
     (adopted or not), or ``skipped`` when the cost ``budget``
     would hold without another kernel (at the first kernel's ``kernel_seconds``) and not with it, or when another kernel
@@ -389,6 +391,19 @@ def trajectory(
             if b in checks and np.isfinite(L).all() and not diverged:
                 cand = moved_copy()
                 gaps.append(_gap(b, cand, x, y, heldout, loss, state.F.mean(0), F0))
+            if (
+                b == steps
+                and theta is theta0  # no check found the kernel moving: whether it stayed so up to the horizon (the verdict's)
+                and records
+                and records[-1]["drift_sample"] is not None
+                and np.isfinite(L).all()
+                and not diverged
+                and (ceiling is None or ceiling.allows(t_sample))
+            ):
+                cand = moved_copy() if cand is None else cand
+                sample = empirical_ntk(cand, x[:s], method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
+                drift_end = relative_error(sample, theta[: s * c, : s * c])
+                records.append({"step": b, "drift_sample": drift_end, "drift": None, "whole_kernel": False, "end_of_horizon": True})
             # a diverged curve is not re-linearized: its kernel has grown without bound (an eigen-search on it took 12 s
             # of a 17 s answer at lr 1e6) and the answer is the divergence, which the caller says
             if b == steps or b not in relin_at or not np.isfinite(L).all() or diverged:

@@ -219,6 +219,8 @@ def render(res: Mapping[str, Any]) -> str:
     if res.get("relinearized") is not None:
         done = [r for r in res["relinearized"] if r["drift"] is not None]
         skipped = [r for r in res["relinearized"] if r.get("skipped")]
+        end = next((r for r in res["relinearized"] if r.get("end_of_horizon")), None)
+        checks = [r for r in res["relinearized"] if r["drift_sample"] is not None and not r.get("end_of_horizon")]
         where = (
             "at " + ", ".join(f"step {r['step']} (drift {r['drift']:.3f})" for r in done)
             if done
@@ -227,12 +229,20 @@ def render(res: Mapping[str, Any]) -> str:
                 + (
                     ""
                     if skipped
-                    else f" (the kernel stayed within the drift threshold; largest drift measured {res.get('max_drift_sample') or 0.0:.3f})"
+                    else f" (the kernel stayed within the drift threshold at steps {', '.join(str(r['step']) for r in checks)}; "
+                    f"largest drift {max((r['drift_sample'] for r in checks), default=0.0):.3f})"
                 )
             )
         )
         if skipped:
             where += "; not re-linearized at " + ", ".join(f"step {r['step']} ({r['skipped']})" for r in skipped)
+        if end is not None:  # checked once more at the horizon's end, for the verdict only
+            where += f"; at the horizon's end (step {end['step']}) it had moved {end['drift_sample']:.3f}" + (
+                f": past the threshold, so the forecast beyond step {checks[-1]['step'] if checks else 0} ran on a kernel that had moved "
+                "(UNRELIABLE there: the features change, as in training far from a converged start)"
+                if res.get("reliable") is False
+                else ""
+            )
         lines.append(
             f"  kernel followed along the forecast's trajectory, no training: re-linearized {where}; "
             + (
