@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -53,6 +54,21 @@ def model_names(source: str, pattern: str = "*") -> list[str]:
     return [SOURCES[source].format(n) for n in names if fnmatch.fnmatchcase(n, pattern)]
 
 
+#: Packages whose import imports torchvision (transformers and timm import it whenever it is installed).
+TORCHVISION_IMPORTERS = ("torchvision", "timm", "transformers")
+
+
+def _import_torchvision(path: Path) -> None:
+    """torchvision imported as ``torchvision:NAME`` models import it (:mod:`prenet.torchvision_import`): its C++
+    extension does not load against this torch ("operator torchvision::nms does not exist"), so a plain ``import
+    torchvision`` in a user's file fails; once imported this way, the file's own import finds it."""
+    if importlib.util.find_spec("torchvision") is None:
+        return  # not installed: the file's own import says so
+    from prenet.torchvision_import import import_torchvision
+
+    import_torchvision(f"model files that import torchvision ({path})")
+
+
 def load_model_function(spec: str) -> Callable[..., Any]:
     """``path/to/file.py:function`` → the function (errors name the file and what went wrong)."""
     if ":" not in spec:
@@ -74,17 +90,14 @@ def load_model_function(spec: str) -> Callable[..., Any]:
     mod_spec = importlib.util.spec_from_file_location(f"prenet_user_{path.stem}", path)
     module = importlib.util.module_from_spec(mod_spec)
     try:
+        if any(name in path.read_text(errors="replace") for name in TORCHVISION_IMPORTERS):
+            _import_torchvision(path)  # before the file runs: it runs once
         try:
             mod_spec.loader.exec_module(module)  # type: ignore[union-attr]
-        except RuntimeError as e:
-            # the file (or timm / transformers, which it imports) imports torchvision, whose C++ extension does not load
-            # against this torch ("operator torchvision::nms does not exist"): import it as torchvision:NAME models are
-            # imported (prenet.torchvision_import), then the file again
-            if "torchvision::" not in str(e):
+        except RuntimeError as e:  # it imports them through a module of its own: the file runs a second time
+            if "torchvision::" not in str(e) or "torchvision" in sys.modules:
                 raise
-            from prenet.torchvision_import import import_torchvision
-
-            import_torchvision(f"model file {path}")
+            _import_torchvision(path)
             module = importlib.util.module_from_spec(mod_spec)
             mod_spec.loader.exec_module(module)  # type: ignore[union-attr]
     except PrenetError:

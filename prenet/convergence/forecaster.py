@@ -19,7 +19,8 @@ Steps (all timed into ``Forecast.seconds``):
      carrying the paths' outputs and weight-space velocity. Once a kernel has moved that far, the next point computes
      the whole kernel straight away. Fine-tuning that moves the features (out of regime, the
      kernel grows) is followed at the cost of a few more kernels; where the kernel stays, the static forecast answers
-     unchanged. ``drift`` is ‖Θ_last − Θ₀‖_F/‖Θ₀‖_F, ``details["relinearized"]`` has one record per point. The
+     unchanged. ``drift`` is ‖Θ_last − Θ₀‖_F/‖Θ₀‖_F, ``details["relinearized"]`` has one record per point
+     (and one at the horizon's end where none found the kernel moving: its drift makes the verdict). The
      exact and SDE dynamics are followed; the full-batch ODE keeps its kernel.
    * ``probe``: a short real fine-tuning of a copy of the network for k = ⌈probe_fraction · steps⌉ steps, Θ recomputed
      at the probed weights, and the kernel drift ‖Θ_k − Θ_0‖_F / ‖Θ_0‖_F reported. A drift above ``drift_threshold``
@@ -399,6 +400,7 @@ def trajectory(
                 and np.isfinite(L).all()
                 and not diverged
                 and (ceiling is None or ceiling.allows(t_sample))
+                and (budget is None or budget.allows(t_sample) or not budget.allows(0.0))  # as a re-linearization's
             ):
                 cand = moved_copy() if cand is None else cand
                 sample = empirical_ntk(cand, x[:s], method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta

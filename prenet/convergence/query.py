@@ -224,6 +224,8 @@ def render(res: Mapping[str, Any]) -> str:
         where = (
             "at " + ", ".join(f"step {r['step']} (drift {r['drift']:.3f})" for r in done)
             if done
+            else f"nowhere (no drift check falls inside {res['steps']} steps)"
+            if not res["relinearized"]
             else (
                 "nowhere"
                 + (

@@ -114,10 +114,11 @@ def predict(
     if domain is not None and domain not in known:
         import difflib
 
-        close = difflib.get_close_matches(domain, known, n=1, cutoff=0.75)
+        lower = {k.lower(): k for k in known}
+        close = difflib.get_close_matches(domain.lower(), list(lower), n=1, cutoff=0.75)
         warnings.warn(
             f"domain {domain!r} was not in the corpus (known: {', '.join(known)}"
-            + (f"; did you mean {close[0]!r}?" if close else "")
+            + (f"; did you mean {lower[close[0]]!r}?" if close else "")
             + "); the pooled model answers as for an unknown domain",
             stacklevel=2,
         )

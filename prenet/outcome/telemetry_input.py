@@ -126,9 +126,11 @@ def check_telemetry(table: pl.DataFrame, *, source: str = "telemetry") -> pl.Dat
 
 
 def _blank_non_finite(table: pl.DataFrame, rules: dict, missing: list[str], source: str) -> pl.DataFrame:
-    """``table`` with each non-finite value (NaN, ±inf) of a number column read as empty, as the recorder writes a
-    value that was not finite (the predictor reads an empty loss as a diverged run); a warning names the first."""
-    cols = [c for c, (dtype, _, _) in rules.items() if dtype == pl.Float64 and c not in missing]
+    """``table`` with each non-finite value (NaN, ±inf) of a number column that may be empty read as empty, as the
+    recorder writes a value that was not finite (the predictor reads an empty loss as a diverged run); a warning names
+    the first. A column that needs a value in every row (``train_accuracy``) keeps its non-finite values, which the
+    rules then refuse."""
+    cols = [c for c, (dtype, nullable, _) in rules.items() if dtype == pl.Float64 and nullable and c not in missing]
     try:
         bad = {c: m for c in cols if (m := table[c].cast(pl.Float64, strict=False)).is_nan().any() or m.is_infinite().any()}
     except pl.exceptions.PolarsError:  # a column polars cannot cast at all: the rule search names it
@@ -139,7 +141,8 @@ def _blank_non_finite(table: pl.DataFrame, rules: dict, missing: list[str], sour
     i = int((m.is_nan() | m.is_infinite()).arg_true()[0])
     n = sum(int((v.is_nan() | v.is_infinite()).sum()) for v in bad.values())
     warnings.warn(
-        f"{source}: column {c!r}, row {i + 1}: {m[i]} is not finite; read as empty, as the recorder writes it (a diverged run)"
+        f"{source}: column {c!r}, row {i + 1}: {m[i]} is not finite; read as empty, as the recorder writes it"
+        + (" (a diverged run)" if c.endswith("_loss") else "")
         + (f", and {n - 1} more such value(s)" if n > 1 else ""),
         stacklevel=4,
     )
@@ -155,6 +158,8 @@ def _checks(dtype: Any, nullable: bool, bounds: list) -> list[tuple[str, Any, An
     """A column's rules, in the order a broken one is reported: (kind, op, bound, broken) with ``broken(raw, cast)``
     the rows that break it, on polars expressions (the one-pass check) or series (the row search) alike."""
     out: list[tuple[str, Any, Any, Any]] = [("type", None, None, lambda raw, cast: cast.is_null() & raw.is_not_null())]
+    if dtype == pl.Float64 and not nullable:  # (a column that may be empty reads a non-finite value as empty instead)
+        out.append(("finite", None, None, lambda raw, cast: (cast.is_nan() | cast.is_infinite()).fill_null(False)))
     if not nullable:
         out.append(("empty", None, None, lambda raw, cast: cast.is_null()))
     out += [("bound", op, v, lambda raw, cast, op=op, v=v: (~_bound_ok(cast, op, v)).fill_null(False)) for op, v in bounds]
@@ -192,6 +197,8 @@ def _raise_first_violation(table: pl.DataFrame, rules: dict, missing: list[str],
             i = int(rows[0])
             if kind == "type":
                 raise _fail(source, c, i + 1, f"{raw[i]!r} is not {'an integer' if dtype == pl.Int64 else 'a number'}")
+            if kind == "finite":
+                raise _fail(source, c, i + 1, f"{cast[i]} is not finite; this column needs a finite value in every row")
             if kind == "empty":
                 raise _fail(source, c, i + 1, "is empty; this column needs a value in every row")
             rule = f"{c} in {{{', '.join(f'{x:g}' for x in v)}}}" if op == "in" else f"{c} {op} {v:g}"

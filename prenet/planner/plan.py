@@ -379,6 +379,7 @@ def forecast_steps(
         "horizons": horizons,
         "drift": fc.drift,
         "reliable": fc.reliable,
+        "followed": fc.variant == "relinearized",  # the kernel re-linearized along the forecast (else it moved after the checks)
         "answered_by": "corrected" if fc.variant == "corrected" else "default",
         "max_steps": max_steps,
         "cost": _cost_over(fc.details.get("cost"), seconds),
@@ -558,7 +559,12 @@ def make_plan(
             )
         if fc_info["reliable"] is False:
             notes.append(
-                f"the forecast's kernel drifted ({fc_info['drift']:.2f} > 0.1): the forecast followed it"
+                f"the forecast's kernel drifted ({fc_info['drift']:.2f} > 0.1): "
+                + (
+                    "the forecast followed it"
+                    if fc_info.get("followed", True)
+                    else "it moved after the forecast's last drift check, which did not follow it there: the steps are uncertain"
+                )
                 + (
                     "; far from its linearization (drift ≥ 1: a new head, new classes or a large lr) forecasts err more widely, "
                     "and the steps interval is that of the measured forecasts that drifted as far"

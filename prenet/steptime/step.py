@@ -177,8 +177,14 @@ def _summarize(
     if host_issue_ms > total_ms:
         notes.append(
             f"host-bound: issuing its {int(issued_ops.sum()):,} ops takes {host_issue_ms:.1f} ms at {1e3 * host_ms:.0f} µs each "
-            f"(PyTorch eager, fitted on measured steps; of the {len(issued_ops):,} ops, cuDNN runs the rest inside calls issued "
-            f"once: layout transposes, a backward's second kernel), more than the {total_ms:.1f} ms of GPU work; a larger batch, "
+            "(PyTorch eager, fitted on measured steps"
+            + (
+                f"; cuDNN runs the other {len(issued_ops) - int(issued_ops.sum()):,} of the step's {len(issued_ops):,} inside calls "
+                "issued once: layout transposes, a backward's second kernel"
+                if issued_ops.sum() < len(issued_ops)
+                else ""
+            )
+            + f"), more than the {total_ms:.1f} ms of GPU work; a larger batch, "
             "CUDA graphs or torch.compile would hide it"
         )
     top_rows = ops.sort("predicted_ms", descending=True).head(top).select("op", "family", "phase", "module", "shapes", "predicted_ms", "estimate")
