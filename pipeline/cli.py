@@ -408,9 +408,15 @@ def _cmd_schedule(args: argparse.Namespace) -> None:
     try:  # a bad cron expression: one line, before any server (Prefect's own check is a pydantic traceback at serve)
         CronSchedule(cron=args.cron)
     except ValueError as e:
+        fields = len(args.cron.split())
         raise PrenetError(
-            f"--cron {args.cron!r} is not a cron expression: give five fields (minute hour day-of-month month day-of-week), "
-            'e.g. "0 3 * * 0" (Sundays 03:00)'
+            f"--cron {args.cron!r} is not a cron expression: "
+            + (
+                "a field is not a value in its range (minute 0-59, hour 0-23, day 1-31, month 1-12, weekday 0-6)"
+                if fields == 5
+                else f"{fields} fields"
+            )
+            + '; give five fields (minute hour day-of-month month day-of-week), e.g. "0 3 * * 0" (Sundays 03:00)'
         ) from e
 
     server = None

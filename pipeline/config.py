@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +27,9 @@ def compose(overrides: list[str] | None = None, conf_dir: str | Path = CONF_DIR)
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    if not (Path(conf_dir) / "config.yaml").is_file():  # e.g. `prenet retrain --repo` naming another folder
+        raise PrenetError(f"{conf_dir} holds no config.yaml: not a prenet checkout's conf/ (give --repo the checkout's root)")
+
     def composed(ov: list[str]) -> DictConfig:
         if GlobalHydra.instance().is_initialized() and Path(conf_dir) == CONF_DIR:  # inside a Hydra app: same conf/
             return hydra_compose(config_name="config", overrides=ov)
@@ -39,7 +44,27 @@ def compose(overrides: list[str] | None = None, conf_dir: str | Path = CONF_DIR)
         return cfg
     except (HydraException, OmegaConfBaseException) as e:
         first = " ".join(str(e).split()).split(" Config search path:")[0]
+        if m := re.match(r"Could not override '([^']+)'\. To append to your config use \+", first):
+            # Hydra's hint adds the misspelt key as a new one, which no stage reads: name the key meant instead
+            keys = _dotted_keys(OmegaConf.to_container(composed([]), resolve=False))
+            close = difflib.get_close_matches(m.group(1), keys, n=1, cutoff=0.6)
+            first = (
+                f"{m.group(1)!r} is not a key of the configuration"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + "; `--cfg job` lists the keys"
+            )
         raise PrenetError(f"overrides {' '.join(overrides or [])!r}: {first} (the groups and their options are the files under {conf_dir})") from e
+
+
+def _dotted_keys(tree: Any, prefix: str = "") -> list[str]:
+    """Every key of a nested config as a dotted path (``predictor.n_estimators``)."""
+    if not isinstance(tree, dict):
+        return []
+    out = []
+    for k, v in tree.items():
+        out.append(f"{prefix}{k}")
+        out += _dotted_keys(v, f"{prefix}{k}.")
+    return out
 
 
 def value_overrides(overrides: list[str], conf_dir: str | Path = CONF_DIR) -> list[str]:
@@ -113,6 +138,24 @@ def run_guarded(fn: Callable[[], Any]) -> Any:
         sys.exit(2)
 
 
+#: Hydra's command-line flags that take a value (the next argument), beside the overrides.
+HYDRA_VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--info", "-i")
+
+
+def check_stage_args(args: list[str]) -> None:
+    """:class:`PrenetError` (one line) for what Hydra would answer in a multi-line block: a bare key without a value,
+    and a sweep (``--multirun``), which a DVC stage cannot record (one params.yaml a run)."""
+    if "--multirun" in args or "-m" in args:
+        raise PrenetError(
+            "sweeps (--multirun) are not run by a stage: a DVC run records one set of params. Run each setting on its own "
+            "(python -m pipeline.<stage> key=value), or as a DVC experiment each: dvc exp run -S 'predictor=linear'"
+        )
+    for prev, a in zip([None, *args], args):
+        if a.startswith("-") or "=" in a or a.startswith("~") or prev in HYDRA_VALUE_FLAGS:
+            continue
+        raise PrenetError(f"{a!r} is not an override: give key=value (e.g. {a}=...; `--cfg job` shows the keys), +key=value or ~key")
+
+
 def hydra_entry(stage: Callable[[DictConfig], Any]) -> Callable[[], None]:
     """A Hydra CLI ``main`` for ``stage`` (``python -m pipeline.<stage> group=option key=value``)."""
     import hydra
@@ -134,6 +177,7 @@ def hydra_entry(stage: Callable[[DictConfig], Any]) -> Callable[[], None]:
         # Hydra composes before _main runs and reports an unknown group option or key in its own multi-line block (exit
         # 1); the same composition through compose() is one line and exit 2, as every other entry point answers
         # the overrides (key=value, +key=value, ~key); Hydra's own flags and their values (--cfg job, -cn name) pass
+        run_guarded(lambda: check_stage_args(sys.argv[1:]))
         overrides = [a for a in sys.argv[1:] if not a.startswith("-") and ("=" in a or a.startswith("~"))]
         if overrides:
             run_guarded(lambda: compose(overrides))

@@ -96,13 +96,23 @@ def test_schedule_requires_cron():
     proc = _run("schedule")
     assert proc.returncode == 2 and "--cron" in proc.stderr
     bad = _run("schedule", "--cron", "bogus cron")  # refused in one line before any Prefect server starts
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "is not a cron expression" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "is not a cron expression: 2 fields" in bad.stderr
+    bad = _run("schedule", "--cron", "0 25 * * 0")  # five fields, one out of its range: says so
+    assert bad.returncode == 2 and "a field is not a value in its range (minute 0-59, hour 0-23" in bad.stderr
+    bad = _run("retrain", "--repo", "/nonexistent/checkout")  # not a checkout: one line naming what it needs
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "holds no config.yaml: not a prenet checkout's conf/" in bad.stderr
 
 
 def test_a_stage_module_refuses_a_bad_override_in_one_line():
-    for override, says in (("predictor=mlpp", "Could not find 'predictor/mlpp'"), ("predictor.n_estimatorz=3", "predictor.n_estimatorz")):
-        proc = subprocess.run([sys.executable, "-m", "pipeline.train", override], capture_output=True, text=True)
-        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ") and says in proc.stderr
+    for args, says in (
+        (["predictor=mlpp"], "Could not find 'predictor/mlpp'"),
+        (["predictor.n_estimatorz=3"], "'predictor.n_estimatorz' is not a key of the configuration (did you mean 'predictor.n_estimators'?)"),
+        (["thread=2"], "(did you mean 'threads'?)"),  # not Hydra's hint, which adds the misspelt key as a new one
+        (["predictor"], "'predictor' is not an override: give key=value"),
+        (["--multirun", "predictor=mlp,linear"], "sweeps (--multirun) are not run by a stage"),
+    ):
+        proc = subprocess.run([sys.executable, "-m", "pipeline.train", *args], capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ") and says in proc.stderr, proc.stderr
     shown = subprocess.run([sys.executable, "-m", "pipeline.train", "--cfg", "job", "predictor=mlp"], capture_output=True, text=True)
     assert shown.returncode == 0 and "name: mlp" in shown.stdout  # Hydra's own flags and their values still pass
 

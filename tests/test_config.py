@@ -86,7 +86,7 @@ def test_dvc_hydra_composition_is_enabled():
     "override, says",
     [
         ("predictor=mlpp", "Could not find 'predictor/mlpp' Available options in 'predictor':"),
-        ("predictor.n_estimatorz=3", "Could not override 'predictor.n_estimatorz'"),
+        ("predictor.n_estimatorz=3", "'predictor.n_estimatorz' is not a key of the configuration (did you mean 'predictor.n_estimators'?)"),
     ],
 )
 def test_an_override_hydra_cannot_apply_is_one_line(override, says):
