@@ -649,7 +649,14 @@ def build_parser() -> argparse.ArgumentParser:
     cv.set_defaults(func=_cmd_predict_convergence)
 
     oc = psub.add_parser("outcome", help="final accuracy, failure and rank of a run from its first epochs' telemetry (advice)")
-    oc.add_argument("--telemetry", required=True, help="run.csv or run.parquet: one row per epoch (prenet.telemetry.Recorder.table())")
+    oc.add_argument(
+        "--telemetry",
+        required=True,
+        help="run.csv or run.parquet: one row per epoch, numbered from 1 (prenet.telemetry.Recorder.table(), or a plain "
+        "training log): columns epoch, train_loss, train_accuracy (accuracies as fractions) and, when you have them, "
+        "val_loss, val_accuracy and the Recorder's probes (docs/early_success.md lists them); a diverged run's NaN or "
+        "inf loss reads as empty",
+    )
     oc.add_argument("--domain", help="architecture_dataset domain of the run (e.g. cnn_fashion); unknown or absent: answered as an unknown domain")
     oc.add_argument(
         "--schedule", choices=list(SCHEDULES), help="the run's learning-rate schedule for the epochs to come (optional; sharpens the answer)"
