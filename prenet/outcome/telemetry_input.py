@@ -3,8 +3,9 @@ rule, raised as :class:`TelemetryError` (exit 2 from the CLI).
 
 The rules are those of :class:`prenet.data.schemas.Telemetry` (types, nullability, bounds, one row per epoch), read
 from the schema itself, plus what the schema cannot say: epochs run 1, 2, …, k without a gap, and no column is
-unknown. A non-finite number (a diverged run's NaN or inf loss, as training loops log it) is read as empty, as the
-recorder writes it, with a warning naming the first. Rows are numbered from 1, header
+unknown. A non-finite number (a diverged run's NaN or inf loss, as training loops log it) in a column that may be
+empty is read as empty, as the recorder writes it, with a warning naming the first; in a column that needs a value in
+every row it is refused. Rows are numbered from 1, header
 excluded (the CSV's line number minus one)."""
 
 from __future__ import annotations
