@@ -91,6 +91,7 @@ def _forecast_one(item: tuple) -> tuple:
         drift_threshold=float(fs["drift_threshold"]),
         max_bytes=int(fs["max_bytes"]),
         progress=False,
+        warn_dearer=False,  # the stage records every forecast's cost
     )
     try:
         # what forecast() answers with the configured correction; and, for the plain/corrected comparison and its

@@ -113,6 +113,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
                     probe_fraction=float(v.get("probe_fraction", 0.0)),
                     progress=False,
                     raise_on_probe_divergence=False,
+                    warn_dearer=False,  # the stage records every forecast's cost
                 )
                 pred = {f"{k}={p:g}": steps_for(k, val, fc.loss, fc.accuracy) for k, p, val in tlist}
                 errs = {t: step_error_pct(pred[t], entry["real_steps"][t]) for t in pred}

@@ -365,6 +365,24 @@ def test_once_the_kernel_moves_each_later_check_computes_the_whole_kernel_only(d
     assert [r.get("end_of_horizon", False) for r in records] == [False, False, False, True]
 
 
+def test_a_forecast_dearer_than_its_fine_tune_says_so(digits_small, monkeypatch):
+    """A new user's forecast of a 0.2 s fine-tune took 0.6-0.8 s and only details["cost"] said so: the API warns (the
+    CLI, the planner and the stages, which report the cost themselves, turn it off)."""
+    import warnings
+
+    from prenet.convergence import forecaster
+
+    x, y = digits_small
+    monkeypatch.setattr(forecaster, "training_seconds", lambda *a, **k: (1e-6, 1e-4))  # a fine-tune of 0.1 ms: any forecast is dearer
+    kw = dict(loss="cross_entropy", lr=0.1, batch_size=8, steps=20, seed=0, progress=False)
+    with pytest.warns(forecaster.DearerWarning, match=r"x the 0.00 s the fine-tune itself would take here \(20 steps; target 30x cheaper\)"):
+        fc = forecaster.forecast(_mlp(), x, y, **kw)
+    assert fc.details["cost"]["met"] is False and fc.details["cost"]["ratio_estimate"] < 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", forecaster.DearerWarning)
+        forecaster.forecast(_mlp(), x, y, warn_dearer=False, **kw)
+
+
 def test_a_kernel_that_moves_only_after_the_last_check_makes_the_forecast_unreliable(digits_small, monkeypatch):
     """The checks sit in the first quarter of the steps (where fine-tuning moves the kernel most); where none found it
     moving, one more sample kernel at the horizon's end decides the verdict: a new user's MLP trained from scratch

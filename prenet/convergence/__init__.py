@@ -11,11 +11,11 @@ torch.
 
 from typing import Any
 
-__all__ = ["NTK", "Forecast", "ProblemTooLargeError", "empirical_ntk", "forecast"]
+__all__ = ["NTK", "DearerWarning", "Forecast", "ProblemTooLargeError", "empirical_ntk", "forecast"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Forecast", "forecast"):
+    if name in ("DearerWarning", "Forecast", "forecast"):
         from prenet.convergence import forecaster
 
         return getattr(forecaster, name)

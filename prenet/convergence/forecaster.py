@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,6 +92,10 @@ COST_TARGET = 30.0
 #: bound a CE fine-tune may still train, since the curvature shrinks as predictions sharpen; one that multiplies its loss
 #: does not)
 DIVERGED_GROWTH = 10.0
+
+
+class DearerWarning(UserWarning):
+    """A forecast that took longer than the fine-tune it predicts would (:func:`forecast`'s ``warn_dearer``)."""
 
 
 def ce_diverged(L: np.ndarray, L0: float, classes: int) -> bool:
@@ -584,6 +589,7 @@ def forecast(
     keep_to_budget: bool = False,
     progress: bool = True,
     raise_on_probe_divergence: bool = True,
+    warn_dearer: bool = True,
 ) -> Forecast:
     """Predict the full-training-set loss (and accuracy) of fine-tuning *all* parameters of ``model`` on
     (``inputs``, integer ``targets``) with SGD (``lr``, heavy-ball ``momentum``, ``batch_size``) for ``steps``
@@ -598,7 +604,9 @@ def forecast(
     or not even 2·C samples do, and
     :class:`~prenet.convergence.dynamics.DivergenceError` when ``lr`` breaks the linearized stability bound (before the
     dynamics) or, with ``raise_on_probe_divergence``, when the probe's real fine-tuning diverges. ``progress``: a
-    progress bar on stderr for dynamics running longer than 3 s. Returns the most reliable variant (module docstring)."""
+    progress bar on stderr for dynamics running longer than 3 s. ``warn_dearer``: a :class:`DearerWarning` where the
+    forecast took longer than the fine-tune it predicts would (``details["cost"]``; callers that report the cost
+    themselves turn it off). Returns the most reliable variant (module docstring)."""
     losses.check_loss(loss)
     if cost_target is not None and not cost_target > 0:
         raise PrenetError(f"cost_target must be > 0 (times cheaper than the fine-tune) or None, got {cost_target}")
@@ -798,6 +806,14 @@ def forecast(
         cost["ratio_estimate"] = cost["train_seconds_estimate"] / fc.seconds
         cost["met"] = cost["ratio_estimate"] >= cost_target
         fc.details["cost"] = cost
+        if warn_dearer and cost["ratio_estimate"] < 1.0:  # the API says so, as the CLI's cost line does
+            warnings.warn(
+                f"the forecast took {fc.seconds:.2f} s, {1 / cost['ratio_estimate']:.1f}x the {cost['train_seconds_estimate']:.2f} s "
+                f"the fine-tune itself would take here ({steps} steps; target {cost_target:g}x cheaper): at this size, training "
+                "is the cheaper answer (details['cost'])",
+                DearerWarning,
+                stacklevel=2,
+            )
     c = fc.corrected
     if c is None:
         return fc

@@ -115,6 +115,7 @@ def answer(
         probe_fraction=probe,
         ntk=ntk,
         max_bytes=int(max_gib * 2**30),
+        warn_dearer=False,  # the answer's cost line says it
     )
     fc = forecast(model, data.x, data.y, steps=int(settings["steps"]), also_plain=True, **kw)
 

@@ -337,6 +337,7 @@ def forecast_steps(
                 seed=seed,
                 subset=None if subset is None else min(subset, len(inputs)),
                 max_bytes=int(max_gib * GIB),
+                warn_dearer=False,  # the plan reports the forecast's cost
             )
         except ProblemTooLargeError as e:
             raise PrenetError(str(e)) from e
