@@ -1,5 +1,7 @@
 """Hardware catalog lookups, YAML spec files and local detection."""
 
+import re
+
 import pytest
 
 from prenet.errors import PrenetError, UnknownHardwareError
@@ -68,6 +70,32 @@ def test_yaml_spec_file_errors_name_the_problem(tmp_path):
     p.write_text("name: X\n")
     with pytest.raises(PrenetError, match="lacks kind"):
         load_spec_yaml(p)
+    # every number, optional ones too, is checked: a new user's spec file crashed with a traceback or answered from
+    # a negative or NaN peak (2026-12-07)
+    good = "name: X\nkind: gpu\npeak_fp32_tflops: 91\nmem_bw_gbps: 960\ncores: 18176\nclock_mhz: 2505\n"
+    for extra, says in (
+        ("l2_mb: -5", "l2_mb must be a positive number, got -5"),
+        ("mem_gb: 48GB", "mem_gb must be a positive number, got '48GB' (units are in the key: mem_gb: 48)"),
+        ("sms: many", "sms must be a positive number, got 'many'"),
+        ("peak_bf16_tflops: -364", "peak_bf16_tflops must be a positive number"),
+        ("tdp_w: .nan", "tdp_w must be a positive number, got nan"),
+        ("sms: true", "sms must be a positive number, got True"),
+        ("sms: 142.5", "sms must be a whole number"),
+        ("peak_bf16_tflop: 364", "unknown key 'peak_bf16_tflop' (did you mean 'peak_bf16_tflops'?"),
+    ):
+        p.write_text(good + extra + "\n")
+        with pytest.raises(PrenetError, match=re.escape(says)):
+            load_spec_yaml(p)
+    p.write_text(good + "sms: 142\npeak_bf16_tflops: 364\n")
+    assert load_spec_yaml(p).sms == 142 and load_spec_yaml(p).peak_bf16_tflops == 364.0
+    # a spec file without a BF16 peak: the refusal says which key would give one
+    import polars as pl
+
+    from prenet.steptime.efficiency import UnsupportedPrecisionError, peaks
+
+    p.write_text(good)
+    with pytest.raises(UnsupportedPrecisionError, match=re.escape(f"or give peak_bf16_tflops in {p}, the dense tensor-core peak")):
+        peaks(pl.DataFrame({"unit": ["bf16"]}), load_spec_yaml(p))
 
 
 def test_peak_formula_and_simd():

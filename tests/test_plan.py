@@ -355,3 +355,15 @@ def test_a_target_reached_early_is_forecast_again_at_twice_its_answer():
     assert all(h == max(2 * at, 8) for (h, _), (_, at) in zip(hz[1:], hz[:-1]))  # each pass at twice the last answer
     assert out["steps"] == (hz[-1][1] if hz[-1][1] is not None else hz[-2][1])
     assert out["seconds"] > 0 and out["cost"]["ratio_estimate"] == pytest.approx(out["cost"]["train_seconds_estimate"] / out["seconds"])
+
+
+def test_an_interval_wholly_on_one_side_of_the_estimate_says_why():
+    # a new user's plan printed "local 158.7s 28.7d [29.6d–34.8d]": every zoo step on this CPU had run slower than
+    # predicted, so the interval (measured / predicted) excluded the estimate, unexplained
+    from prenet.planner.intervals import Intervals
+    from prenet.planner.plan import interval_side_note
+
+    iv = Intervals(step_local=[1.03, 1.05, 1.1, 1.2, 1.27], step_gpu=[0.8, 1.0, 1.2], steps=None, memory_ratio_max=None)
+    note = interval_side_note(iv, "cpu")
+    assert note is not None and "ran 4-24 % slower than predicted" in note and "lies above the estimate" in note  # 10th-90th pct
+    assert interval_side_note(iv, "gpu") is None  # the estimate inside its interval: nothing to say

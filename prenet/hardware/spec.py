@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,21 @@ class HardwareSpec:
 
 
 _REQUIRED = ("name", "kind", "peak_fp32_tflops", "mem_bw_gbps", "cores", "clock_mhz")
+#: The optional number keys of a spec file (each a positive number where given), and the text ones.
+_OPTIONAL_NUMBERS = (
+    "mem_gb",
+    "l2_mb",
+    "sms",
+    "peak_tensor_tflops",
+    "peak_tf32_tflops",
+    "peak_fp16_tflops",
+    "peak_bf16_tflops",
+    "tdp_w",
+    "base_clock_mhz",
+)
+_OPTIONAL_TEXT = ("architecture",)
+#: Keys that must be whole numbers.
+_INTEGERS = ("cores", "sms")
 
 
 def load_spec_yaml(path: str | Path) -> HardwareSpec:
@@ -136,10 +153,25 @@ def load_spec_yaml(path: str | Path) -> HardwareSpec:
         raise PrenetError(f"hardware spec file {p} lacks {', '.join(missing)}; required keys: {', '.join(_REQUIRED)}")
     if raw["kind"] not in ("gpu", "cpu"):
         raise PrenetError(f"hardware spec file {p}: kind must be 'gpu' or 'cpu', got {raw['kind']!r}")
-    for k in ("peak_fp32_tflops", "mem_bw_gbps", "cores", "clock_mhz"):
-        v = raw[k]
-        if not isinstance(v, (int, float)) or v <= 0:
-            raise PrenetError(f"hardware spec file {p}: {k} must be a positive number, got {v!r}")
+    known = (*_REQUIRED, *_OPTIONAL_NUMBERS, *_OPTIONAL_TEXT)
+    for k in raw:
+        if k not in known:
+            import difflib
+
+            close = difflib.get_close_matches(str(k), known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?" if close else f"the keys are {', '.join(known)}"
+            raise PrenetError(f"hardware spec file {p}: unknown key {k!r} ({hint}; units are in the key names)")
+    for k in (*_REQUIRED[2:], *_OPTIONAL_NUMBERS):
+        v = raw.get(k)
+        if v is None and k in _OPTIONAL_NUMBERS:
+            continue
+        # a bool is an int to Python, NaN and inf are floats: none is a spec-sheet number
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            num = re.match(r"\s*([0-9][0-9.]*)\s*[A-Za-z/]+\s*$", v) if isinstance(v, str) else None  # '48GB', '960 GB/s'
+            unit = f" (units are in the key: {k}: {num.group(1)})" if num else ""
+            raise PrenetError(f"hardware spec file {p}: {k} must be a positive number, got {v!r}{unit}")
+        if k in _INTEGERS and v != int(v):
+            raise PrenetError(f"hardware spec file {p}: {k} must be a whole number, got {v!r}")
     return HardwareSpec(
         hardware_id=str(raw["name"]),
         kind=raw["kind"],
@@ -149,7 +181,7 @@ def load_spec_yaml(path: str | Path) -> HardwareSpec:
         clock_mhz=float(raw["clock_mhz"]),
         mem_gb=_opt_float(raw.get("mem_gb")),
         l2_mb=_opt_float(raw.get("l2_mb")),
-        sms=raw.get("sms"),
+        sms=None if raw.get("sms") is None else int(raw["sms"]),
         peak_tensor_tflops=_opt_float(raw.get("peak_tensor_tflops")),
         source=f"spec file {p}",
         peak_tf32_tflops=_opt_float(raw.get("peak_tf32_tflops")),

@@ -121,6 +121,21 @@ def host_memory_gib() -> float | None:
         return None
 
 
+def interval_side_note(intervals: Intervals, kind: str) -> str | None:
+    """Where the step-time interval of ``kind`` hardware lies wholly on one side of the estimate, why (the measured steps
+    behind it all ran slower, or all faster, than predicted), so an estimate outside its own interval reads as meant."""
+    lo, hi = intervals.bounds(kind, with_steps=False)
+    if lo <= 1.0 <= hi:
+        return None
+    side = "slower" if lo > 1.0 else "faster"
+    where = "this CPU's zoo steps" if kind == "cpu" else "the GPU ops held out of training"
+    return (
+        f"{kind} step-time interval: {where} ran {100 * abs(lo - 1):.0f}-{100 * abs(hi - 1):.0f} % {side} than predicted "
+        f"(the central {100 * intervals.coverage:.0f} % of measured / predicted), so the interval lies {'above' if lo > 1 else 'below'} "
+        "the estimate: the estimate is the model's, the interval what measurement adds"
+    )
+
+
 def plan_rows(
     step_seconds: dict[str, float],
     specs: dict[str, HardwareSpec],
@@ -676,6 +691,9 @@ def make_plan(
             f"replicas runs {n_steps}/R steps of R × {batch_size * grad_accum}, the same samples, so every option does the same job"
         )
     rows = plan_rows(step_s, specs, steps=n_steps, memory=memory, intervals=iv, prices=prices or {}, family_share=shares, options=options)
+    for kind in sorted({r.kind for r in rows}):
+        if note := interval_side_note(iv, kind):
+            notes.append(note)
     known = [r for r in rows if r.fits is not None]
     if known and not any(r.fits for r in known):
         biggest = max(known, key=lambda r: r.device_memory_gib or 0)
