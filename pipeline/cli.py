@@ -371,7 +371,7 @@ def _cmd_plan(args: argparse.Namespace) -> None:
         threads=args.threads,
         overhead_path=args.overhead,
         local_record=artifact_path("hardware_record"),
-        gpus=args.gpus,
+        gpus=args.gpus or [1, 2, 4, 8],
         nodes=args.nodes,
         parallel=args.parallel,
         network_gbits=args.network,
@@ -691,12 +691,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="samples the NTK is computed on (default: chosen from the samples, classes, steps and the 30x cost target)",
     )
     pn.add_argument("--max-gib", type=float, default=4.0, help="memory allowed for the NTK (GiB, default 4)")
-    pn.add_argument("--hardware", nargs="+", help="hardware to plan for (default: local and the whole catalog; see `prenet hardware list`)")
+    pn.add_argument(
+        "--hardware", nargs="+", action="extend", help="hardware to plan for (default: local and the whole catalog; see `prenet hardware list`)"
+    )
     pn.add_argument(
         "--gpus",
         type=_positive,
         nargs="+",
-        default=[1, 2, 4, 8],
+        action="extend",  # --gpus 1 --gpus 8 as --gpus 1 8 (a repeated flag no longer drops the first); None: 1 2 4 8
         metavar="N",
         help="GPU counts per node planned for every GPU (default: 1 2 4 8); --batch-size is per GPU",
     )
@@ -762,7 +764,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ds.add_argument("work", choices=["setup", "benchmark", "corpus", "finetune", "merge"], help="what to do")
     ds.add_argument("what", nargs="?", choices=["benchmark", "corpus", "finetune"], help="for `merge`: which work to merge")
-    ds.add_argument("--hardware", nargs="+", metavar="HW", help="hardware ids, one work queue each (default: distribute.hardware of params.yaml)")
+    ds.add_argument(
+        "--hardware", nargs="+", action="extend", metavar="HW", help="hardware ids, one work queue each (default: distribute.hardware of params.yaml)"
+    )
     ds.add_argument("--shards", type=_positive, help="shards per hardware id (default: as many as distribute.shards of params.yaml)")
     ds.add_argument("--no-wait", action="store_true", help="submit and return (not for corpus, whose second phase needs the first merged)")
     ds.add_argument("--timeout", type=float, default=24 * 3600, help="seconds to wait for the shards (default 86400)")

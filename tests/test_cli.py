@@ -180,3 +180,14 @@ def test_models_flags_may_come_before_the_pattern():
     assert _flags_last(["models", "hf", "--all", "--", "-x*"]) == ["models", "hf", "--all", "--", "-x*"]
     assert _flags_last(["models", "--help"]) == ["models", "--help"]
     assert _flags_last(["predict", "step-time", "--model", "mlp"]) == ["predict", "step-time", "--model", "mlp"]
+
+
+def test_a_repeated_list_option_adds_to_it():
+    # a new user's `prenet plan --hardware my_gpu.yaml --hardware L4` planned L4 alone: argparse kept the last flag
+    from pipeline.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["plan", "--model", "mlp", "--batch-size", "4", "--hardware", "a.yaml", "--hardware", "L4", "T4", "--gpus", "1", "--gpus", "8"]
+    )
+    assert args.hardware == ["a.yaml", "L4", "T4"] and args.gpus == [1, 8]
+    assert build_parser().parse_args(["plan", "--model", "mlp", "--batch-size", "4"]).gpus is None  # the plan's 1 2 4 8

@@ -367,3 +367,14 @@ def test_an_interval_wholly_on_one_side_of_the_estimate_says_why():
     note = interval_side_note(iv, "cpu")
     assert note is not None and "ran 4-24 % slower than predicted" in note and "lies above the estimate" in note  # 10th-90th pct
     assert interval_side_note(iv, "gpu") is None  # the estimate inside its interval: nothing to say
+
+
+def test_a_spec_file_row_is_named_as_its_device(tiny_run, tmp_path, capsys):
+    # a new user's plan labelled a spec file's rows with the file's path
+    root, _, _ = tiny_run
+    spec = tmp_path / "ada.yaml"
+    spec.write_text("name: RTX 6000 Ada\nkind: gpu\npeak_fp32_tflops: 91.1\nmem_bw_gbps: 960\ncores: 18176\nclock_mhz: 2505\nmem_gb: 48\n")
+    out = _plan_json(
+        capsys, root, "--model", "mlp", "--batch-size", "8", "--steps", "100", "--gpus", "1", "--hardware", str(spec), "--hardware", "L4"
+    )
+    assert sorted(r["hardware"] for r in out["rows"]) == ["L4", "RTX 6000 Ada"]

@@ -503,6 +503,9 @@ def make_plan(
 
     recorded = recorded_cpu(local_record, threads) if "local" in names else None  # read once: the spec and the note
     specs = {n: recorded or resolve(n, threads=threads) if n == "local" else resolve(n, threads=threads) for n in names}  # unknown names fail here
+    # a spec file's row is named as the file names its device, not by the file's path (unless two would share a name)
+    named = {(s.hardware_id if n.endswith((".yaml", ".yml")) else n): s for n, s in specs.items()}
+    specs = named if len(named) == len(specs) else specs
     alias_notes = [note for n in (hardware or []) if (note := alias_note(n))]
     step_optimizer = "momentum" if optimizer == "sgd" and momentum > 0 else optimizer  # SGD with --momentum: its buffers and update
     by_device: dict[str, list[str]] = {}
