@@ -335,6 +335,12 @@ def test_layer_csv_dtype_the_hardware_cannot_run_names_the_row(models_dir, tmp_p
     assert main(["predict", "layers", "--hardware", "T4", "--input", str(src), "--output", str(out), "--models", models_dir]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "row 2, column dtype (bf16)" in err and "--precision" not in err and not out.exists()
+    # several such rows: all of them, as the table's other bad cells are (only the first was, 2026-12-07)
+    src.write_text(src.read_text() + "linear,32,512,256,forward,fp32\nlinear,8,64,64,forward,bf16\n")
+    assert main(["predict", "layers", "--hardware", "T4", "--input", str(src), "--output", str(out), "--models", models_dir]) == 2
+    err = capsys.readouterr().err
+    assert "row 2, column dtype (bf16)" in err and "row 4, column dtype (bf16)" in err and "give those rows another dtype" in err
+    assert not out.exists()
 
 
 def test_api_seq_len_is_the_clis(models_dir):

@@ -37,7 +37,7 @@ def parse_layer_table(table: pl.DataFrame) -> list[LayerRow]:
     """Validate a layer table (the ``prenet predict layers`` CSV format): ``op`` (a registered op), that op's shape columns
     (e.g. ``linear``: ``batch, in_features, out_features``; ``conv2d``: ``batch, in_channels, out_channels, kernel_size,
     input_size, stride, padding``), ``direction`` (``forward | forward_backward | train_step``), ``dtype`` (``float32`` /
-    ``fp32``, ``tf32``, ``float16`` / ``fp16``, ``bfloat16`` / ``bf16``) and, optionally, ``optimizer`` (``sgd | adam``, for
+    ``fp32``, ``tf32``, ``float16`` / ``fp16``, ``bfloat16`` / ``bf16``) and, optionally, ``optimizer`` (one of :data:`prenet.names.OPTIMIZERS`, for
     ``train_step``; default ``sgd``). Every invalid cell is reported (row numbers count data rows from 1) in one error."""
     problems: list[str] = []
     missing = [c for c in LAYER_CSV_REQUIRED if c not in table.columns]
@@ -98,7 +98,7 @@ def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any, t
     rows = parse_layer_table(table)
     if not isinstance(model, EfficiencyModel):
         model = EfficiencyModel.load(model)
-    out = []
+    out, problems = [], []
     for i, r in enumerate(rows, start=1):
         with torch.device("meta"):
             module, x = REGISTRY[r.op].build(r.shape, "meta", torch.float32)
@@ -115,9 +115,13 @@ def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any, t
         # a layer's time is its kernels' (the host's issue time is a whole step's: prenet.steptime.host)
         try:
             pred, _ = predict_trace(trace, hardware, model, host=False)
-        except UnsupportedPrecisionError as e:  # the table's dtype column chose it, not a --precision flag
-            raise UnsupportedPrecisionError(
-                f"row {i}, column dtype ({r.precision}): " + str(e).split(" (choose another")[0] + "; give that row another dtype, e.g. fp32"
-            ) from None
+        except UnsupportedPrecisionError as e:  # the table's dtype column chose it, not a --precision flag: every such row
+            problems.append(f"row {i}, column dtype ({r.precision}): " + str(e).split(" (choose another")[0])
+            continue
         out.append(pred.step_seconds * 1e3)
+    if problems:  # all of them, as parse_layer_table reports the table's other bad cells
+        fix = "give those rows another dtype, e.g. fp32" if len(problems) > 1 else "give that row another dtype, e.g. fp32"
+        raise UnsupportedPrecisionError(
+            (f"{problems[0]}; {fix}" if len(problems) == 1 else "invalid layer table:\n  " + "\n  ".join(problems[:20]) + f"\n{fix}")
+        )
     return table.with_columns(pl.Series("predicted_ms", out))
