@@ -319,11 +319,18 @@ def test_layer_csv_invalid_rows_are_reported_and_nothing_is_written(models_dir, 
         "linear,-1,512,256,forward,float32\n"
         "lineer,1,2,3,forward,float32\n"
         "linear,4,5,6,sideways,float8\n"
+        "linear,,512,256,forward,float32\n"
     )
     out = tmp_path / "pred.csv"
     assert main(["predict", "layers", "--hardware", "T4", "--input", str(src), "--output", str(out), "--models", models_dir]) == 2
     err = capsys.readouterr().err
-    for part in ("row 2, column batch", "row 3, column op", "row 4, column direction", "row 4, column dtype"):
+    for part in (
+        "row 2, column batch",
+        "row 3, column op",
+        "row 4, column direction",
+        "row 4, column dtype",
+        "row 5, column batch: linear needs a positive integer, the cell is empty",
+    ):
         assert part in err
     assert not out.exists() and not list(tmp_path.glob(".pred.csv*"))
 

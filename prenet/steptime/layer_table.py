@@ -61,7 +61,8 @@ def parse_layer_table(table: pl.DataFrame) -> list[LayerRow]:
             except (TypeError, ValueError):
                 ok = False
             if not ok:
-                problems.append(f"row {i}, column {c}: {op} needs a {'non-negative' if c == 'padding' else 'positive'} integer, got {v!r}")
+                got = "the cell is empty" if v is None or (isinstance(v, str) and not v.strip()) else f"got {v!r}"
+                problems.append(f"row {i}, column {c}: {op} needs a {'non-negative' if c == 'padding' else 'positive'} integer, {got}")
             else:
                 shape[c] = iv
         direction = r["direction"]
