@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> None:
         print(__doc__)
         return
     try:
-        print(f"wrote {write_params(compose(args))}")
+        print(f"wrote {write_params(compose(args), overrides=args)}")
     except PrenetError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

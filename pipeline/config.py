@@ -121,10 +121,13 @@ def load_params(path: str | Path = "params.yaml") -> DictConfig:
     return OmegaConf.load(p)  # type: ignore[return-value]
 
 
-def write_params(cfg: DictConfig, path: str | Path = "params.yaml") -> Path:
-    """Write a composed configuration as ``params.yaml`` (generated: never edit by hand)."""
+def write_params(cfg: DictConfig, path: str | Path = "params.yaml", overrides: list[str] | None = None) -> Path:
+    """Write a composed configuration as ``params.yaml`` (generated: never edit by hand); ``overrides``: those it was
+    composed with, named in its header (none: the header of ``make params``)."""
     p = Path(path)
     header = "# GENERATED from conf/ by `make params` (Hydra compose); do not edit. Change conf/ or use `dvc exp run -S`.\n"
+    if overrides:
+        header += f"# composed with the overrides: {' '.join(overrides)} (`make params` restores the defaults)\n"
     p.write_text(header + OmegaConf.to_yaml(cfg, resolve=True))
     return p
 

@@ -67,7 +67,7 @@ def dvc(args: list[str], repo_dir: str | Path) -> str:
 def compose_params(repo_dir: str, overrides: list[str]) -> str:
     """Write ``repo_dir``'s ``params.yaml`` from its ``conf/`` + overrides (the composition ``dvc exp run -S``
     performs)."""
-    return str(write_params(compose(overrides, Path(repo_dir) / "conf"), Path(repo_dir) / "params.yaml"))
+    return str(write_params(compose(overrides, Path(repo_dir) / "conf"), Path(repo_dir) / "params.yaml", overrides))
 
 
 @task(name="dvc-stage")

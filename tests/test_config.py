@@ -17,6 +17,17 @@ def test_params_yaml_is_the_composed_default():
     assert params == OmegaConf.to_container(compose([]), resolve=True), "params.yaml is stale: run `make params`"
 
 
+def test_params_yaml_names_the_overrides_it_was_composed_with(tmp_path):
+    from pipeline.config import write_params
+
+    p = write_params(compose(["seed=3"]), tmp_path / "params.yaml", ["seed=3"])
+    head = p.read_text().splitlines()[:2]
+    assert head[1] == "# composed with the overrides: seed=3 (`make params` restores the defaults)"
+    assert yaml.safe_load(p.read_text())["seed"] == 3
+    default = write_params(compose([]), tmp_path / "default.yaml")  # no overrides: the header of `make params` alone
+    assert default.read_text().splitlines()[1] == (REPO / "params.yaml").read_text().splitlines()[1]
+
+
 def _dvc_params() -> list[str]:
     """Every params key a dvc.yaml stage lists (``dvc repro`` refuses a stage whose key params.yaml lacks)."""
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
