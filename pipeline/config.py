@@ -145,6 +145,11 @@ def run_guarded(fn: Callable[[], Any]) -> Any:
 HYDRA_VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--info", "-i")
 
 
+def is_override(arg: str) -> bool:
+    """Whether a command-line argument is a Hydra override (``key=value``, ``+key=value``, ``~key``), not a flag."""
+    return not arg.startswith("-") and ("=" in arg or arg.startswith("~"))
+
+
 def check_stage_args(args: list[str]) -> None:
     """:class:`PrenetError` (one line) for what Hydra would answer in a multi-line block: a bare key without a value,
     and a sweep (``--multirun``), which a DVC stage cannot record (one params.yaml a run)."""
@@ -154,7 +159,7 @@ def check_stage_args(args: list[str]) -> None:
             "(python -m pipeline.<stage> key=value), or as a DVC experiment each: dvc exp run -S 'predictor=linear'"
         )
     for prev, a in zip([None, *args], args):
-        if a.startswith("-") or "=" in a or a.startswith("~") or prev in HYDRA_VALUE_FLAGS:
+        if a.startswith("-") or is_override(a) or prev in HYDRA_VALUE_FLAGS:
             continue
         raise PrenetError(f"{a!r} is not an override: give key=value (e.g. {a}=...; `--cfg job` shows the keys), +key=value or ~key")
 
@@ -181,7 +186,7 @@ def hydra_entry(stage: Callable[[DictConfig], Any]) -> Callable[[], None]:
         # 1); the same composition through compose() is one line and exit 2, as every other entry point answers
         # the overrides (key=value, +key=value, ~key); Hydra's own flags and their values (--cfg job, -cn name) pass
         run_guarded(lambda: check_stage_args(sys.argv[1:]))
-        overrides = [a for a in sys.argv[1:] if not a.startswith("-") and ("=" in a or a.startswith("~"))]
+        overrides = [a for a in sys.argv[1:] if is_override(a)]
         if overrides:
             run_guarded(lambda: compose(overrides))
         _main()

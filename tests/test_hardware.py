@@ -88,6 +88,15 @@ def test_yaml_spec_file_errors_name_the_problem(tmp_path):
             load_spec_yaml(p)
     p.write_text(good + "sms: 142\npeak_bf16_tflops: 364\n")
     assert load_spec_yaml(p).sms == 142 and load_spec_yaml(p).peak_bf16_tflops == 364.0
+    # the interconnect keys prenet.parallel reads from a spec's extra: accepted and checked (load_spec_yaml dropped them)
+    from prenet.parallel.interconnect import interconnect
+
+    p.write_text(good + "nvlink_gbps: 450\ngpus_per_node: 4\np2p: true\n")
+    link = interconnect(load_spec_yaml(p))
+    assert (link.nvlink_gbps, link.gpus_per_node, link.p2p) == (450.0, 4, True)
+    p.write_text(good + "p2p: yes please\n")
+    with pytest.raises(PrenetError, match="p2p must be true or false"):
+        load_spec_yaml(p)
     # a spec file without a BF16 peak: the refusal says which key would give one
     import polars as pl
 

@@ -161,7 +161,15 @@ def test_plan_says_when_its_forecast_skipped_some_relinearizations(tiny_run, tmp
     model, data = _tiny_model_file(tmp_path, GOOD), _finetune_file(tmp_path)
     info = {"steps": 40, "target": "target_accuracy", "value": 0.8, "loss": "cross_entropy", "lr": 0.5, "momentum": 0.0}
     info |= {"n_train": 96, "n_used": 96, "dynamics": "exact", "ntk": "exact", "seconds": 1.0, "horizons": [(300, 40)]}
-    info |= {"drift": 0.5, "reliable": False, "answered_by": "default", "max_steps": 300, "cost": None, "skipped": ["dearer than the fine-tune"]}
+    info |= {
+        "drift": 0.5,
+        "reliable": False,
+        "followed": True,
+        "answered_by": "default",
+        "max_steps": 300,
+        "cost": None,
+        "skipped": ["dearer than the fine-tune"],
+    }
     monkeypatch.setattr(plan_mod, "forecast_steps", lambda *a, **k: dict(info))
     argv = ["--model", f"{model}:build", "--batch-size", "16", "--target-accuracy", "0.8", "--finetune-data", str(data), "--lr", "0.5"]
     d = _plan_json(capsys, root, *argv, "--hardware", "local")

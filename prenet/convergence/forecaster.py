@@ -217,6 +217,11 @@ class Budget:
         """Whether ``more`` seconds of work still fit."""
         return time.perf_counter() - self.start + more <= self.seconds
 
+    def spares(self, more: float, rest: float = 0.0) -> bool:
+        """Whether a kernel of ``more`` seconds is skipped for cost: the budget holds ``rest`` (the work left without it)
+        and not with it; where even ``rest`` breaks the budget, the more accurate forecast is the better use of the time."""
+        return not self.allows(more) and self.allows(rest)
+
 
 def training_seconds(
     model: nn.Module, inputs: torch.Tensor, targets: np.ndarray, *, loss: str, lr: float, momentum: float, batch_size: int, steps: int, seed: int
@@ -405,7 +410,7 @@ def trajectory(
                 and np.isfinite(L).all()
                 and not diverged
                 and (ceiling is None or ceiling.allows(t_sample))
-                and (budget is None or budget.allows(t_sample) or not budget.allows(0.0))  # as a re-linearization's
+                and not (budget is not None and budget.spares(t_sample))  # as a re-linearization is
             ):
                 cand = moved_copy() if cand is None else cand
                 sample = empirical_ntk(cand, x[:s], method=method, proj_dim=proj_dim, seed=seed, max_bytes=max_bytes).theta
@@ -419,7 +424,7 @@ def trajectory(
             more = (0.0 if moving else t_sample) + kernel_seconds + rest  # a moving check computes no sample kernel
             # a kernel is skipped only where the budget holds without it: where the target is already out of reach,
             # the more accurate forecast is the better use of the time
-            if budget is not None and not budget.allows(more) and budget.allows(rest):
+            if budget is not None and budget.spares(more, rest):
                 records.append({"step": b, "drift_sample": None, "drift": None, "skipped": "cost budget"})
                 continue
             if ceiling is not None and not ceiling.allows(more):

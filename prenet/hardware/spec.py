@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import asdict, dataclass, field
@@ -114,8 +115,12 @@ _OPTIONAL_NUMBERS = (
     "base_clock_mhz",
 )
 _OPTIONAL_TEXT = ("architecture",)
+#: Optional interconnect keys of a GPU spec file, kept in ``extra`` for :func:`prenet.parallel.interconnect.interconnect_of`
+#: (numbers positive; ``p2p`` and ``nvls`` true or false).
+_INTERCONNECT_NUMBERS = ("nvlink_gbps", "pcie_gen", "pcie_lanes", "gpus_per_node")
+_INTERCONNECT_FLAGS = ("p2p", "nvls")
 #: Keys that must be whole numbers.
-_INTEGERS = ("cores", "sms")
+_INTEGERS = ("cores", "sms", "pcie_gen", "pcie_lanes", "gpus_per_node")
 
 
 def load_spec_yaml(path: str | Path) -> HardwareSpec:
@@ -153,17 +158,18 @@ def load_spec_yaml(path: str | Path) -> HardwareSpec:
         raise PrenetError(f"hardware spec file {p} lacks {', '.join(missing)}; required keys: {', '.join(_REQUIRED)}")
     if raw["kind"] not in ("gpu", "cpu"):
         raise PrenetError(f"hardware spec file {p}: kind must be 'gpu' or 'cpu', got {raw['kind']!r}")
-    known = (*_REQUIRED, *_OPTIONAL_NUMBERS, *_OPTIONAL_TEXT)
+    known = (*_REQUIRED, *_OPTIONAL_NUMBERS, *_OPTIONAL_TEXT, *_INTERCONNECT_NUMBERS, *_INTERCONNECT_FLAGS)
     for k in raw:
         if k not in known:
-            import difflib
-
             close = difflib.get_close_matches(str(k), known, n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}?" if close else f"the keys are {', '.join(known)}"
             raise PrenetError(f"hardware spec file {p}: unknown key {k!r} ({hint}; units are in the key names)")
-    for k in (*_REQUIRED[2:], *_OPTIONAL_NUMBERS):
+    for k in _INTERCONNECT_FLAGS:
+        if k in raw and not isinstance(raw[k], bool):
+            raise PrenetError(f"hardware spec file {p}: {k} must be true or false, got {raw[k]!r}")
+    for k in (*_REQUIRED[2:], *_OPTIONAL_NUMBERS, *_INTERCONNECT_NUMBERS):
         v = raw.get(k)
-        if v is None and k in _OPTIONAL_NUMBERS:
+        if v is None and k not in _REQUIRED:
             continue
         # a bool is an int to Python, NaN and inf are floats: none is a spec-sheet number
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
@@ -190,6 +196,7 @@ def load_spec_yaml(path: str | Path) -> HardwareSpec:
         tdp_w=_opt_float(raw.get("tdp_w")),
         base_clock_mhz=_opt_float(raw.get("base_clock_mhz")),
         architecture=None if raw.get("architecture") is None else str(raw["architecture"]),
+        extra={"spec_file": str(p), **{k: raw[k] for k in (*_INTERCONNECT_NUMBERS, *_INTERCONNECT_FLAGS) if k in raw}},
     )
 
 

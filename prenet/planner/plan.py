@@ -581,7 +581,7 @@ def make_plan(
                 f"the forecast's kernel drifted ({fc_info['drift']:.2f} > 0.1): "
                 + (
                     "the forecast followed it"
-                    if fc_info.get("followed", True)
+                    if fc_info["followed"]
                     else "it moved after the forecast's last drift check, which did not follow it there: the steps are uncertain"
                 )
                 + (

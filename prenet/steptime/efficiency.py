@@ -102,11 +102,11 @@ def peaks(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
         p = hw.peak_tflops(str(u))
         if p is None:
             what = {"tf32": "TF32 tensor cores", "fp16": "FP16 tensor-core peak", "bf16": "BF16 peak"}.get(str(u), str(u))
-            from_file = hw.source.startswith("spec file ")  # a user's YAML: the key may only be missing
+            spec_file = (hw.extra or {}).get("spec_file")  # a user's YAML (load_spec_yaml): the key may only be missing
             raise UnsupportedPrecisionError(
                 f"{hw.hardware_id} has no {what} in its spec sheet; its GEMMs cannot run in {u} "
                 f"(choose another --precision, e.g. fp32{', fp16' if hw.peak_fp16_tflops else ''}"
-                + (f"; or give peak_{u}_tflops in {hw.source[len('spec file ') :]}, the dense tensor-core peak" if from_file else "")
+                + (f"; or give peak_{u}_tflops in {spec_file}, the dense tensor-core peak" if spec_file else "")
                 + ")"
             )
         out[units == u] = p * 1e12 * hw.compute_clock_share
