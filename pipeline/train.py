@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import polars as pl
@@ -20,9 +21,23 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.artifacts import read_artifact, write_artifact
 from pipeline.config import compose, hydra_entry
+from pipeline.pool import in_background
 from pipeline.record import record_metrics
 from pipeline.split import split_rule
 from prenet.data.split_rule import assert_no_holdout
+
+
+def fit_baseline(item: tuple) -> dict:
+    """Justus et al.'s recipe (the predictor on the baseline features), fitted and saved to ``path``; its validation
+    metrics (picklable, for :func:`pipeline.pool.in_background`: it fits beside the configured model, timing nothing)."""
+    from prenet.recipe.model import fit_step_time_model
+
+    tr, va, name, params, min_rows, path = item
+    base, bval = fit_step_time_model(
+        tr, va, predictor=name, params=params, feature_set="baseline", min_rows=min_rows, progress=False, name="justus_recipe"
+    )
+    base.save(path, extra={"val_metrics": bval})
+    return bval
 
 
 def predictor_params(cfg_predictor, seed: int, threads: int) -> tuple[str, dict]:
@@ -56,29 +71,27 @@ def train(cfg: DictConfig) -> dict:
     }
 
     t0 = time.monotonic()
-    model, val = fit_step_time_model(
-        tr,
-        va,
-        predictor=name,
-        params=params,
-        feature_set=cfg.train.feature_set,
-        min_rows=min_rows,
-        progress=bool(cfg.progress),
-        name="prenet",
-        target=cfg.train.target,
-        extrapolate=bool(cfg.train.extrapolate),
-        compute_floor=bool(cfg.train.compute_floor),
-    )
-    metrics["train_wall_s"] = round(time.monotonic() - t0, 1)
-    model.save(cfg.paths.models, extra={"val_metrics": val, "threads": threads})
-    metrics["val"] = val
-
-    if cfg.train.baseline:
-        base, bval = fit_step_time_model(
-            tr, va, predictor=name, params=params, feature_set="baseline", min_rows=min_rows, progress=bool(cfg.progress), name="justus_recipe"
+    # the baseline recipe fits in a second process meanwhile (both cores; 25 -> 14 s here), the same fits either way
+    baseline = (tr, va, name, params, min_rows, str(cfg.paths.models_baseline)) if cfg.train.baseline else None
+    with in_background(fit_baseline, baseline, threads=threads) if baseline else nullcontext() as pending:
+        model, val = fit_step_time_model(
+            tr,
+            va,
+            predictor=name,
+            params=params,
+            feature_set=cfg.train.feature_set,
+            min_rows=min_rows,
+            progress=bool(cfg.progress),
+            name="prenet",
+            target=cfg.train.target,
+            extrapolate=bool(cfg.train.extrapolate),
+            compute_floor=bool(cfg.train.compute_floor),
         )
-        base.save(cfg.paths.models_baseline, extra={"val_metrics": bval})
-        metrics["val_baseline"] = bval
+        metrics["train_wall_s"] = round(time.monotonic() - t0, 1)
+        model.save(cfg.paths.models, extra={"val_metrics": val, "threads": threads})
+        metrics["val"] = val
+        if pending is not None:
+            metrics["val_baseline"] = pending.result()
 
     sel = cfg.train.selection
     if sel.enabled:

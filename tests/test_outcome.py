@@ -288,6 +288,23 @@ def test_scores():
     assert d["difference"] > 0 and d["p_value"] < 0.05
 
 
+def test_resampled_statistics_equal_one_call_per_resample():
+    """The row-wise bootstrap forms give each resample what the scalar statistic gives it, ties and a resample
+    lacking a class included (AUC NaN)."""
+    from prenet.outcome.evaluation import ROWWISE, class_accuracy, mae, resampled
+
+    rng = np.random.default_rng(0)
+    y, p = rng.random(40), rng.random(40)
+    labels, scores = (np.arange(40) % 20 == 3).astype(int), np.round(rng.random(40), 1)  # two positives, tied scores
+    idx = rng.integers(0, 40, (300, 40))
+    for fn, arrays in ((r2, [y, p]), (mae, [y, p]), (auc, [labels, scores]), (class_accuracy, [labels, labels[::-1]])):
+        assert fn in ROWWISE
+        rows = resampled(fn, arrays, idx)
+        loop = np.array([fn(*[a[i] for a in arrays]) for i in idx])
+        np.testing.assert_array_equal(rows, loop)
+    assert np.isnan(resampled(auc, [labels, scores], idx)).any()
+
+
 def test_r2_by_phase_scores_each_phase_and_the_corpus_without_take_off():
     from prenet.outcome.crossval import r2_by_phase
 
