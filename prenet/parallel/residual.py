@@ -15,7 +15,7 @@ def fit_residual(rows: pl.DataFrame) -> SyncResidual:
         pl.col("precision").map_elements(precision_class, return_dtype=pl.Utf8).alias("cls"),
         ((pl.col("measured_ratio") - pl.col("physics_ratio")) / pl.col("gpus").map_elements(sync_growth, return_dtype=pl.Float64)).alias("share"),
     )
-    shares = {str(c): float(np.clip(s, 0.0, 1.0)) for c, s in r.group_by("cls").agg(pl.col("share").median()).iter_rows()}
+    shares = {str(c): float(np.clip(s, 0.0, 1.0)) for c, s in r.group_by("cls").agg(pl.col("share").median()).sort("cls").iter_rows()}
     return SyncResidual(shares, rows=rows.height)
 
 

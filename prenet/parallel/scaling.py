@@ -8,6 +8,7 @@ data-parallel step's exposed collectives (:func:`prenet.parallel.data_parallel.d
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import polars as pl
@@ -49,25 +50,36 @@ def dle_scaling_pairs(base: Path) -> pl.DataFrame:
     )
 
 
-def predict_scaling(pairs: pl.DataFrame, op_model: EfficiencyModel, model: ParallelModel) -> pl.DataFrame:
+def predict_scaling(
+    pairs: pl.DataFrame, op_model: EfficiencyModel, model: ParallelModel, *, mapper: Callable[[Callable, list], Iterable] = map
+) -> pl.DataFrame:
     """``pairs`` (those whose GPUs one node of the catalog GPU holds) with the predicted one-GPU step ``t1_ms``, the DDP step's ``comm_ms`` and ``exposed_ms`` on the
     GPU's own interconnect, and ``physics_ratio`` = (T_1 + exposed) / T_1 (no residual). Traced as
-    DeepLearningExamples runs them (:func:`~prenet.steptime.reference_evaluation.trace_dle_step`)."""
+    DeepLearningExamples runs them (:func:`~prenet.steptime.reference_evaluation.trace_dle_step`), one trace per
+    (model, precision, batch); ``mapper(fn, keys)`` runs the traces (the builtin ``map``, or a process pool's)."""
     from prenet.hardware.catalog import get
     from prenet.parallel.interconnect import interconnect
-    from prenet.steptime.reference_evaluation import trace_dle_step
     from prenet.steptime.step import predict_trace
 
+    groups = list(pairs.group_by(["model", "precision", "batch"], maintain_order=True))
+    keys = [(str(name), str(precision), int(batch)) for (name, precision, batch), _ in groups]
     out = []
-    for (name, precision, batch), group in pairs.group_by(["model", "precision", "batch"], maintain_order=True):
-        trace = trace_dle_step(str(name), str(precision), int(batch))
+    for (_, group), (_, precision, _), trace in zip(groups, keys, mapper(trace_dle_key, keys)):
         for row in group.iter_rows(named=True):
             hw = get(row["hardware_id"])
             if int(row["gpus"]) > interconnect(hw).gpus_per_node:  # e.g. DGX-2's 16 V100 SXM3: not a catalog node
                 continue
             pred, ops = predict_trace(trace, hw, op_model)
             t1 = pred.step_seconds * 1e3
-            one = OneGpuStep(ops, trace.grad_params, trace.params, t1, str(precision), op_model.host_ms.get("gpu", 0.0))
+            one = OneGpuStep(ops, trace.grad_params, trace.params, t1, precision, op_model.host_ms.get("gpu", 0.0))
             step = ddp_step(one, Layout(gpus=int(row["gpus"])), interconnect(hw), model)
             out.append({**row, "t1_ms": t1, "comm_ms": step.comm_ms, "exposed_ms": step.exposed_ms, "physics_ratio": (t1 + step.exposed_ms) / t1})
     return pl.DataFrame(out)
+
+
+def trace_dle_key(key: tuple[str, str, int]):
+    """:func:`~prenet.steptime.reference_evaluation.trace_dle_step` of (model, precision, batch) (picklable, for a
+    process pool's ``map``)."""
+    from prenet.steptime.reference_evaluation import trace_dle_step
+
+    return trace_dle_step(*key)
