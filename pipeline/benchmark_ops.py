@@ -85,7 +85,15 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         p_ms = probe.sample()
         torch.manual_seed(int(cfg.seed))
         try:
-            f = measure_config(kind, c, optimizer=opt, precision=prec, min_block_ms=float(b.min_block_ms), repeats=int(b.repeats))
+            f = measure_config(
+                kind,
+                c,
+                optimizer=opt,
+                precision=prec,
+                min_block_ms=float(b.min_block_ms),
+                repeats=int(b.repeats),
+                warmup=bool(b.get("warmup_step", True)),
+            )
             per_step[i].append(f.with_columns(pl.lit(p_ms).alias("probe_ms")))
         except PrenetError as e:  # e.g. oneDNN has no BF16 kernel for an op on this CPU: recorded, not hidden
             skipped.append(f"{kind} {prec}: {e}"[:200])

@@ -303,11 +303,21 @@ def across_rounds_frame(rounds: list[pl.DataFrame]) -> pl.DataFrame:
     return out
 
 
-def measure_config(kind: str, cfg: dict[str, int], *, optimizer: str, precision: str, min_block_ms: float, repeats: int) -> pl.DataFrame:
-    """The timed ops of one training step of a configuration, with ``config_id``, ``kind``, ``optimizer`` and ``precision``."""
+def measure_config(
+    kind: str, cfg: dict[str, int], *, optimizer: str, precision: str, min_block_ms: float, repeats: int, warmup: bool = True
+) -> pl.DataFrame:
+    """The timed ops of one training step of a configuration, with ``config_id``, ``kind``, ``optimizer`` and ``precision``
+    (``warmup``: one untimed step first, :func:`~prenet.ops.trace.measure_step`)."""
     module, x = build_config(kind, cfg)
     trace = measure_step(
-        module, x, optimizer=optimizer, precision=precision, min_block_ms=min_block_ms, repeats=repeats, input_grad=x.is_floating_point()
+        module,
+        x,
+        optimizer=optimizer,
+        precision=precision,
+        min_block_ms=min_block_ms,
+        repeats=repeats,
+        warmup=warmup,
+        input_grad=x.is_floating_point(),
     )
     return trace.frame().with_columns(
         pl.lit(config_id(kind, cfg)).alias("config_id"),
