@@ -52,6 +52,11 @@ def curve_fit_forecast(loss: np.ndarray, steps: int, fraction: float) -> np.ndar
     return out
 
 
+def curve_fit_item(item: tuple[np.ndarray, int, float]) -> np.ndarray:
+    """:func:`curve_fit_forecast` of (loss, steps, fraction) (picklable, for a process pool's ``map``)."""
+    return curve_fit_forecast(*item)
+
+
 class ProbeRegressor:
     """ln(steps to a target) from one-batch features; fitted on development configurations only."""
 
