@@ -21,9 +21,21 @@ from prenet.convergence.tasks import Task, finetune_model
 from prenet.convergence.training import finetune as run_finetune
 from prenet.data.io import validate
 from prenet.data.schemas import FinetuneRuns, LossCurves
-from prenet.data.split_rule import assign_frame
+from prenet.data.split_rule import assign, assign_frame
 
 _DATA: dict = {}
+
+
+def convergence_configs(cfg: DictConfig, tasks: list) -> list:
+    """The fine-tuning configurations of the convergence stages (:func:`~prenet.convergence.sweep.enumerate_sweep` of
+    ``tasks`` and ``convergence.sweep``): a frozen-holdout setting with every seed of ``sweep.seeds`` (their spread is
+    the seed-to-seed noise floor of each target), a development setting with ``sweep.dev_seeds`` only (null: every seed)."""
+    sw = cfg.convergence.sweep
+    configs = enumerate_sweep(tasks, sw)
+    if sw.get("dev_seeds") is None:
+        return configs
+    dev_seeds, rule = {int(s) for s in sw.dev_seeds}, convergence_split_rule(cfg)
+    return [c for c in configs if c.seed in dev_seeds or assign(c.group_id, rule) == "holdout"]
 
 
 def task_data(task: Task):
@@ -72,7 +84,7 @@ def finetune(cfg: DictConfig) -> dict:
     torch.set_num_threads(int(cfg.threads))
     sw = cfg.convergence.sweep
     tasks = {t.name: t for t in convergence_tasks(cfg)}
-    configs = enumerate_sweep(list(tasks.values()), sw)
+    configs = convergence_configs(cfg, list(tasks.values()))
     workers = int(cfg.convergence.workers)
     items = [
         (tasks[c.task], c, str(cfg.paths.pretrained), float(sw.head_init_scale), int(task_sweep(tasks[c.task], sw)["log_every"])) for c in configs

@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
-from pipeline.finetune import task_data
+from pipeline.finetune import convergence_configs, task_data
 from pipeline.pool import run_items
 from pipeline.pretrain import convergence_tasks
 from pipeline.record import record_metrics
@@ -24,7 +24,6 @@ from prenet.convergence.dynamics import DivergenceError
 from prenet.convergence.forecaster import forecast as run_forecast
 from prenet.convergence.forecaster import run_dynamics
 from prenet.convergence.ntk import empirical_ntk, outputs, relative_error
-from prenet.convergence.sweep import enumerate_sweep
 from prenet.convergence.tasks import finetune_model
 from prenet.data.split_rule import assign
 
@@ -175,7 +174,7 @@ def forecast(cfg: DictConfig) -> dict:
     torch.set_num_threads(int(cfg.threads))
     fc_cfg, sw = cfg.convergence.forecast, cfg.convergence.sweep
     tasks = {t.name: t for t in convergence_tasks(cfg)}
-    configs = enumerate_sweep(list(tasks.values()), sw)
+    configs = convergence_configs(cfg, list(tasks.values()))
     data = {name: t.finetune_data() for name, t in tasks.items()}
     subset = None if fc_cfg.subset is None else int(fc_cfg.subset)
     checks = {}

@@ -13,18 +13,19 @@ from pipeline.shards import container as _container
 
 def _finetune_settings(cfg: DictConfig) -> dict:
     conv = {k: v for k, v in _container(cfg.convergence).items() if k != "workers"}
-    return {"convergence": conv, "seed": int(cfg.seed), "threads": int(cfg.threads)}
+    return {"convergence": conv, "split": _container(cfg.split), "seed": int(cfg.seed), "threads": int(cfg.threads)}
 
 
 def _finetune_items(cfg: DictConfig) -> list[tuple[str, Any]]:
+    from pipeline.finetune import convergence_configs
     from pipeline.pretrain import convergence_tasks
-    from prenet.convergence.sweep import enumerate_sweep, task_sweep
+    from prenet.convergence.sweep import task_sweep
 
     sw = cfg.convergence.sweep
     tasks = {t.name: t for t in convergence_tasks(cfg)}
     return [
         (c.config_id, (tasks[c.task], c, str(cfg.paths.pretrained), float(sw.head_init_scale), int(task_sweep(tasks[c.task], sw)["log_every"])))
-        for c in enumerate_sweep(list(tasks.values()), sw)
+        for c in convergence_configs(cfg, list(tasks.values()))
     ]
 
 
