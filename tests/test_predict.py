@@ -375,6 +375,11 @@ def test_api_predict_layers(models_dir):
     assert out.columns[-1] == "predicted_ms" and out.height == 2
     with pytest.raises(PrenetError, match="lacks column"):
         predict_layers(df.drop("direction"), hardware="local", models_dir=models_dir)
+    # an optimizer on a forward row has no step to act on: said, not silently dropped; a misspelt one is refused
+    with pytest.warns(UserWarning, match=r"row\(s\) 1: an optimizer is given on a forward"):
+        predict_layers(df.with_columns(pl.lit("adam").alias("optimizer")), hardware="local", models_dir=models_dir)
+    with pytest.raises(PrenetError, match="row 1, column optimizer: 'adamm'"):
+        predict_layers(df.with_columns(pl.Series("optimizer", ["adamm", "adam"])), hardware="local", models_dir=models_dir)
 
 
 def test_layer_directions_are_consistent(models_dir):

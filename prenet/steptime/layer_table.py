@@ -3,6 +3,7 @@ validated in one pass and predicted through the one step-time path (:mod:`prenet
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,7 @@ def parse_layer_table(table: pl.DataFrame) -> list[LayerRow]:
     if table.height == 0:
         raise PrenetError("the layer table has a header but no rows: add one row per layer to predict")
     rows = []
+    unused: list[int] = []  # rows whose optimizer cell has no step to act on
     for i, r in enumerate(table.iter_rows(named=True), start=1):
         op = r["op"]
         if op not in REGISTRY:
@@ -71,9 +73,12 @@ def parse_layer_table(table: pl.DataFrame) -> list[LayerRow]:
         precision = DTYPE_PRECISION.get(str(r["dtype"]))
         if precision is None:
             problems.append(f"row {i}, column dtype: {r['dtype']!r} is not one of {', '.join(DTYPE_PRECISION)}")
-        optimizer = (r.get("optimizer") or "sgd") if direction == "train_step" else "none"
-        if optimizer not in LAYER_OPTIMIZERS:
-            problems.append(f"row {i}, column optimizer: {optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        given = r.get("optimizer")
+        optimizer = (given or "sgd") if direction == "train_step" else "none"
+        if optimizer not in LAYER_OPTIMIZERS or (given and given not in LAYER_OPTIMIZERS):
+            problems.append(f"row {i}, column optimizer: {given or optimizer!r} is not one of {', '.join(OPTIMIZERS)}")
+        elif given and given != "none" and direction != "train_step":
+            unused.append(i)
         if len(shape) == len(lt.shape_columns):
             full = lt.complete(shape)
             if op in ("conv2d", "maxpool2d", "avgpool2d") and full.get("output_size", 1) < 1:
@@ -83,6 +88,13 @@ def parse_layer_table(table: pl.DataFrame) -> list[LayerRow]:
     if problems:
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
         raise PrenetError("invalid layer table:\n  " + "\n  ".join(problems[:20]) + more)
+    if unused:
+        shown = ", ".join(map(str, unused[:10])) + (f" and {len(unused) - 10} more" if len(unused) > 10 else "")
+        warnings.warn(
+            f"layer table row(s) {shown}: an optimizer is given on a forward or forward_backward row, which has no optimizer "
+            "step; it is not used there (direction train_step times the step with it)",
+            stacklevel=2,
+        )
     return rows
 
 
