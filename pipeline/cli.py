@@ -227,7 +227,8 @@ def _cmd_predict_layers(args: argparse.Namespace) -> None:
     except Exception as e:  # noqa: BLE001
         raise PrenetError(f"{src} is not a readable CSV: {e}") from e
     out = predict_layers(table, hardware=args.hardware, threads=args.threads, models_dir=args.models)
-    write_table(out, args.output)  # atomic: no partial file on failure
+    # 4 significant figures: the model's errors are percents, so the 17 digits of a float64 only look precise
+    write_table(out.with_columns(pl.col("predicted_ms").round_sig_figs(4)), args.output)  # atomic: no partial file on failure
     print(f"wrote {len(out)} predictions to {args.output}")
     if args.hardware != "local":
         from prenet.hardware import resolve

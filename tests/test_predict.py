@@ -301,6 +301,8 @@ def test_layer_csv_round_trip(models_dir, tmp_path):
     assert main(["predict", "layers", "--hardware", "V100 PCIe 16/32GB", "--input", str(src), "--output", str(out), "--models", models_dir]) == 0
     df = pl.read_csv(out)
     assert df.height == 2 and (df["predicted_ms"] > 0).all()
+    # written at 4 significant figures, not a float64's 17 digits
+    assert all(len(v.split(",")[-1].replace(".", "").lstrip("0")) <= 4 for v in out.read_text().splitlines()[1:])
 
 
 def test_header_only_layer_csv_is_one_line(models_dir, tmp_path, capsys):
