@@ -129,6 +129,17 @@ def test_an_override_of_the_wrong_kind_is_one_line_in_compose_and_in_a_stage():
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "split.holdout_fraction takes a number" in proc.stderr
 
 
+def test_a_stage_help_names_its_groups_not_the_whole_config():
+    """``python -m pipeline.<stage> --help`` lists the groups and how to see the config (Hydra's default printed all
+    ~1,100 lines of it)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "pipeline.split", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.count("\n") < 40, proc.stdout[:300]
+    assert "predictor: gbdt" in proc.stdout and "--cfg job" in proc.stdout
+
+
 def test_an_artifact_root_in_the_environment_moves_every_default(tmp_path, monkeypatch):
     """PRENET_ARTIFACTS moves the library's and the CLI's default locations together (conftest sets it to an empty
     folder, so no test reads the checkout's own trained models); unset, they follow conf/ and params.yaml."""
