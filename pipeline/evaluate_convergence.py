@@ -86,6 +86,7 @@ def evaluate_convergence(cfg: DictConfig) -> dict:
                         "pred_steps": steps_for(kind, value, *v),
                     }
                 )
+    assert next(fitted, None) is None  # every fit used once, in order (and the pool closed)
     tgt = pl.DataFrame(rows, schema_overrides={"real_steps": pl.Int64, "pred_steps": pl.Int64})
     # the probe regressor: trained on development configurations only, per target
     rule = convergence_split_rule(cfg)

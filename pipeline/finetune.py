@@ -22,6 +22,7 @@ from prenet.convergence.training import finetune as run_finetune
 from prenet.data.io import validate
 from prenet.data.schemas import FinetuneRuns, LossCurves
 from prenet.data.split_rule import assign, assign_frame
+from prenet.errors import PrenetError
 
 _DATA: dict = {}
 
@@ -35,6 +36,11 @@ def convergence_configs(cfg: DictConfig, tasks: list) -> list:
     if sw.get("dev_seeds") is None:
         return configs
     dev_seeds, rule = {int(s) for s in sw.dev_seeds}, convergence_split_rule(cfg)
+    if not dev_seeds <= {int(s) for s in sw.seeds}:
+        raise PrenetError(
+            f"convergence.sweep.dev_seeds={sorted(dev_seeds)} names seeds outside convergence.sweep.seeds={list(sw.seeds)}: "
+            "the development settings would run none of them; give a subset of seeds (or null: every seed)"
+        )
     return [c for c in configs if c.seed in dev_seeds or assign(c.group_id, rule) == "holdout"]
 
 

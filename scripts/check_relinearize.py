@@ -22,14 +22,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import load_params  # noqa: E402
-from pipeline.finetune import task_data  # noqa: E402
+from pipeline.finetune import convergence_configs, task_data  # noqa: E402
 from pipeline.pretrain import convergence_tasks  # noqa: E402
 from pipeline.split import convergence_split_rule  # noqa: E402
 from prenet.convergence import losses  # noqa: E402
 from prenet.convergence.dynamics import batch_schedule, linear_sgd  # noqa: E402
 from prenet.convergence.evaluation import by_curve, dense, steps_for, target_list  # noqa: E402
 from prenet.convergence.ntk import empirical_ntk, jacobian, outputs  # noqa: E402
-from prenet.convergence.sweep import enumerate_sweep  # noqa: E402
 from prenet.convergence.tasks import finetune_model  # noqa: E402
 from prenet.data.split_rule import assign  # noqa: E402
 
@@ -90,7 +89,7 @@ def main() -> None:
     curves = by_curve(pl.read_parquet(cfg.paths.finetune_curves).filter(pl.col("source") == "real"))
     tcfg = dict(cfg.convergence.evaluate.targets)
     rows = []
-    for c in enumerate_sweep(list(tasks.values()), cfg.convergence.sweep):
+    for c in convergence_configs(cfg, list(tasks.values())):
         task, d = tasks[c.task], task_data(tasks[c.task])
         real = dense(curves, c.config_id, "real", c.steps)
         if real is None or not np.isfinite(real[0]).all():

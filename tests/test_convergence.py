@@ -912,3 +912,25 @@ def test_a_step_error_counts_a_target_one_side_misses_as_100_percent():
 
     assert step_error_pct(110, 100) == pytest.approx(10.0) and step_error_pct(None, 100) == 100.0 == step_error_pct(5, None)
     assert step_error_pct(None, None) is None and step_error_pct(1, 0) == 100.0  # 0 real steps: measured against 1
+
+
+def test_the_second_seed_runs_on_the_frozen_holdout_settings_only():
+    """The default sweep (conf/convergence/quick.yaml): every holdout setting with both seeds (the noise floor), every
+    development setting with seed 0; convergence=full runs every seed everywhere; a dev seed outside the seeds is refused."""
+    from pipeline.config import compose
+    from pipeline.finetune import convergence_configs
+    from pipeline.pretrain import convergence_tasks
+    from pipeline.split import convergence_split_rule
+    from prenet.data.split_rule import assign
+
+    cfg = compose([])
+    configs = convergence_configs(cfg, convergence_tasks(cfg))
+    rule = convergence_split_rule(cfg)
+    hold = [c for c in configs if assign(c.group_id, rule) == "holdout"]
+    dev = [c for c in configs if assign(c.group_id, rule) != "holdout"]
+    assert len({c.group_id for c in configs}) == 48 and len(configs) == 60
+    assert len(hold) == 24 and {c.seed for c in hold} == {0, 1} and {c.seed for c in dev} == {0}
+    full = compose(["convergence=full"])
+    assert {c.seed for c in convergence_configs(full, convergence_tasks(full))} == {0, 1}
+    with pytest.raises(PrenetError, match=r"dev_seeds=\[2\] names seeds outside"):
+        convergence_configs(compose(["convergence.sweep.dev_seeds=[2]"]), convergence_tasks(cfg))

@@ -303,6 +303,9 @@ def test_resampled_statistics_equal_one_call_per_resample():
         loop = np.array([fn(*[a[i] for a in arrays]) for i in idx])
         np.testing.assert_array_equal(rows, loop)
     assert np.isnan(resampled(auc, [labels, scores], idx)).any()
+    unknown = np.where(np.arange(40) % 7 == 0, np.nan, labels)  # an outcome not known: left out by both forms
+    np.testing.assert_array_equal(resampled(auc, [unknown, scores], idx), [auc(unknown[i], scores[i]) for i in idx])
+    assert auc(unknown, scores) == auc(labels[~np.isnan(unknown)], scores[~np.isnan(unknown)])
 
 
 def test_r2_by_phase_scores_each_phase_and_the_corpus_without_take_off():

@@ -17,8 +17,12 @@ def mae(y: np.ndarray, p: np.ndarray) -> float:
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """ROC AUC (Mann–Whitney with average ranks, so ties count ½); NaN when one class is absent."""
-    labels = np.asarray(labels)
+    """ROC AUC (Mann–Whitney with average ranks, so ties count ½) of the rows labelled 0 or 1 (any other label, e.g. NaN
+    for an unknown outcome, is left out, as :func:`resampled` leaves it); NaN when one class is absent."""
+    labels, scores = np.asarray(labels), np.asarray(scores)
+    known = (labels == 0) | (labels == 1)
+    if not known.all():
+        labels, scores = labels[known], scores[known]
     n_pos = int((labels == 1).sum())
     n_neg = int((labels == 0).sum())
     if n_pos == 0 or n_neg == 0:
