@@ -17,21 +17,10 @@ def mae(y: np.ndarray, p: np.ndarray) -> float:
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """ROC AUC (Mann–Whitney with average ranks, so ties count ½) of the rows labelled 0 or 1 (any other label, e.g. NaN
-    for an unknown outcome, is left out, as :func:`resampled` leaves it); NaN when one class is absent."""
-    labels, scores = np.asarray(labels), np.asarray(scores)
-    known = (labels == 0) | (labels == 1)
-    if not known.all():
-        labels, scores = labels[known], scores[known]
-    n_pos = int((labels == 1).sum())
-    n_neg = int((labels == 0).sum())
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    uniq, inv, counts = np.unique(np.asarray(scores, dtype=float), return_inverse=True, return_counts=True)
-    upper = np.cumsum(counts)
-    avg_rank = upper - (counts - 1) / 2.0  # average 1-based rank of each distinct score
-    rank_sum = float(avg_rank[inv][labels == 1].sum())
-    return float((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+    """ROC AUC (Mann–Whitney: ties count ½) of the rows labelled 0 or 1 (any other label, e.g. NaN for an unknown
+    outcome, is left out); NaN when one class is absent. The one resample of every row of :func:`_auc_rows`."""
+    labels = np.asarray(labels)
+    return float(_auc_rows(labels, np.asarray(scores), np.arange(len(labels))[None, :])[0])
 
 
 def class_accuracy(labels: np.ndarray, predicted: np.ndarray) -> float:
@@ -81,8 +70,8 @@ def _r2_rows(y: np.ndarray, p: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 
 def _auc_rows(labels: np.ndarray, scores: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """:func:`auc` of each resample, from how often it draws each (distinct score, class): the pairs a positive ranks
-    above a negative, ties counting ½, over n_pos · n_neg; exact, as the rank sum is."""
+    """:func:`auc` of each resample (a row of ``idx``), from how often it draws each (distinct score, class): the pairs
+    a positive ranks above a negative, ties counting ½, over n_pos · n_neg (exact: the rank-sum statistic)."""
     uniq, inv = np.unique(np.asarray(scores, dtype=float), return_inverse=True)
     k, n = len(uniq), len(idx)
     cls = np.where(labels == 1, 1, np.where(labels == 0, 0, 2))  # 2: neither class
