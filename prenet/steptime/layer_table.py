@@ -93,7 +93,7 @@ def parse_layer_table(table: pl.DataFrame) -> list[LayerRow]:
         warnings.warn(
             f"layer table row(s) {shown}: an optimizer is given on a forward or forward_backward row, which has no optimizer "
             "step; it is not used there (direction train_step times the step with it)",
-            stacklevel=2,
+            stacklevel=4,  # parse_layer_table <- predict_layers <- prenet.api.predict_layers <- the caller
         )
     return rows
 
