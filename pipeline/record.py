@@ -40,7 +40,9 @@ HEADLINE: dict[str, dict[str, tuple[str, ...]]] = {
         "mape_pct": ("overall", "mape_pct"),
         "unseen_pct": ("unseen_hardware", "mean_mape_pct", "prenet_recipe"),
     },
-    "train_ops": {"eff_cpu": ("median_efficiency", "cpu"), "eff_gpu": ("median_efficiency", "gpu")},
+    "train_gpu_ops": {"eff_gpu": ("median_efficiency", "gpu")},
+    "train_ops": {"eff_cpu": ("median_efficiency", "cpu")},
+    "evaluate_gpu_ops": {"unseen_pct": ("unseen_gpu", "mean_mape_pct")},
     "evaluate_ops": {
         "mape_pct": ("holdout", "mape_pct"),
         "zoo_pct": ("whole_model", "fp32", "mape_pct"),

@@ -44,7 +44,7 @@ def train_parallel(cfg: DictConfig) -> dict:
     def mapper(fn, keys):
         return run_items(fn, keys, workers=workers, threads=int(cfg.threads), desc="train_parallel traces", progress=bool(cfg.progress), unit="trace")
 
-    rows = predict_scaling(pairs, EfficiencyModel.load(cfg.paths.models_ops), ParallelModel(collectives, SyncResidual({})), mapper=mapper)
+    rows = predict_scaling(pairs, EfficiencyModel.load(cfg.paths.models_ops_gpu), ParallelModel(collectives, SyncResidual({})), mapper=mapper)
     write_artifact(rows, cfg, "parallel_scaling")
     model = ParallelModel(collectives, fit_residual(rows))
     model.save(cfg.paths.models_parallel)

@@ -87,7 +87,7 @@ def test_a_config_json_is_read_by_transformers(tmp_path):
 
 @pytest.fixture(scope="module")
 def models_dir(tiny_pipeline):
-    return tiny_pipeline("train_ops")[1].paths.models_ops
+    return tiny_pipeline("train_gpu_ops", "train_ops")[1].paths.models_ops
 
 
 @pytest.mark.parametrize(

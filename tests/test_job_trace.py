@@ -74,7 +74,7 @@ def test_the_store_can_be_turned_off(store, monkeypatch):
 def test_a_repeated_question_imports_no_torch(store, tiny_pipeline):
     """The second answer about a job (in a new process, as a CLI call is) reads its stored trace: the same answer, and
     torch is never imported."""
-    models = tiny_pipeline("train_ops")[1].paths.models_ops
+    models = tiny_pipeline("train_gpu_ops", "train_ops")[1].paths.models_ops
     code = (
         "import sys, json; from prenet.api import predict_step_time; "
         f"p = predict_step_time('mlp', batch_size=8, hardware='H100 SXM5 80GB', models_dir={str(models)!r}, with_memory=True); "

@@ -893,3 +893,37 @@ def test_a_unit_no_measurement_covered_is_answered_through_its_sibling_units_ker
     both = model.predict_many(tf32, [a100, no_fp16])  # batched: each hardware answered as on its own
     assert both[0]["predicted_ms"].to_list() == out["predicted_ms"].to_list() and set(both[0]["estimate"]) == {"unit:fp16"}
     assert both[1]["predicted_ms"].to_list() == model.predict(tf32, no_fp16)["predicted_ms"].to_list() and set(both[1]["estimate"]) == {"model"}
+
+
+def test_the_two_parts_of_the_op_model_load_as_one(tmp_path):
+    """train_gpu_ops saves the GPU part and train_ops the CPU part, each in its folder under paths.models_ops: loading
+    the folder answers each device as its own part does, with the GPU part's host cost; parts fitted with different
+    settings are refused in one line."""
+    from prenet.hardware.spec import HardwareSpec
+    from prenet.steptime.efficiency import feature_matrix
+
+    a100 = get("A100 80GB SXM4")
+    cpu = HardwareSpec(hardware_id="cpu-x-2c", kind="cpu", peak_fp32_tflops=0.1, mem_bw_gbps=20.0, cores=2, clock_mhz=2000.0)
+    module, batch = zoo.build("mlp", 8, {"mlp": {"hidden": 64, "in_features": 32}})
+
+    def measured(hw, device: str, efficiency: float) -> pl.DataFrame:
+        f = trace_step(module, batch, device_type=device).frame()
+        return f.with_columns(pl.Series("measured_ms", feature_matrix(f, hw)[1] / efficiency))
+
+    gpu_ops, cpu_ops = measured(a100, "cuda", 0.4), measured(cpu, "cpu", 0.2)
+    params = {"n_estimators": 10, "max_depth": 3, "learning_rate": 0.3}
+    gpu = EfficiencyModel.fit([(gpu_ops, a100)], params=params, min_rows=3)
+    gpu.host_ms["gpu"] = 0.004
+    cpu_part = EfficiencyModel.fit([(cpu_ops, cpu)], params=params, min_rows=3)
+    gpu.save(tmp_path / "gpu")
+    cpu_part.save(tmp_path / "cpu")
+    both = EfficiencyModel.load(tmp_path)
+    assert set(both.boosters) == set(gpu.boosters) | set(cpu_part.boosters) and {k.split("/")[0] for k in both.boosters} == {"gpu", "cpu"}
+    assert both.host_ms == {"gpu": 0.004} and both.median_efficiency.keys() == {"gpu", "cpu"}
+    assert both.measured_devices == sorted([a100.hardware_id, cpu.hardware_id])
+    for ops, hw, part in ((gpu_ops, a100, gpu), (cpu_ops, cpu, cpu_part)):
+        assert both.predict(ops, hw)["predicted_ms"].to_list() == part.predict(ops, hw)["predicted_ms"].to_list()
+    EfficiencyModel.fit([(cpu_ops, cpu)], params=params, min_rows=4).save(tmp_path / "cpu")
+    with pytest.raises(PrenetError, match="fitted with different ops.efficiency settings") as e:
+        EfficiencyModel.load(tmp_path)
+    assert "\n" not in str(e.value)

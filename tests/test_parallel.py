@@ -173,7 +173,7 @@ def test_residual_is_fitted_per_precision_class_and_scored_on_unseen_models():
 
 @pytest.fixture(scope="module")
 def op_models(tiny_pipeline):
-    root, _, _ = tiny_pipeline("train_ops")
+    root, _, _ = tiny_pipeline("train_gpu_ops", "train_ops")
     return root / "models" / "steptime_ops"
 
 

@@ -314,8 +314,8 @@ def test_plan_steps_count_one_gpus_batches_and_host_bound_gpus_are_named(tiny_ru
     import shutil
 
     ops = shutil.copytree(root / "models" / "steptime_ops", root / "models" / "steptime_ops_host")
-    manifest = json.loads((ops / "manifest.json").read_text())
-    (ops / "manifest.json").write_text(json.dumps({**manifest, "host_ms": {"gpu": 0.2}}))
+    manifest = json.loads((ops / "gpu" / "manifest.json").read_text())  # the GPU part holds the host cost
+    (ops / "gpu" / "manifest.json").write_text(json.dumps({**manifest, "host_ms": {"gpu": 0.2}}))
     d = _plan_json(
         capsys, root, "--model", "mlp", "--batch-size", "8", "--steps", "800", "--hardware", "A100 80GB SXM4",
         "--gpus", "1", "8", "--models", str(ops),

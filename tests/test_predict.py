@@ -14,8 +14,8 @@ from prenet.errors import PrenetError
 
 @pytest.fixture(scope="module")
 def tiny_run(tiny_pipeline):
-    """The tiny run up to train_ops (conftest.tiny_pipeline: only these stages and their upstream)."""
-    return tiny_pipeline("train_ops")
+    """The tiny run up to the op-level model's two parts (conftest.tiny_pipeline: only these stages and their upstream)."""
+    return tiny_pipeline("train_gpu_ops", "train_ops")
 
 
 @pytest.fixture
@@ -485,8 +485,8 @@ def test_one_op_one_answer_layer_table_and_step_time(models_dir, tmp_path, hardw
     from prenet.steptime.step import device_type, predict_trace
 
     models_dir = shutil.copytree(models_dir, tmp_path / "ops")
-    manifest = json.loads((models_dir / "manifest.json").read_text())
-    (models_dir / "manifest.json").write_text(json.dumps({**manifest, "host_ms": {"gpu": 0.05}}))
+    manifest = json.loads((models_dir / "gpu" / "manifest.json").read_text())  # the GPU part holds the host cost
+    (models_dir / "gpu" / "manifest.json").write_text(json.dumps({**manifest, "host_ms": {"gpu": 0.05}}))
     row = pl.DataFrame(
         {"op": ["linear"], "batch": ["64"], "in_features": ["512"], "out_features": ["256"], "direction": ["forward"], "dtype": [dtype]}
     )

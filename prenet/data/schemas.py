@@ -443,6 +443,31 @@ class OpTimings(pa.DataFrameModel):
         return _is_finite(data)
 
 
+class OpPredictions(pa.DataFrameModel):
+    """Output of ``evaluate_gpu_ops`` (``evaluate_ops`` input): the op-level model's answer for one frozen-holdout op
+    beside its measured time and its pure roofline (ms); ``estimate`` says how it was answered (``model``,
+    ``analogy:<family>``, ``unit:<unit>``, ``roofline``)."""
+
+    device: str = pa.Field(isin=["cpu", "gpu"])
+    hardware_id: str = pa.Field(str_length={"min_value": 1})
+    precision: str = pa.Field(isin=list(PRECISIONS))
+    family: str = pa.Field(isin=list(FAMILIES))
+    unit: str = pa.Field(isin=list(PRECISIONS))
+    op: str
+    measured_ms: float = pa.Field(gt=0)
+    predicted_ms: float = pa.Field(gt=0)
+    roofline_ms: float = pa.Field(ge=0)
+    estimate: str
+
+    @pa.check("measured_ms", "predicted_ms", "roofline_ms", name="is_finite")
+    def _finite(cls, data: PolarsData) -> pl.LazyFrame:
+        return _is_finite(data)
+
+    class Config:
+        strict = True
+        name = "OpPredictions"
+
+
 class ParallelScaling(pa.DataFrameModel):
     """Output of ``train_parallel``: DeepLearningExamples' 1 → N GPU scaling rows with the predicted one-GPU step and
     its data-parallel collectives (:func:`prenet.parallel.scaling.predict_scaling`); ms, ratios T_N / T_1."""

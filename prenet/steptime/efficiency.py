@@ -511,15 +511,25 @@ class EfficiencyModel:
 
     @staticmethod
     def load(directory: str | Path) -> "EfficiencyModel":
+        """The model saved in ``directory``; where it holds one part per device kind (:data:`PARTS`: ``gpu/``, fitted
+        on the vendored GPU timings by ``train_gpu_ops``, and ``cpu/``, on the local op benchmark by ``train_ops``),
+        their union (:meth:`merged`)."""
         d = Path(directory)
+        parts = [d / kind for kind in PARTS if (d / kind / "manifest.json").is_file()]
+        if parts:
+            return EfficiencyModel.merged([EfficiencyModel._load_one(p) for p in parts])
+        return EfficiencyModel._load_one(d)
+
+    @staticmethod
+    def _load_one(d: Path) -> "EfficiencyModel":
         if not (d / "manifest.json").exists():
-            raise PrenetError(f"no op-level step-time model in {d}; run `dvc repro train_ops` (or `make run`) first")
+            raise PrenetError(f"no op-level step-time model in {d}; run `dvc repro train_gpu_ops train_ops` (or `make run`) first")
         man = json.loads((d / "manifest.json").read_text())
         if man.get("features") != list(FEATURES):
-            raise PrenetError(f"the op-level model in {d} was trained with other features; rerun `dvc repro train_ops`")
+            raise PrenetError(f"the op-level model in {d} was trained with other features; rerun `dvc repro train_gpu_ops train_ops`")
         files = {key: d / f"{key.replace('/', '__')}.json" for key in man["models"]}
         if missing := [p.name for p in files.values() if not p.is_file()]:
-            raise PrenetError(f"the op-level model in {d} lacks {', '.join(missing)}; rerun `dvc repro train_ops`")
+            raise PrenetError(f"the op-level model in {d} lacks {', '.join(missing)}; rerun `dvc repro train_gpu_ops train_ops`")
         boosters = LazyForests(files)
         return EfficiencyModel(
             boosters,  # type: ignore[arg-type]
@@ -531,6 +541,38 @@ class EfficiencyModel:
             man.get("unit_rows", {}),
             int(man.get("min_rows", 30)),
         )
+
+    @staticmethod
+    def merged(parts: list["EfficiencyModel"]) -> "EfficiencyModel":
+        """One model from parts fitted on disjoint device kinds (each key of theirs belongs to one part); they must share
+        ``min_rows`` and the tree parameters, which the unit proxies and the record read as one."""
+        first = parts[0]
+        for other in parts[1:]:
+            if (other.min_rows, other.params) != (first.min_rows, first.params):
+                raise PrenetError(
+                    f"the op-level model's parts were fitted with different ops.efficiency settings (min_rows "
+                    f"{first.min_rows} vs {other.min_rows}); rerun `dvc repro train_gpu_ops train_ops`"
+                )
+        boosters: Mapping[str, Forest]
+        if all(isinstance(p.boosters, LazyForests) for p in parts):  # read from disk: each file still read on first use
+            boosters = LazyForests({k: f for p in parts for k, f in p.boosters.files.items()})  # type: ignore[attr-defined]
+        else:
+            boosters = {k: f for p in parts for k, f in p.boosters.items()}
+        return EfficiencyModel(
+            boosters,  # type: ignore[arg-type]
+            {k: v for p in parts for k, v in p.median_efficiency.items()},
+            {k: v for p in parts for k, v in p.rows.items()},
+            dict(first.params),
+            {k: v for p in parts for k, v in p.host_ms.items()},
+            sorted({h for p in parts for h in p.measured_devices}),
+            {k: v for p in parts for k, v in p.unit_rows.items()},
+            first.min_rows,
+        )
+
+
+#: The parts of a saved op-level model, one folder each under ``paths.models_ops``, by device kind: a stage that
+#: answers GPUs only (``train_parallel``) depends on ``gpu/`` alone, so re-benchmarking the CPU re-runs none of it.
+PARTS = ("gpu", "cpu")
 
 
 #: Row multiples at which :func:`gemm_envelope` also asks the trees about a GEMM (a geometric grid, ×1.5 … ×32; with
@@ -585,6 +627,11 @@ class LazyForests(Mapping[str, Forest]):
     def __init__(self, files: dict[str, Path]) -> None:
         self._files = files
         self._loaded: dict[str, Forest] = {}
+
+    @property
+    def files(self) -> dict[str, Path]:
+        """``device kind/family`` → the file of its trees."""
+        return dict(self._files)
 
     def __getitem__(self, key: str) -> Forest:
         if key not in self._loaded:
