@@ -89,6 +89,14 @@ def run_items(
 @contextmanager
 def in_background(fn: Callable[[T], Any], item: T, *, threads: int) -> Iterator[Future]:
     """``fn(item)`` in one spawned worker process of ``threads`` threads while the caller goes on (``fn`` module-level,
-    ``item`` picklable); yields its future, and waits for the worker when the block ends. For work that times nothing."""
-    with _spawned(1, threads, None, ()) as ex:
+    ``item`` picklable); yields its future, and waits for the worker when the block ends. For work that times nothing.
+    A block that raises stops the worker instead (its result could no longer be used) and raises at once."""
+    ex = _spawned(1, threads, None, ())
+    try:
         yield ex.submit(fn, item)
+    except BaseException:
+        for proc in list((getattr(ex, "_processes", None) or {}).values()):  # the executor's own workers (CPython)
+            proc.terminate()
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)

@@ -37,5 +37,16 @@ def test_background_work_runs_in_its_own_process_at_the_thread_count() -> None:
     assert (item, threads) == (2, "1") and pid != here
 
 
+def test_a_failing_block_stops_its_background_work_instead_of_waiting_for_it() -> None:
+    """train's baseline fit runs beside the configured model's: when that fit raises, the stage fails at once."""
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="the main fit failed"):
+        with in_background(time.sleep, 60, threads=1):
+            raise ValueError("the main fit failed")
+    assert time.monotonic() - t0 < 30  # not the 60 s the background sleep would take
+
+
 def _pid_and_threads(item: int) -> tuple[int, int, str | None]:
     return os.getpid(), item, os.environ.get("OMP_NUM_THREADS")
