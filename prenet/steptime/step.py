@@ -174,6 +174,8 @@ def _summarize(
     refetch_ms = dram_refetch_ms(ops, hw, cold, sensitive)
     if note := cpu_cache_note(ops, hw, refetch_ms, data_bytes, sensitive, activations=bool(trace.activation_bytes), cold=cold):
         notes.append(note)
+    if hw.kind == "cpu":
+        notes.append(CPU_ALLOCATOR_NOTE)
     if host_issue_ms > total_ms:
         notes.append(
             f"host-bound: issuing its {int(issued_ops.sum()):,} ops takes {host_issue_ms:.1f} ms at {1e3 * host_ms:.0f} µs each "
@@ -348,6 +350,20 @@ def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, cold: np.ndarray | None
         return 0.0
     sel = cache_sensitive(ops, hw) if sensitive is None else sensitive
     return float(cold[sel].sum() / (hw.mem_bw_gbps * 1e9) * 1e3)
+
+
+#: What every CPU answer assumes of the host's allocator, said with it: the op benchmark and the zoo steps are timed
+#: with freed memory kept in the process (prenet.measurement.allocator, as PyTorch's GPU caching allocators keep it), so
+#: the answer is the ops' time. Under glibc's default malloc a step returns its large freed buffers to the OS and
+#: page-faults them back in on the next: torchvision's MobileNetV3-large at batch 8 on one thread of this AMD EPYC took
+#: 851-1,002 ms a step so (4 runs), 630-714 ms with memory kept or with the two variables below (answered 556 ms),
+#: 2026-12-07; docs/step_time.md.
+CPU_ALLOCATOR_NOTE = (
+    "allocator: timed with freed memory kept in the process (as PyTorch's GPU caching allocator keeps it); under "
+    "glibc's default malloc a CPU step page-faults its large buffers back in every step and runs slower: train with "
+    "MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 set (or under jemalloc/tcmalloc) to run at "
+    "the answered speed"
+)
 
 
 def cpu_cache_note(
