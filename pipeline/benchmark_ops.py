@@ -38,6 +38,10 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     wide_spaces = OmegaConf.to_container(b.wide, resolve=True) if b.get("wide") is not None else {}
     wide = sample_wide(wide_spaces, seed=int(b.seed), aligned_share=float(b.get("aligned_share", 0.0)))
     todo = [(kind, c, ("sgd", "adam")[i % 2], "fp32") for i, (kind, c) in enumerate(configs + wide)]
+    # more blocks in FP32 (ops.benchmark.fp32_blocks, as bf16_native_blocks): the depthwise family's own data
+    fp32_blocks = OmegaConf.to_container(b.fp32_blocks, resolve=True) if b.get("fp32_blocks") else {}
+    blocks = sample_blocks(fp32_blocks, seed=int(b.seed), where="ops.benchmark.fp32_blocks")
+    todo += [(kind, c, ("sgd", "adam")[i % 2], "fp32") for i, (kind, c) in enumerate(blocks)]
     todo += [
         (kind, c, "sgd", "bf16")
         for i, (kind, c) in enumerate(configs)

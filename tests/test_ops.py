@@ -516,6 +516,18 @@ def test_a_named_block_space_draws_within_its_own_ranges():
         with pytest.raises(PrenetError) as e:
             sample_blocks({"x": bad}, seed=7)
         assert "\n" not in str(e.value) and "bf16_native_blocks.x" in str(e.value)
+    with pytest.raises(PrenetError, match=r"ops\.benchmark\.fp32_blocks\.x"):  # the FP32 blocks' errors name their own key
+        sample_blocks({"x": {"kind": "nope", "configs": 1}}, seed=7, where="ops.benchmark.fp32_blocks")
+
+
+def test_the_op_benchmark_times_its_fp32_blocks_in_fp32(tiny_pipeline):
+    """ops.benchmark.fp32_blocks: more depthwise blocks in FP32 (the family had 24 training rows from
+    configs_per_kind alone); the tiny run's one extra block is timed beside configs_per_kind's one."""
+    from pipeline.artifacts import read_artifact
+
+    _, cfg, _ = tiny_pipeline("benchmark_ops")
+    dw = read_artifact(cfg, "op_timings").filter((pl.col("family") == "conv_depthwise") & (pl.col("precision") == "fp32"))
+    assert dw.get_column("config_id").n_unique() >= 2
 
 
 def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():

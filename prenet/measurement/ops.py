@@ -206,29 +206,29 @@ def _named_generator(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng([seed, int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)])
 
 
-def sample_blocks(counts: dict[str, Any], *, seed: int) -> list[tuple[str, dict[str, int]]]:
+def sample_blocks(counts: dict[str, Any], *, seed: int, where: str = "ops.benchmark.bf16_native_blocks") -> list[tuple[str, dict[str, int]]]:
     """More configurations of blocks: ``counts`` maps a name to how many of that block kind, or to ``{kind, configs,
     space}`` (``kind`` defaults to the name; ``space`` overrides keys of the kind's sampling space, the depthwise block's
     only: :data:`DEPTHWISE_SPACE`). Each name draws from its own generator (``seed`` and the name), so that adding some
-    leaves every other configuration as it was."""
+    leaves every other configuration as it was. ``where``: the config key ``counts`` came from, for the errors."""
     out = []
     for name in sorted(counts):
         spec = counts[name] if isinstance(counts[name], dict) else {"configs": counts[name]}
         kind = str(spec.get("kind", name))
         if kind not in BLOCKS:
-            raise PrenetError(f"block kind {kind!r} (ops.benchmark.bf16_native_blocks.{name}) is not one of {sorted(BLOCKS)}")
+            raise PrenetError(f"block kind {kind!r} ({where}.{name}) is not one of {sorted(BLOCKS)}")
         space = spec.get("space")
         if space and kind != "depthwise_block":
-            raise PrenetError(f"ops.benchmark.bf16_native_blocks.{name}: only depthwise_block takes a space; remove it")
+            raise PrenetError(f"{where}.{name}: only depthwise_block takes a space; remove it")
         unknown = sorted(set(space or {}) - set(DEPTHWISE_SPACE))
         if unknown:
-            raise PrenetError(f"ops.benchmark.bf16_native_blocks.{name}.space: unknown keys {unknown}; use {sorted(DEPTHWISE_SPACE)}")
+            raise PrenetError(f"{where}.{name}.space: unknown keys {unknown}; use {sorted(DEPTHWISE_SPACE)}")
         for key, v in (space or {}).items():
             ranged = key in _RANGED
             ok = isinstance(v, list) and v and all(isinstance(i, int) and i > 0 for i in v) and (not ranged or (len(v) == 2 and v[0] <= v[1]))
             if not ok:
                 want = "[low, high], positive integers, low <= high" if ranged else "a non-empty list of positive integers"
-                raise PrenetError(f"ops.benchmark.bf16_native_blocks.{name}.space.{key}: {v!r}; give {want}")
+                raise PrenetError(f"{where}.{name}.space.{key}: {v!r}; give {want}")
         sample, _ = BLOCKS[kind]
         rng = _named_generator(seed + 2, name)
         out += [(kind, sample(rng, space) if space else sample(rng)) for _ in range(int(spec["configs"]))]
