@@ -61,7 +61,7 @@ def evaluate_ops(cfg: DictConfig) -> dict:
             "by_family": errors_by(pred, ["device", "family"]),
             "by_family_unit": errors_by(pred.filter(pl.col("device") == "gpu"), ["family", "unit"]),
         },
-        "unseen_gpu": gpu_rec["unseen_gpu"],
+        **{key: gpu_rec[key] for key in CARRIED if key in gpu_rec},
     }
     fp32 = read_artifact(cfg, "model_timings")
     bf16 = read_artifact(cfg, "model_timings_bf16") if artifact(cfg, "model_timings_bf16").is_file() else fp32.head(0)
@@ -83,7 +83,6 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     )
     write_artifact(w, cfg, "plots/op_zoo.csv")
     metrics["whole_model"] = {p: whole_model_summary(w.filter(pl.col("precision") == p)) for p in ("fp32", "bf16")}
-    metrics.update({key: gpu_rec[key] for key in CARRIED if key in gpu_rec and key != "unseen_gpu"})
     mem = zoo_memory(fp32, cfg.models.get("sizes"))  # the planner's memory fit, measured (prenet/memory/evaluation.py)
     write_artifact(mem, cfg, "plots/memory_zoo.csv")
     metrics["memory"] = memory_summary(mem)
