@@ -304,6 +304,9 @@ class _Tracer(TorchDispatchMode):
         #: answer needs its reads' reuse distances, :mod:`prenet.ops.reuse`; a GPU's does not: 0.1-0.3 s a large model)
         self.reuse = False
         self.touches: list[Touch] = []
+        #: every storage a touch keys (its StorageImpl's address), held until ``finish``: a freed one's address, reused
+        #: by a later storage at a point that moves with the heap, made two traces of one step alias differently
+        self._alive: list = []
         #: cuDNN's layout transposes around tensor-core (FP16/BF16/TF32) convolutions on NCHW tensors (set for CUDA traces)
         self.conv_transposes = False
         #: an ``fp32`` step traced for any GPU: its FP32 convolutions' transposes are recorded too, as the ones a GPU
@@ -405,9 +408,11 @@ class _Tracer(TorchDispatchMode):
         for ts, is_read in ((reads, True), (writes, False)):
             for t in ts:
                 try:
-                    key, size = t.untyped_storage()._cdata, min(nbytes(t), t.untyped_storage().nbytes())
+                    storage = t.untyped_storage()
+                    key, size = storage._cdata, min(nbytes(t), storage.nbytes())
                 except (RuntimeError, NotImplementedError):  # a tensor without a storage (sparse, nested)
                     continue
+                self._alive.append(storage)
                 self.touches.append((record, key, size, is_read))
 
     def finish(self) -> list[OpRecord]:
@@ -415,6 +420,7 @@ class _Tracer(TorchDispatchMode):
         if self.reuse:
             for r, reads in zip(self.records, read_distances(self.touches, len(self.records)), strict=True):
                 r.reads = reads
+            self._alive.clear()
         return self.records
 
     def _record(self, func, name: str, module: str, ins: list, outs: list, args: tuple, kwargs: dict, out: Any, ms, spread) -> None:
