@@ -1,7 +1,8 @@
 """Stage ``evaluate_gpu_ops``: the GPU part of the op-level model (``train_gpu_ops``), measured on GPUs — its answer for
 every frozen-holdout GPU op (``evaluate_ops`` pools them with the CPU's); leave-one-GPU-out per family and unit; the
 whole-model checks on GPUs never fitted on (:data:`CHECKS`); the deciles of measured / predicted on held-out GPUs behind
-``prenet plan``'s GPU intervals. It reads nothing of the local machine: its record is the same on every checkout."""
+``prenet plan``'s GPU intervals. It reads nothing of the local machine, so a checkout whose GPU part refits to the same
+bytes skips it (its outputs are in git)."""
 
 from __future__ import annotations
 

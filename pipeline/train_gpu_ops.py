@@ -1,7 +1,8 @@
 """Stage ``train_gpu_ops``: the GPU part of the op-level efficiency models (``prenet/steptime/efficiency.py``), fitted on
 the vendored GPU timings as ops (NeuSight's op set, the measured FP16/BF16/TF32 kernel tables) and never their frozen
-holdout, with the host's cost per issued op. Nothing here reads the local machine, so the part is the same on every
-checkout (and the stages downstream of it alone are not re-run when the CPU is benchmarked again)."""
+holdout, with the host's cost per issued op. Nothing here reads the local machine: the part refits to the same bytes
+(two fresh clones on this host, 2026-12-07), and the stages downstream of it alone are not re-run when the CPU is
+benchmarked again."""
 
 from __future__ import annotations
 

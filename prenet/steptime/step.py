@@ -356,8 +356,8 @@ def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, cold: np.ndarray | None
 #: with freed memory kept in the process (prenet.measurement.allocator, as PyTorch's GPU caching allocators keep it), so
 #: the answer is the ops' time. Under glibc's default malloc a step returns its large freed buffers to the OS and
 #: page-faults them back in on the next: torchvision's MobileNetV3-large at batch 8 on one thread of this AMD EPYC took
-#: 851-1,002 ms a step so (4 runs), 630-714 ms with memory kept or with the two variables below (answered 556 ms),
-#: 2026-12-07; docs/step_time.md.
+#: 851-1,002 ms a step so (4 runs), 630-714 ms with memory kept or with the two variables below, 2026-12-07 (the
+#: answers to it: docs/step_time.md).
 CPU_ALLOCATOR_NOTE = (
     "allocator: timed with freed memory kept in the process (as PyTorch's GPU caching allocator keeps it); under "
     "glibc's default malloc a CPU step page-faults its large buffers back in every step and runs slower: train with "
