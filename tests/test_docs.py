@@ -20,8 +20,10 @@ def _stage_outputs() -> list[str]:
     root = paths.pop("root")
 
     def sub(s: str) -> str:
-        s = s.replace("${paths.root}", root)
-        return re.sub(r"\$\{paths\.(\w+)\}", lambda m: str(paths.get(m.group(1), m.group(0))).replace("${paths.root}", root), s)
+        """Resolve ``${paths.x}`` until none is left (``models_ops_gpu`` names ``${paths.models_ops}``)."""
+        for _ in range(8):
+            s = re.sub(r"\$\{paths\.(\w+)\}", lambda m: str(paths.get(m.group(1), m.group(0))), s.replace("${paths.root}", root))
+        return s
 
     dist = yaml.safe_load((ROOT / "conf" / "distribute" / "local.yaml").read_text())
     outs = (
