@@ -101,7 +101,9 @@ def benchmark_models(cfg: DictConfig) -> dict:
     hw_id = local_id(str(cfg.hardware.device))  # a label only: no GEMM peaks to measure here
     todo = [(name, b, o) for name in m.names for b in m.batch_sizes for o in m.optimizers]
     t0 = time.monotonic()
-    probe = SpeedProbe(int(cfg.threads))  # host speed beside every row: evaluate_ops puts these steps on the op benchmark's scale
+    # host speed beside every row: evaluate_ops puts these steps on the op benchmark's scale. Sampled before every step
+    # (~20 ms each): at every 5 s the zoo's 10 rows carried 3-4 distinct samples, too few to compare (probe.speed_ratio)
+    probe = SpeedProbe(int(cfg.threads), every_s=0.0)
     rows, schedule = measure_zoo(cfg, todo, hw_id, probe, budget_s=m.get("rounds_budget_s"))
     df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
     write_artifact(df, cfg, "model_timings")

@@ -111,12 +111,14 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     )
     ops = ops.filter(pl.col("measured_ms") > 0)
     write_artifact(ops, cfg, "op_timings")
-    # the BF16-autocast zoo steps, timed as benchmark_models times the FP32 ones (interleaved rounds, fastest kept)
+    # the BF16-autocast zoo steps, timed as benchmark_models times the FP32 ones (interleaved rounds, fastest kept), the
+    # probe before every step as there (sharing the ops' 5 s probe, the 5 steps carried one distinct sample)
+    zoo_probe = SpeedProbe(int(cfg.threads), every_s=0.0)
     zoo_rows, zoo_schedule = measure_zoo(
         cfg,
         [(str(n), int(bs), "sgd") for n, bs in [*b.zoo_bf16, *((b.get("zoo_bf16_native") or []) if native_bf16 else [])]],
         hw.hardware_id,
-        probe,
+        zoo_probe,
         precision="bf16",
         device="cpu",
         budget_s=b.get("zoo_bf16_rounds_budget_s"),
@@ -141,6 +143,7 @@ def benchmark_ops(cfg: DictConfig) -> dict:
         "noise_floor_median_spread_pct": float(100 * ops["spread_rel"].median()),
         "zoo_bf16_steps": len(zrows),
         "host_probe": probe.summary(),
+        "zoo_bf16_probe": zoo_probe.summary(),
         "wall_s": round(time.monotonic() - t0, 1),
     }
     record_metrics(cfg, "benchmark_ops", metrics)

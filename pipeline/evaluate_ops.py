@@ -22,7 +22,7 @@ from pipeline.record import read_record, record_metrics
 from prenet import zoo
 from prenet.hardware.catalog import get
 from prenet.hardware.local import recorded_spec
-from prenet.measurement.probe import at_reference_speed, reference_probe_ms
+from prenet.measurement.probe import MIN_SAMPLES, at_reference_speed, probe_samples, speed_ratio
 from prenet.memory.evaluation import memory_summary, zoo_memory
 from prenet.planner.intervals import RatioSet, StepTimeErrors, interval_ratios, write_errors
 from prenet.steptime.efficiency import EfficiencyModel
@@ -65,17 +65,18 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     }
     fp32 = read_artifact(cfg, "model_timings")
     bf16 = read_artifact(cfg, "model_timings_bf16") if artifact(cfg, "model_timings_bf16").is_file() else fp32.head(0)
-    # the zoo steps were timed minutes away from the ops: each table on the ops' median host speed (the op model's)
-    ref = reference_probe_ms(ops)
+    # the zoo steps were timed minutes away from the ops: each table on the ops' host speed (the op model's), their
+    # fastest probes compared through the same number of samples (prenet/measurement/probe.py)
+    ratios = {p: speed_ratio(ops, t) for p, t in (("fp32", fp32), ("bf16", bf16))}
     metrics["host_speed"] = {
-        "op_benchmark_probe_ms": ref,
-        "zoo_fp32_probe_ms": reference_probe_ms(fp32),
-        "zoo_bf16_probe_ms": reference_probe_ms(bf16),
-        "note": "whole steps rescaled to the op benchmark's host speed by the ratio of median probes (prenet/measurement/probe.py)"
-        if ref is not None
-        else "no host-speed probe in these tables: steps compared as timed",
+        **{f"zoo_{p}_factor": None if r is None else r[0] for p, r in ratios.items()},
+        **{f"zoo_{p}_probe_samples": len(probe_samples(t)) for p, t in (("fp32", fp32), ("bf16", bf16))},
+        "op_benchmark_probe_samples": len(probe_samples(ops)),
+        "note": "whole steps rescaled to the op benchmark's host speed: x its fastest probe / theirs, each the expected "
+        f"fastest of the same number of probe samples (prenet/measurement/probe.py); a table of fewer than {MIN_SAMPLES} "
+        "samples (factor null) is compared as timed",
     }
-    fp32, bf16 = (at_reference_speed(t.with_columns(pl.col("measured_ms").alias("timed_ms")), ref) for t in (fp32, bf16))
+    fp32, bf16 = (at_reference_speed(t.with_columns(pl.col("measured_ms").alias("timed_ms")), ops) for t in (fp32, bf16))
     zoo_kw = {"sizes": cfg.models.get("sizes"), "overhead_path": cfg.paths.step_overhead, "threads": int(cfg.threads)}
     w = pl.concat(
         [whole_model_predictions(model, fp32, "fp32", cpu, **zoo_kw), whole_model_predictions(model, bf16, "bf16", cpu, **zoo_kw)],

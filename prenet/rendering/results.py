@@ -78,9 +78,11 @@ def _pct(v: float | None, digits: int = 1) -> str:
 
 def _as_timed(summary: dict) -> str:
     """The whole-step MAPE against the steps as timed, before their rescaling to the op benchmark's host speed, as the
-    README row's clause ("" where they were not rescaled)."""
+    README row's clause (where they were not rescaled: that they were compared as timed)."""
     v = summary.get("as_timed_mape_pct")
-    return "" if v is None else f"; as timed, not rescaled to the op benchmark's host speed: {_pct(v)}"
+    if v is None:
+        return "; compared as timed: too few host-speed probe samples to rescale"
+    return f"; as timed, not rescaled to the op benchmark's host speed: {_pct(v)}"
 
 
 def _p(p: float) -> str:
