@@ -42,6 +42,10 @@ def benchmark_ops(cfg: DictConfig) -> dict:
     fp32_blocks = OmegaConf.to_container(b.fp32_blocks, resolve=True) if b.get("fp32_blocks") else {}
     blocks = sample_blocks(fp32_blocks, seed=int(b.seed), where="ops.benchmark.fp32_blocks")
     todo += [(kind, c, ("sgd", "adam")[i % 2], "fp32") for i, (kind, c) in enumerate(blocks)]
+    # ... and spaces measured in FP32 only (ops.benchmark.fp32_wide, as `wide`; none of them under BF16 autocast)
+    fp32_spaces = OmegaConf.to_container(b.fp32_wide, resolve=True) if b.get("fp32_wide") else {}
+    fp32_wide = sample_wide(fp32_spaces, seed=int(b.seed), aligned_share=float(b.get("aligned_share", 0.0)))
+    todo += [(kind, c, ("sgd", "adam")[i % 2], "fp32") for i, (kind, c) in enumerate(fp32_wide)]
     todo += [
         (kind, c, "sgd", "bf16")
         for i, (kind, c) in enumerate(configs)

@@ -68,7 +68,7 @@ def test_the_tiny_experiment_shrinks_every_op_benchmark_space():
     too (until 2026-12-06 conv2d, pointwise convolutions and large LSTMs were measured at quick's size, 150+ blocks of
     up to 6 GFLOP: benchmark_ops took 42 s of each test session on an AMD EPYC)."""
     b = compose(["experiment=tiny"]).ops.benchmark
-    for group in ("wide", "bf16_native_wide", "bf16_wide"):
+    for group in ("wide", "bf16_native_wide", "bf16_wide", "fp32_wide"):
         for kind, spec in b[group].items():
             assert int(spec.configs) <= 2, f"{group}.{kind}: {spec.configs} configurations"
             space = spec.space

@@ -419,8 +419,8 @@ def test_roofline_knows_winograd_alignment_and_per_element_work():
 
     got = stride_pow2(np.array([1024, 1000, 768, 2048, 8192, 1024]), np.array([2, 2, 2, 4, 4, 2]), np.array([True] * 5 + [False]))
     assert list(got) == [11, 4, 9, 13, 14, 0]
-    # ... set where ATen's reference loops run the GEMM: 16-bit on a CPU without BF16 units, not FP32 (MKL packs), not
-    # where the CPU has BF16 units (oneDNN), not on a GPU
+    # ... set on every CPU GEMM (ATen's reference loops, MKL, oneDNN: the CPU's own trees learn what it costs there), not
+    # on a GPU
     from dataclasses import replace
 
     from prenet.hardware.local import detect_cpu
@@ -430,10 +430,10 @@ def test_roofline_knows_winograd_alignment_and_per_element_work():
     cpu = detect_cpu(1)
     for precision, extra, device, expect in (
         ("bf16", {"bf16_units": "none", "simd_bits": 256}, "cpu", True),
-        ("fp32", {"bf16_units": "none", "simd_bits": 256}, "cpu", False),  # MKL packs FP32 operands
-        ("bf16", {"bf16_units": "amx_bf16", "simd_bits": 512}, "cpu", False),  # native BF16: oneDNN
-        ("bf16", {"bf16_units": "none", "simd_bits": 512}, "cpu", False),  # AVX-512 without BF16 units: oneDNN too
-        ("bf16", {"simd_bits": 256}, "cpu", False),  # a spec sheet that does not say (a user's YAML): not assumed
+        ("fp32", {"bf16_units": "none", "simd_bits": 256}, "cpu", True),  # MKL's FP32 GEMMs alias too (d = 1024)
+        ("bf16", {"bf16_units": "amx_bf16", "simd_bits": 512}, "cpu", True),
+        ("fp32", {}, "cpu", True),  # a spec sheet that does not say (a user's YAML)
+        ("fp32", None, "cuda", False),
         ("bf16", None, "cuda", False),
     ):
         f = trace_step(*_meta("mlp", 16), precision=precision, device_type=device).frame().filter(pl.col("family") == "gemm")
@@ -526,8 +526,18 @@ def test_the_op_benchmark_times_its_fp32_blocks_in_fp32(tiny_pipeline):
     from pipeline.artifacts import read_artifact
 
     _, cfg, _ = tiny_pipeline("benchmark_ops")
-    dw = read_artifact(cfg, "op_timings").filter((pl.col("family") == "conv_depthwise") & (pl.col("precision") == "fp32"))
+    ops = read_artifact(cfg, "op_timings")
+    dw = ops.filter((pl.col("family") == "conv_depthwise") & (pl.col("precision") == "fp32"))
     assert dw.get_column("config_id").n_unique() >= 2
+    # ... and ops.benchmark.fp32_wide's power-of-two linear layer, in FP32 only
+    from prenet.measurement.ops import config_id, sample_wide
+
+    ((kind, c),) = sample_wide(
+        dict(cfg.ops.benchmark.fp32_wide), seed=int(cfg.ops.benchmark.seed), aligned_share=float(cfg.ops.benchmark.aligned_share)
+    )
+    mine = ops.filter(pl.col("config_id") == config_id(kind, c))
+    assert mine.height and set(mine.get_column("precision")) == {"fp32"}
+    assert all(c[k] in (64, 128) for k in ("in_features", "out_features"))
 
 
 def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():

@@ -193,9 +193,8 @@ STRIDE_POW2_CAP = 2**14
 
 def stride_pow2(dim: np.ndarray, elem_bytes: np.ndarray, gemm: np.ndarray) -> np.ndarray:
     """log2 of the largest power of two (≤ :data:`STRIDE_POW2_CAP`) dividing the row stride in bytes of a GEMM operand
-    whose rows are ``dim`` elements of ``elem_bytes``; 0 outside ``gemm`` (a mask: the GEMMs ATen's reference loops run,
-    16-bit ones on a CPU without BF16 units or AVX-512; on GPUs the feature moved the unseen-GPU answers, NeuSight's FP32
-    steps 5.5 -> 7.2 % MAPE). Rows a multiple of 2-4 KB apart map to the same cache sets: ATen's reference BF16 GEMM on
+    whose rows are ``dim`` elements of ``elem_bytes``; 0 outside ``gemm`` (a mask: a CPU's GEMMs; on GPUs the feature
+    moved the unseen-GPU answers, NeuSight's FP32 steps 5.5 -> 7.2 % MAPE). Rows a multiple of 2-4 KB apart map to the same cache sets: ATen's reference BF16 GEMM on
     a CPU without BF16 units, walking a row-major second operand down its columns, ran 16x1024 @ 1024x1024 at 0.97
     GFLOP/s, 16x1000 @ 1000x1000 at 1.64 and 16x2048 @ 2048x2048 at 0.27 (AMD EPYC, 2026-12-06); :func:`alignment`
     stops at 64 elements and cannot tell them apart."""
@@ -236,11 +235,13 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
     # 1 for a bare kernel's time (DeepBench, XLA: no framework dispatch around it); 0 for an op timed in PyTorch and for
     # every op of a step prenet predicts
     elem = np.array([_DTYPE_BYTES.get(d, 4.0) for d in frame.get_column("dtype").to_list()])
-    # cache-set aliasing of row strides where ATen's reference loops run a CPU's GEMMs: 16-bit ones on a CPU recorded
-    # without BF16 units and without AVX-512 (with AVX-512 torch hands them to oneDNN, which packs its operands, as MKL
-    # does FP32 ones; GPU GEMMs tile through shared memory)
-    ref_loops = (elem < 4) & (hw.kind == "cpu") & (hw.extra.get("bf16_units") == "none") & (int(hw.extra.get("simd_bits", 512)) < 512)
-    ref_loops &= frame.get_column("family").to_numpy().astype(str) == "gemm"
+    # cache-set aliasing of row strides in a CPU's GEMMs (GPU GEMMs tile through shared memory): ATen's reference loops
+    # run 16-bit ones on a CPU without BF16 units or AVX-512, and MKL's packed FP32 GEMMs alias too where the weight
+    # stays in cache: 16 x d @ d x d at one thread on this AMD EPYC (2026-12-07), forward / weight-gradient GFLOP/s at
+    # d = 960, 1000, 1008, 1040: 49-58 / 50-63; at d = 1024: 37 / 38 (at 2048 the 16 MB weight streams from DRAM and
+    # 2000, 2048 and 2064 all run 32-36). Where a CPU's GEMMs do not alias, its own benchmark's trees find the feature
+    # uninformative
+    cpu_gemm = (hw.kind == "cpu") & (frame.get_column("family").to_numpy().astype(str) == "gemm")
     lay = frame.get_column("layout").to_numpy().astype(np.int64) if "layout" in frame.columns else np.zeros(frame.height, dtype=np.int64)
     kernel_only = frame.get_column("kernel_only").fill_null(0).to_numpy().astype(float) if "kernel_only" in frame.columns else np.zeros(frame.height)
     cols = {
@@ -271,8 +272,8 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
         "align_n": alignment(g["n"]),
         "align_k": alignment(g["k"]),
         # A (m × k) is stored k apart, or m where transposed (layout bit 1); B (k × n) n apart, or k (bit 2)
-        "stride_pow2_a": stride_pow2(np.where(lay & 1, g["m"], g["k"]), elem, gemm & ref_loops),
-        "stride_pow2_b": stride_pow2(np.where(lay & 2, g["k"], g["n"]), elem, gemm & ref_loops),
+        "stride_pow2_a": stride_pow2(np.where(lay & 1, g["m"], g["k"]), elem, gemm & cpu_gemm),
+        "stride_pow2_b": stride_pow2(np.where(lay & 2, g["k"], g["n"]), elem, gemm & cpu_gemm),
         "op_class": np.array([float(op_class(o)) for o in frame.get_column("op").to_list()]),
     }
     return np.column_stack([cols[f] for f in FEATURES]), roof
