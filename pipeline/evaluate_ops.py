@@ -67,16 +67,17 @@ def evaluate_ops(cfg: DictConfig) -> dict:
     bf16 = read_artifact(cfg, "model_timings_bf16") if artifact(cfg, "model_timings_bf16").is_file() else fp32.head(0)
     # the zoo steps were timed minutes away from the ops: each table on the ops' host speed (the op model's), their
     # fastest probes compared through the same number of samples (prenet/measurement/probe.py)
-    ratios = {p: speed_ratio(ops, t) for p, t in (("fp32", fp32), ("bf16", bf16))}
+    tables = {"fp32": fp32, "bf16": bf16}
+    ratios = {p: speed_ratio(ops, t) for p, t in tables.items()}
     metrics["host_speed"] = {
         **{f"zoo_{p}_factor": None if r is None else r[0] for p, r in ratios.items()},
-        **{f"zoo_{p}_probe_samples": len(probe_samples(t)) for p, t in (("fp32", fp32), ("bf16", bf16))},
+        **{f"zoo_{p}_probe_samples": len(probe_samples(t)) for p, t in tables.items()},
         "op_benchmark_probe_samples": len(probe_samples(ops)),
         "note": "whole steps rescaled to the op benchmark's host speed: x its fastest probe / theirs, each the expected "
         f"fastest of the same number of probe samples (prenet/measurement/probe.py); a table of fewer than {MIN_SAMPLES} "
         "samples (factor null) is compared as timed",
     }
-    fp32, bf16 = (at_reference_speed(t.with_columns(pl.col("measured_ms").alias("timed_ms")), ops) for t in (fp32, bf16))
+    fp32, bf16 = (at_reference_speed(t.with_columns(pl.col("measured_ms").alias("timed_ms")), ops) for t in tables.values())
     zoo_kw = {"sizes": cfg.models.get("sizes"), "overhead_path": cfg.paths.step_overhead, "threads": int(cfg.threads)}
     w = pl.concat(
         [whole_model_predictions(model, fp32, "fp32", cpu, **zoo_kw), whole_model_predictions(model, bf16, "bf16", cpu, **zoo_kw)],
