@@ -73,11 +73,18 @@ def test_a_cpu_step_fetches_from_dram_the_operands_it_touched_further_back_than_
     # the allocator the CPU timings assume is said with every CPU answer (a plain glibc malloc step is slower), not a GPU's
     assert [n for n in mlp.notes if n.startswith("allocator:")] == [CPU_ALLOCATOR_NOTE]
     assert not [n for n in gpu.notes if n.startswith("allocator:")]
-    ops = pl.DataFrame({"bytes": [4.3e6, 0.5e6, 4.3e6], "flops": [3.4e7, 1e6, 1e9]})  # skinny GEMM, small op, dense op
+    # skinny GEMM, small op, dense op
+    ops = pl.DataFrame({"bytes": [4.3e6, 0.5e6, 4.3e6], "flops": [3.4e7, 1e6, 1e9], "predicted_ms": [0.5, 0.05, 20.0]})
     # the cold bytes of the memory-bound ones, however small; not the dense one's; nothing without reads
     cold = np.array([4.0e6, 0.2e6, 4.0e6])
-    assert dram_refetch_ms(ops, small, cold) == pytest.approx(4.2e6 / (small.mem_bw_gbps * 1e9) * 1e3)
+    bw = small.mem_bw_gbps * 1e9
+    assert dram_refetch_ms(ops, small, cold) == pytest.approx(4.2e6 / bw * 1e3)
     assert dram_refetch_ms(ops, small, None) == 0.0
+    # a memory-bound op larger than the 12 MB the caches hold (an SGD update of 14 MB, answered at its in-place 56 GB/s):
+    # its cold 8 MB no faster than DRAM, less what its predicted time already pays for them; one already that slow adds
+    # nothing
+    upd = pl.DataFrame({"bytes": [14e6, 14e6], "flops": [3e6, 3e6], "predicted_ms": [0.25, 14e6 / bw * 1e3]})
+    assert dram_refetch_ms(upd, small, np.array([8e6, 8e6])) == pytest.approx(8e6 / bw * 1e3 - 0.25 * 8 / 14)
 
 
 def test_reuse_distances_count_the_distinct_bytes_touched_since_the_last_touch():

@@ -280,14 +280,33 @@ CACHE_NOTE_SHARE = 0.5
 PARAM_BYTES = 4
 
 
+def memory_bound(ops: pl.DataFrame) -> np.ndarray:
+    """Which of ``ops`` are memory-bound on a CPU: under ``CACHE_SENSITIVE_FLOPS_PER_BYTE`` FLOPs per byte moved."""
+    by = ops.get_column("bytes").to_numpy().astype(float)
+    return ops.get_column("flops").to_numpy().astype(float) < CACHE_SENSITIVE_FLOPS_PER_BYTE * by
+
+
 def cache_sensitive(ops: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
     """Which of a CPU step's ``ops`` are cache-sensitive (above): a boolean per row (all False on a GPU)."""
     if hw.kind != "cpu" or ops.height == 0:
         return np.zeros(ops.height, dtype=bool)
-    by = ops.get_column("bytes").to_numpy().astype(float)
-    fl = ops.get_column("flops").to_numpy().astype(float)
     top = (hw.cache_mb or CACHE_SENSITIVE_MAX_MB) * 2**20
-    return (by <= top) & (fl < CACHE_SENSITIVE_FLOPS_PER_BYTE * by)
+    return (ops.get_column("bytes").to_numpy().astype(float) <= top) & memory_bound(ops)
+
+
+def dram_floor_ms(ops: pl.DataFrame, hw: HardwareSpec, cold: np.ndarray, sensitive: np.ndarray) -> np.ndarray:
+    """Per op (ms): what a memory-bound op larger than the caches' capacity (so not :func:`cache_sensitive`) adds inside
+    a step, where its ``cold`` bytes come from DRAM no faster than ``hw.mem_bw_gbps``: max(0, cold / bandwidth −
+    predicted × cold / bytes), the predicted (in-place) time of that share of its bytes being what it already pays.
+    Timed in place, such an op still reads much of its data from the caches: the zoo MLP's 12.5 MB SGD updates ran at
+    36 GB/s in place and were answered at 54, against 14.4 from DRAM (AMD EPYC, 2026-12-07); 0 elsewhere. Paired on
+    the same model and hour: CPU zoo FP32 MAPE 11.65 -> 9.41 % (wide_mlp -14.6 -> -4.6 %, mlp -39 -> -32 %), unseen
+    torchvision CNNs at batch 8 (MobileNetV3-large, MobileNetV2, EfficientNet-B0, ResNet-34) each 0.4-1.6 points
+    closer (all four under-predicted that hour, by 6-20 %)."""
+    by = ops.get_column("bytes").to_numpy().astype(float)
+    pred = ops.get_column("predicted_ms").to_numpy().astype(float)
+    floor = np.maximum(0.0, cold / (hw.mem_bw_gbps * 1e9) * 1e3 - pred * cold / np.maximum(by, 1.0))
+    return np.where(memory_bound(ops) & ~sensitive, floor, 0.0)
 
 
 #: The gradients the backward writes of the saved activations, as a share of their bytes (one per activation, of its
@@ -345,11 +364,13 @@ def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, cold: np.ndarray | None
     :func:`cold_read_bytes`), on top of their in-place times. Additive, not overlapped: one thread packs a GEMM's
     operand before it computes on it (measured on an Intel Xeon, 2026-12-05: the skinny GEMMs of a 784-1024-1024-1024-10
     MLP at batch 16 took 0.20-0.36 ms more after a 64 MB eviction than in place, 3.3-4.3 MB each; on an AMD EPYC,
-    2026-12-06, 0.31-0.43 ms). 0 on a GPU, or where ``cold`` is None. ``sensitive``: :func:`cache_sensitive` of ``ops``."""
+    2026-12-06, 0.31-0.43 ms). Memory-bound ops larger than the caches add their DRAM floor (:func:`dram_floor_ms`).
+    0 on a GPU, or where ``cold`` is None. ``sensitive``: :func:`cache_sensitive` of ``ops``; ``ops`` carry
+    ``predicted_ms``."""
     if hw.kind != "cpu" or cold is None:
         return 0.0
     sel = cache_sensitive(ops, hw) if sensitive is None else sensitive
-    return float(cold[sel].sum() / (hw.mem_bw_gbps * 1e9) * 1e3)
+    return float(cold[sel].sum() / (hw.mem_bw_gbps * 1e9) * 1e3 + dram_floor_ms(ops, hw, cold, sel).sum())
 
 
 #: What every CPU answer assumes of the host's allocator, said with it: the op benchmark and the zoo steps are timed
@@ -384,11 +405,14 @@ def cpu_cache_note(
     sel = cache_sensitive(ops, hw) if sensitive is None else sensitive
     acts = " and saved activations with their gradients" if activations else ""
     if refetch_ms > 0 and cold is not None:
+        big = dram_floor_ms(ops, hw, cold, sel) > 0
+        larger = f", and {int(big.sum())} larger ones read {cold[big].sum() / 2**20:.1f} MB no faster than DRAM" if big.any() else ""
         return (
             f"cache: {int((sel & (cold > 0)).sum())} memory-bound ops, timed in place with warm operands, read "
             f"{cold[sel].sum() / 2**20:.1f} MB last touched further back than {CACHE_FILL_SHARE:.0%} of the "
             f"{hw.cache_mb:.0f} MB its caches hold (measured; the step's weights, gradients, optimizer state{acts}: "
-            f"{data_bytes / 2**20:.0f} MB) and fetch them from DRAM: + {refetch_ms:.2f} ms at {hw.mem_bw_gbps:.1f} GB/s"
+            f"{data_bytes / 2**20:.0f} MB) and fetch them from DRAM{larger}: + {refetch_ms:.2f} ms at "
+            f"{hw.mem_bw_gbps:.1f} GB/s"
         )
     if hw.cache_mb:
         return None
