@@ -439,6 +439,12 @@ def test_roofline_knows_winograd_alignment_and_per_element_work():
         f = trace_step(*_meta("mlp", 16), precision=precision, device_type=device).frame().filter(pl.col("family") == "gemm")
         hw = replace(cpu, extra=extra) if device == "cpu" else get("A100 80GB SXM4")
         assert (feature_matrix(f, hw)[0][:, cols] > 0).any() == expect, (precision, extra, device)
+    # a CPU GEMM's phase is hidden from the trees (one ATen mm, forward or backward: its layout and strides are
+    # features); a GPU's keeps it
+    f = trace_step(*_meta("mlp", 16), device_type="cpu").frame().filter(pl.col("family") == "gemm")
+    ph = FEATURES.index("phase_code")
+    assert set(f.get_column("phase")) >= {"forward", "backward"}
+    assert not feature_matrix(f, cpu)[0][:, ph].any() and feature_matrix(f, get("A100 80GB SXM4"))[0][:, ph].any()
     # each operand's own stride: a Linear's input gradient (both row-major: A k apart, B n apart) and its weight gradient
     # (A transposed: m apart) on a 16 x 1024 -> 512 layer in BF16
     net = nn.Sequential(nn.Linear(1024, 1024), nn.Linear(1024, 512))

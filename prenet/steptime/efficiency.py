@@ -263,7 +263,12 @@ def feature_matrix(frame: pl.DataFrame, hw: HardwareSpec) -> tuple[np.ndarray, n
         "log2_write_ratio": write_ratio(g, frame.get_column("family").str.starts_with("conv").fill_null(False).to_numpy()),
         "dtype_bytes": elem,
         "unit_code": np.array([_UNIT_CODE.get(u, 0.0) for u in frame.get_column("unit").to_list()]),
-        "phase_code": np.array([_PHASE_CODE.get(p, 0.0) for p in frame.get_column("phase").to_list()]),
+        # a CPU GEMM's phase is not its kernel: forward or backward, one ATen mm runs on its operands' layout and
+        # strides (features of their own). The op data's BF16 GEMMs came from nn.Linear, forward always B-transposed,
+        # so the trees read the phase as the layout and answered a forward x @ W (W stored in x out, as functional
+        # code and HF's Conv1D run it) at the transposed speed: 64x1024 @ 1024x1024 in BF16 on ATen's reference loops,
+        # 80 ms answered against 139-145 timed in place (AMD EPYC, 2026-12-07)
+        "phase_code": np.where(cpu_gemm, 0.0, np.array([_PHASE_CODE.get(p, 0.0) for p in frame.get_column("phase").to_list()])),
         "tf1": tf1,
         "kernel_only": kernel_only,
         "layout": frame.get_column("layout").to_numpy().astype(float) if "layout" in frame.columns else np.zeros(frame.height),
