@@ -40,8 +40,9 @@ from prenet.rendering import figures
 _SHARED: dict = {}
 
 
-def _load_shared(runs_path: str, telemetry_path: str, thr: dict, fallback: dict, kw: dict) -> None:
-    """Worker initializer: the labelled runs (all, development, holdout) and telemetry, read once per process."""
+def _load_shared(runs_path: str, telemetry_path: str, thr: dict, fallback: dict, kw: dict, stack: dict) -> None:
+    """Worker initializer: the labelled runs (all, development, holdout) and telemetry, read once per process; the
+    trained models' stack weights by epoch (the leave-one-group-out refits answer as they do)."""
     runs = labels(read_table(runs_path, OutcomeRuns), thr, fallback)
     _SHARED.update(
         runs=runs,
@@ -51,6 +52,7 @@ def _load_shared(runs_path: str, telemetry_path: str, thr: dict, fallback: dict,
         thr=thr,
         fallback=fallback,
         kw=kw,
+        stack=stack,
     )
 
 
@@ -60,7 +62,9 @@ def _refit(item: tuple[str, object]) -> dict:
     s, kw = _SHARED, _SHARED["kw"]
     if kind == "ablation":
         return ablate_groups(s["dev"], s["hold"], s["tel"], int(v), params=kw["params"], n_boot=kw["n_boot"], seed=kw["seed"])
-    return leave_group_out(s["dev"], s["runs"], s["tel"], kind, str(v), thresholds=s["thr"], fallback=s["fallback"], epochs=list(epochs), **kw)
+    return leave_group_out(
+        s["dev"], s["runs"], s["tel"], kind, str(v), thresholds=s["thr"], fallback=s["fallback"], epochs=list(epochs), stack=s["stack"], **kw
+    )
 
 
 def evaluate_outcome(cfg: DictConfig) -> dict:
@@ -173,6 +177,7 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
                     thr,
                     fallback,
                     dict(params=params, n_boot=n_boot, seed=seed),
+                    manifest.get("take_off", {}).get("stack", {}),
                 ),
             ),
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -320,9 +321,11 @@ def test_r2_by_phase_scores_each_phase_and_the_corpus_without_take_off():
     assert set(r2_by_phase(runs[:45], pred[:45])) == {"prior", "boundary", "without_takeoff"}  # 5 take-off runs: too few
 
 
-def test_take_off_model_is_saved_loaded_and_answers_slow_runs(tiny_run, tmp_path):
-    from prenet.outcome.models import SLOW_BELOW, accuracy_at, domain_thresholds, fit_take_off, labels, load, save, train_all
+def test_take_off_model_is_saved_loaded_and_answers_slow_runs(tiny_run, tmp_path, monkeypatch):
+    import prenet.outcome.models as models_module
+    from prenet.outcome.models import SLOW_BELOW, accuracy_at, domain_thresholds, fit_take_off, labels, load, save, stacked_accuracy, train_all
 
+    monkeypatch.setattr(models_module, "STACK_MIN_RUNS", 2)  # the tiny corpus's few slow runs learn the stack's weights
     _, cfg, _ = tiny_run
     runs, tel = pl.read_parquet(cfg.paths.outcome_runs), pl.read_parquet(cfg.paths.outcome_telemetry)
     slow = accuracy_at(runs, tel, 2) < SLOW_BELOW
@@ -345,11 +348,58 @@ def test_take_off_model_is_saved_loaded_and_answers_slow_runs(tiny_run, tmp_path
     table = tel.filter((pl.col("run_id") == rid) & (pl.col("epoch") <= 2)).drop("run_id")
     out = predict(table, loaded=loaded)
     assert 0 <= out.take_off_probability <= 1 and out.take_off_base_rate == base and out.may_take_off == (out.take_off_probability >= base)
+    # the answer for a slow run is the stack of the accuracy model's and the take-off model's, with the manifest's weights
+    weights = manifest["take_off"]["stack"]["2"]
+    acc = loaded[0][("pooled", 2, "telemetry", "final_test_accuracy")]
+    assert len(weights) == 3 and acc.stack == tuple(weights) and acc.take_off is loaded[0][("pooled", 2, "telemetry", "take_off")]
+    alone = predict(table, loaded=({**loaded[0], ("pooled", 2, "telemetry", "final_test_accuracy"): replace(acc, stack=None)}, loaded[1]))
+    assert out.final_test_accuracy == pytest.approx(float(stacked_accuracy([alone.final_test_accuracy], [out.take_off_probability], weights)[0]))
     # a degenerate base rate (every slow run failed) never answers with the take-off model: the interval rule does
     flat = {**loaded[1], "take_off": {**loaded[1]["take_off"], "base_rate": {"1": 0.0, "2": 0.0}}}
     assert predict(table, loaded=(loaded[0], flat)).take_off_probability is None
     # without the take-off model (models trained before it), the interval rule answers too
     assert predict(table, loaded=train_all(runs, tel, take_off_min_runs=10_000, **kw)).take_off_probability is None
+
+
+def test_slow_runs_are_answered_stacked_with_the_take_off_probability(tmp_path):
+    from prenet.outcome.features import feature_names
+    from prenet.outcome.models import (
+        ACCURACY_TARGET,
+        SLOW_BELOW,
+        Fitted,
+        accuracy_columns,
+        accuracy_now,
+        fit_one,
+        fit_stack,
+        load,
+        save,
+        stacked_accuracy,
+    )
+
+    rng = np.random.default_rng(0)
+    a, p = rng.random(80), rng.random(80)
+    assert fit_stack(a, p, 0.1 + 0.5 * a + 0.3 * p) == pytest.approx((0.1, 0.5, 0.3), abs=1e-5)  # least squares
+    assert fit_stack(a[:10], p[:10], a[:10]) is None  # too few slow runs: the accuracy model answers alone
+    np.testing.assert_allclose(stacked_accuracy([0.2, 0.9], [1.0, 1.0], (0.0, 1.0, 0.5)), [0.7, 1.0])  # clipped to [0, 1]
+    cols = accuracy_columns(2, "telemetry")
+    X = rng.random((100, len(feature_names(2, "telemetry"))))
+    params = {"n_estimators": 20, "max_depth": 2, "learning_rate": 0.3, "subsample": 1.0, "colsample_bytree": 1.0, "max_bin": 16}
+    alone = fit_one("final_test_accuracy", X, np.clip(accuracy_now(X, cols) + 0.1, 0, 1), params, 0, base=cols)
+    stacked = replace(alone, take_off=Fitted("take_off", constant=1.0), stack=(0.0, 1.0, 0.25))  # every slow run takes off
+    slow = accuracy_now(X, cols) < SLOW_BELOW
+    assert 0 < slow.sum() < len(X)
+    np.testing.assert_allclose(stacked.predict(X)[~slow], alone.predict(X)[~slow])  # runs no longer slow: unchanged
+    np.testing.assert_allclose(stacked.predict(X)[slow], np.clip(alone.predict(X)[slow] + 0.25, 0, 1))
+    # saved and loaded, the manifest's weights and the epoch's take-off model stack the answer again
+    keys = {t: ("pooled", 2, "telemetry", t) for t in ("final_test_accuracy", "take_off")}
+    manifest = {"epochs": [2], "scopes": ["pooled"], "feature_sets": ["telemetry"], "targets": ["final_test_accuracy"]}
+    take_off = {"base_rate": {"2": 0.4}, "stack": {"2": [0.0, 1.0, 0.25]}}
+    folder = save(
+        {keys["final_test_accuracy"]: alone, keys["take_off"]: stacked.take_off},
+        {**manifest, "accuracy_target": ACCURACY_TARGET, "take_off": take_off},
+        tmp_path / "m",
+    )
+    np.testing.assert_allclose(load(folder)[0][keys["final_test_accuracy"]].predict(X), stacked.predict(X))
 
 
 def test_the_accuracy_model_learns_the_gain_over_the_accuracy_now(tmp_path):

@@ -56,12 +56,16 @@ def leave_group_out(
     fallback: dict,
     n_boot: int,
     seed: int,
+    stack: dict[str, list[float]] | None = None,
 ) -> dict:
     """Fit on the ``train`` runs whose ``column`` ≠ ``value``, score on the ``test`` runs with ``column`` = ``value``.
     The telemetry model answers with the domain masked when ``column`` is the domain (as for a user's unknown
     domain, with the pooled class cut points). Scores of the telemetry model, the loss/accuracy-only model and the
     naive guess per epoch, and the telemetry model's R² per corpus phase of the test runs (``telemetry_r2_by_phase``:
-    the prior samples users' settings; the boundary and take-off phases over-sample the hard cases on purpose)."""
+    the prior samples users' settings; the boundary and take-off phases over-sample the hard cases on purpose).
+    ``stack`` ({epoch: weights}, the trained manifest's): the telemetry model answers the slow runs stacked with a
+    take-off model refitted on the same runs, as the trained models answer (the three weights themselves were learned
+    on every development run)."""
     tr, te = train.filter(pl.col(column) != value), test.filter(pl.col(column) == value)
     if column == "domain":  # an unknown domain's relative class comes from the pooled cut points, as in predict()
         thresholds = {d: t for d, t in thresholds.items() if d != value}
@@ -69,7 +73,8 @@ def leave_group_out(
     for e in epochs:
         res = {}
         for fs in ("telemetry", "loss_acc"):
-            m = fit_targets(tr, telemetry, e, fs, params=params, seed=seed)
+            w = (stack or {}).get(str(e)) if fs == "telemetry" else None
+            m = fit_targets(tr, telemetry, e, fs, params=params, seed=seed, stack=w)
             pred = predict_targets(m, te, telemetry, e, fs, known_domain=column != "domain")
             res[fs] = score_predictions(te, pred, n_boot, seed, thresholds, fallback)
             if fs == "telemetry" and "phase" in te.columns:
@@ -122,7 +127,8 @@ def ablate_groups(
     dropped: it is the baseline; a group without columns at ``epoch`` is skipped): R² and failure AUC on ``hold``
     (labelled; its telemetry in ``hold_telemetry`` when it is not in ``telemetry``, answered with its domain and
     schedule when ``stated``) of the full model minus the model without the group, with a paired bootstrap
-    (positive = the group helps). ``mapper(fn, items)`` runs the refits (the builtin ``map``, or a process pool's)."""
+    (positive = the group helps); the accuracy model alone on both sides (no take-off stack: its take-off model
+    would see the dropped group). ``mapper(fn, items)`` runs the refits (the builtin ``map``, or a process pool's)."""
     y, yf = hold["final_test_accuracy"].to_numpy(), hold["failure"].to_numpy()
     tel_h = telemetry if hold_telemetry is None else hold_telemetry
     kw = {"known_domain": stated, "known_schedule": stated}

@@ -6,7 +6,10 @@ and ``relative_class`` (0/1/2 = tertile of final accuracy within the domain, cut
 which is not a model of its own: it is where the predicted accuracy falls among the domain's cut points, with
 probabilities from the out-of-fold residuals (:func:`relative_class`). Beside them, per epoch, the **take-off** model:
 the probability that a run still slow at that epoch (accuracy below :data:`SLOW_BELOW`) ends as a success, fitted on
-the slow development runs only (issue 29's late bloomers; :func:`fit_take_off`).
+the slow development runs only (issue 29's late bloomers; :func:`fit_take_off`). A slow run's accuracy answer is the
+**stack** of the two (:func:`stacked_accuracy`): three weights learned out of fold on the development runs
+(:func:`cv_residuals`, :func:`fit_stack`), since the classifier, fitted on the slow runs alone, ranks which take off
+better than the regressor fitted on every run.
 One pooled model over all domains, with the domain as a feature (:mod:`prenet.outcome.features`). Models are saved as XGBoost JSON
 plus ``manifest.json`` (thresholds, cut points, feature names, residual quantiles): no pickle.
 """
@@ -159,23 +162,58 @@ class Fitted:
     """One fitted model: XGBoost estimator, or a constant when the training labels had one class. ``base``: for the
     accuracy model, the design columns of the accuracy now (:func:`accuracy_columns`) when it learned the gain over it
     (:data:`ACCURACY_TARGET`); None when it learned the final accuracy itself. ``members``: the further estimators of a
-    seed bag (:func:`fit_targets` with ``bag`` > 1), whose outputs are averaged with ``model``'s."""
+    seed bag (:func:`fit_targets` with ``bag`` > 1), whose outputs are averaged with ``model``'s. ``take_off`` and
+    ``stack``: for the accuracy model, the take-off model of its epoch and the weights that blend its probability into
+    the answer for runs still slow there (:func:`stacked_accuracy`); None: the accuracy model alone."""
 
     target: str
     model: Any = None
     constant: float | None = None
     base: tuple[int | None, int] | None = None
     members: tuple = ()
+    take_off: Fitted | None = None
+    stack: tuple[float, float, float] | None = None
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """Accuracy (regression, clipped to [0, 1]) or failure probability (binary): the bag's mean."""
+        """Accuracy (regression, clipped to [0, 1]; stacked with the take-off model's probability on the slow rows
+        where ``stack`` is set) or failure probability (binary): the bag's mean."""
         if self.constant is not None:
             return np.full(len(X), self.constant)
         ests = (self.model, *self.members)
-        if self.target == "final_test_accuracy":
-            gain = np.mean([m.predict(X) for m in ests], axis=0)
-            return np.clip(gain + (accuracy_now(X, self.base) if self.base is not None else 0.0), 0.0, 1.0)
-        return np.mean([m.predict_proba(X)[:, 1] for m in ests], axis=0)
+        if self.target != "final_test_accuracy":
+            return np.mean([m.predict_proba(X)[:, 1] for m in ests], axis=0)
+        gain = np.mean([m.predict(X) for m in ests], axis=0)
+        acc = np.clip(gain + (accuracy_now(X, self.base) if self.base is not None else 0.0), 0.0, 1.0)
+        if self.take_off is None or self.stack is None or self.base is None:
+            return acc
+        slow = accuracy_now(X, self.base) < SLOW_BELOW
+        if slow.any():
+            acc[slow] = stacked_accuracy(acc[slow], self.take_off.predict(X[slow]), self.stack)
+        return acc
+
+
+def stacked_accuracy(accuracy: np.ndarray, p_take: np.ndarray, stack: tuple[float, float, float] | list[float]) -> np.ndarray:
+    """The answer for runs still slow (:data:`SLOW_BELOW`): ``stack`` = (c0, c1, c2) applied as c0 + c1 × the
+    accuracy model's answer + c2 × the take-off model's probability, clipped to [0, 1]. The accuracy model learns
+    the mean over every run; the take-off classifier, fitted on the slow runs alone, ranks which of them take off
+    (:func:`fit_stack` learns the weights out of fold)."""
+    c0, c1, c2 = (float(c) for c in stack)
+    return np.clip(c0 + c1 * np.asarray(accuracy, dtype=float) + c2 * np.asarray(p_take, dtype=float), 0.0, 1.0)
+
+
+#: Fewest slow out-of-fold runs :func:`fit_stack` learns weights from; with fewer the accuracy model answers alone.
+STACK_MIN_RUNS = 50
+
+
+def fit_stack(accuracy: np.ndarray, p_take: np.ndarray, actual: np.ndarray) -> tuple[float, float, float] | None:
+    """The least-squares weights of :func:`stacked_accuracy` from out-of-fold answers of slow development runs (the
+    accuracy model's, the take-off model's probability) and their ``actual`` final accuracies; None with fewer than
+    :data:`STACK_MIN_RUNS` runs."""
+    a, p, y = (np.asarray(v, dtype=float) for v in (accuracy, p_take, actual))
+    if len(y) < STACK_MIN_RUNS:
+        return None
+    coef, *_ = np.linalg.lstsq(np.column_stack([np.ones(len(y)), a, p]), y, rcond=None)
+    return (round(float(coef[0]), 6), round(float(coef[1]), 6), round(float(coef[2]), 6))
 
 
 def fit_one(target: str, X: np.ndarray, y: np.ndarray, params: dict, seed: int, base: tuple[int | None, int] | None = None) -> Fitted:
@@ -222,6 +260,7 @@ def fit_targets(
     drop: tuple[str, ...] = (),
     targets: tuple[str, ...] = TARGETS,
     bag: int | None = None,
+    stack: tuple[float, float, float] | list[float] | None = None,
 ) -> dict[str, Fitted]:
     """The models of one (epoch, feature set) on labelled ``runs`` (:func:`labels`). For the telemetry set every run
     is also added once with what a user's call may lack masked, each independently in its share of the copies
@@ -229,7 +268,10 @@ def fit_targets(
     validation, activations or update ratio, is a case the model has seen. ``bag`` (default ``params["bag"]``, else 1):
     that many fits with seeds ``seed``, ``seed + 1``, … (XGBoost's row and column sampling, and which copies are
     masked), averaged (:class:`Fitted` ``members``), for the targets of ``params["bag_targets"]`` (None: all; [] none);
-    the others are fitted once."""
+    the others are fitted once. ``stack`` (:func:`fit_stack`'s weights, the trained models' own): the telemetry
+    accuracy model, with no group dropped, also gets this epoch's take-off model fitted on the same runs
+    (:func:`fit_take_off`, ``params``' bag) and answers the slow runs stacked (:func:`stacked_accuracy`), as the trained
+    models answer; a refit without it scores the accuracy model alone."""
     bag = int(params.get("bag", 1)) if bag is None else int(bag)
     X = design(  # once for the bag: only the masked copies differ between its fits
         telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(), schedules=runs["schedule"].to_list(), drop=drop
@@ -240,9 +282,13 @@ def fit_targets(
     bagged = tuple(t for t in targets if chosen is None or t in set(chosen))
     fits = [_fit_targets_once(runs, X, (epoch, feature_set, drop, targets), params, seed)]
     fits += [_fit_targets_once(runs, X, (epoch, feature_set, drop, bagged), params, seed + i) for i in range(1, max(bag, 1)) if bagged]
-    return {
-        t: m if m.constant is not None or t not in bagged else replace(m, members=tuple(f[t].model for f in fits[1:])) for t, m in fits[0].items()
-    }
+    out = {t: m if m.constant is not None or t not in bagged else replace(m, members=tuple(f[t].model for f in fits[1:])) for t, m in fits[0].items()}
+    acc = out.get("final_test_accuracy")
+    if stack is not None and acc is not None and acc.constant is None and feature_set == "telemetry" and not drop:
+        take = fit_take_off(runs, telemetry, epoch, params=params, seed=seed)
+        if take is not None:
+            out["final_test_accuracy"] = replace(acc, take_off=take[0], stack=tuple(float(c) for c in stack))
+    return out
 
 
 def _fit_targets_once(runs: pl.DataFrame, X: np.ndarray, what: tuple, params: dict, seed: int) -> dict[str, Fitted]:
@@ -285,29 +331,49 @@ def predict_targets(
     return {t: m.predict(X) for t, m in models.items()}
 
 
-def cv_residuals(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, params: dict, seed: int, folds: int = 5) -> dict[str, list[float]]:
+def cv_residuals(
+    runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int, *, params: dict, seed: int, folds: int = 5, take_off_min_runs: int = 20
+) -> tuple[dict[str, list[float]], tuple[float, float, float] | None]:
     """Out-of-fold residuals (actual − predicted accuracy, telemetry model) of the development runs, as answered with
     the domain and schedule stated (``stated``), with neither (``unstated``, the default call), and from a plain
     training log with neither (``plain``: :data:`~prenet.outcome.features.PLAIN_LOG` empty); empty lists when too few
-    runs for the folds."""
+    runs for the folds. Each fold also fits the take-off model (:func:`fit_take_off`, one fit) and answers its slow
+    runs; :func:`fit_stack` learns the stack's weights from the unstated answers, and the residuals are those of the
+    stacked answer, as :func:`predict` gives it. Returns (residuals by kind, the stack's weights or None)."""
+    kinds = ("stated", "unstated", "plain")
     if runs.height < 2 * folds:
-        return {"stated": [], "unstated": [], "plain": []}
+        return {k: [] for k in kinds}, None
     idx = np.random.default_rng(seed).permutation(runs.height)
-    res = {"stated": np.empty(runs.height), "unstated": np.empty(runs.height), "plain": np.empty(runs.height)}
-    y = runs["final_test_accuracy"].to_numpy()
+    ids, y = runs["run_id"].to_list(), runs["final_test_accuracy"].to_numpy()
+    X = {
+        "stated": design(telemetry, ids, epoch, "telemetry", domains=runs["domain"].to_list(), schedules=runs["schedule"].to_list()),
+        "unstated": design(telemetry, ids, epoch, "telemetry"),
+    }
+    X["plain"] = as_plain_log(X["unstated"], epoch)
+    base = accuracy_columns(epoch, "telemetry")
+    answer = {k: np.empty(runs.height) for k in kinds}
+    p_take = {k: np.full(runs.height, np.nan) for k in kinds}  # the take-off model's answer, on the slow runs
     for f in range(folds):
         te = np.sort(idx[f::folds])
         tr = np.setdiff1d(idx, te)
         # one fit a fold, not the bag: the residuals of a single fit are a little wider than the bag's (intervals on
         # the safe side), and the folds are most of train_outcome's time
         m = fit_targets(runs[tr], telemetry, epoch, "telemetry", params=params, seed=seed, targets=("final_test_accuracy",), bag=1)
-        for key, stated in (("stated", True), ("unstated", False)):
-            p = predict_targets(m, runs[te], telemetry, epoch, "telemetry", known_domain=stated, known_schedule=stated)
-            res[key][te] = y[te] - np.clip(p["final_test_accuracy"], 0, 1)
-        X = design(telemetry, runs[te]["run_id"].to_list(), epoch, "telemetry")  # nothing stated, then as a plain log
-        p = m["final_test_accuracy"].predict(as_plain_log(X, epoch))
-        res["plain"][te] = y[te] - np.clip(p, 0, 1)
-    return {k: [round(float(v), 5) for v in r] for k, r in res.items()}
+        take = fit_take_off(runs[tr], telemetry, epoch, params={**params, "bag": 1}, seed=seed, min_runs=take_off_min_runs)
+        for k in kinds:
+            answer[k][te] = m["final_test_accuracy"].predict(X[k][te])
+            slow = te[accuracy_now(X[k][te], base) < SLOW_BELOW]
+            if take is not None and len(slow):
+                p_take[k][slow] = take[0].predict(X[k][slow])
+    seen = np.isfinite(p_take["unstated"])
+    stack = fit_stack(answer["unstated"][seen], p_take["unstated"][seen], y[seen])
+    res = {}
+    for k in kinds:
+        seen = np.isfinite(p_take[k])
+        if stack is not None:
+            answer[k][seen] = stacked_accuracy(answer[k][seen], p_take[k][seen], stack)
+        res[k] = [round(float(v), 5) for v in y - answer[k]]
+    return res, stack
 
 
 def residual_bands(predicted: np.ndarray, residuals: np.ndarray, interval: list[float], bands: int) -> dict[str, list]:
@@ -389,17 +455,22 @@ def pooled_thresholds(thr: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def fit_epoch(item: tuple) -> tuple[int, dict, dict[str, list[float]], tuple[float, list[float]] | None]:
+def fit_epoch(item: tuple) -> tuple[int, dict, dict[str, list[float]], tuple[float, list[float], tuple | None] | None]:
     """One epoch's share of :func:`train_all` (picklable, for worker processes): ``item`` = (labelled runs,
     telemetry, epoch, params, seed, folds, the take-off model's fewest slow runs). Returns (epoch, {(feature set,
-    target): model}, out-of-fold residuals, (the take-off base rate, the take-off group's final-accuracy quantiles) or
-    None without a take-off model)."""
+    target): model}, out-of-fold residuals, (the take-off base rate, the take-off group's final-accuracy quantiles,
+    the stack's weights or None) or None without a take-off model)."""
     runs, telemetry, e, params, seed, folds, take_off_min_runs = item
     fitted = {(fs, t): m for fs in FEATURE_SETS for t, m in fit_targets(runs, telemetry, e, fs, params=params, seed=seed).items()}
     take_off = fit_take_off(runs, telemetry, e, params=params, seed=seed, min_runs=take_off_min_runs)
-    if take_off is not None:
-        fitted[("telemetry", "take_off")] = take_off[0]
-    return e, fitted, cv_residuals(runs, telemetry, e, params=params, seed=seed, folds=folds), take_off[1:] if take_off is not None else None
+    residuals, stack = cv_residuals(runs, telemetry, e, params=params, seed=seed, folds=folds, take_off_min_runs=take_off_min_runs)
+    if take_off is None:
+        return e, fitted, residuals, None
+    fitted[("telemetry", "take_off")] = take_off[0]
+    if stack is not None:
+        acc = fitted[("telemetry", "final_test_accuracy")]
+        fitted[("telemetry", "final_test_accuracy")] = replace(acc, take_off=take_off[0], stack=stack)
+    return e, fitted, residuals, (*take_off[1:], stack)
 
 
 def train_all(
@@ -420,7 +491,8 @@ def train_all(
     """Fit the pooled models (domain as a feature) for every (epoch, feature set, target) on the development
     ``runs``, and the ``folds``-fold out-of-fold residuals behind the intervals (their quantiles overall and in
     ``bands`` bands of predicted accuracy, :func:`residual_bands`), and the take-off model of each epoch where at
-    least ``take_off_min_runs`` development runs are slow there (:func:`fit_take_off`). ``mapper(fn, items)`` runs the
+    least ``take_off_min_runs`` development runs are slow there (:func:`fit_take_off`), with the weights that stack it
+    into the slow runs' accuracy answer (manifest ``take_off.stack``). ``mapper(fn, items)`` runs the
     per-epoch work (the builtin ``map``, or a process pool's). Returns (models keyed ("pooled", epoch, feature set,
     target), manifest)."""
     thr = domain_thresholds(runs, failure_fraction, classes)
@@ -433,11 +505,14 @@ def train_all(
     y = runs["final_test_accuracy"].to_numpy()
     take_off: dict[str, float] = {}
     took_off: dict[str, list[float]] = {}
+    stacks: dict[str, list[float]] = {}
     for e, fitted, res_by_kind, base in mapper(fit_epoch, [(runs, telemetry, e, params, seed, folds, take_off_min_runs) for e in epochs]):
         for (fs, target), m in fitted.items():
             models[("pooled", e, fs, target)] = m
         if base is not None:
-            take_off[str(e)], took_off[str(e)] = base
+            take_off[str(e)], took_off[str(e)], stack = base
+            if stack is not None:
+                stacks[str(e)] = list(stack)
         for kind, res in res_by_kind.items():
             key = residual_key(e, kind == "stated", plain=kind == "plain")
             residuals[key] = res
@@ -462,7 +537,7 @@ def train_all(
         "domains": sorted(thr),
         "dev_runs": runs.height,
         "cv_folds": folds,
-        "take_off": {"slow_below": SLOW_BELOW, "base_rate": take_off, "took_off_final_accuracy": took_off},
+        "take_off": {"slow_below": SLOW_BELOW, "base_rate": take_off, "took_off_final_accuracy": took_off, "stack": stacks},
         # what "final" means: the epochs the fitted runs trained for (the corpus's own length, not the user's)
         "final_epoch": int(np.median(runs["epochs"].to_numpy())) if "epochs" in runs.columns else None,
     }
@@ -531,4 +606,8 @@ def load(folder: str | Path) -> tuple[dict, dict]:
             ests.append(m)
         gain = target == "final_test_accuracy" and manifest.get("accuracy_target") == ACCURACY_TARGET
         models[(scope, e, fs, target)] = Fitted(target, ests[0], base=accuracy_columns(e, fs) if gain else None, members=tuple(ests[1:]))
+    for e, stack in manifest.get("take_off", {}).get("stack", {}).items():  # the accuracy model answers slow runs stacked
+        key, take = ("pooled", int(e), "telemetry", "final_test_accuracy"), models.get(("pooled", int(e), "telemetry", "take_off"))
+        if take is not None and key in models:
+            models[key] = replace(models[key], take_off=take, stack=tuple(float(c) for c in stack))
     return models, manifest

@@ -373,7 +373,8 @@ def seed_spread(
     fit = {e: [s for s in seeds if e not in known.get(s, {})] for e in epochs}
     for e in epochs:
         masks[e], hold = answered_unstated(runs, telemetry, e)
-        accuracy = {"targets": ("final_test_accuracy",)}  # the bag params["bag"] gives, its accuracy model alone
+        # the bag params["bag"] gives, its accuracy model stacked with a take-off model refitted alongside, as trained
+        accuracy = {"targets": ("final_test_accuracy",), "stack": manifest.get("take_off", {}).get("stack", {}).get(str(e))}
         items += [(train, dev_telemetry, hold, telemetry, e, params, int(s), (), accuracy, nothing) for s in fit[e]]
     answers = iter(list(mapper(fit_and_answer, items)))  # run to the end: a pool's generator closes its processes
     for e in epochs:
