@@ -789,6 +789,9 @@ def test_out_of_corpus_stage_scores_the_shipped_runs(tiny_run):
     runs = pl.read_parquet(Path(cfg.paths.outcome_ooc) / "runs.parquet").head(48)
     n = runs.height
     assert res["runs"] == n == 48 and set(res["by_epoch"]) == {"1", "2", "3", "5"}
+    beyond = res["beyond"]  # the runs beyond every corpus recipe, scored the same way
+    assert beyond["runs"] == 48 and set(beyond["by_epoch"]) == {"1", "2", "3", "5"} and beyond["seed_ceiling"]["runs"] == 48
+    assert res["summary"]["beyond_r2_epoch2"] == beyond["by_epoch"]["2"]["r2"][0]
     for m in res["by_epoch"].values():
         point, low, high = m["r2"]
         assert low <= point <= high and m["answered"] <= n and 0 <= m["failure_auc"][0] <= 1
@@ -834,6 +837,26 @@ def test_a_vendored_corpus_from_an_older_recorder_reads_with_its_new_columns_emp
     assert read_vendored(cfg)["runs"] == 40
     out = read_table(cfg.paths.outcome_telemetry)
     assert out.height == tel.height and out["loss_trend"].null_count() == out.height and out["grad_norm_trend"].null_count() == out.height
+
+
+def test_the_beyond_prior_lies_outside_every_corpus_recipe():
+    from pipeline.config import compose
+    from prenet.outcome.out_of_corpus import sample_specs
+
+    corpus = compose([]).outcome.corpus
+    spaces = [corpus.space, *(r.space for r in corpus.enrich.values())]
+    depths = {d for sp in spaces for d in sp.get("depths", corpus.space.depths)}
+    activations = {a for sp in spaces for a in sp.get("activations", corpus.space.activations)}
+    low, high = corpus.space.init_scale_range
+    specs = sample_specs(240, 11, prior="beyond")
+    assert all(s.depth > max(depths) and s.activation not in activations for s in specs)  # architectures the corpus lacks
+    assert {s.optimizer for s in specs} == {"nesterov", "rmsprop"} and all(s.momentum == (0.95 if s.optimizer == "nesterov" else 0.0) for s in specs)
+    outside = np.mean([not low <= s.init_scale <= high for s in specs])
+    assert 0.35 < outside < 0.65  # half the init scales beyond the corpus's range, half inside
+    assert [s.run_id for s in sample_specs(3, 7)] == ["ooc-7-000", "ooc-7-001", "ooc-7-002"]  # the user_loop draws as shipped
+    assert sample_specs(240, 7)[5].optimizer == "sgd"
+    with pytest.raises(ValueError, match="prior"):
+        sample_specs(3, 7, prior="wide")
 
 
 def test_seed_ceiling_is_the_r2_of_knowing_each_setting_exactly():

@@ -83,7 +83,12 @@ def test_dvc_metrics_show_is_readable():
 
 def test_one_root_moves_every_artifact(tmp_path):
     cfg = compose([f"paths.root={tmp_path}"])
-    shipped = {"root", "outcome_vendored", "outcome_ooc"}  # the root itself; the vendored corpus and the out-of-corpus runs are shipped inputs
+    shipped = {
+        "root",
+        "outcome_vendored",
+        "outcome_ooc",
+        "outcome_ooc_beyond",
+    }  # the root itself; the vendored corpus and the out-of-corpus runs are shipped inputs
     for key, value in cfg.paths.items():
         if key not in shipped:
             assert Path(value).is_relative_to(tmp_path), key

@@ -12,7 +12,19 @@ import pandera.polars as pa
 from pandera.api.polars.types import PolarsData
 import polars as pl
 
-from prenet.names import CORPUS_OPTIMIZERS, CORPUS_PHASES, DIRECTIONS, FAMILIES, LAYER_OPS, LAYER_OPTIMIZERS, LOSSES, NTK_METHODS, OPTIMIZERS, PRECISIONS, SCHEDULES
+from prenet.names import (
+    CORPUS_OPTIMIZERS,
+    CORPUS_PHASES,
+    DIRECTIONS,
+    FAMILIES,
+    LAYER_OPS,
+    LAYER_OPTIMIZERS,
+    LOSSES,
+    NTK_METHODS,
+    OPTIMIZERS,
+    PRECISIONS,
+    SCHEDULES,
+)
 
 
 def _is_finite(data: PolarsData) -> pl.LazyFrame:
@@ -107,8 +119,20 @@ class LayerFeatures(_Shapes):
     hw_clock_mhz: float = pa.Field(gt=0)
     hw_is_gpu: float = pa.Field(isin=[0.0, 1.0])
 
-    @pa.check("time_ms", "spread_rel", "flops", "weight_bytes", "input_bytes", "output_bytes", "bytes_moved",
-              "ct_ms", "roofline_ms", "hw_peak_tflops", "hw_mem_bw_gbps", name="is_finite")
+    @pa.check(
+        "time_ms",
+        "spread_rel",
+        "flops",
+        "weight_bytes",
+        "input_bytes",
+        "output_bytes",
+        "bytes_moved",
+        "ct_ms",
+        "roofline_ms",
+        "hw_peak_tflops",
+        "hw_mem_bw_gbps",
+        name="is_finite",
+    )
     def _finite(cls, data: PolarsData) -> pl.LazyFrame:
         return _is_finite(data)
 
@@ -342,13 +366,13 @@ class OutcomeRuns(pa.DataFrameModel):
 
 
 class OocRuns(pa.DataFrameModel):
-    """The out-of-corpus runs (``data/outcome/out_of_corpus``, :mod:`prenet.outcome.out_of_corpus`; input of
+    """The out-of-corpus runs (``data/outcome/out_of_corpus`` and ``beyond_corpus``, :mod:`prenet.outcome.out_of_corpus`; input of
     ``evaluate_outcome_ooc``): a user's own loop over digits, one run per row, its settings and final test accuracy."""
 
     run_id: str = pa.Field(unique=True)
     width: int = pa.Field(ge=1)
     depth: int = pa.Field(ge=1)
-    activation: str = pa.Field(isin=["relu", "tanh"])
+    activation: str = pa.Field(isin=["relu", "tanh", "gelu", "elu", "leaky_relu"])
     init_scale: float = pa.Field(gt=0)
     lr: float = pa.Field(gt=0)
     momentum: float = pa.Field(ge=0, lt=1)
@@ -358,6 +382,7 @@ class OocRuns(pa.DataFrameModel):
     final_test_accuracy: float = pa.Field(ge=0, le=1)
     diverged: bool
     epochs_recorded: int = pa.Field(ge=0)
+    optimizer: Optional[str] = pa.Field(isin=["sgd", "nesterov", "rmsprop"])  # absent: SGD (runs drawn before 2026-12-07)
 
     class Config:
         strict = True

@@ -1,7 +1,14 @@
 """Runs no part of the early-success pipeline was fitted on (issue 29): a plain torch loop over scikit-learn's digits,
-written as a user writes it, recorded with :class:`~prenet.telemetry.Recorder`, with settings outside the corpus
-prior (MLPs of 1-3 hidden layers, ReLU or tanh, init scales 0.1-5, learning rates 10^-3.5 to 10^0.7, momentum up to
-0.99, batches 16-128), and the predictor's answers on them at epochs 1, 2, 3 and 5 with nothing stated.
+written as a user writes it, recorded with :class:`~prenet.telemetry.Recorder`, and the predictor's answers on them at
+epochs 1, 2, 3 and 5 with nothing stated. Two priors (:data:`PRIORS`):
+
+- ``user_loop``: MLPs of 1-3 hidden layers of 16-256 units, ReLU or tanh, init scales 0.1-5, SGD with learning rates
+  10^-3.5 to 10^0.7 and heavy-ball momentum 0 / 0.5 / 0.9 / 0.99, batches 16-128. Outside the corpus prior when it was
+  drawn; inside the ranges of the corpus's ``user_loop`` recipe since 2026-12-05.
+- ``beyond``: settings outside every corpus recipe's ranges — MLPs of 4-5 hidden layers of 32-512 units with GELU, ELU
+  or LeakyReLU (the corpus: 1-3 layers, ReLU or tanh); SGD with Nesterov momentum 0.95 (lr 10^-3 to 10^0) or RMSprop
+  (lr 10^-4.5 to 10^-1.5), neither in the corpus; batches 8-256 (the corpus: 16-128); init scales 0.3-3 for half the
+  runs and 0.01-0.03 or 8-16 for the other half (the corpus: 0.03-8).
 
 A run is a **late bloomer** when its accuracy is below 0.5 after 2 epochs and at or above 0.8 at the end.
 """
@@ -22,10 +29,19 @@ from prenet.outcome.models import LATE_BLOOMER, accuracy_at
 EPOCHS_SCORED = (1, 2, 3, 5)
 
 
+#: The out-of-corpus priors :func:`sample_specs` draws from (module docstring).
+PRIORS = ("user_loop", "beyond")
+#: The hidden activations an out-of-corpus run may use.
+ACTIVATIONS = ("relu", "tanh", "gelu", "elu", "leaky_relu")
+#: The optimizers an out-of-corpus run may use: SGD with heavy-ball momentum, SGD with Nesterov momentum, RMSprop.
+OPTIMIZERS = ("sgd", "nesterov", "rmsprop")
+
+
 @dataclass(frozen=True)
 class OocSpec:
-    """One out-of-corpus run: hidden ``width`` × ``depth``, ``activation`` (relu | tanh), ``init_scale`` (× torch's
-    default init), SGD ``lr`` and ``momentum``, ``batch``, ``epochs``, ``seed``."""
+    """One out-of-corpus run: hidden ``width`` × ``depth``, ``activation`` (:data:`ACTIVATIONS`), ``init_scale`` (×
+    torch's default init), ``optimizer`` (:data:`OPTIMIZERS`) with its ``lr`` and ``momentum``, ``batch``, ``epochs``,
+    ``seed``."""
 
     run_id: str
     width: int
@@ -37,10 +53,16 @@ class OocSpec:
     batch: int
     epochs: int
     seed: int
+    optimizer: str = "sgd"
 
 
-def sample_specs(n: int, seed: int, epochs: int = 10) -> list[OocSpec]:
-    """``n`` run settings drawn from the out-of-corpus prior (module docstring), reproducibly from ``seed``."""
+def sample_specs(n: int, seed: int, epochs: int = 10, prior: str = "user_loop") -> list[OocSpec]:
+    """``n`` run settings drawn from the out-of-corpus ``prior`` (:data:`PRIORS`, module docstring), reproducibly from
+    ``seed``."""
+    if prior not in PRIORS:
+        raise ValueError(f"out-of-corpus prior {prior!r}: choose one of {', '.join(PRIORS)}")
+    if prior == "beyond":
+        return _sample_beyond(n, seed, epochs)
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
@@ -56,6 +78,33 @@ def sample_specs(n: int, seed: int, epochs: int = 10) -> list[OocSpec]:
                 batch=int(2 ** rng.integers(4, 8)),
                 epochs=epochs,
                 seed=seed * 1000 + i,
+            )
+        )
+    return out
+
+
+def _sample_beyond(n: int, seed: int, epochs: int) -> list[OocSpec]:
+    """:func:`sample_specs` of the ``beyond`` prior (module docstring)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        optimizer = str(rng.choice(["nesterov", "rmsprop"]))
+        lr = 10 ** rng.uniform(-3.0, 0.0) if optimizer == "nesterov" else 10 ** rng.uniform(-4.5, -1.5)
+        kind = rng.integers(0, 4)  # half inside the corpus's init scales, a quarter below, a quarter above
+        low, high = {0: (0.3, 3.0), 1: (0.3, 3.0), 2: (0.01, 0.03), 3: (8.0, 16.0)}[int(kind)]
+        out.append(
+            OocSpec(
+                run_id=f"beyond-{seed}-{i:03d}",
+                width=int(2 ** rng.integers(5, 10)),
+                depth=int(rng.integers(4, 6)),
+                activation=str(rng.choice(["gelu", "elu", "leaky_relu"])),
+                init_scale=float(10 ** rng.uniform(math.log10(low), math.log10(high))),
+                lr=float(lr),
+                momentum=0.95 if optimizer == "nesterov" else 0.0,
+                batch=int(2 ** rng.integers(3, 9)),
+                epochs=epochs,
+                seed=seed * 1000 + i,
+                optimizer=optimizer,
             )
         )
     return out
@@ -81,7 +130,7 @@ def train_run(spec: OocSpec, data: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
     from prenet.telemetry import Recorder
 
     torch.manual_seed(spec.seed)
-    act = {"relu": nn.ReLU, "tanh": nn.Tanh}[spec.activation]
+    act = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU}[spec.activation]
     layers: list[nn.Module] = []
     d = 64
     for _ in range(spec.depth):
@@ -91,7 +140,10 @@ def train_run(spec: OocSpec, data: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(spec.init_scale)
-    opt = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum)
+    if spec.optimizer == "rmsprop":
+        opt: torch.optim.Optimizer = torch.optim.RMSprop(model.parameters(), lr=spec.lr, momentum=spec.momentum)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=spec.momentum, nesterov=spec.optimizer == "nesterov")
     loss_fn = nn.CrossEntropyLoss()
     xt, yt = (torch.from_numpy(a) for a in data["train"])
     xv, yv = (torch.from_numpy(a) for a in data["val"])
@@ -136,13 +188,13 @@ def train_run(spec: OocSpec, data: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
 RESEED = 500_000
 
 
-def collect(n: int, seed: int, epochs: int = 10, reseed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
+def collect(n: int, seed: int, epochs: int = 10, reseed: int = 0, prior: str = "user_loop") -> tuple[pl.DataFrame, pl.DataFrame]:
     """(runs: one row per run with its settings, ``final_test_accuracy`` and ``diverged``; telemetry: the Recorder rows
-    of every run, with ``run_id``). ``reseed``: added to every run's training seed (the settings stay those of
-    ``seed``)."""
+    of every run, with ``run_id``) of ``n`` runs from ``prior`` (:func:`sample_specs`). ``reseed``: added to every
+    run's training seed (the settings stay those of ``seed``)."""
     data = digits_splits(seed)
     runs, tels = [], []
-    for spec in sample_specs(n, seed, epochs):
+    for spec in sample_specs(n, seed, epochs, prior):
         spec = replace(spec, seed=spec.seed + reseed)
         table, final, diverged = train_run(spec, data)
         runs.append({**asdict(spec), "final_test_accuracy": final, "diverged": diverged, "epochs_recorded": table.height})

@@ -433,21 +433,28 @@ def _ooc_rows(oo: dict) -> list[Row]:
     def ci(v: list) -> str:  # three decimals: a target at 0.95 or 0.97 must not round into being met
         return f"{v[0]:.3f} [{v[1]:.2f}, {v[2]:.2f}]"
 
-    cells = "; ".join(
-        f"epoch {e}: R² {ci(m['r2'])} (naive {m['naive_r2'][0]:.2f}), AUC {ci(m['failure_auc'])} (naive {m['naive_failure_auc'][0]:.2f})"
-        for e, m in oo.get("by_epoch", {}).items()
-    )
+    def by_epoch(scored: dict) -> str:
+        return "; ".join(
+            f"epoch {e}: R² {ci(m['r2'])} (naive {m['naive_r2'][0]:.2f}), AUC {ci(m['failure_auc'])} (naive {m['naive_failure_auc'][0]:.2f})"
+            for e, m in scored.get("by_epoch", {}).items()
+        )
+
+    def ceiling(scored: dict) -> str:
+        c = scored.get("seed_ceiling")
+        return (
+            f"; the same settings trained again with another seed: R² {c['r2_ceiling']:.2f} (settings known exactly, seed unknown; mean |Δ| {c['mean_abs_difference']:.3f})"
+            if c
+            else ""
+        )
+
+    targets = " (targets: R² ≥ 0.85 at epoch 2, ≥ 0.95 at epoch 5; AUC ≥ 0.97 at epoch 2)"
+    cells = by_epoch(oo)
     rows: list[Row] = [
         (
             f"out of corpus, nothing stated: {oo.get('runs')} runs of a user's own loop over digits, an independent generator (its settings' ranges lie inside the corpus's user_loop recipe) "
             f"(late bloomers {100 * oo.get('late_bloomer_share', float('nan')):.0f} %, corpus {100 * oo.get('corpus_late_bloomer_share', float('nan')):.0f} %)",
             cells
-            + (
-                f"; the same settings trained again with another seed: R² {oo['seed_ceiling']['r2_ceiling']:.2f} (settings known exactly, seed unknown; "
-                f"mean |Δ| {oo['seed_ceiling']['mean_abs_difference']:.3f})"
-                if "seed_ceiling" in oo
-                else ""
-            )
+            + ceiling(oo)
             + (
                 "; the same runs as plain training logs (epoch, losses, accuracies: no Recorder): R² "
                 + ", ".join(f"epoch {e} {ci(m['plain_log_r2'])}" for e, m in oo.get("by_epoch", {}).items() if "plain_log_r2" in m)
@@ -462,10 +469,28 @@ def _ooc_rows(oo: dict) -> list[Row]:
                 if oo.get("seed_spread", {}).get("by_epoch")
                 else ""
             )
-            + " (targets: R² ≥ 0.85 at epoch 2, ≥ 0.95 at epoch 5; AUC ≥ 0.97 at epoch 2)",
+            + targets,
             "not published",
         )
     ]
+    if beyond := oo.get("beyond"):
+        coverage = ", ".join(f"epoch {e} {100 * m['interval']['coverage']:.0f} %" for e, m in beyond.get("by_epoch", {}).items() if "interval" in m)
+        rows.append(
+            (
+                f"beyond the corpus, nothing stated: {beyond.get('runs')} runs of a user's own loop over digits with settings outside every corpus "
+                "recipe's ranges (4-5 hidden layers of 32-512 units, GELU / ELU / LeakyReLU, SGD with Nesterov momentum 0.95 or RMSprop, "
+                f"batches 8-256, half the init scales outside 0.03-8) (late bloomers {100 * beyond.get('late_bloomer_share', float('nan')):.0f} %)",
+                by_epoch(beyond)
+                + ceiling(beyond)
+                + (
+                    f"; interval coverage {coverage} (nominal {100 * next(iter(beyond['by_epoch'].values()))['interval']['nominal']:.0f} %)"
+                    if coverage
+                    else ""
+                )
+                + targets,
+                "not published",
+            )
+        )
     honest = [
         f"epoch {e}: {100 * m['interval']['coverage']:.0f} % ({100 * m['interval']['coverage_late_bloomers']:.0f} % of late bloomers"
         + (f"; as plain logs {100 * m['interval']['plain_log_coverage']:.0f} %" if "plain_log_coverage" in m["interval"] else "")
