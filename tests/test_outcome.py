@@ -354,6 +354,14 @@ def test_take_off_model_is_saved_loaded_and_answers_slow_runs(tiny_run, tmp_path
     assert len(weights) == 3 and acc.stack == tuple(weights) and acc.take_off is loaded[0][("pooled", 2, "telemetry", "take_off")]
     alone = predict(table, loaded=({**loaded[0], ("pooled", 2, "telemetry", "final_test_accuracy"): replace(acc, stack=None)}, loaded[1]))
     assert out.final_test_accuracy == pytest.approx(float(stacked_accuracy([alone.final_test_accuracy], [out.take_off_probability], weights)[0]))
+    # a refit with the manifest's weights (leave-one-group-out, the seed spread) answers as the trained models do
+    from prenet.outcome.features import design
+    from prenet.outcome.models import fit_targets
+
+    refit = fit_targets(lab, tel, 2, "telemetry", params=params, seed=0, stack=weights, take_off_min_runs=2)["final_test_accuracy"]
+    X = design(tel, runs["run_id"].to_list(), 2, "telemetry")
+    assert refit.stack == acc.stack and (accuracy_at(runs, tel, 2) < SLOW_BELOW).any()
+    np.testing.assert_allclose(refit.predict(X), acc.predict(X), atol=1e-6)
     # a degenerate base rate (every slow run failed) never answers with the take-off model: the interval rule does
     flat = {**loaded[1], "take_off": {**loaded[1]["take_off"], "base_rate": {"1": 0.0, "2": 0.0}}}
     assert predict(table, loaded=(loaded[0], flat)).take_off_probability is None
@@ -853,8 +861,12 @@ def test_the_beyond_prior_lies_outside_every_corpus_recipe():
     assert {s.optimizer for s in specs} == {"nesterov", "rmsprop"} and all(s.momentum == (0.95 if s.optimizer == "nesterov" else 0.0) for s in specs)
     outside = np.mean([not low <= s.init_scale <= high for s in specs])
     assert 0.35 < outside < 0.65  # half the init scales beyond the corpus's range, half inside
-    assert [s.run_id for s in sample_specs(3, 7)] == ["ooc-7-000", "ooc-7-001", "ooc-7-002"]  # the user_loop draws as shipped
-    assert sample_specs(240, 7)[5].optimizer == "sgd"
+    shipped = pl.read_parquet("data/outcome/out_of_corpus/runs.parquet")  # the user_loop draws are the shipped runs'
+    keys = ("run_id", "width", "depth", "activation", "init_scale", "lr", "momentum", "batch")
+    drawn = pl.DataFrame([{k: getattr(s, k) for k in keys} for s in sample_specs(240, 7)])
+    assert drawn.equals(shipped.select(drawn.columns)) and {s.optimizer for s in sample_specs(240, 7)} == {"sgd"}
+    beyond = pl.read_parquet("data/outcome/beyond_corpus/runs.parquet")  # and the beyond draws the shipped beyond runs'
+    assert beyond["run_id"].to_list() == [s.run_id for s in specs] and beyond["lr"].to_list() == [s.lr for s in specs]
     with pytest.raises(ValueError, match="prior"):
         sample_specs(3, 7, prior="wide")
 

@@ -261,6 +261,7 @@ def fit_targets(
     targets: tuple[str, ...] = TARGETS,
     bag: int | None = None,
     stack: tuple[float, float, float] | list[float] | None = None,
+    take_off_min_runs: int = 20,
 ) -> dict[str, Fitted]:
     """The models of one (epoch, feature set) on labelled ``runs`` (:func:`labels`). For the telemetry set every run
     is also added once with what a user's call may lack masked, each independently in its share of the copies
@@ -270,8 +271,9 @@ def fit_targets(
     masked), averaged (:class:`Fitted` ``members``), for the targets of ``params["bag_targets"]`` (None: all; [] none);
     the others are fitted once. ``stack`` (:func:`fit_stack`'s weights, the trained models' own): the telemetry
     accuracy model, with no group dropped, also gets this epoch's take-off model fitted on the same runs
-    (:func:`fit_take_off`, ``params``' bag) and answers the slow runs stacked (:func:`stacked_accuracy`), as the trained
-    models answer; a refit without it scores the accuracy model alone."""
+    (:func:`fit_take_off`, ``params``' bag, ``take_off_min_runs`` as :func:`train_all` was given) and answers the slow
+    runs stacked (:func:`stacked_accuracy`), as the trained models answer; a refit without it, or with too few slow
+    runs for a take-off model, scores the accuracy model alone."""
     bag = int(params.get("bag", 1)) if bag is None else int(bag)
     X = design(  # once for the bag: only the masked copies differ between its fits
         telemetry, runs["run_id"].to_list(), epoch, feature_set, domains=runs["domain"].to_list(), schedules=runs["schedule"].to_list(), drop=drop
@@ -285,7 +287,7 @@ def fit_targets(
     out = {t: m if m.constant is not None or t not in bagged else replace(m, members=tuple(f[t].model for f in fits[1:])) for t, m in fits[0].items()}
     acc = out.get("final_test_accuracy")
     if stack is not None and acc is not None and acc.constant is None and feature_set == "telemetry" and not drop:
-        take = fit_take_off(runs, telemetry, epoch, params=params, seed=seed)
+        take = fit_take_off(runs, telemetry, epoch, params=params, seed=seed, min_runs=take_off_min_runs)
         if take is not None:
             out["final_test_accuracy"] = replace(acc, take_off=take[0], stack=tuple(float(c) for c in stack))
     return out

@@ -483,7 +483,7 @@ def _ooc_rows(oo: dict) -> list[Row]:
                 by_epoch(beyond)
                 + ceiling(beyond)
                 + (
-                    f"; interval coverage {coverage} (nominal {100 * next(iter(beyond['by_epoch'].values()))['interval']['nominal']:.0f} %)"
+                    f"; interval coverage {coverage} (nominal {100 * next(m['interval']['nominal'] for m in beyond['by_epoch'].values() if 'interval' in m):.0f} %)"
                     if coverage
                     else ""
                 )
