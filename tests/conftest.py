@@ -100,6 +100,7 @@ PROJECT_FILES = [
     "data/reference",
     "data/outcome/vendored",
     "data/outcome/out_of_corpus",
+    "data/outcome/beyond_corpus",
     ".dvc/config",
     ".dvc/.gitignore",
 ]
