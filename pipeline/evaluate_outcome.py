@@ -40,9 +40,9 @@ from prenet.rendering import figures
 _SHARED: dict = {}
 
 
-def _load_shared(runs_path: str, telemetry_path: str, thr: dict, fallback: dict, kw: dict, stack: dict) -> None:
+def _load_shared(runs_path: str, telemetry_path: str, thr: dict, fallback: dict, kw: dict, stack_folds: int) -> None:
     """Worker initializer: the labelled runs (all, development, holdout) and telemetry, read once per process; the
-    trained models' stack weights by epoch (the leave-one-group-out refits answer as they do)."""
+    folds the leave-one-group-out refits learn their stack's weights in (0: the trained models do not stack)."""
     runs = labels(read_table(runs_path, OutcomeRuns), thr, fallback)
     _SHARED.update(
         runs=runs,
@@ -52,7 +52,7 @@ def _load_shared(runs_path: str, telemetry_path: str, thr: dict, fallback: dict,
         thr=thr,
         fallback=fallback,
         kw=kw,
-        stack=stack,
+        stack_folds=stack_folds,
     )
 
 
@@ -63,7 +63,16 @@ def _refit(item: tuple[str, object]) -> dict:
     if kind == "ablation":
         return ablate_groups(s["dev"], s["hold"], s["tel"], int(v), params=kw["params"], n_boot=kw["n_boot"], seed=kw["seed"])
     return leave_group_out(
-        s["dev"], s["runs"], s["tel"], kind, str(v), thresholds=s["thr"], fallback=s["fallback"], epochs=list(epochs), stack=s["stack"], **kw
+        s["dev"],
+        s["runs"],
+        s["tel"],
+        kind,
+        str(v),
+        thresholds=s["thr"],
+        fallback=s["fallback"],
+        epochs=list(epochs),
+        stack_folds=s["stack_folds"],
+        **kw,
     )
 
 
@@ -177,7 +186,7 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
                     thr,
                     fallback,
                     dict(params=params, n_boot=n_boot, seed=seed),
-                    manifest.get("take_off", {}).get("stack", {}),
+                    int(o.evaluate.cv_folds) if manifest.get("take_off", {}).get("stack") else 0,
                 ),
             ),
         )

@@ -14,7 +14,7 @@ import polars as pl
 
 from prenet.outcome.evaluation import auc, paired_difference, r2, scores
 from prenet.outcome.features import GROUPS, feature_names
-from prenet.outcome.models import accuracy_at, fit_targets, predict_targets, relative_class
+from prenet.outcome.models import accuracy_at, cv_residuals, fit_targets, predict_targets, relative_class
 
 
 def naive_guess(runs: pl.DataFrame, telemetry: pl.DataFrame, epoch: int) -> dict[str, np.ndarray]:
@@ -56,16 +56,16 @@ def leave_group_out(
     fallback: dict,
     n_boot: int,
     seed: int,
-    stack: dict[str, list[float]] | None = None,
+    stack_folds: int = 0,
 ) -> dict:
     """Fit on the ``train`` runs whose ``column`` ≠ ``value``, score on the ``test`` runs with ``column`` = ``value``.
     The telemetry model answers with the domain masked when ``column`` is the domain (as for a user's unknown
     domain, with the pooled class cut points). Scores of the telemetry model, the loss/accuracy-only model and the
     naive guess per epoch, and the telemetry model's R² per corpus phase of the test runs (``telemetry_r2_by_phase``:
     the prior samples users' settings; the boundary and take-off phases over-sample the hard cases on purpose).
-    ``stack`` ({epoch: weights}, the trained manifest's): the telemetry model answers the slow runs stacked with a
-    take-off model refitted on the same runs, as the trained models answer (the three weights themselves were learned
-    on every development run)."""
+    ``stack_folds`` > 0 (the trained models stack: :func:`~prenet.outcome.models.cv_residuals`' folds): the telemetry
+    model answers the slow runs stacked as the trained models do, with a take-off model refitted on the training
+    groups and the stack's weights learned out of fold on them alone (the held-out group is in neither)."""
     tr, te = train.filter(pl.col(column) != value), test.filter(pl.col(column) == value)
     if column == "domain":  # an unknown domain's relative class comes from the pooled cut points, as in predict()
         thresholds = {d: t for d, t in thresholds.items() if d != value}
@@ -73,7 +73,7 @@ def leave_group_out(
     for e in epochs:
         res = {}
         for fs in ("telemetry", "loss_acc"):
-            w = (stack or {}).get(str(e)) if fs == "telemetry" else None
+            w = cv_residuals(tr, telemetry, e, params=params, seed=seed, folds=stack_folds)[1] if fs == "telemetry" and stack_folds > 0 else None
             m = fit_targets(tr, telemetry, e, fs, params=params, seed=seed, stack=w)
             pred = predict_targets(m, te, telemetry, e, fs, known_domain=column != "domain")
             res[fs] = score_predictions(te, pred, n_boot, seed, thresholds, fallback)
