@@ -78,6 +78,13 @@ CORPUS_RECIPES: tuple[str, ...] = ("heavy_ball", "user_loop")
 #: Phases of a corpus run (:func:`prenet.outcome.generator.plan_domain`): sampled from the prior, boundary and take-off
 #: interpolations, and the recipes.
 CORPUS_PHASES: tuple[str, ...] = ("prior", "boundary", "takeoff", *CORPUS_RECIPES)
+#: The priors of the out-of-corpus runs (:mod:`prenet.outcome.out_of_corpus`): a user's loop within the corpus's
+#: user_loop ranges, and settings beyond every corpus recipe.
+OOC_PRIORS: tuple[str, ...] = ("user_loop", "beyond")
+#: The hidden activations of an out-of-corpus run.
+OOC_ACTIVATIONS: tuple[str, ...] = ("relu", "tanh", "gelu", "elu", "leaky_relu")
+#: The optimizers of an out-of-corpus run: SGD with heavy-ball momentum, SGD with Nesterov momentum, RMSprop.
+OOC_OPTIMIZERS: tuple[str, ...] = ("sgd", "nesterov", "rmsprop")
 #: Fine-tuning losses of the convergence predictor.
 LOSSES: tuple[str, ...] = ("mse", "cross_entropy")
 #: Empirical-NTK estimators of the convergence forecast (:func:`prenet.convergence.ntk.resolve_method`); ``kron``: the

@@ -23,13 +23,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from prenet.names import OOC_PRIORS  # noqa: E402  (the light names module: no torch before the thread count is set)
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=240)
     ap.add_argument("--seed", type=int, default=None, help="default: 7 (user_loop), 11 (beyond): the shipped sets'")
     ap.add_argument("--epochs", type=int, default=10)
-    ap.add_argument("--prior", default="user_loop", choices=["user_loop", "beyond"])
+    ap.add_argument("--prior", default="user_loop", choices=list(OOC_PRIORS))
     ap.add_argument("--out", default=None, help="default: data/outcome/out_of_corpus (user_loop), data/outcome/beyond_corpus (beyond)")
     args = ap.parse_args(argv)
     args.seed = args.seed if args.seed is not None else 7 if args.prior == "user_loop" else 11

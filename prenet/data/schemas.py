@@ -21,6 +21,8 @@ from prenet.names import (
     LAYER_OPTIMIZERS,
     LOSSES,
     NTK_METHODS,
+    OOC_ACTIVATIONS,
+    OOC_OPTIMIZERS,
     OPTIMIZERS,
     PRECISIONS,
     SCHEDULES,
@@ -372,7 +374,7 @@ class OocRuns(pa.DataFrameModel):
     run_id: str = pa.Field(unique=True)
     width: int = pa.Field(ge=1)
     depth: int = pa.Field(ge=1)
-    activation: str = pa.Field(isin=["relu", "tanh", "gelu", "elu", "leaky_relu"])
+    activation: str = pa.Field(isin=list(OOC_ACTIVATIONS))
     init_scale: float = pa.Field(gt=0)
     lr: float = pa.Field(gt=0)
     momentum: float = pa.Field(ge=0, lt=1)
@@ -382,7 +384,7 @@ class OocRuns(pa.DataFrameModel):
     final_test_accuracy: float = pa.Field(ge=0, le=1)
     diverged: bool
     epochs_recorded: int = pa.Field(ge=0)
-    optimizer: Optional[str] = pa.Field(isin=["sgd", "nesterov", "rmsprop"])  # absent: SGD (runs drawn before 2026-12-07)
+    optimizer: Optional[str] = pa.Field(isin=list(OOC_OPTIMIZERS))  # absent: SGD (runs drawn before 2026-12-07)
 
     class Config:
         strict = True

@@ -508,8 +508,8 @@ def train_all(
     take_off: dict[str, float] = {}
     took_off: dict[str, list[float]] = {}
     stacks: dict[str, list[float]] = {}
-    # the latest epoch first: it has the most features and is the longest fit, so two workers finish together (one
-    # fit per epoch, the results keyed by epoch: the same models in any order)
+    # the latest epoch first: it has the most features and is the longest fit, so it does not start last (measured:
+    # 82.6 -> 80.2 s; epoch 5 alone takes ~60 s of it). Results are keyed by epoch: the same models in any order
     items = [(runs, telemetry, e, params, seed, folds, take_off_min_runs) for e in sorted(epochs, reverse=True)]
     for e, fitted, res_by_kind, base in mapper(fit_epoch, items):
         for (fs, target), m in fitted.items():

@@ -23,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import polars as pl
 
+from prenet.names import OOC_ACTIVATIONS, OOC_OPTIMIZERS, OOC_PRIORS
 from prenet.outcome.models import LATE_BLOOMER, accuracy_at
 
 #: the epochs the answers are scored at (the outcome models' own epochs at or below these answer)
@@ -30,17 +31,13 @@ EPOCHS_SCORED = (1, 2, 3, 5)
 
 
 #: The out-of-corpus priors :func:`sample_specs` draws from (module docstring).
-PRIORS = ("user_loop", "beyond")
-#: The hidden activations an out-of-corpus run may use.
-ACTIVATIONS = ("relu", "tanh", "gelu", "elu", "leaky_relu")
-#: The optimizers an out-of-corpus run may use: SGD with heavy-ball momentum, SGD with Nesterov momentum, RMSprop.
-OPTIMIZERS = ("sgd", "nesterov", "rmsprop")
+PRIORS = OOC_PRIORS
 
 
 @dataclass(frozen=True)
 class OocSpec:
-    """One out-of-corpus run: hidden ``width`` × ``depth``, ``activation`` (:data:`ACTIVATIONS`), ``init_scale`` (×
-    torch's default init), ``optimizer`` (:data:`OPTIMIZERS`) with its ``lr`` and ``momentum``, ``batch``, ``epochs``,
+    """One out-of-corpus run: hidden ``width`` × ``depth``, ``activation`` (:data:`~prenet.names.OOC_ACTIVATIONS`), ``init_scale`` (×
+    torch's default init), ``optimizer`` (:data:`~prenet.names.OOC_OPTIMIZERS`) with its ``lr`` and ``momentum``, ``batch``, ``epochs``,
     ``seed``."""
 
     run_id: str
@@ -88,7 +85,7 @@ def _sample_beyond(n: int, seed: int, epochs: int) -> list[OocSpec]:
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
-        optimizer = str(rng.choice(["nesterov", "rmsprop"]))
+        optimizer = str(rng.choice(list(OOC_OPTIMIZERS[1:])))  # Nesterov or RMSprop: not heavy-ball SGD
         lr = 10 ** rng.uniform(-3.0, 0.0) if optimizer == "nesterov" else 10 ** rng.uniform(-4.5, -1.5)
         kind = rng.integers(0, 4)  # half inside the corpus's init scales, a quarter below, a quarter above
         low, high = {0: (0.3, 3.0), 1: (0.3, 3.0), 2: (0.01, 0.03), 3: (8.0, 16.0)}[int(kind)]
@@ -97,7 +94,7 @@ def _sample_beyond(n: int, seed: int, epochs: int) -> list[OocSpec]:
                 run_id=f"beyond-{seed}-{i:03d}",
                 width=int(2 ** rng.integers(5, 10)),
                 depth=int(rng.integers(4, 6)),
-                activation=str(rng.choice(["gelu", "elu", "leaky_relu"])),
+                activation=str(rng.choice(list(OOC_ACTIVATIONS[2:]))),  # GELU, ELU, LeakyReLU: not ReLU or tanh
                 init_scale=float(10 ** rng.uniform(math.log10(low), math.log10(high))),
                 lr=float(lr),
                 momentum=0.95 if optimizer == "nesterov" else 0.0,
@@ -130,7 +127,7 @@ def train_run(spec: OocSpec, data: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
     from prenet.telemetry import Recorder
 
     torch.manual_seed(spec.seed)
-    act = {"relu": nn.ReLU, "tanh": nn.Tanh, "gelu": nn.GELU, "elu": nn.ELU, "leaky_relu": nn.LeakyReLU}[spec.activation]
+    act = dict(zip(OOC_ACTIVATIONS, (nn.ReLU, nn.Tanh, nn.GELU, nn.ELU, nn.LeakyReLU)))[spec.activation]
     layers: list[nn.Module] = []
     d = 64
     for _ in range(spec.depth):
