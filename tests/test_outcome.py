@@ -687,7 +687,11 @@ def _good_table() -> pl.DataFrame:
         (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 2])), "column 'epoch', row 3: epoch 2 repeats row 2"),
         (lambda t: t.with_columns(pl.Series("epoch", [1, 2, 4])), "column 'epoch': epoch 3 is missing"),
         (lambda t: t.with_columns(pl.lit(1.0).alias("test_loss")), "column 'test_loss': unknown column"),
-        (lambda t: t.rename({"train_accuracy": "train_acc"}), "column 'train_acc': unknown column; did you mean 'train_accuracy'?"),
+        (lambda t: t.rename({"train_accuracy": "train_acc"}), "column 'train_acc': unknown column; another tool's name for 'train_accuracy'?"),
+        # a Keras History's names: the column each stands for, not the closest spelling ('loss' -> 'val_loss')
+        (lambda t: t.rename({"train_loss": "loss"}), "column 'loss': unknown column; another tool's name for 'train_loss'? rename it to that"),
+        (lambda t: t.rename({"val_accuracy": "val_acc"}), "column 'val_acc': unknown column; another tool's name for 'val_accuracy'?"),
+        (lambda t: t.rename({"val_loss": "val_los"}), "column 'val_los': unknown column; did you mean 'val_loss'?"),
         (
             lambda t: pl.DataFrame({"epoch;train_loss;train_accuracy": ["1;0.5;0.8"]}),
             "the header reads as one column: the file is not comma-separated",

@@ -53,13 +53,31 @@ def _rules() -> dict[str, tuple[pl.DataType, bool, list[tuple[str, object]]]]:
     return out
 
 
+#: Other tools' names for the telemetry's columns (Keras's ``History``, Lightning's and timm's logs): an unknown
+#: column of one of these names is told the column it stands for (the closest spelling would say ``loss`` → ``val_loss``).
+OTHER_NAMES = {
+    "loss": "train_loss",
+    "accuracy": "train_accuracy",
+    "acc": "train_accuracy",
+    "train_acc": "train_accuracy",
+    "val_acc": "val_accuracy",
+    "valid_loss": "val_loss",
+    "valid_accuracy": "val_accuracy",
+    "eval_loss": "val_loss",
+    "eval_accuracy": "val_accuracy",
+}
+
+
 def _unknown_column_rule(name: str, width: int, known: list[str]) -> str:
     """The rule an unknown column breaks, with the likely fix: another separator (a one-column table whose name holds
-    ``;`` or a tab), or the known column its name is closest to."""
+    ``;`` or a tab), the column another tool's name stands for (:data:`OTHER_NAMES`), or the known column its name is
+    closest to."""
     import difflib
 
     if width == 1 and any(sep in name for sep in (";", "\t", "|")):
         return "the header reads as one column: the file is not comma-separated; write it as CSV (commas) or parquet"
+    if OTHER_NAMES.get(name.lower()) in known:
+        return f"unknown column; another tool's name for {OTHER_NAMES[name.lower()]!r}? rename it to that (known: {', '.join(known)})"
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return f"unknown column; {hint}rename or drop it (known: {', '.join(known)})"
