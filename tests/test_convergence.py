@@ -934,3 +934,29 @@ def test_the_second_seed_runs_on_the_frozen_holdout_settings_only():
     assert {c.seed for c in convergence_configs(full, convergence_tasks(full))} == {0, 1}
     with pytest.raises(PrenetError, match=r"dev_seeds=\[2\] names seeds outside"):
         convergence_configs(compose(["convergence.sweep.dev_seeds=[2]"]), convergence_tasks(cfg))
+
+
+def test_the_forecast_runs_numpy_at_torch_thread_count(digits_small, monkeypatch):
+    """Its cost is weighed against the fine-tune's steps at torch's thread count: the dynamics' NumPy products run at
+    that count too (OpenBLAS otherwise takes every core), and the caller's setting is back afterwards."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from prenet.convergence import forecaster
+
+    def blas() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    x, y = digits_small
+    seen = []
+    real = forecaster.run_dynamics
+    monkeypatch.setattr(forecaster, "run_dynamics", lambda *a, **k: seen.append(blas()) or real(*a, **k))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with threadpool_limits(limits=2, user_api="blas"):  # the caller's NumPy at two threads
+            forecast(_mlp(), x, y, lr=0.05, batch_size=8, steps=5, correction="none", progress=False, cost_target=None)
+            after = blas()
+    finally:
+        torch.set_num_threads(threads)
+    assert seen and seen[0] and all(n == 1 for n in seen[0])
+    assert after and all(n == 2 for n in after)

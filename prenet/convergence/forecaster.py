@@ -39,6 +39,7 @@ dynamics run, the learning rate is checked against the linearized stability boun
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 import warnings
@@ -48,6 +49,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 from torch import nn
 
 from prenet.convergence import dynamics, losses, targets
@@ -567,6 +569,21 @@ def passes_text(horizons: Sequence[tuple[int, int | None]]) -> str:
     return ", ".join(f"horizon {h:,}: {'not reached' if at is None else f'{at:,} steps'}" for h, at in horizons)
 
 
+def at_torch_threads(fn: Callable) -> Callable:
+    """Run ``fn`` with NumPy's BLAS at torch's thread count: the forecast's cost is weighed against the fine-tune's steps
+    at torch's thread count (issue 30: the same machine and threads), and its dynamics' products with Θ are NumPy's.
+    Left to itself OpenBLAS takes every core; with another process on the other core the relabel check's SDE took 6.2 s
+    at two threads and 1.8 s at one (docs/convergence.md)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with threadpool_limits(limits=torch.get_num_threads(), user_api="blas"):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@at_torch_threads
 def forecast(
     model: nn.Module,
     inputs: torch.Tensor,
