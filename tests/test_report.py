@@ -157,3 +157,22 @@ def test_cost_check_rows_show_this_run_then_the_reference_labelled(tmp_path):
     md = results_markdown(mdir)
     mine, theirs = md.index("default: 5×, 30.0 %"), md.index("plain_subset128: 80×, 12.5 %")
     assert mine < theirs and "(this run)" in md[:theirs] and "reference run of 2026-11-30" in md[mine:]
+
+
+def test_cost_check_rows_show_the_default_forecast_from_other_subset_draws():
+    """One subset draw is one noisy estimate (docs/convergence.md): where the stage forecast again with other seeds,
+    each fine-tune's row gives their answers and a summary row the headline measure per draw."""
+    from prenet.rendering.results import _cost_check
+
+    default = {
+        "cost_ratio": 40.0,
+        "median_abs_pct_error": 15.0,
+        "median_abs_pct_error_q": 15.0,
+        "subset_seeds": {"1": {"cost_ratio": 42.0, "median_abs_pct_error_q": 8.0}},
+    }
+    run = {"regime": "in", "n_train": 30000, "steps": 2340, "train_seconds": 250.0, "real_steps": {"loss=0.5": 30}, "variants": {"default": default}}
+    rec = {"tasks": {"t m=0": run}, "summary": {"default_cost_ratio": 40.0}, "default_error_pct_by_subset_seed": {"0": 15.0, "1": 8.0}}
+    rows = _cost_check(rec)
+    assert "(other subset draws, seed 1: 42×, q·L₀ 8.0 %)" in rows[0][1]
+    assert rows[-1][1].startswith("seed 0: 15.0 %; seed 1: 8.0 %; cost 40×") and "per subset draw" in rows[-1][0]
+    assert len(_cost_check({**rec, "default_error_pct_by_subset_seed": {"0": 15.0}})) == 1  # one draw: no summary row
