@@ -12,12 +12,19 @@ from __future__ import annotations
 import copy
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
+from prenet.errors import PrenetError
 from prenet.rendering import figures
+
+if TYPE_CHECKING:  # the stage imports torch only when the check is on
+    from torch import nn
+
+    from prenet.convergence.forecaster import Forecast
 
 REPRODUCE = "python -m pipeline.forecast_cost convergence=full paths.metrics=data/reference paths.plots=data/reference"
 
@@ -47,6 +54,12 @@ def forecast_cost(cfg: DictConfig) -> dict:
     from prenet.datasets import require_datasets
 
     torch.set_num_threads(int(cfg.threads))
+    seeds = [int(x) for x in cc.get("subset_seeds", [])]
+    if len(set(seeds)) != len(seeds) or int(cfg.seed) in seeds:
+        raise PrenetError(
+            f"convergence.cost_check.subset_seeds={seeds}: give seeds other than seed={int(cfg.seed)}, each once "
+            "(each draws the default forecast's samples anew)"
+        )
     tasks = {name: Task.from_cfg(str(name), OmegaConf.to_container(t, resolve=True)) for name, t in cc.tasks.items()}
     require_datasets({t.dataset for t in tasks.values()})
     tcfg = OmegaConf.to_container(cfg.convergence.evaluate.targets, resolve=True)
@@ -124,8 +137,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
                 curves[key][v["name"]] = (fc.loss, None)
                 if v["name"] == "default":  # the same forecast from other subset draws (and SDE noise): its spread
                     entry["variants"]["default"]["subset_seeds"] = {
-                        str(s): _seed_errors(model, data, run, steps, int(s), v, tlist, entry["real_steps"], real.train_seconds)
-                        for s in cc.get("subset_seeds", [])
+                        str(s): _seed_errors(model, data, run, steps, int(s), v, tlist, entry["real_steps"], real.train_seconds) for s in seeds
                     }
                 print(
                     f"forecast_cost: {key}: {v['name']}: {fc.seconds:.1f} s ({real.train_seconds / fc.seconds:.1f}x cheaper than "
@@ -137,7 +149,7 @@ def forecast_cost(cfg: DictConfig) -> dict:
     errors = [v["median_abs_pct_error_q"] for v in default if v["median_abs_pct_error_q"] is not None]  # the issue-30 measure
     # the same summary for each further subset draw: the headline's seed is one draw of a noisy estimator
     by_seed = {str(cfg.seed): float(np.median(errors)) if errors else None}
-    for s in cc.get("subset_seeds", []):
+    for s in seeds:
         e = [v["subset_seeds"][str(s)]["median_abs_pct_error_q"] for v in default if v["subset_seeds"][str(s)]["median_abs_pct_error_q"] is not None]
         by_seed[str(s)] = float(np.median(e)) if e else None
     errors_all = [v["median_abs_pct_error"] for v in default if v["median_abs_pct_error"] is not None]
@@ -165,9 +177,12 @@ def forecast_cost(cfg: DictConfig) -> dict:
     return metrics
 
 
-def _scored_forecast(model, data, run: dict, steps: int, seed: int, variant: dict, tlist: list, real_steps: dict) -> tuple:
-    """One forecast ``variant`` (subset, correction, probe_fraction) of the fine-tune ``run`` with ``seed``, scored:
-    (the forecast, predicted step per target, % error per target, the errors where defined, those of the targets q·L0)."""
+def _scored_forecast(
+    model: nn.Module, data: Any, run: dict, steps: int, seed: int, variant: dict, tlist: list, real_steps: dict
+) -> tuple[Forecast, dict[str, int | None], dict[str, float | None], list[float], list[float]]:
+    """One forecast ``variant`` (subset, correction, probe_fraction) of the fine-tune ``run`` on ``data`` (``.x``, ``.y``)
+    with ``seed``, scored: (the forecast, predicted step per target, % step error per target, the errors where defined,
+    those of the targets q·L0)."""
     from prenet.convergence.evaluation import step_error_pct, steps_for
     from prenet.convergence.forecaster import forecast as run_forecast
 
@@ -195,13 +210,19 @@ def _scored_forecast(model, data, run: dict, steps: int, seed: int, variant: dic
     return fc, pred, errs, ok, q_ok
 
 
-def _seed_errors(model, data, run: dict, steps: int, seed: int, variant: dict, tlist: list, real_steps: dict, train_seconds: float) -> dict:
+def _seed_errors(
+    model: nn.Module, data: Any, run: dict, steps: int, seed: int, variant: dict, tlist: list, real_steps: dict, train_seconds: float
+) -> dict[str, Any]:
     """The ``variant`` (the default) again with another ``seed`` (its subset and held-out samples, the SDE's noise): its
-    cost ratio and median step errors over the targets (all, and q·L0 alone), as the stage records the default's."""
+    samples (how many, and why: the budget may choose another size), seconds, cost ratio (``train_seconds`` of SGD ÷
+    its seconds) and median % step errors over the targets (all, and q·L0 alone), as the stage records the default's."""
     import numpy as np
 
     fc, pred, _, ok, q_ok = _scored_forecast(model, data, run, steps, seed, variant, tlist, real_steps)
     return {
+        "subset": fc.n_used,
+        "subset_chosen": fc.details.get("subset_chosen"),
+        "answered_by": fc.variant,
         "seconds": fc.seconds,
         "cost_ratio": train_seconds / fc.seconds,
         "pred_steps": pred,

@@ -960,3 +960,60 @@ def test_the_forecast_runs_numpy_at_torch_thread_count(digits_small, monkeypatch
         torch.set_num_threads(threads)
     assert seen and seen[0] and all(n == 1 for n in seen[0])
     assert after and all(n == 2 for n in after)
+    # never more than the caller's own setting: torch at two threads, the caller's NumPy at one
+    seen.clear()
+    try:
+        torch.set_num_threads(2)
+        with threadpool_limits(limits=1, user_api="blas"):
+            forecast(_mlp(), x, y, lr=0.05, batch_size=8, steps=5, correction="none", progress=False, cost_target=None)
+    finally:
+        torch.set_num_threads(threads)
+    assert seen and all(n == 1 for n in seen[0])
+
+
+def test_cost_check_forecasts_the_default_again_from_other_subset_draws(tmp_path):
+    """Stage forecast_cost on a tiny full-data check (a digits CNN, 512 samples, two epochs at batch 32): with
+    ``subset_seeds`` the default forecast is run again per seed, recorded per fine-tune (its samples, cost, errors)
+    and summarised per draw; a seed equal to the run's, or given twice, is one error before any work."""
+    from omegaconf import OmegaConf, open_dict
+
+    from pipeline.config import compose
+    from pipeline.forecast_cost import forecast_cost
+    from tests.conftest import tiny_overrides
+
+    def cfg_with(seeds: list[int]):
+        cfg = compose(tiny_overrides(tmp_path))
+        with open_dict(cfg):
+            cfg.convergence.cost_check = OmegaConf.create(
+                {
+                    "enabled": True,
+                    "tasks": {
+                        "cnn_digits_relabel": {
+                            "dataset": "digits",
+                            "arch": "cnn",
+                            "widths": [8, 16],
+                            "regime": "in",
+                            "pretrain": {"epochs": 1, "lr": 0.003, "batch_size": 64},
+                            "finetune": {"relabel": "mod5", "n_train": 512},
+                            "lrs": [0.02],
+                        }
+                    },
+                    "runs": [{"loss": "cross_entropy", "lr": 0.02, "momentum": 0.0, "batch_size": 32, "epochs": 2}],
+                    "variants": [{"name": "default", "subset": None, "correction": "trajectory"}],
+                    "log_samples": 128,
+                    "log_points": 10,
+                    "subset_seeds": seeds,
+                }
+            )
+        return cfg
+
+    cfg = cfg_with([7])
+    rec = forecast_cost(cfg)
+    (entry,) = rec["tasks"].values()
+    again = entry["variants"]["default"]["subset_seeds"]["7"]
+    assert set(again) >= {"subset", "subset_chosen", "seconds", "cost_ratio", "median_abs_pct_error_q"} and again["seconds"] > 0
+    assert list(rec["default_error_pct_by_subset_seed"]) == [str(cfg.seed), "7"]
+    assert rec["default_error_pct_by_subset_seed"]["7"] == again["median_abs_pct_error_q"]
+    for bad in ([int(cfg.seed)], [7, 7]):
+        with pytest.raises(PrenetError, match="subset_seeds=.*give seeds other than seed="):
+            forecast_cost(cfg_with(bad))

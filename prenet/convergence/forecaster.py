@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_info, threadpool_limits
 from torch import nn
 
 from prenet.convergence import dynamics, losses, targets
@@ -570,14 +570,16 @@ def passes_text(horizons: Sequence[tuple[int, int | None]]) -> str:
 
 
 def at_torch_threads(fn: Callable) -> Callable:
-    """Run ``fn`` with NumPy's BLAS at torch's thread count: the forecast's cost is weighed against the fine-tune's steps
+    """Run ``fn`` with NumPy's BLAS at torch's thread count (or the caller's BLAS setting where lower): the forecast's cost is weighed against the fine-tune's steps
     at torch's thread count (issue 30: the same machine and threads), and its dynamics' products with Θ are NumPy's.
     Left to itself OpenBLAS takes every core; with another process on the other core the relabel check's SDE took 6.2 s
     at two threads and 1.8 s at one (docs/convergence.md)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with threadpool_limits(limits=torch.get_num_threads(), user_api="blas"):
+        # never more than the caller's own setting (threadpoolctl sets the number given, raising a lower one)
+        now = [int(i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"]
+        with threadpool_limits(limits=min([torch.get_num_threads(), *now]), user_api="blas"):
             return fn(*args, **kwargs)
 
     return wrapper

@@ -55,7 +55,7 @@ def _rules() -> dict[str, tuple[pl.DataType, bool, list[tuple[str, object]]]]:
 
 #: Other tools' names for the telemetry's columns (Keras's ``History``, Lightning's and timm's logs): an unknown
 #: column of one of these names is told the column it stands for (the closest spelling would say ``loss`` → ``val_loss``).
-OTHER_NAMES = {
+OTHER_NAMES: dict[str, str] = {
     "loss": "train_loss",
     "accuracy": "train_accuracy",
     "acc": "train_accuracy",
