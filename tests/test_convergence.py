@@ -312,13 +312,13 @@ def test_trajectory_correction_relinearizes_only_where_the_kernel_moves(digits_s
     # linear in its weights: the kernel never moves, so the answer is the static kernel's, path for path
     still = forecast(_linear(), x, y, lr=0.5, **kw)
     assert still.variant == "plain" and still.drift == 0.0 and still.reliable
-    assert [r["drift"] for r in still.details["relinearized"]] == [None] * 4  # three checks, and the verdict's at the end
-    assert [r["step"] for r in still.details["relinearized"]] == [2, 6, 20, 80] and still.details["relinearized"][-1]["end_of_horizon"]
+    assert [r["drift"] for r in still.details["relinearized"]] == [None] * 5  # four checks, and the verdict's at the end
+    assert [r["step"] for r in still.details["relinearized"]] == [1, 2, 6, 20, 80] and still.details["relinearized"][-1]["end_of_horizon"]
     np.testing.assert_allclose(still.loss, still.plain.loss, rtol=1e-9)
     # a tanh MLP at a large learning rate: its kernel moves, the forecast follows it and says how far
     moved = forecast(_mlp(), x, y, lr=0.5, **kw)
     assert moved.variant == "relinearized" and moved.drift > 0.1 and not moved.reliable
-    assert [r["step"] for r in moved.details["relinearized"]] == [2, 6, 20]
+    assert [r["step"] for r in moved.details["relinearized"]] == [1, 2, 6, 20]
     assert any(r["drift"] is not None and r["drift"] > 0.1 for r in moved.details["relinearized"])
     assert not np.allclose(moved.loss, moved.plain.loss) and moved.plain.variant == "plain"
     with pytest.raises(PrenetError, match="unknown correction"):
@@ -391,12 +391,12 @@ def test_a_kernel_that_moves_only_after_the_last_check_makes_the_forecast_unreli
     from prenet.convergence import forecaster
 
     x, y = digits_small
-    drifts = iter([0.01, 0.02, 0.03, 0.5])  # the three checks stay under 0.1; the kernel moved by the end
+    drifts = iter([0.01, 0.02, 0.03, 0.04, 0.5])  # the four checks stay under 0.1; the kernel moved by the end
     monkeypatch.setattr(forecaster, "relative_error", lambda a, b: next(drifts))
     kw = dict(loss="cross_entropy", momentum=0.0, batch_size=8, steps=80, seed=0, dynamics_kind="sde", cost_target=None)
     fc = forecaster.forecast(_mlp(), x, y, lr=0.1, **kw)
     rec = fc.details["relinearized"]
-    assert [r["step"] for r in rec] == [2, 6, 20, 80] and [r["drift"] for r in rec] == [None] * 4
+    assert [r["step"] for r in rec] == [1, 2, 6, 20, 80] and [r["drift"] for r in rec] == [None] * 5
     assert fc.variant == "plain" and fc.drift == 0.5 and fc.reliable is False
 
 
@@ -615,7 +615,7 @@ def test_forecast_api_contract(digits_small):
     assert fc.steps_to_loss(1e-12) is None  # 0 itself is refused: test_targets_are_checked_before_any_work
     assert fc.steps_to_loss(float(fc.loss[0])) == 0
     # the default follows the kernel along the forecast's own trajectory (no training): drift and re-linearizations stated
-    assert fc.corrected is None and fc.probe_steps == 0 and len(fc.details["relinearized"]) == 3
+    assert fc.corrected is None and fc.probe_steps == 0 and len(fc.details["relinearized"]) == 4
     # a check skipped for cost measures nothing: the drift is unknown then, not 0, and reliability unknown too
     unchecked = all(r.get("skipped") for r in fc.details["relinearized"])
     assert (fc.drift is None and fc.reliable is None) if unchecked else (fc.drift is not None and fc.reliable is not None)
@@ -869,7 +869,7 @@ def test_a_subset_forecast_moves_by_half_its_measured_generalization_gap(monkeyp
     rest = np.setdiff1d(np.arange(300), sub)
     L0, A0, _, _, none = trajectory("sde", model, xs, ys, theta, F0, **kw)
     L1, A1, _, _, gaps = trajectory("sde", model, xs, ys, theta, F0, **kw, heldout=(x[rest], y[rest]))
-    assert none == [] and [g["step"] for g in gaps] == [0, 3, 10, 30, 120]  # RELINEARIZE_AT and the end
+    assert none == [] and [g["step"] for g in gaps] == [0, 1, 3, 10, 30, 120]  # RELINEARIZE_AT and the end
     assert all(g["used"] for g in gaps) and gaps[0]["off_linear"] == 0.0  # a small step: the network stays linear
     gap, gap_acc, at = ([g[k] for g in gaps] for k in ("loss_gap", "accuracy_gap", "step"))
     assert gap[-1] - gap[0] > 0.01  # the fitted samples' loss falls faster than the held-out ones'
@@ -880,16 +880,16 @@ def test_a_subset_forecast_moves_by_half_its_measured_generalization_gap(monkeyp
     kw["lr"] = 0.3
     L0, _, _, _, _ = trajectory("sde", model, xs, ys, theta, F0, **kw)
     L1, _, _, _, gaps = trajectory("sde", model, xs, ys, theta, F0, **kw, heldout=(x[rest], y[rest]))
-    assert [g["used"] for g in gaps] == [True, True, True, False, False] and gaps[-1]["off_linear"] > 0.5
-    assert np.allclose(L1[30:], L0[30:] + 0.5 * gaps[2]["loss_gap"], atol=1e-9)
+    assert [g["used"] for g in gaps] == [True, True, True, True, False, False] and gaps[-1]["off_linear"] > 0.5
+    assert np.allclose(L1[30:], L0[30:] + 0.5 * gaps[3]["loss_gap"], atol=1e-9)
     # once off, always off: a later gap whose offset reads small again against a grown move is not used either
     from prenet.convergence import forecaster
 
-    offs = iter([0.0, 0.2, 0.9, 0.3, 0.1])
+    offs = iter([0.0, 0.2, 0.2, 0.9, 0.3, 0.1])
     real_gap = forecaster._gap
     monkeypatch.setattr(forecaster, "_gap", lambda *a, **k: {**real_gap(*a, **k), "used": next(offs) <= forecaster.HELDOUT_MAX_OFF_LINEAR})
     flags = [g["used"] for g in trajectory("sde", model, xs, ys, theta, F0, **kw, heldout=(x[rest], y[rest]))[4]]
-    assert flags == [True, True, False, False, False]
+    assert flags == [True, True, True, False, False, False]
 
 
 def test_a_curve_still_falling_at_the_horizon_is_said_so():
