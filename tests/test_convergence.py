@@ -981,8 +981,10 @@ def test_cost_check_forecasts_the_default_again_from_other_subset_draws(tmp_path
     from pipeline.forecast_cost import forecast_cost
     from tests.conftest import tiny_overrides
 
+    base = compose(tiny_overrides(tmp_path))  # composed once: each compose costs ~1.5 s
+
     def cfg_with(seeds: list[int]):
-        cfg = compose(tiny_overrides(tmp_path))
+        cfg = copy.deepcopy(base)
         with open_dict(cfg):
             cfg.convergence.cost_check = OmegaConf.create(
                 {
@@ -993,12 +995,12 @@ def test_cost_check_forecasts_the_default_again_from_other_subset_draws(tmp_path
                             "arch": "cnn",
                             "widths": [8, 16],
                             "regime": "in",
-                            "pretrain": {"epochs": 1, "lr": 0.003, "batch_size": 64},
-                            "finetune": {"relabel": "mod5", "n_train": 512},
+                            "pretrain": {"epochs": 1, "lr": 0.003, "batch_size": 64, "limit": 256},
+                            "finetune": {"relabel": "mod5", "n_train": 256},
                             "lrs": [0.02],
                         }
                     },
-                    "runs": [{"loss": "cross_entropy", "lr": 0.02, "momentum": 0.0, "batch_size": 32, "epochs": 2}],
+                    "runs": [{"loss": "cross_entropy", "lr": 0.02, "momentum": 0.0, "batch_size": 32, "epochs": 1}],
                     "variants": [{"name": "default", "subset": None, "correction": "trajectory"}],
                     "log_samples": 128,
                     "log_points": 10,
