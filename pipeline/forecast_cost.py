@@ -130,9 +130,9 @@ def forecast_cost(cfg: DictConfig) -> dict:
                     "cost_ratio": real.train_seconds / fc.seconds,
                     "pred_steps": pred,
                     "abs_pct_error": errs,
-                    "median_abs_pct_error": float(np.median(ok)) if ok else None,
+                    "median_abs_pct_error": _median(ok),
                     # the issue-30 measure: the absolute targets q·L0 alone (q = loss_fraction)
-                    "median_abs_pct_error_q": float(np.median(q_ok)) if q_ok else None,
+                    "median_abs_pct_error_q": _median(q_ok),
                 }
                 curves[key][v["name"]] = (fc.loss, None)
                 if v["name"] == "default":  # the same forecast from other subset draws (and SDE noise): its spread
@@ -146,13 +146,9 @@ def forecast_cost(cfg: DictConfig) -> dict:
                 )
             results[key] = entry
     default = [r["variants"]["default"] for r in results.values() if "default" in r["variants"]]
-    errors = [v["median_abs_pct_error_q"] for v in default if v["median_abs_pct_error_q"] is not None]  # the issue-30 measure
+    error_q = _median([v["median_abs_pct_error_q"] for v in default])  # the issue-30 measure
     # the same summary for each further subset draw: the headline's seed is one draw of a noisy estimator
-    by_seed = {str(cfg.seed): float(np.median(errors)) if errors else None}
-    for s in seeds:
-        e = [v["subset_seeds"][str(s)]["median_abs_pct_error_q"] for v in default if v["subset_seeds"][str(s)]["median_abs_pct_error_q"] is not None]
-        by_seed[str(s)] = float(np.median(e)) if e else None
-    errors_all = [v["median_abs_pct_error"] for v in default if v["median_abs_pct_error"] is not None]
+    by_seed = {str(cfg.seed): error_q, **{str(s): _median([v["subset_seeds"][str(s)]["median_abs_pct_error_q"] for v in default]) for s in seeds}}
     metrics = {
         "enabled": True,
         # forecast()'s default answer over the fine-tunes: median cost ratio (SGD seconds / forecast seconds) and median
@@ -160,8 +156,8 @@ def forecast_cost(cfg: DictConfig) -> dict:
         # the targets
         "summary": {
             "default_cost_ratio": float(np.median([v["cost_ratio"] for v in default])) if default else None,
-            "default_error_pct": float(np.median(errors)) if errors else None,
-            "default_error_pct_all_targets": float(np.median(errors_all)) if errors_all else None,
+            "default_error_pct": error_q,
+            "default_error_pct_all_targets": _median([v["median_abs_pct_error"] for v in default]),
         },
         # default_error_pct for each subset seed (the configured seed's first): cost_check.subset_seeds
         "default_error_pct_by_subset_seed": by_seed,
@@ -175,6 +171,14 @@ def forecast_cost(cfg: DictConfig) -> dict:
     figures.loss_curves(curves, {k: f"{k} ({results[k]['regime']} regime)" for k in curves}, fig)
     print(f"forecast_cost: {len(results)} full-data fine-tunes -> {out}")
     return metrics
+
+
+def _median(values: list[float | None]) -> float | None:
+    """The median of the defined values (a target one side never reaches has no error), None when none is."""
+    import numpy as np
+
+    ok = [v for v in values if v is not None]
+    return float(np.median(ok)) if ok else None
 
 
 def _scored_forecast(
@@ -216,7 +220,6 @@ def _seed_errors(
     """The ``variant`` (the default) again with another ``seed`` (its subset and held-out samples, the SDE's noise): its
     samples (how many, and why: the budget may choose another size), seconds, cost ratio (``train_seconds`` of SGD ÷
     its seconds) and median % step errors over the targets (all, and q·L0 alone), as the stage records the default's."""
-    import numpy as np
 
     fc, pred, _, ok, q_ok = _scored_forecast(model, data, run, steps, seed, variant, tlist, real_steps)
     return {
@@ -226,8 +229,8 @@ def _seed_errors(
         "seconds": fc.seconds,
         "cost_ratio": train_seconds / fc.seconds,
         "pred_steps": pred,
-        "median_abs_pct_error": float(np.median(ok)) if ok else None,
-        "median_abs_pct_error_q": float(np.median(q_ok)) if q_ok else None,
+        "median_abs_pct_error": _median(ok),
+        "median_abs_pct_error_q": _median(q_ok),
     }
 
 
