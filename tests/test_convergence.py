@@ -312,13 +312,14 @@ def test_trajectory_correction_relinearizes_only_where_the_kernel_moves(digits_s
     # linear in its weights: the kernel never moves, so the answer is the static kernel's, path for path
     still = forecast(_linear(), x, y, lr=0.5, **kw)
     assert still.variant == "plain" and still.drift == 0.0 and still.reliable
-    assert [r["drift"] for r in still.details["relinearized"]] == [None] * 5  # four checks, and the verdict's at the end
-    assert [r["step"] for r in still.details["relinearized"]] == [1, 2, 6, 20, 80] and still.details["relinearized"][-1]["end_of_horizon"]
+    assert [r["drift"] for r in still.details["relinearized"]] == [None] * 7  # six checks, and the verdict's at the end
+    assert [r["step"] for r in still.details["relinearized"]] == [1, 2, 6, 20, 40, 60, 80] and still.details["relinearized"][-1]["end_of_horizon"]
     np.testing.assert_allclose(still.loss, still.plain.loss, rtol=1e-9)
     # a tanh MLP at a large learning rate: its kernel moves, the forecast follows it and says how far
     moved = forecast(_mlp(), x, y, lr=0.5, **kw)
     assert moved.variant == "relinearized" and moved.drift > 0.1 and not moved.reliable
-    assert [r["step"] for r in moved.details["relinearized"]] == [1, 2, 6, 20]
+    # the kernel still moved at 25 %: the follow-on points (50 and 75 %) are checked too, with no budget to keep
+    assert [r["step"] for r in moved.details["relinearized"]] == [1, 2, 6, 20, 40, 60]
     assert any(r["drift"] is not None and r["drift"] > 0.1 for r in moved.details["relinearized"])
     assert not np.allclose(moved.loss, moved.plain.loss) and moved.plain.variant == "plain"
     with pytest.raises(PrenetError, match="unknown correction"):
@@ -343,7 +344,7 @@ def test_once_the_kernel_moves_each_later_check_computes_the_whole_kernel_only(d
     real = forecaster.empirical_ntk
     monkeypatch.setattr(forecaster, "empirical_ntk", lambda m, xs, **k: sizes.append(len(xs)) or real(m, xs, **k))
     kw = dict(loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=8, steps=80, n_full=48, seed=0, sde_paths=4, lam_max=None)
-    kw |= dict(at=(0.025, 0.08, 0.25), drift_threshold=0.0, method="exact", proj_dim=10, max_bytes=2**30)
+    kw |= dict(at=(0.025, 0.08, 0.25), follow_on=(), drift_threshold=0.0, method="exact", proj_dim=10, max_bytes=2**30)
     records = forecaster.trajectory("exact", model, x, y.numpy(), theta, F0, **kw)[3]
     s = forecaster.DRIFT_SAMPLES
     assert sizes == [s, len(x), len(x), len(x)]  # one sample kernel, then whole kernels
@@ -384,19 +385,19 @@ def test_a_forecast_dearer_than_its_fine_tune_says_so(digits_small, monkeypatch)
 
 
 def test_a_kernel_that_moves_only_after_the_last_check_makes_the_forecast_unreliable(digits_small, monkeypatch):
-    """The checks sit in the first quarter of the steps (where fine-tuning moves the kernel most); where none found it
-    moving, one more sample kernel at the horizon's end decides the verdict: a new user's MLP trained from scratch
+    """The checks sit at 1-25 % of the steps (where fine-tuning moves the kernel most), then at 50 and 75 %; where none
+    found it moving, one more sample kernel at the horizon's end decides the verdict: a new user's MLP trained from scratch
     (1,000 digits, 300 steps) was called reliable at drift 0.09 by step 75 while its kernel had moved 0.7 by step 300
     and the forecast was 24 % off."""
     from prenet.convergence import forecaster
 
     x, y = digits_small
-    drifts = iter([0.01, 0.02, 0.03, 0.04, 0.5])  # the four checks stay under 0.1; the kernel moved by the end
+    drifts = iter([0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.5])  # the six checks stay under 0.1; the kernel moved by the end
     monkeypatch.setattr(forecaster, "relative_error", lambda a, b: next(drifts))
     kw = dict(loss="cross_entropy", momentum=0.0, batch_size=8, steps=80, seed=0, dynamics_kind="sde", cost_target=None)
     fc = forecaster.forecast(_mlp(), x, y, lr=0.1, **kw)
     rec = fc.details["relinearized"]
-    assert [r["step"] for r in rec] == [1, 2, 6, 20, 80] and [r["drift"] for r in rec] == [None] * 5
+    assert [r["step"] for r in rec] == [1, 2, 6, 20, 40, 60, 80] and [r["drift"] for r in rec] == [None] * 7
     assert fc.variant == "plain" and fc.drift == 0.5 and fc.reliable is False
 
 
@@ -451,7 +452,7 @@ def test_a_relinearized_kernel_past_the_stability_edge_is_capped_and_says_so(dig
     monkeypatch.setattr(forecaster, "empirical_ntk", grown)
     lr, momentum = 0.5, 0.9
     kw = dict(loss="cross_entropy", lr=lr, momentum=momentum, batch_size=8, steps=80, n_full=48, seed=0, sde_paths=4, lam_max=None)
-    kw |= dict(at=(0.1, 0.3), drift_threshold=0.1, method="exact", proj_dim=10, max_bytes=2**30)
+    kw |= dict(at=(0.1, 0.3), follow_on=(), drift_threshold=0.1, method="exact", proj_dim=10, max_bytes=2**30)
     L, _, last, records, _ = forecaster.trajectory("sde", model, x, y.numpy(), theta, F0, **kw)
     assert len(records) == 2  # the second re-linearizes from weights (and a velocity) moved under a capped kernel
     edge = dynamics.EDGE_MARGIN * dynamics.stability_edge(1, lr=lr, momentum=momentum, kind="cross_entropy")
@@ -520,7 +521,7 @@ def test_relinearizing_keeps_to_the_cost_budget_only_where_the_budget_can_hold(d
     theta = empirical_ntk(model, x, method="exact").theta
     F0 = outputs(model, x).double().numpy()
     kw = dict(loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=8, steps=80, n_full=48, seed=0, sde_paths=4, lam_max=None)
-    kw |= dict(at=(0.025, 0.08, 0.25), drift_threshold=0.0, method="exact", proj_dim=10, max_bytes=2**30)
+    kw |= dict(at=(0.025, 0.08, 0.25), follow_on=(), drift_threshold=0.0, method="exact", proj_dim=10, max_bytes=2**30)
     roomy = trajectory("exact", model, x, y.numpy(), theta, F0, **kw, budget=Budget(1e6, time.perf_counter()), kernel_seconds=0.01)[3]
     assert all("skipped" not in r and r["drift"] is not None for r in roomy)
     tight = trajectory("exact", model, x, y.numpy(), theta, F0, **kw, budget=Budget(1e3, time.perf_counter()), kernel_seconds=1e6)[3]
@@ -615,7 +616,9 @@ def test_forecast_api_contract(digits_small):
     assert fc.steps_to_loss(1e-12) is None  # 0 itself is refused: test_targets_are_checked_before_any_work
     assert fc.steps_to_loss(float(fc.loss[0])) == 0
     # the default follows the kernel along the forecast's own trajectory (no training): drift and re-linearizations stated
-    assert fc.corrected is None and fc.probe_steps == 0 and len(fc.details["relinearized"]) == 4
+    # (the four base points, then the follow-on ones where the kernel still moved at the fourth)
+    steps = [r["step"] for r in fc.details["relinearized"]]
+    assert fc.corrected is None and fc.probe_steps == 0 and steps[:4] == [1, 2, 6, 20] and set(steps[4:]) <= {40, 60}
     # a check skipped for cost measures nothing: the drift is unknown then, not 0, and reliability unknown too
     unchecked = all(r.get("skipped") for r in fc.details["relinearized"])
     assert (fc.drift is None and fc.reliable is None) if unchecked else (fc.drift is not None and fc.reliable is not None)
@@ -849,6 +852,32 @@ def test_layer_jacobian_equals_vmap_jacrev_on_every_covered_layer():
     )
     assert empirical_ntk(twice, xt, method="kron").theta.shape == (18, 18)
     assert not per_sample.covers(build("mlp", image_size=8, classes=3).train())
+
+
+def test_the_kernel_is_followed_past_the_base_points_where_the_budget_allows(digits_small):
+    """issue 30 (poor transfer): ``FOLLOW_ON_AT`` points come after ``RELINEARIZE_AT``, checked as those are (a sample
+    kernel, a whole one where it moved), within ``follow_budget``; one the budget leaves out is recorded as skipped."""
+    import time
+
+    from prenet.convergence.forecaster import FOLLOW_ON_AT, RELINEARIZE_AT, Budget, trajectory
+    from prenet.convergence.ntk import outputs
+
+    x, y = digits_small
+    y = np.asarray(y)
+    assert min(FOLLOW_ON_AT) > max(RELINEARIZE_AT)
+    kw = dict(loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=8, steps=80, n_full=len(y), seed=0, sde_paths=2, lam_max=None)
+    kw |= dict(at=RELINEARIZE_AT, drift_threshold=0.1, method="exact", proj_dim=10, max_bytes=2**30)
+    for model, moves in ((_mlp(), True), (_linear(), False)):
+        theta, F0 = empirical_ntk(model, x, method="exact").theta, outputs(model, x).double().numpy()
+        free = trajectory("sde", model, x, y, theta, F0, **kw)[3]
+        spent = trajectory("sde", model, x, y, theta, F0, **kw, follow_budget=Budget(0.0, time.perf_counter()))[3]
+        if not moves:  # linear in its weights, the kernel never moves: checked at 40 and 60 too, then the horizon's end
+            assert [r["step"] for r in free] == [1, 2, 6, 20, 40, 60, 80] and all(r["drift"] is None for r in free)
+            assert [(r["step"], r.get("skipped")) for r in spent[4:]] == [(40, "cost budget"), (60, "cost budget")]
+        else:  # moving at 25 %: followed at 50 and 75 %, or recorded as skipped for cost with no budget left
+            assert [r["step"] for r in free] == [1, 2, 6, 20, 40, 60] and free[-1]["drift"] is not None
+            assert [(r["step"], r.get("skipped")) for r in spent[-2:]] == [(40, "cost budget"), (60, "cost budget")]
+            assert [r["step"] for r in spent[:4]] == [1, 2, 6, 20]
 
 
 def test_a_subset_forecast_moves_by_half_its_measured_generalization_gap(monkeypatch):

@@ -12,7 +12,8 @@ Steps (all timed into ``Forecast.seconds``):
    carries the velocity (:mod:`prenet.convergence.dynamics`);
 3. the kernel's drift (``correction``):
 
-   * ``trajectory`` (the default, no training): at fixed fractions of the steps (``RELINEARIZE_AT``) the weights the
+   * ``trajectory`` (the default, no training): at fixed fractions of the steps (``RELINEARIZE_AT``, then
+     ``FOLLOW_ON_AT`` where the cost budget allows) the weights the
      linearized network has reached, w₀ − Jᵀ D (D the paths' mean displacement in coefficient space, one backward
      pass), are set on a copy of the network. The kernel is measured there on ``DRIFT_SAMPLES`` samples; where it moved
      by more than ``drift_threshold`` (‖ΔΘ‖_F/‖Θ‖_F) the whole kernel is recomputed and the dynamics go on with it,
@@ -72,6 +73,12 @@ DYNAMICS = ("auto", "ode", "sde", "exact")
 #: draws each, the median over the checks of the median q·L0 step error fell in 7 draws of 8 (median over the draws
 #: 34.3 -> 26.4 %), the out-of-regime kernel being followed before its first crossing; one more drift check.
 RELINEARIZE_AT = (0.01, 0.025, 0.08, 0.25)
+#: Further points (fractions of the steps) checked as the base points are, where the cost allows (:func:`trajectory`'s
+#: ``follow_budget``): where fine-tuning keeps learning features, a kernel last checked at 25 % answers the last three
+#: quarters stale. On the poor-transfer pair (even → odd digits,
+#: ``scripts/check_poor_transfer.py``, seeds 0 / 1 / 2) the median step error went 26.3 / 33.6 / 50.0 → 16.8 / 22.3 /
+#: 33.8 % (2026-12-07).
+FOLLOW_ON_AT = (0.5, 0.75)
 #: Samples on which a candidate kernel's drift is measured before the whole kernel is recomputed (at the first point, and
 #: after any point where the kernel stayed: on the four full-data reference checks all 12 points re-linearized, so a
 #: sample kernel after a move was thrown away each time).
@@ -330,6 +337,8 @@ def trajectory(
     ceiling: "Budget | None" = None,
     heldout: tuple[torch.Tensor, np.ndarray] | None = None,
     heldout_at: Sequence[float] = HELDOUT_AT,
+    follow_on: Sequence[float] = FOLLOW_ON_AT,
+    follow_budget: "Budget | None" = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict], list[dict]]:
     """The dynamics ``kind`` (``sde`` or ``exact``) re-linearized along their own trajectory, without training: at each fraction ``at`` of the steps, the
     weights of the linearized network (w₀ − Jᵀ D, D the mean displacement of the paths so far) are set on a copy of
@@ -347,7 +356,8 @@ def trajectory(
     (adopted or not), or ``skipped`` when the cost ``budget``
     would hold without another kernel (at the first kernel's ``kernel_seconds``) and not with it, or when another kernel
     would take the forecast past ``ceiling``: the fine-tune's own estimated time, past which a forecast is dearer than
-    the training it predicts). ``heldout`` (inputs, labels of samples outside ``x``): at the fractions ``heldout_at`` and
+    the training it predicts). ``follow_on``: further fractions, checked as those of ``at`` where their kernel fits
+    ``follow_budget`` (None: no limit; one skipped for it is recorded so). ``heldout`` (inputs, labels of samples outside ``x``): at the fractions ``heldout_at`` and
     at the end, the linearized network's weights are set on a copy and its loss and accuracy gaps (held-out minus fitted)
     measured; the curves move by half the gap, interpolated linearly in steps: the midpoint of the fitted samples'
     (optimistic) and the held-out samples' (pessimistic) curves, ``docs/convergence.md``. A gap whose network has left
@@ -356,9 +366,10 @@ def trajectory(
     Also returns one record per such point (:func:`_gap`; empty without ``heldout``)."""
     n, c = F0.shape
     stops = sorted({int(round(f * steps)) for f in at if 0 < int(round(f * steps)) < steps})
+    follow_at = {int(round(f * steps)) for f in follow_on if 0 < int(round(f * steps)) < steps} - set(stops)
     checks = {int(round(f * steps)) for f in heldout_at if 0 < int(round(f * steps)) < steps} | {steps} if heldout else set()
     gaps = [_gap(0, model, x, y, heldout, loss, F0, F0)] if heldout else []
-    relin_at, stops = set(stops), sorted((set(stops) | checks) - {steps})
+    relin_at, stops = set(stops), sorted((set(stops) | follow_at | checks) - {steps})
     state = dynamics.SDEState.start(F0, sde_paths)
     rng = np.random.default_rng(seed)
     work = copy.deepcopy(model)
@@ -422,10 +433,14 @@ def trajectory(
                 records.append({"step": b, "drift_sample": drift_end, "drift": None, "whole_kernel": False, "end_of_horizon": True})
             # a diverged curve is not re-linearized: its kernel has grown without bound (an eigen-search on it took 12 s
             # of a 17 s answer at lr 1e6) and the answer is the divergence, which the caller says
-            if b == steps or b not in relin_at or not np.isfinite(L).all() or diverged:
+            follow = b in follow_at and b not in relin_at
+            if b == steps or not (b in relin_at or follow) or not np.isfinite(L).all() or diverged:
                 continue
             rest = t_dyn / b * (steps - b)  # the remaining dynamics, at the pace so far
             more = (0.0 if moving else t_sample) + kernel_seconds + rest  # a moving check computes no sample kernel
+            if follow and follow_budget is not None and not follow_budget.allows(more):
+                records.append({"step": b, "drift_sample": None, "drift": None, "skipped": "cost budget"})
+                continue
             # a kernel is skipped only where the budget holds without it: where the target is already out of reach,
             # the more accurate forecast is the better use of the time
             if budget is not None and budget.spares(more, rest):
@@ -714,6 +729,9 @@ def forecast(
             # at CEILING_FLOOR_S where that is less (a second-long fine-tune: the accuracy is what the user pays for)
             ceiling=Budget(max(cost["train_seconds_estimate"], CEILING_FLOOR_S), t0) if cost else None,
             heldout=heldout,
+            # the kernel is followed past the base points within the cost target's budget, or CEILING_FLOOR_S where the
+            # fine-tune is so short that the budget is less
+            follow_budget=Budget(max(budget.seconds, CEILING_FLOOR_S), t0) if budget is not None else None,
         )
     else:
         L, A = run_dynamics(kind, kernel.theta, F0, y, **dyn, progress=progress, lam_max=lam_theta * len(idx))
