@@ -433,7 +433,7 @@ def trajectory(
                 records.append({"step": b, "drift_sample": drift_end, "drift": None, "whole_kernel": False, "end_of_horizon": True})
             # a diverged curve is not re-linearized: its kernel has grown without bound (an eigen-search on it took 12 s
             # of a 17 s answer at lr 1e6) and the answer is the divergence, which the caller says
-            follow = b in follow_at and b not in relin_at
+            follow = b in follow_at  # (never a base point: those are left out of follow_at)
             if b == steps or not (b in relin_at or follow) or not np.isfinite(L).all() or diverged:
                 continue
             rest = t_dyn / b * (steps - b)  # the remaining dynamics, at the pace so far
