@@ -420,8 +420,8 @@ def trajectory(
             if (
                 b == steps
                 and theta is theta0  # no check found the kernel moving: whether it stayed so up to the horizon (the verdict's)
-                and records
-                and records[-1]["drift_sample"] is not None
+                and (base := [r for r in records if r["step"] in relin_at])
+                and base[-1]["drift_sample"] is not None  # the last base point measured (a follow-on one skipped for cost may follow)
                 and np.isfinite(L).all()
                 and not diverged
                 and (ceiling is None or ceiling.allows(t_sample))
