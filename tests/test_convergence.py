@@ -278,6 +278,16 @@ def test_targets_are_checked_before_any_work(digits_small):
         fc.steps_to_accuracy(95)
 
 
+def test_inputs_the_model_does_not_take_are_one_line(digits_small):
+    """A fine-tuning set of another shape than the model's (a user's 4×4 crops for an 8×8 MLP), or a model whose output
+    is not samples × classes, is one ``PrenetError`` naming the shapes, before any work, not torch's traceback."""
+    x, y = digits_small
+    with pytest.raises(PrenetError, match=r"^forecast: the model does not run on these inputs \(one sample of shape \(1, 4, 4\)\): mat1 and mat2"):
+        forecast(_mlp(), x[:, :, :4, :4], y, lr=0.05, batch_size=8, steps=5)
+    with pytest.raises(PrenetError, match=r"output for one sample has shape \(1, 8, 8\)"):
+        forecast(nn.Identity(), x, y, lr=0.05, batch_size=8, steps=5)
+
+
 def test_the_default_answer_is_the_most_reliable_variant(digits_small):
     x, y = digits_small
     kw = dict(loss="cross_entropy", lr=0.5, momentum=0.9, batch_size=48, steps=60, seed=0, correction="probe")

@@ -666,7 +666,18 @@ def forecast(
     t0 = time.perf_counter()
     N = len(inputs)
     y_all = _labels(targets, N)
-    C = int(outputs(model, inputs[:1]).shape[1])
+    try:
+        first = outputs(model, inputs[:1])
+    except RuntimeError as e:  # inputs the model does not take (another shape or width): one line, not torch's traceback
+        raise PrenetError(
+            f"forecast: the model does not run on these inputs (one sample of shape {tuple(inputs.shape[1:])}): "
+            f"{str(e).splitlines()[0]}; give the inputs as the model takes them, samples first"
+        ) from None
+    if first.dim() != 2:
+        raise PrenetError(
+            f"forecast: the model's output for one sample has shape {tuple(first.shape[1:])}; give a classifier's logits (samples × classes)"
+        )
+    C = int(first.shape[1])
     if y_all.max() >= C:
         raise PrenetError(f"targets hold class {int(y_all.max())} but the model has {C} outputs; give it a head with ≥ {y_all.max() + 1} outputs")
     ntk_chosen = None
