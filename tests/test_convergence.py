@@ -282,8 +282,10 @@ def test_inputs_the_model_does_not_take_are_one_line(digits_small):
     """A fine-tuning set of another shape than the model's (a user's 4×4 crops for an 8×8 MLP), or a model whose output
     is not samples × classes, is one ``PrenetError`` naming the shapes, before any work, not torch's traceback."""
     x, y = digits_small
+    user = _mlp().train()
     with pytest.raises(PrenetError, match=r"^forecast: the model does not run on these inputs \(one sample of shape \(1, 4, 4\)\): mat1 and mat2"):
-        forecast(_mlp(), x[:, :, :4, :4], y, lr=0.05, batch_size=8, steps=5)
+        forecast(user, x[:, :, :4, :4], y, lr=0.05, batch_size=8, steps=5)
+    assert user.training  # left as the caller had it
     with pytest.raises(PrenetError, match=r"output for one sample has shape \(1, 8, 8\)"):
         forecast(nn.Identity(), x, y, lr=0.05, batch_size=8, steps=5)
 

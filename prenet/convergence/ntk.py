@@ -122,10 +122,11 @@ def outputs(model: nn.Module, x: torch.Tensor, *, chunk: int = 1024) -> torch.Te
     """Network outputs (N × C) in eval mode, without gradients."""
     was = model.training
     model.eval()
-    with torch.no_grad():
-        out = torch.cat([model(x[i : i + chunk]) for i in range(0, len(x), chunk)])
-    model.train(was)
-    return out
+    try:  # the caller's mode back even where the model fails on ``x`` (forecast() says why in one line)
+        with torch.no_grad():
+            return torch.cat([model(x[i : i + chunk]) for i in range(0, len(x), chunk)])
+    finally:
+        model.train(was)
 
 
 def _by_layer(model: nn.Module, compute: Callable[[], torch.Tensor]) -> torch.Tensor | None:
