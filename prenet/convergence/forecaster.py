@@ -309,6 +309,11 @@ def _gap(
     }
 
 
+def _inner_steps(fractions: Sequence[float], steps: int) -> set[int]:
+    """The steps at ``fractions`` of a ``steps``-step horizon (rounded), those strictly inside it."""
+    return {k for k in (int(round(f * steps)) for f in fractions) if 0 < k < steps}
+
+
 def trajectory(
     kind: str,
     model: nn.Module,
@@ -365,9 +370,9 @@ def trajectory(
     re-linearizations, while the move it is measured against keeps growing); the last usable one holds beyond it.
     Also returns one record per such point (:func:`_gap`; empty without ``heldout``)."""
     n, c = F0.shape
-    stops = sorted({int(round(f * steps)) for f in at if 0 < int(round(f * steps)) < steps})
-    follow_at = {int(round(f * steps)) for f in follow_on if 0 < int(round(f * steps)) < steps} - set(stops)
-    checks = {int(round(f * steps)) for f in heldout_at if 0 < int(round(f * steps)) < steps} | {steps} if heldout else set()
+    stops = sorted(_inner_steps(at, steps))
+    follow_at = _inner_steps(follow_on, steps) - set(stops)
+    checks = _inner_steps(heldout_at, steps) | {steps} if heldout else set()
     gaps = [_gap(0, model, x, y, heldout, loss, F0, F0)] if heldout else []
     relin_at, stops = set(stops), sorted((set(stops) | follow_at | checks) - {steps})
     state = dynamics.SDEState.start(F0, sde_paths)
