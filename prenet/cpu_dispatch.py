@@ -17,3 +17,13 @@ def native_conv(batch: int, input_numel: int, kernel: tuple[int, int], *, stride
     onednn_a = strided or dilated or batch >= 16 or (kh, kw) != (1, 1) or threads > 1
     onednn_b = (kh > 3 and kw > 3) or batch > 1 or input_numel > 20480
     return not (onednn_a and onednn_b)
+
+
+def brgemm_depthwise_backward(dtype: str, *, depthwise: bool, strided: bool, input_grad: bool) -> bool:
+    """Whether a CPU depthwise convolution's backward runs its input gradient as oneDNN's ``brgconv_strided`` (a
+    batch-reduce GEMM of one channel per group) rather than its depthwise JIT kernel (``jit_dw``): for ``bfloat16``
+    operands at a stride over 1. oneDNN as torch 2.13 ships it takes ``jit_dw`` for the weight gradient, for stride 1 and
+    for FP32 (``ONEDNN_VERBOSE=1`` on an AMD EPYC with AVX512-BF16, 2026-12-07: 16×96×32² → 16², 3×3, one thread,
+    the input gradient 22.7 ms by ``brgconv_strided:avx512_core_bf16`` against 2.2 ms by ``jit_dw`` at stride 1 and 3.2
+    ms in FP32; its time follows the rows it walks, ~0.45 µs per sample, channel and input row, not its FLOPs)."""
+    return dtype == "bfloat16" and depthwise and strided and input_grad

@@ -10,6 +10,7 @@ FAMILIES: tuple[str, ...] = (
     "conv_native",
     "conv_grouped",
     "conv_depthwise",
+    "conv_depthwise_brgemm",
     "attention",
     "norm",
     "softmax",

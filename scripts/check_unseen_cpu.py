@@ -1,4 +1,5 @@
-"""Usage: python scripts/check_unseen_cpu.py [--threads 1] [--hf] (about 1 min on 2 shared cores; 2 more with --hf).
+"""Usage: python scripts/check_unseen_cpu.py [--threads 1] [--hf] [--precision bf16] [--only NAME] (about 1 min on 2
+shared cores; 2 more with --hf).
 
 The CPU step-time answer on models no part of the pipeline was fitted on (not in the zoo, not in any benchmark):
 three MLPs of skinny GEMMs (SGD and Adam), torchvision's MobileNetV3-Small and ResNet-50 (at batch 8, most of its
@@ -60,6 +61,12 @@ def cases() -> dict[str, tuple[nn.Module, tuple[torch.Tensor, torch.Tensor], str
             (torch.randn(8, 3, 128, 128), torch.randint(0, 10, (8,))),
             "sgd",
         ),
+        # stride-2 depthwise layers of 3x3 and 5x5 (in BF16 their backward runs as oneDNN's batch-reduce GEMM)
+        "efficientnet_b0 96 px, batch 8": (
+            tv.models.efficientnet_b0(num_classes=10),
+            (torch.randn(8, 3, 96, 96), torch.randint(0, 10, (8,))),
+            "sgd",
+        ),
         # at batch 8 on one thread, 33 of its 53 convolutions run natively (THNN: a GEMM per sample; family conv_native)
         "resnet50 64 px, batch 8": (
             tv.models.resnet50(num_classes=10),
@@ -107,19 +114,31 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--hf", action="store_true", help="transformers' own models instead of the torch ones")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="bf16: each step under CPU autocast, as predicted")
+    ap.add_argument("--only", default="", help="only the models whose name contains this text")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     from prenet.api import predict_step_time
     from prenet.measurement.allocator import keep_freed_memory
     from prenet.measurement.models import measure_model
 
-    print(f"allocator: {keep_freed_memory()}, threads {a.threads}")
+    print(f"allocator: {keep_freed_memory()}, threads {a.threads}, {a.precision}")
     errors = []
     todo = hf_cases() if a.hf else {k: (*v, None, None) for k, v in cases().items()}
     for name, (module, example, optimizer, spec, sizes) in todo.items():
-        measured = measure_model(module, example, optimizer=optimizer, warmup=3, repeats=7, min_block_ms=20.0)
+        if a.only not in name:
+            continue
+        measured = measure_model(module, example, optimizer=optimizer, warmup=3, repeats=7, min_block_ms=20.0, precision=a.precision)
         target = (module, example) if spec is None else spec
-        p = predict_step_time(target, batch_size=int(example[0].shape[0]), hardware="local", optimizer=optimizer, threads=a.threads, zoo_kwargs=sizes)
+        p = predict_step_time(
+            target,
+            batch_size=int(example[0].shape[0]),
+            hardware="local",
+            optimizer=optimizer,
+            threads=a.threads,
+            zoo_kwargs=sizes,
+            precision=a.precision,
+        )
         predicted = p.step_seconds * 1e3
         errors.append(abs(predicted / measured.median_ms - 1))
         print(

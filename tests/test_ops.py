@@ -255,6 +255,36 @@ def test_a_cpu_1d_convolution_follows_the_same_rule_as_the_2d_one_it_runs_as(bat
     assert forward[0].flops == 2 * batch * 16 * (length - kernel + 1) * 8 * kernel
 
 
+@pytest.mark.parametrize(
+    ("stride", "precision", "input_grad", "device", "brgemm"),
+    [
+        (2, "bf16", True, "cpu", True),
+        (1, "bf16", True, "cpu", False),
+        (2, "fp32", True, "cpu", False),
+        (2, "bf16", False, "cpu", False),
+        (2, "bf16", True, "cuda", False),
+    ],
+)
+def test_a_bf16_strided_depthwise_backward_on_a_cpu_is_traced_as_the_kernel_onednn_runs(stride, precision, input_grad, device, brgemm):
+    """oneDNN forms a BF16 depthwise convolution's strided input gradient with a batch-reduce GEMM of one channel per
+    group, not its depthwise kernel (``prenet.cpu_dispatch.brgemm_depthwise_backward``): the trace records that backward
+    as its own family on a CPU, and only there: stride 1, FP32, a first layer (no input gradient) and a GPU keep the
+    depthwise family; the forward always does. A real measured step labels it the same."""
+    from prenet.ops.families import DEPTHWISE_BRGEMM
+    from prenet.ops.trace import measure_step
+
+    conv, x = nn.Conv2d(16, 16, 3, stride=stride, padding=1, groups=16), torch.randn(4, 16, 12, 12)
+    batch = (x, torch.randn_like(conv(x)))
+    threads = 1 if device == "cpu" else None
+    trace = trace_step(conv, batch, device_type=device, threads=threads, precision=precision, input_grad=input_grad)
+    convs = {r.op: r.family for r in trace.records if r.op.startswith("convolution")}
+    assert convs["convolution"] == "conv_depthwise"
+    assert convs["convolution_backward"] == (DEPTHWISE_BRGEMM if brgemm else "conv_depthwise")
+    if device == "cpu":
+        measured = measure_step(conv, batch, precision=precision, input_grad=input_grad, warmup=False, min_block_ms=0.01, repeats=1)
+        assert {r.op: r.family for r in measured.records if r.op.startswith("convolution")} == convs
+
+
 def test_a_transposed_convolution_is_never_traced_as_a_native_one():
     """The native rule is the forward convolution's: a 1×1 ``ConvTranspose2d`` on 8 samples stays a ``conv`` op."""
     conv, x = nn.ConvTranspose2d(16, 8, 1), torch.randn(8, 16, 6, 6)

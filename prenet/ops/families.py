@@ -292,6 +292,14 @@ TENSOR_GROUPED_CONV = "conv_grouped_tensor"
 #: (batch N, m C_out, n H_out·W_out, k C_in·kh·kw). With too few rows it is answered as the GEMMs it runs.
 NATIVE_CONV = "conv_native"
 
+#: A BF16 depthwise convolution's strided backward on a CPU, whose input gradient oneDNN runs as a batch-reduce GEMM of
+#: one channel per group (:func:`prenet.cpu_dispatch.brgemm_depthwise_backward` says when): its own family, since it
+#: runs 5-20x its stride-1 or FP32 time and the depthwise family's features (no stride among them) cannot tell the two
+#: apart. In one family with them, MobileNetV2-like's three stride-2 depthwise backwards (BF16, batch 16, 64 px) were
+#: answered 15.5 / 6.6 / 2.4 ms against 23.7 / 15.4 / 9.7 timed in place, and its stride-1 ones 1.3-2x too slow
+#: (2026-12-07). With too few rows it is answered as a depthwise convolution.
+DEPTHWISE_BRGEMM = "conv_depthwise_brgemm"
+
 #: Families that a trained efficiency model answers by analogy when its own family has no data on a device kind:
 #: the analogy is named in every answer (``estimate`` column).
 ANALOGY: dict[str, str] = {
@@ -299,6 +307,7 @@ ANALOGY: dict[str, str] = {
     NATIVE_CONV: "gemm",
     TENSOR_GROUPED_CONV: "elementwise",
     "conv_depthwise": "elementwise",
+    DEPTHWISE_BRGEMM: "conv_depthwise",
     "attention": "gemm",
     "norm": "softmax",
     "reduction": "elementwise",

@@ -32,6 +32,7 @@ from prenet.names import AUTOCAST_PRECISIONS, DIRECTIONS, FUSED_OPTIMIZERS, MEMO
 from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, read_args, tensors, written_args
 from prenet.ops.autocast import Autocast
 from prenet.ops.families import (
+    DEPTHWISE_BRGEMM,
     FREE,
     LAYOUT_TRANSPOSES,
     NATIVE_CONV,
@@ -219,6 +220,18 @@ def _native_conv_call(name: str, args: tuple, out: Any, groups: int, threads: in
         return view, (n - 1) * nbytes(w)
     mask = args[10] if len(args) > 10 else (True, True, True)  # which of the input, weight, bias gradients it forms
     return view, ((n - 1) * bool(mask[0]) + (2 * n - 1) * bool(mask[1])) * nbytes(w)
+
+
+def _brgemm_depthwise_call(name: str, args: tuple, dtype: str) -> bool:
+    """Whether a CPU depthwise ``convolution_backward`` call of operands ``dtype`` forms its input gradient by oneDNN's
+    batch-reduce GEMM (:func:`prenet.cpu_dispatch.brgemm_depthwise_backward`)."""
+    if name != "convolution_backward":
+        return False
+    # convolution_backward(grad_out, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
+    # groups, output_mask)
+    mask = args[10] if len(args) > 10 else (True, True, True)
+    strided = any(int(v) != 1 for v in (args[4] if isinstance(args[4], (tuple, list)) else (args[4],)))
+    return cpu_dispatch.brgemm_depthwise_backward(dtype, depthwise=True, strided=strided, input_grad=bool(mask[0]))
 
 
 class _FusedAttention(TorchFunctionMode):
@@ -434,6 +447,8 @@ class _Tracer(TorchDispatchMode):
         dtype = _DTYPE_NAMES.get(floats[0].dtype, str(floats[0].dtype)) if floats else "int64"
         if name in ("_to_copy", "copy_") and outs:
             dtype = _DTYPE_NAMES.get(outs[0].dtype, dtype)
+        if family == "conv_depthwise" and self.cpu_threads is not None and _brgemm_depthwise_call(name, args, dtype):
+            family = DEPTHWISE_BRGEMM
         b, m, n, k = native[0] if native else gemm_view(name, args, out)
         self.records.append(
             OpRecord(
