@@ -938,6 +938,12 @@ def trace_step(
             "picks for a 1×1 unstrided kernel on fewer than 16 samples, or for one small sample), timed as such; "
             "with more threads, or 16 samples or more, oneDNN runs them (--threads)"
         )
+    if brgemm := sum(r.family == DEPTHWISE_BRGEMM for r in tracer.records):
+        notes.append(
+            f"{brgemm} of the step's depthwise convolutions are strided: in BF16 oneDNN forms their input gradient with a "
+            "batch-reduce GEMM (brgconv_strided), not its depthwise kernel, timed as such (7x the FP32 time of such a "
+            "backward measured on an AVX512-BF16 CPU); run in FP32 (outside autocast) they would take its depthwise kernel"
+        )
     return StepTrace(
         tracer.finish(),
         precision,
