@@ -18,7 +18,7 @@ from prenet import zoo
 from prenet.data.io import write_json
 from prenet.hardware.local import local_id
 from prenet.measurement.allocator import host_allocator
-from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema, null_step_ms, to_device
+from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema, module_call_ms, null_step_ms, to_device
 from prenet.measurement.probe import SpeedProbe
 from prenet.measurement.timer import RoundSchedule, across_rounds, fastest_round
 from prenet.memory.training import measure_training_memory
@@ -93,7 +93,8 @@ def measure_zoo(
 
 def benchmark_models(cfg: DictConfig) -> dict:
     """Measure every (zoo model, batch size, optimizer) of ``cfg.models`` on this machine — step time (ms) and peak
-    training memory (bytes) — and the per-step overhead (a null step); write ``paths.model_timings``, ``paths.step_overhead`` and
+    training memory (bytes) — and the per-step overhead (a null step) and, on a CPU, the host's cost per module
+    call (:func:`~prenet.measurement.models.module_call_ms`); write ``paths.model_timings``, ``paths.step_overhead`` and
     ``metrics/benchmark_models.json``."""
     m = cfg.models
     torch.set_num_threads(int(cfg.threads))
@@ -108,7 +109,12 @@ def benchmark_models(cfg: DictConfig) -> dict:
     df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
     write_artifact(df, cfg, "model_timings")
     overhead = {o: null_step_ms(o, device=str(cfg.hardware.device)) for o in m.optimizers}
-    write_json({"hardware_id": hw_id, "threads": int(cfg.threads), "allocator": allocator, "null_step_ms": overhead}, cfg.paths.step_overhead)
+    issue = module_call_ms() if str(cfg.hardware.device) == "cpu" else None  # a GPU's host cost is train_ops' (steptime.host)
+    write_json(
+        {"hardware_id": hw_id, "threads": int(cfg.threads), "allocator": allocator, "null_step_ms": overhead}
+        | ({"module_call_ms": issue["ms"], "module_call_probes_ms": issue["probes"]} if issue else {}),
+        cfg.paths.step_overhead,
+    )
     metrics = {
         "measured": df.height,
         "wall_s": round(time.monotonic() - t0, 1),
@@ -118,6 +124,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
         # with rounds > 1: the median over steps of the round-to-round spread (IQR / median), else of the blocks' in one round
         "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()),
         "null_step_ms": overhead,
+        "module_call_us": round(1e3 * issue["ms"], 2) if issue else None,
         "host_probe": probe.summary(),
     }
     record_metrics(cfg, "benchmark_models", metrics)

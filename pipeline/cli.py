@@ -178,8 +178,15 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         print(
             f"  hardware: this CPU at {hw.extra.get('threads', args.threads)} thread(s) as measured {at}, stored for the next answers (prenet/hardware/local.py: stored_cpu)"
         )
+    cpu_issue = p.host_issue_ms if hw.kind == "cpu" else 0.0  # a CPU issues its ops in turn with running them
     parts = [f"{p.ops} ops"] + [
-        f"+ {ms:.2f} ms {what}" for ms, what in ((p.dram_refetch_ms, "from DRAM (cache note)"), (p.overhead_ms, "measured null step")) if ms
+        f"+ {ms:.2f} ms {what}"
+        for ms, what in (
+            (cpu_issue, "of Python and autograd around them (module calls, measured)"),
+            (p.dram_refetch_ms, "from DRAM (cache note)"),
+            (p.overhead_ms, "measured null step"),
+        )
+        if ms
     ]
     print(f"  step   {p.step_seconds * 1e3:10.2f} ms   ({', '.join(parts)})")
     if p.parallel is not None:
@@ -190,7 +197,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         print(
             f"         {par['exposed_ms']:10.2f} ms of communication exposed; {par['sync_ms']:.2f} ms of synchronisation (learned from measured multi-GPU steps)"
         )
-    if p.host_issue_ms:
+    if p.host_issue_ms and hw.kind != "cpu":
         gpu_ms = sum(p.family_ms.values())
         print(f"         {gpu_ms:10.2f} ms of device work; the host issues the ops in {p.host_issue_ms:.2f} ms, alongside")
     if p.epoch_seconds is not None:

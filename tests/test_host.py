@@ -83,3 +83,42 @@ def test_host_bound_steps_say_so_and_calibration_rows_stay_out_of_the_test_figur
     summary = ryujaehun_summary(df)
     assert summary["host_calibration"]["n"] == steps
     assert summary["unseen_fp32"]["n"] + summary["kernels_seen_fp32"]["n"] == rows.filter(pl.col("model") == "resnet18").height
+
+
+def test_a_cpu_step_adds_its_module_calls_at_the_measured_host_cost_after_its_ops():
+    """On a CPU the host issues and runs the ops in turn: the step is its ops plus its module calls (``module_calls``:
+    the modules its forward ops ran in) times the measured cost, which the answer reports; a GRU's per-timestep ops,
+    issued by one module call, add one call's cost, not one per op. A GPU ignores the CPU's cost."""
+    import torch
+    from torch import nn
+
+    from prenet.hardware.catalog import get
+    from prenet.hardware.spec import HardwareSpec
+    from prenet.ops import trace_step
+    from prenet.ops.records import module_calls
+    from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.steptime.step import predict_trace
+
+    model = EfficiencyModel(median_efficiency={"cpu": 0.5, "gpu": 0.5})
+    cpu = HardwareSpec(hardware_id="test-cpu", kind="cpu", peak_fp32_tflops=1.0, mem_bw_gbps=50.0, cores=1, clock_mhz=3000.0)
+    mlp = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    batch = (torch.randn(2, 16), torch.randint(0, 4, (2,)))
+    trace = trace_step(mlp, batch, device_type="cpu", threads=1)
+    assert module_calls(trace.records) == 5
+    bare, ops = predict_trace(trace, cpu, model, module_call_ms=0.0)
+    pred, _ = predict_trace(trace, cpu, model, module_call_ms=0.01)
+    assert pred.host_issue_ms == pytest.approx(5 * 0.01) and pred.step_seconds == pytest.approx(bare.step_seconds + 5e-5)
+
+    class Tagger(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gru = nn.GRU(8, 8, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.gru(x)[0]
+
+    g = trace_step(Tagger(), (torch.randn(2, 20, 8), torch.randn(2, 20, 8)), device_type="cpu", threads=1)
+    assert len([r for r in g.records if r.phase == "forward"]) > 20 and module_calls(g.records) == 1
+    gpu_trace = trace_step(mlp, batch, device_type="cuda")
+    gpu, gops = predict_trace(gpu_trace, get("A100 40GB SXM4"), model, module_call_ms=0.01)
+    assert gpu.host_issue_ms == 0.0 and gpu.step_seconds * 1e3 == pytest.approx(float(gops["predicted_ms"].sum()))

@@ -121,3 +121,11 @@ OP_SCHEMA = {
     "measured_ms": pl.Float64,
     "spread_rel": pl.Float64,
 }
+
+
+def module_calls(records: list[OpRecord]) -> int:
+    """The module calls of a step that issue ops, as its trace shows them: the distinct modules its forward ops ran in
+    (ops outside any module, ``(top)``, not counted). The host's Python and autograd cost of a CPU step grows with them
+    (:func:`prenet.measurement.models.module_call_ms`), not with the ATen ops a fused C++ loop issues (a GRU's
+    per-timestep ops run in one module call)."""
+    return len({r.module for r in records if r.phase == "forward" and r.module != "(top)"})

@@ -25,7 +25,7 @@ from prenet.errors import PrenetError
 from prenet.hardware.power import power_note
 from prenet.hardware.spec import HardwareSpec
 from prenet.names import OPTIMIZER_STATE_BUFFERS
-from prenet.ops.records import StepTrace, as_run_on
+from prenet.ops.records import StepTrace, as_run_on, module_calls
 from prenet.ops.reuse import cold_bytes
 from prenet.paths import default_path
 from prenet.steptime.efficiency import EfficiencyModel
@@ -64,7 +64,7 @@ class StepPrediction:
     #: the single-GPU step's memory by component (:meth:`~prenet.memory.estimate.MemoryEstimate.to_dict`, bytes), when
     #: asked for: ``memory_bytes`` is this total, or per GPU where a parallel layout shards or splits it
     memory: dict[str, int] | None = None
-    host_issue_ms: float = 0.0  # the host's time to issue the step's ops (GPU: ops × the fitted host cost; ms)
+    host_issue_ms: float = 0.0  # the host's time to issue the step's ops (ms; GPU: ops × the fitted host cost, alongside the GPU's work; CPU: module calls × the measured cost, in turn with the ops)
     host_bound: bool = False  # issuing the ops takes longer than the GPU's work on them (the answer's note says so)
     #: CPU: the time (ms) the step's cache-sensitive ops spend fetching operands from DRAM that the op benchmark timed
     #: warm (:func:`dram_refetch_ms`); in ``step_seconds``, not in ``family_ms`` (an op's own time is its in-place one)
@@ -89,25 +89,49 @@ def device_type(hw: HardwareSpec) -> str:
     return "cuda" if hw.kind == "gpu" else "cpu"
 
 
+def _overhead_record(hw: HardwareSpec, path: str | Path | None) -> dict | None:
+    """The ``benchmark_models`` overhead record (``path`` default: ``paths.step_overhead``, read when called) when
+    ``hw`` is the CPU it was measured on, else None."""
+    p = default_path("step_overhead", path)
+    if hw.kind != "cpu" or not p.is_file():
+        return None
+    rec = json.loads(p.read_text())
+    return rec if rec.get("hardware_id") == hw.hardware_id else None
+
+
+def cpu_module_call_ms(hw: HardwareSpec, path: str | Path | None = None) -> float:
+    """The host's measured cost per module call of a CPU step beyond its ops' in-place times (ms;
+    :func:`prenet.measurement.models.module_call_ms`) when ``hw`` is the CPU it was measured on, else 0."""
+    rec = _overhead_record(hw, path)
+    return float(rec.get("module_call_ms", 0.0)) if rec else 0.0
+
+
 def default_overhead_ms(hw: HardwareSpec, optimizer: str, path: str | Path | None = None) -> float:
     """The measured null-step overhead (``benchmark_models``; ``path`` default: ``paths.step_overhead``, read when
     called) when ``hw`` is the CPU it was measured on, else 0."""
-    p = default_path("step_overhead", path)
-    if hw.kind != "cpu" or not p.is_file():
-        return 0.0
-    rec = json.loads(p.read_text())
-    if rec.get("hardware_id") != hw.hardware_id:
+    rec = _overhead_record(hw, path)
+    if rec is None:
         return 0.0
     return float(rec.get("null_step_ms", {}).get(optimizer, rec.get("null_step_ms", {}).get("sgd", 0.0)))
 
 
 def predict_trace(
-    trace: StepTrace, hw: HardwareSpec, model: EfficiencyModel, *, overhead_ms: float = 0.0, top: int = 8, host: bool = True
+    trace: StepTrace,
+    hw: HardwareSpec,
+    model: EfficiencyModel,
+    *,
+    overhead_ms: float = 0.0,
+    top: int = 8,
+    host: bool = True,
+    module_call_ms: float | None = None,
 ) -> tuple[StepPrediction, pl.DataFrame]:
     """The prediction of a traced step on ``hw`` and the per-op table it sums (raises
     :class:`~prenet.steptime.efficiency.UnsupportedPrecisionError` when ``hw`` lacks the trace's precision); ``host``:
-    a GPU step as the host issues it (:mod:`prenet.steptime.host`), else the sum of its ops' GPU times."""
-    return predict_trace_many(trace, [hw], model, overhead_ms=[overhead_ms], top=top, host=host)[0]
+    a GPU step as the host issues it (:mod:`prenet.steptime.host`), a CPU step with the host's cost of its module calls
+    (``module_call_ms`` each; None: :func:`cpu_module_call_ms`), else the sum of its ops' times."""
+    return predict_trace_many(
+        trace, [hw], model, overhead_ms=[overhead_ms], top=top, host=host, module_call_ms=None if module_call_ms is None else [module_call_ms]
+    )[0]
 
 
 def predict_trace_many(
@@ -118,13 +142,18 @@ def predict_trace_many(
     overhead_ms: list[float] | None = None,
     top: int = 8,
     host: bool = True,
+    module_call_ms: list[float] | None = None,
 ) -> list[tuple[StepPrediction, pl.DataFrame]]:
     """:func:`predict_trace` of one traced step on every hardware of ``hws`` (one device type, the trace's), in one
-    batched model call per kind of GPU (:func:`predict_frames`); ``overhead_ms``: per hardware (default 0)."""
+    batched model call per kind of GPU (:func:`predict_frames`); ``overhead_ms``: per hardware (default 0);
+    ``module_call_ms``: a CPU's host cost per module call, per hardware (None: :func:`cpu_module_call_ms`; 0 for a GPU)."""
     frames = predict_frames(trace, hws, model)
+    issue = module_call_ms or [cpu_module_call_ms(hw) for hw in hws]
     return [
-        _summarize(trace, hw, ops, ovh, top, model.host_ms.get(hw.kind, 0.0) if host else 0.0, measured=model.measured(hw))
-        for hw, ops, ovh in zip(hws, frames, overhead_ms or [0.0] * len(hws))
+        _summarize(
+            trace, hw, ops, ovh, top, (model.host_ms.get(hw.kind, 0.0) if hw.kind != "cpu" else iss) if host else 0.0, measured=model.measured(hw)
+        )
+        for hw, ops, ovh, iss in zip(hws, frames, overhead_ms or [0.0] * len(hws), issue)
     ]
 
 
@@ -149,8 +178,11 @@ def _summarize(
 ) -> tuple[StepPrediction, pl.DataFrame]:
     total_ms = float(ops.get_column("predicted_ms").sum())
     issued_ops = issued(ops)
-    step_ms = issue_bound_ms(ops.get_column("predicted_ms").to_numpy(), issued_ops, host_ms)
-    host_issue_ms = float(issued_ops.sum()) * host_ms
+    # a GPU runs the ops while the host issues the next ones (host_ms per op); a CPU does both in turn (host_ms per module
+    # call: Python and autograd around the ops, which their in-place times leave out)
+    cpu = hw.kind == "cpu"
+    host_issue_ms = module_calls(trace.records) * host_ms if cpu else float(issued_ops.sum()) * host_ms
+    step_ms = total_ms + host_issue_ms if cpu else issue_bound_ms(ops.get_column("predicted_ms").to_numpy(), issued_ops, host_ms)
     fam = ops.group_by("family").agg(pl.col("predicted_ms").sum()).sort("predicted_ms", descending=True)
     est = ops.with_columns(pl.col("estimate").str.replace(r":.*", "")).group_by("estimate").agg(pl.col("predicted_ms").sum())
     notes = []
@@ -176,7 +208,7 @@ def _summarize(
         notes.append(note)
     if hw.kind == "cpu":
         notes.append(CPU_ALLOCATOR_NOTE)
-    if host_issue_ms > total_ms:
+    if host_issue_ms > total_ms and not cpu:
         notes.append(
             f"host-bound: issuing its {int(issued_ops.sum()):,} ops takes {host_issue_ms:.1f} ms at {1e3 * host_ms:.0f} µs each "
             "(PyTorch eager, fitted on measured steps"
