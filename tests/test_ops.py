@@ -80,6 +80,26 @@ def test_meta_autocast_emulation_matches_real_cpu_autocast():
     assert real == meta and (("addmm", torch.bfloat16) in real)
 
 
+def test_a_cpu_lstm_runs_its_fused_layer_in_bf16_under_autocast_as_torch_does():
+    """torch's CPU autocast casts oneDNN's fused LSTM layer (``mkldnn_rnn_layer``) to BF16: the meta trace records it
+    as a real measured step does, forward and backward."""
+
+    class Tagger(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm, self.out = torch.nn.LSTM(16, 32, batch_first=True), torch.nn.Linear(32, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.out(self.lstm(x)[0][:, -1])
+
+    torch.manual_seed(0)
+    batch = (torch.randn(2, 5, 16), torch.randint(0, 4, (2,)))
+    rnn = lambda t: [(r.op, r.phase, r.dtype) for r in t.records if r.family == "rnn"]  # noqa: E731
+    traced = rnn(trace_step(Tagger(), batch, precision="bf16", device_type="cpu", threads=1))
+    measured = rnn(measure_step(Tagger(), batch, precision="bf16", warmup=False, min_block_ms=0.01, repeats=1))
+    assert traced == measured and ("mkldnn_rnn_layer", "forward", "bfloat16") in traced
+
+
 def test_gemm_and_conv_flops_match_torch_flop_counter():
     module, batch = zoo.build("resnet18", 2, {"resnet18": {"image_size": 32}})
     recs = trace_step(module, batch).records
