@@ -148,12 +148,19 @@ def predict_trace_many(
     batched model call per kind of GPU (:func:`predict_frames`); ``overhead_ms``: per hardware (default 0);
     ``module_call_ms``: a CPU's host cost per module call, per hardware (None: :func:`cpu_module_call_ms`; 0 for a GPU)."""
     frames = predict_frames(trace, hws, model)
-    issue = module_call_ms or [cpu_module_call_ms(hw) for hw in hws]
+    calls = module_call_ms or [cpu_module_call_ms(hw) for hw in hws]
     return [
         _summarize(
-            trace, hw, ops, ovh, top, (model.host_ms.get(hw.kind, 0.0) if hw.kind != "cpu" else iss) if host else 0.0, measured=model.measured(hw)
+            trace,
+            hw,
+            ops,
+            ovh,
+            top,
+            model.host_ms.get(hw.kind, 0.0) if host else 0.0,
+            measured=model.measured(hw),
+            module_call_ms=call if host else 0.0,
         )
-        for hw, ops, ovh, iss in zip(hws, frames, overhead_ms or [0.0] * len(hws), issue)
+        for hw, ops, ovh, call in zip(hws, frames, overhead_ms or [0.0] * len(hws), calls)
     ]
 
 
@@ -174,14 +181,21 @@ def predict_frames(trace: StepTrace, hws: list[HardwareSpec], model: EfficiencyM
 
 
 def _summarize(
-    trace: StepTrace, hw: HardwareSpec, ops: pl.DataFrame, overhead_ms: float, top: int, host_ms: float = 0.0, measured: bool = False
+    trace: StepTrace,
+    hw: HardwareSpec,
+    ops: pl.DataFrame,
+    overhead_ms: float,
+    top: int,
+    host_ms: float = 0.0,
+    measured: bool = False,
+    module_call_ms: float = 0.0,
 ) -> tuple[StepPrediction, pl.DataFrame]:
+    """``host_ms``: a GPU host's cost per issued op, issuing while the GPU runs earlier ops; ``module_call_ms``: a CPU's
+    cost per module call (Python and autograd around the ops, which their in-place times leave out), in turn with them."""
     total_ms = float(ops.get_column("predicted_ms").sum())
     issued_ops = issued(ops)
-    # a GPU runs the ops while the host issues the next ones (host_ms per op); a CPU does both in turn (host_ms per module
-    # call: Python and autograd around the ops, which their in-place times leave out)
     cpu = hw.kind == "cpu"
-    host_issue_ms = module_calls(trace.records) * host_ms if cpu else float(issued_ops.sum()) * host_ms
+    host_issue_ms = module_calls(trace.records) * module_call_ms if cpu else float(issued_ops.sum()) * host_ms
     step_ms = total_ms + host_issue_ms if cpu else issue_bound_ms(ops.get_column("predicted_ms").to_numpy(), issued_ops, host_ms)
     fam = ops.group_by("family").agg(pl.col("predicted_ms").sum()).sort("predicted_ms", descending=True)
     est = ops.with_columns(pl.col("estimate").str.replace(r":.*", "")).group_by("estimate").agg(pl.col("predicted_ms").sum())
