@@ -139,14 +139,11 @@ def _issue_probes() -> list[tuple[str, nn.Module, tuple[torch.Tensor, torch.Tens
     g = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
 
-    def chain(layers: list[nn.Module], x: torch.Tensor) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-        return nn.Sequential(*layers, nn.Flatten(), nn.LazyLinear(4)), (x, torch.randint(0, 4, (x.shape[0],), generator=g))
-
     def probe(layers: list[nn.Module], x: torch.Tensor) -> tuple[nn.Module, tuple[torch.Tensor, torch.Tensor]]:
-        m, batch = chain(layers, x)
+        m = nn.Sequential(*layers, nn.Flatten(), nn.LazyLinear(4))
         with torch.no_grad():
             m(x)  # materializes the lazy head
-        return m, batch
+        return m, (x, torch.randint(0, 4, (x.shape[0],), generator=g))
 
     return [
         ("linear 100 x 16, batch 2", *probe([x for _ in range(100) for x in (nn.Linear(16, 16), nn.ReLU())], torch.randn(2, 16, generator=g))),

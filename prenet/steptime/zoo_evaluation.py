@@ -29,17 +29,16 @@ def whole_model_predictions(
     threads: int = 1,
 ) -> pl.DataFrame:
     """Each measured zoo step of ``timings`` (``ModelTimings``) predicted through the one step-time path (trace on meta →
-    ops → sum + the null step of ``overhead_path``); ``sizes``: the zoo builders' size overrides; ``threads``: the CPU
+    ops → sum + its module calls × the host cost and the null step of ``overhead_path``); ``sizes``: the zoo builders' size overrides; ``threads``: the CPU
     threads the steps were timed on. ``timed_ms``: the step as timed, where ``timings`` carries it beside a rescaled
     ``measured_ms`` (:func:`~prenet.measurement.probe.at_reference_speed`), else ``measured_ms``."""
     rows = []
+    call_ms = cpu_module_call_ms(hw, overhead_path)  # one record for every row (the null step differs by optimizer)
     for r in timings.iter_rows(named=True):
         with torch.device("meta"):
             module, batch = zoo.build(r["model"], int(r["batch_size"]), sizes)
         trace = trace_step(module, batch, optimizer=r["optimizer"], precision=precision, device_type="cpu", threads=threads)
-        pred, ops = predict_trace(
-            trace, hw, model, overhead_ms=default_overhead_ms(hw, r["optimizer"], overhead_path), module_call_ms=cpu_module_call_ms(hw, overhead_path)
-        )
+        pred, ops = predict_trace(trace, hw, model, overhead_ms=default_overhead_ms(hw, r["optimizer"], overhead_path), module_call_ms=call_ms)
         fallback = float(ops.filter(is_fallback())["predicted_ms"].sum()) / max(float(ops["predicted_ms"].sum()), 1e-12)
         rows.append(
             {
