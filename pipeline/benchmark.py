@@ -29,9 +29,10 @@ def _hardware(cfg: DictConfig):
     if hw.kind == "cpu" and cache.exists():
         old = json.loads(cache.read_text())
         if old.get("hardware_id") == hw.hardware_id and old.get("extra", {}).get("threads") == hw.extra.get("threads"):
-            if old.get("cache_mb") is None:  # a record from before the cache capacity was measured: add this one's
-                old["cache_mb"] = hw.cache_mb
-                write_json(old, cache)
+            for key in ("cache_mb", "l2_bw_gbps"):  # a record from before these were measured: add this one's
+                if old.get(key) is None and getattr(hw, key) is not None:
+                    old[key] = getattr(hw, key)
+                    write_json(old, cache)
             return HardwareSpec(**old)
     cache.parent.mkdir(parents=True, exist_ok=True)
     write_json(hw.to_dict(), cache)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -331,6 +332,38 @@ def test_a_random_draw_is_timed_by_its_generators_arithmetic():
     assert (g_memory > g_compute).all()
     add = frame.with_columns(pl.lit("add").alias("op"))
     assert roofline_ms(add, cpu)[0] == pytest.approx(n / (cpu.peak_fp32_tflops * 1e12) * 1e3)
+
+
+def test_a_lookup_reads_the_rows_its_indices_pick_not_the_whole_table():
+    """An embedding of a 30,522-word table reads one row per token, and ``nll_loss`` one log-probability per target:
+    counted whole, the table made a lookup of 32 tokens a 94 MB read."""
+
+    class Lookup(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb, self.head = nn.Embedding(30522, 768), nn.Linear(768, 10)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.head(self.emb(tokens).mean(1))
+
+    tokens = torch.randint(0, 30522, (4, 8))
+    recs = {r.op: r for r in trace_step(Lookup(), (tokens, torch.randint(0, 10, (4,))), device_type="meta").records}
+    assert recs["embedding"].bytes == tokens.numel() * 8 + 32 * 768 * 4 + 4 * 8 * 768 * 4  # indices, rows, output
+    assert recs["nll_loss_forward"].bytes < 4 * 10 * 4  # 4 entries of the 4 × 10 log-probabilities (and targets)
+    assert recs["embedding_dense_backward"].bytes > 30522 * 768 * 4  # the gradient of the whole table is written
+
+
+def test_a_cpu_roofline_runs_at_its_l2_bandwidth_where_it_is_measured():
+    """A CPU's memory roofline takes its fastest measured cache: the L2's where the detection read it (an Intel Xeon
+    whose L3 is a slow mesh), else the last-level cache's, else DRAM's."""
+    from prenet.hardware.spec import HardwareSpec
+    from prenet.steptime.efficiency import roofline_bandwidth_gbps
+
+    cpu = HardwareSpec("cpu-test", "cpu", peak_fp32_tflops=0.1, mem_bw_gbps=15.0, cores=1, clock_mhz=2600, cache_bw_gbps=30.0)
+    assert roofline_bandwidth_gbps(cpu) == 30.0
+    assert roofline_bandwidth_gbps(replace(cpu, l2_bw_gbps=140.0)) == 140.0
+    assert roofline_bandwidth_gbps(replace(cpu, cache_bw_gbps=None)) == 15.0
+    assert roofline_bandwidth_gbps(get("A100 80GB SXM4")) == get("A100 80GB SXM4").mem_bw_gbps
 
 
 def test_a_training_batch_norm_moves_its_tensors_as_often_as_its_kernels_pass_over_them():

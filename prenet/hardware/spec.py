@@ -42,6 +42,12 @@ class HardwareSpec:
     #: CPU only: measured bandwidth (GB/s) of a copy that stays in the last-level cache — the op roofline's bandwidth on a
     #: CPU, where a working set of a few MB (an RNN's weights, a layer's activations) never reaches DRAM.
     cache_bw_gbps: float | None = None
+    #: CPU only: measured bandwidth (GB/s) of a streaming in-place add whose operands stay in one core's L2
+    #: (:func:`prenet.hardware.local.measure_l2_bandwidth_gbps`): on a CPU whose last-level cache is a slow shared mesh
+    #: (an Intel Xeon of the Sapphire Rapids kind: 2 MB of L2 per core at ~150 GB/s, the L3 at ~30) an optimizer's
+    #: update of a small layer runs 5× faster than the last-level cache allows. None: unknown (the roofline then takes
+    #: ``cache_bw_gbps``).
+    l2_bw_gbps: float | None = None
     #: CPU only: how many MB a working set may span and still come from the caches (:func:`prenet.hardware.local.
     #: measure_cache_mb`, measured: a shared host leaves a core far less than its L3); a step whose data is larger
     #: fetches its operands from DRAM (:func:`prenet.steptime.step.dram_refetch_ms`). None: unknown.

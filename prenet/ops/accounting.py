@@ -54,6 +54,22 @@ def read_args(name: str, args: tuple) -> tuple:
     return (args[0], args[1] if mask[1] else None, args[2] if mask[0] else None, *args[3:])
 
 
+#: Ops that read only the entries their indices pick from a table: an embedding lookup reads one row of its weight
+#: per index (not the vocabulary), ``nll_loss`` one log-probability per target (not the classes). Counted whole, a
+#: 30,522-word table made a batch's lookup a 94 MB read: 1.2 ms on the roofline of a CPU that took 12 µs.
+GATHERS = frozenset({"embedding", "nll_loss_forward", "nll_loss2d_forward"})
+
+
+def unread_bytes(name: str, args: tuple) -> int:
+    """Bytes of ``args`` that :func:`moved_bytes` counts but a gather (:data:`GATHERS`) does not read: the table
+    less the rows or entries its indices pick (at most the table). 0 for any other op."""
+    if name not in GATHERS or len(args) < 2 or not isinstance(args[0], torch.Tensor) or not isinstance(args[1], torch.Tensor):
+        return 0
+    table, index = args[0], args[1]
+    per_index = table.element_size() * (math.prod(table.shape[1:]) if name == "embedding" else 1)
+    return max(0, nbytes(table) - min(nbytes(table), int(index.numel()) * per_index))
+
+
 #: Fused optimizer kernels whose schema marks ``grads`` mutable but which write them back only when they unscale them
 #: (a GradScaler's ``grad_scale`` given): CUDA's and the CPU's kernels store every other list and skip the gradients.
 UNSCALED_GRADS_READ_ONLY = frozenset({"aten::_fused_adam_", "aten::_fused_adamw_", "aten::_fused_sgd_"})

@@ -29,7 +29,7 @@ from prenet import cpu_dispatch
 from prenet.errors import PrenetError
 from prenet.meta_device import without_compiler_imports
 from prenet.names import AUTOCAST_PRECISIONS, DIRECTIONS, FUSED_OPTIMIZERS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
-from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, read_args, tensors, written_args
+from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, read_args, tensors, unread_bytes, written_args
 from prenet.ops.autocast import Autocast
 from prenet.ops.families import (
     DEPTHWISE_BRGEMM,
@@ -458,7 +458,8 @@ class _Tracer(TorchDispatchMode):
                 module=module,
                 flops=op_flops(name, args, kwargs, out),
                 bytes=moved_bytes(read_args(name, args), kwargs, out, None if outs else written_args(func, args, kwargs))
-                + (native[1] if native else 0),
+                + (native[1] if native else 0)
+                - unread_bytes(name, args),
                 dtype=dtype,
                 unit=unit_of(family, dtype, self.precision, self.cudnn_tf32),
                 batch=b,

@@ -114,9 +114,12 @@ def peaks(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
 
 
 def roofline_bandwidth_gbps(hw: HardwareSpec) -> float:
-    """The bandwidth of the memory roofline: a GPU's DRAM (HBM/GDDR) bandwidth from its spec sheet; a CPU's measured
-    last-level-cache bandwidth when known (no op beats it; DRAM-bound ops show as lower efficiency)."""
-    return hw.cache_bw_gbps if hw.kind == "cpu" and hw.cache_bw_gbps else hw.mem_bw_gbps
+    """The bandwidth of the memory roofline: a GPU's DRAM (HBM/GDDR) bandwidth from its spec sheet; a CPU's fastest
+    measured cache bandwidth, its L2's (:attr:`HardwareSpec.l2_bw_gbps`) or else its last-level cache's, when known (no
+    op beats it; ops that reach the last-level cache or DRAM show as lower efficiency, read off their bytes per L2)."""
+    if hw.kind == "cpu":
+        return max(hw.l2_bw_gbps or 0.0, hw.cache_bw_gbps or 0.0) or hw.mem_bw_gbps
+    return hw.mem_bw_gbps
 
 
 #: Multiplies saved by Winograd's F(2×2, 3×3) on dense 3×3 stride-1 convolutions, which cuDNN picks on GPUs: the
