@@ -184,6 +184,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
         for ms, what in (
             (cpu_issue, "of Python and autograd around them (module calls, measured)"),
             (p.dram_refetch_ms, "from DRAM (cache note)"),
+            (p.llc_refetch_ms, "from the last-level cache (L2 note)"),
             (p.overhead_ms, "measured null step"),
         )
         if ms

@@ -101,6 +101,29 @@ def test_a_cpu_lstm_runs_its_fused_layer_in_bf16_under_autocast_as_torch_does():
     assert traced == measured and ("mkldnn_rnn_layer", "forward", "bfloat16") in traced
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_traced_lstm_layer_moves_the_workspace_the_real_one_writes(precision):
+    """On ``meta`` oneDNN's LSTM workspace is empty; the trace counts the bytes the real layer writes and its backward
+    reads (this oneDNN's size, read off the kernel), so a traced layer moves what the op benchmark's measured rows of
+    it moved (within 5 %: the size is taken linear in the steps, and grows in uneven 4 KB pages)."""
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = torch.nn.LSTM(24, 48, num_layers=2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.lstm(x)[0]
+
+    lstm, batch = Encoder(), (torch.randn(20, 6, 24), torch.randn(20, 6, 48))
+    rnn = lambda t: [(r.op, r.bytes) for r in t.records if r.family == "rnn"]  # noqa: E731
+    traced = rnn(trace_step(lstm, batch, precision=precision, device_type="cpu", threads=1))
+    measured = rnn(measure_step(lstm, batch, precision=precision, warmup=False, min_block_ms=0.01, repeats=1))
+    assert [op for op, _ in traced] == [op for op, _ in measured] and len(traced) == 4
+    for (_, t), (_, m) in zip(traced, measured):
+        assert t == pytest.approx(m, rel=0.05)
+
+
 def test_gemm_and_conv_flops_match_torch_flop_counter():
     module, batch = zoo.build("resnet18", 2, {"resnet18": {"image_size": 32}})
     recs = trace_step(module, batch).records
@@ -1039,6 +1062,30 @@ def test_the_two_parts_of_the_op_model_load_as_one(tmp_path):
     with pytest.raises(PrenetError, match="fitted with different ops.efficiency settings") as e:
         EfficiencyModel.load(tmp_path)
     assert "\n" not in str(e.value)
+
+
+def test_a_cpu_step_reads_from_the_last_level_cache_what_its_l2_does_not_hold():
+    """Where the roofline runs at the L2's measured bandwidth, a small memory-bound op's operands that the step touched
+    too long ago for L2 come from the last-level cache at its bandwidth, those too old for it from DRAM (never both);
+    without an L2 reading the roofline is the last-level cache's and nothing is added."""
+    from prenet.hardware.spec import HardwareSpec
+    from prenet.steptime.step import cache_sensitive, cold_read_bytes, llc_read_bytes, llc_refetch_ms
+
+    cpu = HardwareSpec(
+        "cpu-x-2c", "cpu", peak_fp32_tflops=0.1, mem_bw_gbps=15.0, cores=2, clock_mhz=2000.0, l2_mb=0.5, cache_bw_gbps=30.0, cache_mb=4.0
+    )
+    with torch.device("meta"):
+        module, batch = zoo.build("mlp", 16, None)
+    trace = trace_step(module, batch, optimizer="adam", device_type="cpu", threads=1)
+    frame, fast = trace.frame(), replace(cpu, l2_bw_gbps=150.0)
+    assert llc_read_bytes(trace, cpu) is None
+    llc, cold = llc_read_bytes(trace, fast), cold_read_bytes(trace, fast)
+    read = np.array([sum(b for b, _ in r.reads) for r in trace.records], dtype=float)
+    assert (llc >= 0).all() and (llc + cold <= read).all() and llc.sum() > 0
+    sensitive = cache_sensitive(frame, fast)
+    small = frame["bytes"].to_numpy() <= 0.5 * 2**20
+    ms = llc_refetch_ms(frame, fast, llc, sensitive)
+    assert ms == pytest.approx(llc[sensitive & small].sum() / 30e9 * 1e3) and ms > 0
 
 
 def test_a_cpu_step_traced_again_reads_the_same_bytes_from_dram():

@@ -26,7 +26,7 @@ def models_dir(tiny_run):
 def test_step_time_of_a_zoo_model_sums_its_ops(models_dir):
     p = predict_step_time("mlp", batch_size=32, hardware="local", models_dir=models_dir, dataset_size=1000, overhead_ms=0.0)
     assert p.step_seconds > 0 and p.steps_per_epoch == 32 and p.epoch_seconds == pytest.approx(32 * p.step_seconds)
-    assert p.step_seconds * 1e3 == pytest.approx(sum(p.family_ms.values()) + p.dram_refetch_ms)
+    assert p.step_seconds * 1e3 == pytest.approx(sum(p.family_ms.values()) + p.dram_refetch_ms + p.llc_refetch_ms)
     assert {"gemm", "loss", "optimizer"} <= set(p.family_ms)  # forward, the loss, backward and the update are all in the step
     assert p.input_shape == [32, 784] and p.params > 0 and p.precision == "fp32"
     assert sum(p.estimate_share.values()) == pytest.approx(1.0)
@@ -57,7 +57,7 @@ def test_a_cpu_step_fetches_from_dram_the_operands_it_touched_further_back_than_
     mlp = predict_step_time("mlp", hardware=small, **kw)
     weights = (784 * 1024 + 2 * 1024 * 1024) * 4  # the hidden layers' weights the forward GEMMs read
     assert mlp.dram_refetch_ms >= weights / (small.mem_bw_gbps * 1e9) * 1e3
-    assert mlp.step_seconds * 1e3 == pytest.approx(sum(mlp.family_ms.values()) + mlp.dram_refetch_ms)
+    assert mlp.step_seconds * 1e3 == pytest.approx(sum(mlp.family_ms.values()) + mlp.dram_refetch_ms + mlp.llc_refetch_ms)
     assert (
         len(cache_notes(mlp)) == 1
         and "(measured; the step's weights" in cache_notes(mlp)[0]

@@ -29,7 +29,18 @@ from prenet import cpu_dispatch
 from prenet.errors import PrenetError
 from prenet.meta_device import without_compiler_imports
 from prenet.names import AUTOCAST_PRECISIONS, DIRECTIONS, FUSED_OPTIMIZERS, MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
-from prenet.ops.accounting import conv_groups, gemm_view, moved_bytes, nbytes, op_flops, read_args, tensors, unread_bytes, written_args
+from prenet.ops.accounting import (
+    conv_groups,
+    gemm_view,
+    moved_bytes,
+    nbytes,
+    op_flops,
+    read_args,
+    rnn_workspace_bytes,
+    tensors,
+    unread_bytes,
+    written_args,
+)
 from prenet.ops.autocast import Autocast
 from prenet.ops.families import (
     DEPTHWISE_BRGEMM,
@@ -459,7 +470,8 @@ class _Tracer(TorchDispatchMode):
                 flops=op_flops(name, args, kwargs, out),
                 bytes=moved_bytes(read_args(name, args), kwargs, out, None if outs else written_args(func, args, kwargs))
                 + (native[1] if native else 0)
-                - unread_bytes(name, args),
+                - unread_bytes(name, args)
+                + rnn_workspace_bytes(name, args, out),
                 dtype=dtype,
                 unit=unit_of(family, dtype, self.precision, self.cudnn_tf32),
                 batch=b,

@@ -69,6 +69,10 @@ class StepPrediction:
     #: CPU: the time (ms) the step's cache-sensitive ops spend fetching operands from DRAM that the op benchmark timed
     #: warm (:func:`dram_refetch_ms`); in ``step_seconds``, not in ``family_ms`` (an op's own time is its in-place one)
     dram_refetch_ms: float = 0.0
+    #: CPU with a measured L2 bandwidth (the roofline's, :func:`~prenet.steptime.efficiency.roofline_bandwidth_gbps`):
+    #: the time (ms) small cache-sensitive ops, timed in place from L2, spend fetching operands from the last-level
+    #: cache inside the step (:func:`llc_refetch_ms`); in ``step_seconds``
+    llc_refetch_ms: float = 0.0
     #: A multi-GPU job (:class:`prenet.parallel.data_parallel.ParallelStep` as a dict): ``step_seconds`` is then its
     #: step, and ``family_ms`` the one-GPU compute it starts from. None: one device.
     parallel: dict[str, Any] | None = None
@@ -218,6 +222,13 @@ def _summarize(
     data_bytes, sensitive = step_data_bytes(trace), cache_sensitive(ops, hw)
     cold = cold_read_bytes(trace, hw)
     refetch_ms = dram_refetch_ms(ops, hw, cold, sensitive)
+    llc_ms = llc_refetch_ms(ops, hw, llc_read_bytes(trace, hw), sensitive)
+    if llc_ms > 0:
+        notes.append(
+            f"L2: memory-bound ops that fit one core's {hw.l2_mb:g} MB L2, timed in place at its {hw.l2_bw_gbps:.0f} GB/s, "
+            f"read operands last touched further back than it holds from the last-level cache: + {llc_ms:.2f} ms at "
+            f"{hw.cache_bw_gbps:.1f} GB/s (measured)"
+        )
     if note := cpu_cache_note(ops, hw, refetch_ms, data_bytes, sensitive, activations=bool(trace.activation_bytes), cold=cold):
         notes.append(note)
     if hw.kind == "cpu":
@@ -237,7 +248,7 @@ def _summarize(
         )
     top_rows = ops.sort("predicted_ms", descending=True).head(top).select("op", "family", "phase", "module", "shapes", "predicted_ms", "estimate")
     pred = StepPrediction(
-        step_seconds=(step_ms + refetch_ms + overhead_ms) / 1e3,
+        step_seconds=(step_ms + refetch_ms + llc_ms + overhead_ms) / 1e3,
         hardware=hw.to_dict(),
         optimizer=trace.optimizer,
         precision=trace.precision,
@@ -256,6 +267,7 @@ def _summarize(
         host_issue_ms=host_issue_ms,
         host_bound=host_issue_ms > total_ms,
         dram_refetch_ms=refetch_ms,
+        llc_refetch_ms=llc_ms,
     )
     return pred, ops
 
@@ -417,6 +429,29 @@ def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, cold: np.ndarray | None
         return 0.0
     sel = cache_sensitive(ops, hw) if sensitive is None else sensitive
     return float(cold[sel].sum() / (hw.mem_bw_gbps * 1e9) * 1e3 + dram_floor_ms(ops, hw, cold, sel).sum())
+
+
+def llc_read_bytes(trace: StepTrace, hw: HardwareSpec) -> np.ndarray | None:
+    """Per op of a CPU ``trace``, the bytes it reads from the last-level cache: the operands that, with the distinct
+    data the step touched since their last touch, outgrow :data:`CACHE_FILL_SHARE` of one core's L2 but not of the
+    caches' measured capacity (those come from DRAM, :func:`cold_read_bytes`). None where the roofline is not at the
+    L2's speed (no measured L2 bandwidth), on a GPU, or for a trace that notes no reads."""
+    if hw.kind != "cpu" or not hw.l2_bw_gbps or not hw.l2_mb or not hw.cache_mb or not any(r.reads for r in trace.records):
+        return None
+    l2, llc = CACHE_FILL_SHARE * hw.l2_mb * 2**20, CACHE_FILL_SHARE * hw.cache_mb * 2**20
+    return np.array([cold_bytes(r.reads, l2) - cold_bytes(r.reads, llc) for r in trace.records], dtype=float)
+
+
+def llc_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, llc: np.ndarray | None, sensitive: np.ndarray) -> float:
+    """The time (ms) a CPU step's cache-sensitive ops that fit one core's L2 (timed in place, their operands stayed
+    there, at the roofline's L2 bandwidth) spend reading from the last-level cache, at its measured bandwidth, the
+    operands last touched further back than L2 holds (``llc``: bytes per op, :func:`llc_read_bytes`). Additive, as the
+    DRAM refetch (:func:`dram_refetch_ms`). On an Intel Xeon whose L2 runs at ~150 GB/s and L3 at ~30 (2026-12-07):
+    an MLP's Adam updates, 1-4 MB a tensor, ran from L2 in place and from L3 in the step. 0 where ``llc`` is None."""
+    if llc is None or not hw.cache_bw_gbps:
+        return 0.0
+    small = ops.get_column("bytes").to_numpy().astype(float) <= hw.l2_mb * 2**20
+    return float(llc[sensitive & small].sum() / (hw.cache_bw_gbps * 1e9) * 1e3)
 
 
 #: What every CPU answer assumes of the host's allocator, said with it: the op benchmark and the zoo steps are timed
