@@ -15,10 +15,19 @@ from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
 from prenet import zoo
+from prenet.cpu_identity import cpuinfo
 from prenet.data.io import write_json
-from prenet.hardware.local import local_id
+from prenet.hardware.local import bf16_units, local_id
 from prenet.measurement.allocator import host_allocator
-from prenet.measurement.models import measure_model, model_timing_row, model_timing_schema, module_call_ms, null_step_ms, to_device
+from prenet.measurement.models import (
+    conv_sequence_share,
+    measure_model,
+    model_timing_row,
+    model_timing_schema,
+    module_call_ms,
+    null_step_ms,
+    to_device,
+)
 from prenet.measurement.probe import SpeedProbe
 from prenet.measurement.timer import RoundSchedule, across_rounds, fastest_round
 from prenet.memory.training import measure_training_memory
@@ -109,10 +118,22 @@ def benchmark_models(cfg: DictConfig) -> dict:
     df = pl.DataFrame(rows, schema=model_timing_schema(), orient="row")
     write_artifact(df, cfg, "model_timings")
     overhead = {o: null_step_ms(o, device=str(cfg.hardware.device)) for o in m.optimizers}
-    issue = module_call_ms() if str(cfg.hardware.device) == "cpu" else None  # a GPU's host cost is train_ops' (steptime.host)
+    cpu = str(cfg.hardware.device) == "cpu"
+    issue = module_call_ms() if cpu else None  # a GPU's host cost is train_ops' (steptime.host)
+    # BF16 only where the CPU runs it natively (elsewhere its convolutions take ~60x longer, converted op by op)
+    native_bf16 = cpu and bf16_units(set(cpuinfo().get("flags", cpuinfo().get("Features", "")).split())) != "none"
+    conv_seq = {p: conv_sequence_share(p) for p in (("fp32", "bf16") if native_bf16 else ("fp32",))} if cpu else {}
     write_json(
         {"hardware_id": hw_id, "threads": int(cfg.threads), "allocator": allocator, "null_step_ms": overhead}
-        | ({"module_call_ms": issue["ms"], "module_call_probes_ms": issue["probes"]} if issue else {}),
+        | ({"module_call_ms": issue["ms"], "module_call_probes_ms": issue["probes"]} if issue else {})
+        | (
+            {
+                "conv_sequence_share": {p: r["share"] for p, r in conv_seq.items()},
+                "conv_sequence_rounds": {p: r["rounds"] for p, r in conv_seq.items()},
+            }
+            if conv_seq
+            else {}
+        ),
         cfg.paths.step_overhead,
     )
     metrics = {
@@ -125,6 +146,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
         "noise_floor_median_spread_pct": float(100 * df["spread_rel"].median()),
         "null_step_ms": overhead,
         "module_call_us": round(1e3 * issue["ms"], 2) if issue else None,
+        "conv_sequence_share": {p: round(r["share"], 4) for p, r in conv_seq.items()} or None,
         "host_probe": probe.summary(),
     }
     record_metrics(cfg, "benchmark_models", metrics)

@@ -185,6 +185,7 @@ def _cmd_predict_step_time(args: argparse.Namespace) -> None:
             (cpu_issue, "of Python and autograd around them (module calls, measured)"),
             (p.dram_refetch_ms, "from DRAM (cache note)"),
             (p.llc_refetch_ms, "from the last-level cache (L2 note)"),
+            (p.conv_sequence_ms, "of convolutions run in turn (convolutions note)"),
             (p.overhead_ms, "measured null step"),
         )
         if ms

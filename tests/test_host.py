@@ -85,6 +85,35 @@ def test_host_bound_steps_say_so_and_calibration_rows_stay_out_of_the_test_figur
     assert summary["unseen_fp32"]["n"] + summary["kernels_seen_fp32"]["n"] == rows.filter(pl.col("model") == "resnet18").height
 
 
+def test_a_cpu_step_adds_its_convolutions_in_step_share_of_their_predicted_time():
+    """A CPU step's convolutions take the measured in-step share longer than their in-place times (the answer says
+    so); the per-op table and the other ops keep their times; a GPU step adds nothing."""
+    import torch
+    from torch import nn
+
+    from prenet.hardware.catalog import get
+    from prenet.hardware.spec import HardwareSpec
+    from prenet.ops import trace_step
+    from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.steptime.step import predict_trace
+
+    model = EfficiencyModel(median_efficiency={"cpu": 0.5, "gpu": 0.5})
+    cpu = HardwareSpec(hardware_id="test-cpu", kind="cpu", peak_fp32_tflops=1.0, mem_bw_gbps=50.0, cores=1, clock_mhz=3000.0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(4))
+    batch = (torch.randn(2, 3, 8, 8), torch.randint(0, 4, (2,)))
+    net(batch[0])
+    trace = trace_step(net, batch, device_type="cpu", threads=1)
+    bare, ops = predict_trace(trace, cpu, model, module_call_ms=0.0, conv_sequence_share=0.0)
+    pred, ops2 = predict_trace(trace, cpu, model, module_call_ms=0.0, conv_sequence_share=0.2)
+    conv_ms = float(ops.filter(pl.col("family").str.starts_with("conv"))["predicted_ms"].sum())
+    assert conv_ms > 0 and pred.conv_sequence_ms == pytest.approx(0.2 * conv_ms)
+    assert pred.step_seconds == pytest.approx(bare.step_seconds + 0.2 * conv_ms / 1e3) and pred.family_ms == bare.family_ms
+    assert any(n.startswith("convolutions: ") for n in pred.notes) and not any(n.startswith("convolutions: ") for n in bare.notes)
+    gpu_trace = trace_step(net, batch, device_type="cuda")
+    gpu, _ = predict_trace(gpu_trace, get("A100 40GB SXM4"), model, conv_sequence_share=0.2)
+    assert gpu.conv_sequence_ms == 0.0
+
+
 def test_a_cpu_step_adds_its_module_calls_at_the_measured_host_cost_after_its_ops():
     """On a CPU the host issues and runs the ops in turn: the step is its ops plus its module calls (``module_calls``:
     the modules its forward ops ran in) times the measured cost, which the answer reports; a GRU's per-timestep ops,

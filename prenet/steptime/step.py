@@ -73,6 +73,9 @@ class StepPrediction:
     #: the time (ms) small cache-sensitive ops, timed in place from L2, spend fetching operands from the last-level
     #: cache inside the step (:func:`llc_refetch_ms`); in ``step_seconds``
     llc_refetch_ms: float = 0.0
+    #: CPU: the time (ms) the step's convolutions take beyond their in-place times, run one after another
+    #: (:func:`cpu_conv_sequence_share` × their predicted time); in ``step_seconds``, not in ``family_ms``
+    conv_sequence_ms: float = 0.0
     #: A multi-GPU job (:class:`prenet.parallel.data_parallel.ParallelStep` as a dict): ``step_seconds`` is then its
     #: step, and ``family_ms`` the one-GPU compute it starts from. None: one device.
     parallel: dict[str, Any] | None = None
@@ -110,6 +113,14 @@ def cpu_module_call_ms(hw: HardwareSpec, path: str | Path | None = None) -> floa
     return float(rec.get("module_call_ms", 0.0)) if rec else 0.0
 
 
+def cpu_conv_sequence_share(hw: HardwareSpec, precision: str, path: str | Path | None = None) -> float:
+    """How much longer a CPU's convolutions run one after another in a step than repeated in place, as a share of their
+    in-place time (:func:`prenet.measurement.models.conv_sequence_share`, measured in ``precision``; BF16 where the CPU
+    runs it natively) when ``hw`` is the CPU it was measured on, else 0."""
+    rec = _overhead_record(hw, path)
+    return float((rec or {}).get("conv_sequence_share", {}).get(precision, 0.0))
+
+
 def default_overhead_ms(hw: HardwareSpec, optimizer: str, path: str | Path | None = None) -> float:
     """The measured null-step overhead (``benchmark_models``; ``path`` default: ``paths.step_overhead``, read when
     called) when ``hw`` is the CPU it was measured on, else 0."""
@@ -128,13 +139,22 @@ def predict_trace(
     top: int = 8,
     host: bool = True,
     module_call_ms: float | None = None,
+    conv_sequence_share: float | None = None,
 ) -> tuple[StepPrediction, pl.DataFrame]:
     """The prediction of a traced step on ``hw`` and the per-op table it sums (raises
     :class:`~prenet.steptime.efficiency.UnsupportedPrecisionError` when ``hw`` lacks the trace's precision); ``host``:
     a GPU step as the host issues it (:mod:`prenet.steptime.host`), a CPU step with the host's cost of its module calls
-    (``module_call_ms`` each; None: :func:`cpu_module_call_ms`), else the sum of its ops' times."""
+    (``module_call_ms`` each; None: :func:`cpu_module_call_ms`) and its convolutions' in-step share
+    (``conv_sequence_share``; None: :func:`cpu_conv_sequence_share`), else the sum of its ops' times."""
     return predict_trace_many(
-        trace, [hw], model, overhead_ms=[overhead_ms], top=top, host=host, module_call_ms=None if module_call_ms is None else [module_call_ms]
+        trace,
+        [hw],
+        model,
+        overhead_ms=[overhead_ms],
+        top=top,
+        host=host,
+        module_call_ms=None if module_call_ms is None else [module_call_ms],
+        conv_sequence_share=None if conv_sequence_share is None else [conv_sequence_share],
     )[0]
 
 
@@ -147,12 +167,15 @@ def predict_trace_many(
     top: int = 8,
     host: bool = True,
     module_call_ms: list[float] | None = None,
+    conv_sequence_share: list[float] | None = None,
 ) -> list[tuple[StepPrediction, pl.DataFrame]]:
     """:func:`predict_trace` of one traced step on every hardware of ``hws`` (one device type, the trace's), in one
     batched model call per kind of GPU (:func:`predict_frames`); ``overhead_ms``: per hardware (default 0);
-    ``module_call_ms``: a CPU's host cost per module call, per hardware (None: :func:`cpu_module_call_ms`; 0 for a GPU)."""
+    ``module_call_ms``: a CPU's host cost per module call, per hardware (None: :func:`cpu_module_call_ms`; 0 for a GPU);
+    ``conv_sequence_share``: a CPU's convolutions' in-step share, per hardware (None: :func:`cpu_conv_sequence_share`)."""
     frames = predict_frames(trace, hws, model)
     calls = module_call_ms or [cpu_module_call_ms(hw) for hw in hws]
+    shares = conv_sequence_share or [cpu_conv_sequence_share(hw, trace.precision) for hw in hws]
     return [
         _summarize(
             trace,
@@ -163,8 +186,9 @@ def predict_trace_many(
             model.host_ms.get(hw.kind, 0.0) if host else 0.0,
             measured=model.measured(hw),
             module_call_ms=call if host else 0.0,
+            conv_sequence_share=share if host else 0.0,
         )
-        for hw, ops, ovh, call in zip(hws, frames, overhead_ms or [0.0] * len(hws), calls)
+        for hw, ops, ovh, call, share in zip(hws, frames, overhead_ms or [0.0] * len(hws), calls, shares)
     ]
 
 
@@ -193,14 +217,18 @@ def _summarize(
     host_ms: float = 0.0,
     measured: bool = False,
     module_call_ms: float = 0.0,
+    conv_sequence_share: float = 0.0,
 ) -> tuple[StepPrediction, pl.DataFrame]:
     """``host_ms``: a GPU host's cost per issued op, issuing while the GPU runs earlier ops; ``module_call_ms``: a CPU's
-    cost per module call (Python and autograd around the ops, which their in-place times leave out), in turn with them."""
+    cost per module call (Python and autograd around the ops, which their in-place times leave out), in turn with them;
+    ``conv_sequence_share``: how much longer a CPU's convolutions take in the step than in place (a share of their
+    predicted time)."""
     total_ms = float(ops.get_column("predicted_ms").sum())
     issued_ops = issued(ops)
     cpu = hw.kind == "cpu"
     host_issue_ms = module_calls(trace.records) * module_call_ms if cpu else float(issued_ops.sum()) * host_ms
     step_ms = total_ms + host_issue_ms if cpu else issue_bound_ms(ops.get_column("predicted_ms").to_numpy(), issued_ops, host_ms)
+    conv_ms = float(ops.filter(pl.col("family").str.starts_with("conv"))["predicted_ms"].sum()) * conv_sequence_share if cpu else 0.0
     fam = ops.group_by("family").agg(pl.col("predicted_ms").sum()).sort("predicted_ms", descending=True)
     est = ops.with_columns(pl.col("estimate").str.replace(r":.*", "")).group_by("estimate").agg(pl.col("predicted_ms").sum())
     notes = []
@@ -231,6 +259,11 @@ def _summarize(
         )
     if note := cpu_cache_note(ops, hw, refetch_ms, data_bytes, sensitive, activations=bool(trace.activation_bytes), cold=cold):
         notes.append(note)
+    if conv_ms > 0:
+        notes.append(
+            f"convolutions: run one after another in a step they take {100 * conv_sequence_share:.0f} % longer than "
+            f"repeated in place, as the op benchmark times them (measured on this CPU in {trace.precision}): + {conv_ms:.2f} ms"
+        )
     if hw.kind == "cpu":
         notes.append(CPU_ALLOCATOR_NOTE)
     if host_issue_ms > total_ms and not cpu:
@@ -248,7 +281,7 @@ def _summarize(
         )
     top_rows = ops.sort("predicted_ms", descending=True).head(top).select("op", "family", "phase", "module", "shapes", "predicted_ms", "estimate")
     pred = StepPrediction(
-        step_seconds=(step_ms + refetch_ms + llc_ms + overhead_ms) / 1e3,
+        step_seconds=(step_ms + refetch_ms + llc_ms + conv_ms + overhead_ms) / 1e3,
         hardware=hw.to_dict(),
         optimizer=trace.optimizer,
         precision=trace.precision,
@@ -268,6 +301,7 @@ def _summarize(
         host_bound=host_issue_ms > total_ms,
         dram_refetch_ms=refetch_ms,
         llc_refetch_ms=llc_ms,
+        conv_sequence_ms=conv_ms,
     )
     return pred, ops
 

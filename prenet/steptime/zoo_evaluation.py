@@ -15,7 +15,7 @@ from prenet.hardware.spec import HardwareSpec
 from prenet.ops import trace_step
 from prenet.steptime.efficiency import EfficiencyModel
 from prenet.steptime.op_evaluation import ape
-from prenet.steptime.step import cpu_module_call_ms, default_overhead_ms, device_type, is_fallback, predict_trace
+from prenet.steptime.step import cpu_conv_sequence_share, cpu_module_call_ms, default_overhead_ms, device_type, is_fallback, predict_trace
 
 
 def whole_model_predictions(
@@ -38,7 +38,14 @@ def whole_model_predictions(
         with torch.device("meta"):
             module, batch = zoo.build(r["model"], int(r["batch_size"]), sizes)
         trace = trace_step(module, batch, optimizer=r["optimizer"], precision=precision, device_type="cpu", threads=threads)
-        pred, ops = predict_trace(trace, hw, model, overhead_ms=default_overhead_ms(hw, r["optimizer"], overhead_path), module_call_ms=call_ms)
+        pred, ops = predict_trace(
+            trace,
+            hw,
+            model,
+            overhead_ms=default_overhead_ms(hw, r["optimizer"], overhead_path),
+            module_call_ms=call_ms,
+            conv_sequence_share=cpu_conv_sequence_share(hw, precision, overhead_path),
+        )
         fallback = float(ops.filter(is_fallback())["predicted_ms"].sum()) / max(float(ops["predicted_ms"].sum()), 1e-12)
         rows.append(
             {
