@@ -15,9 +15,8 @@ from pipeline.artifacts import write_artifact
 from pipeline.config import hydra_entry
 from pipeline.record import record_metrics
 from prenet import zoo
-from prenet.cpu_identity import cpuinfo
 from prenet.data.io import write_json
-from prenet.hardware.local import bf16_units, local_id
+from prenet.hardware.local import bf16_units, cpu_flags, local_id
 from prenet.measurement.allocator import host_allocator
 from prenet.measurement.models import (
     conv_sequence_share,
@@ -121,7 +120,7 @@ def benchmark_models(cfg: DictConfig) -> dict:
     cpu = str(cfg.hardware.device) == "cpu"
     issue = module_call_ms() if cpu else None  # a GPU's host cost is train_ops' (steptime.host)
     # BF16 only where the CPU runs it natively (elsewhere its convolutions take ~60x longer, converted op by op)
-    native_bf16 = cpu and bf16_units(set(cpuinfo().get("flags", cpuinfo().get("Features", "")).split())) != "none"
+    native_bf16 = cpu and bf16_units(cpu_flags()) != "none"
     conv_seq = {p: conv_sequence_share(p) for p in (("fp32", "bf16") if native_bf16 else ("fp32",))} if cpu else {}
     write_json(
         {"hardware_id": hw_id, "threads": int(cfg.threads), "allocator": allocator, "null_step_ms": overhead}

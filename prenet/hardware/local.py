@@ -27,6 +27,12 @@ def simd_width_bits(flags: set[str]) -> int:
     return 128
 
 
+def cpu_flags(info: dict[str, str] | None = None) -> set[str]:
+    """The CPU's feature flags: ``/proc/cpuinfo``'s ``flags`` (x86) or ``Features`` (Arm) of ``info`` (default: read)."""
+    info = cpuinfo() if info is None else info
+    return set(info.get("flags", info.get("Features", "")).split())
+
+
 def bf16_units(flags: set[str]) -> str:
     """The CPU's native BF16 arithmetic, from its feature flags: ``amx_bf16`` (AMX tiles), ``avx512_bf16`` (AVX-512
     dot products), ``bf16`` (Arm's BF16 extension), or ``none`` (no native BF16 arithmetic: converted to FP32, by
@@ -174,7 +180,7 @@ def detect_cpu(threads: int = 1, bandwidth_mb: int = 256) -> HardwareSpec:
     """
     info = cpuinfo()
     model = cpu_model(info)
-    flags = set(info.get("flags", info.get("Features", "")).split())
+    flags = cpu_flags(info)
     clock = _cpu_clock_mhz(info)
     simd = simd_width_bits(flags)
     cores = os.cpu_count() or 1
