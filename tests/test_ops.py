@@ -642,15 +642,18 @@ def test_the_op_benchmark_times_its_fp32_blocks_in_fp32(tiny_pipeline):
     ops = read_artifact(cfg, "op_timings")
     dw = ops.filter((pl.col("family") == "conv_depthwise") & (pl.col("precision") == "fp32"))
     assert dw.get_column("config_id").n_unique() >= 2
-    # ... and ops.benchmark.fp32_wide's power-of-two linear layer, in FP32 only
+    # ... and ops.benchmark.fp32_wide's power-of-two linear layer and 3x3 convolution, in FP32 only
     from prenet.measurement.ops import config_id, sample_wide
 
-    ((kind, c),) = sample_wide(
-        dict(cfg.ops.benchmark.fp32_wide), seed=int(cfg.ops.benchmark.seed), aligned_share=float(cfg.ops.benchmark.aligned_share)
+    sampled = dict(
+        sample_wide(dict(cfg.ops.benchmark.fp32_wide), seed=int(cfg.ops.benchmark.seed), aligned_share=float(cfg.ops.benchmark.aligned_share))
     )
-    mine = ops.filter(pl.col("config_id") == config_id(kind, c))
-    assert mine.height and set(mine.get_column("precision")) == {"fp32"}
-    assert all(c[k] in (64, 128) for k in ("in_features", "out_features"))
+    assert set(sampled) == {"linear", "conv2d"}
+    for kind, c in sampled.items():
+        mine = ops.filter(pl.col("config_id") == config_id(kind, c))
+        assert mine.height and set(mine.get_column("precision")) == {"fp32"}
+    assert all(sampled["linear"][k] in (64, 128) for k in ("in_features", "out_features"))
+    assert all(sampled["conv2d"][k] in (8, 16) for k in ("in_channels", "out_channels")) and sampled["conv2d"]["kernel_size"] == 3
 
 
 def test_wide_op_benchmark_samples_aligned_sizes_within_its_caps():
