@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,8 +103,17 @@ def _overhead_record(hw: HardwareSpec, path: str | Path | None) -> dict | None:
     p = default_path("step_overhead", path)
     if hw.kind != "cpu" or not p.is_file():
         return None
-    rec = json.loads(p.read_text())
+    st = p.stat()
+    rec = _read_overhead(str(p), (st.st_mtime_ns, st.st_size, st.st_ino))
     return rec if rec.get("hardware_id") == hw.hardware_id else None
+
+
+@lru_cache(maxsize=8)
+def _read_overhead(path: str, version: tuple[int, int, int]) -> dict:
+    """The overhead record at ``path`` as last written (``version``: its mtime in ns, size and inode): read once for the
+    null step, the module-call cost and the convolutions' share that every CPU answer takes from it, not once each.
+    Read-only to its callers."""
+    return json.loads(Path(path).read_text())
 
 
 def cpu_module_call_ms(hw: HardwareSpec, path: str | Path | None = None) -> float:
