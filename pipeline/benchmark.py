@@ -29,10 +29,10 @@ def _hardware(cfg: DictConfig):
     if hw.kind == "cpu" and cache.exists():
         old = json.loads(cache.read_text())
         if old.get("hardware_id") == hw.hardware_id and old.get("extra", {}).get("threads") == hw.extra.get("threads"):
-            for key in ("cache_mb", "l2_bw_gbps"):  # a record from before these were measured: add this one's
-                if old.get(key) is None and getattr(hw, key) is not None:
-                    old[key] = getattr(hw, key)
-                    write_json(old, cache)
+            missing = {k: getattr(hw, k) for k in ("cache_mb", "l2_bw_gbps") if old.get(k) is None and getattr(hw, k) is not None}
+            if missing:  # a record from before these were measured: add this one's
+                write_json(old | missing, cache)
+                old |= missing
             return HardwareSpec(**old)
     cache.parent.mkdir(parents=True, exist_ok=True)
     write_json(hw.to_dict(), cache)

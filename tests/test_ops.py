@@ -1081,8 +1081,9 @@ def test_a_cpu_step_reads_from_the_last_level_cache_what_its_l2_does_not_hold():
         module, batch = zoo.build("mlp", 16, None)
     trace = trace_step(module, batch, optimizer="adam", device_type="cpu", threads=1)
     frame, fast = trace.frame(), replace(cpu, l2_bw_gbps=150.0)
-    assert llc_read_bytes(trace, cpu) is None
-    llc, cold = llc_read_bytes(trace, fast), cold_read_bytes(trace, fast)
+    assert llc_read_bytes(trace, cpu, cold_read_bytes(trace, cpu)) is None
+    cold = cold_read_bytes(trace, fast)
+    llc = llc_read_bytes(trace, fast, cold)
     read = np.array([sum(b for b, _ in r.reads) for r in trace.records], dtype=float)
     assert (llc >= 0).all() and (llc + cold <= read).all() and llc.sum() > 0
     sensitive = cache_sensitive(frame, fast)

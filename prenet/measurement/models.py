@@ -192,7 +192,6 @@ def conv_sequence_share(precision: str = "fp32", repeats: int = 11, rounds: int 
     +1.2-1.7 at 48: it grows with the data), FP32 +5-7 %; a 64 MB cache flush between repeats costs less, and every
     oneDNN primitive is a cache hit: the backward's operands are not where a repeat leaves them. ~3 s in FP32."""
     import statistics
-    import time
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     g = torch.Generator().manual_seed(0)
@@ -203,15 +202,8 @@ def conv_sequence_share(precision: str = "fp32", repeats: int = 11, rounds: int 
     def one(i: int) -> None:
         convs[i](xs[i]).backward(grads[i])
 
-    def median_ms(fn) -> float:
-        fn()
-        fn()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return 1e3 * statistics.median(times)
+    def median_ms(fn) -> float:  # two warm-up calls, then the median of ``repeats`` single calls
+        return time_callable(fn, warmup=2, repeats=repeats, min_block_ms=0.0).median_ms
 
     shares = []
     for _ in range(rounds):

@@ -260,7 +260,7 @@ def _summarize(
     data_bytes, sensitive = step_data_bytes(trace), cache_sensitive(ops, hw)
     cold = cold_read_bytes(trace, hw)
     refetch_ms = dram_refetch_ms(ops, hw, cold, sensitive)
-    llc_ms = llc_refetch_ms(ops, hw, llc_read_bytes(trace, hw), sensitive)
+    llc_ms = llc_refetch_ms(ops, hw, llc_read_bytes(trace, hw, cold), sensitive)
     if llc_ms > 0:
         notes.append(
             f"L2: memory-bound ops that fit one core's {hw.l2_mb:g} MB L2, timed in place at its {hw.l2_bw_gbps:.0f} GB/s, "
@@ -475,15 +475,15 @@ def dram_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, cold: np.ndarray | None
     return float(cold[sel].sum() / (hw.mem_bw_gbps * 1e9) * 1e3 + dram_floor_ms(ops, hw, cold, sel).sum())
 
 
-def llc_read_bytes(trace: StepTrace, hw: HardwareSpec) -> np.ndarray | None:
+def llc_read_bytes(trace: StepTrace, hw: HardwareSpec, cold: np.ndarray | None) -> np.ndarray | None:
     """Per op of a CPU ``trace``, the bytes it reads from the last-level cache: the operands that, with the distinct
-    data the step touched since their last touch, outgrow :data:`CACHE_FILL_SHARE` of one core's L2 but not of the
-    caches' measured capacity (those come from DRAM, :func:`cold_read_bytes`). None where the roofline is not at the
-    L2's speed (no measured L2 bandwidth), on a GPU, or for a trace that notes no reads."""
-    if hw.kind != "cpu" or not hw.l2_bw_gbps or not hw.l2_mb or not hw.cache_mb or not any(r.reads for r in trace.records):
+    data the step touched since their last touch, outgrow :data:`CACHE_FILL_SHARE` of one core's L2, less those that
+    come from DRAM (``cold``: :func:`cold_read_bytes` of the same trace and hardware). None where the roofline is not at
+    the L2's speed (no measured L2 bandwidth), on a GPU, or without ``cold``."""
+    if cold is None or not hw.l2_bw_gbps or not hw.l2_mb:
         return None
-    l2, llc = CACHE_FILL_SHARE * hw.l2_mb * 2**20, CACHE_FILL_SHARE * hw.cache_mb * 2**20
-    return np.array([cold_bytes(r.reads, l2) - cold_bytes(r.reads, llc) for r in trace.records], dtype=float)
+    l2 = CACHE_FILL_SHARE * hw.l2_mb * 2**20
+    return np.array([cold_bytes(r.reads, l2) for r in trace.records], dtype=float) - cold
 
 
 def llc_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, llc: np.ndarray | None, sensitive: np.ndarray) -> float:
