@@ -925,14 +925,17 @@ def test_a_subset_forecast_moves_by_half_its_measured_generalization_gap(monkeyp
     L1, _, _, _, gaps = trajectory("sde", model, xs, ys, theta, F0, **kw, heldout=(x[rest], y[rest]))
     assert [g["used"] for g in gaps] == [True, True, True, True, False, False] and gaps[-1]["off_linear"] > 0.5
     assert np.allclose(L1[30:], L0[30:] + 0.5 * gaps[3]["loss_gap"], atol=1e-9)
-    # once off, always off: a later gap whose offset reads small again against a grown move is not used either
+    # each gap judged on its own: a network back within the linearization later is used again, the curve interpolated
+    # across the one that was off
     from prenet.convergence import forecaster
 
     offs = iter([0.0, 0.2, 0.2, 0.9, 0.3, 0.1])
     real_gap = forecaster._gap
     monkeypatch.setattr(forecaster, "_gap", lambda *a, **k: {**real_gap(*a, **k), "used": next(offs) <= forecaster.HELDOUT_MAX_OFF_LINEAR})
-    flags = [g["used"] for g in trajectory("sde", model, xs, ys, theta, F0, **kw, heldout=(x[rest], y[rest]))[4]]
-    assert flags == [True, True, True, False, False, False]
+    L2, _, _, _, gaps = trajectory("sde", model, xs, ys, theta, F0, **kw, heldout=(x[rest], y[rest]))
+    assert [g["used"] for g in gaps] == [True, True, True, False, True, True]
+    ok = [g for g in gaps if g["used"]]
+    assert np.allclose(L2, L0 + 0.5 * np.interp(np.arange(121), [g["step"] for g in ok], [g["loss_gap"] for g in ok]), atol=1e-9)
 
 
 def test_a_curve_still_falling_at_the_horizon_is_said_so():

@@ -90,7 +90,10 @@ HELDOUT_AT = RELINEARIZE_AT
 #: A gap is measured on the network at the linearized weights; where that network's outputs on the fitted samples are
 #: further than this from the linearized outputs (a share of how far those moved), the linearization no longer holds
 #: there and the gap is not used (measured on the 30,000-sample relabel check: 0.07–0.45 at m = 0, where the midpoint
-#: tracked the real loss within 7 %; 1.7 and 5.1 late at m = 0.9, where the gap came out at +1.5 and −9.4 nats)
+#: tracked the real loss within 7 %; 1.7 and 5.1 late at m = 0.9, where the gap came out at +1.5 and −9.4 nats). Each
+#: gap is judged on its own: a network back within it later is used again (2026-12-07: on the four 30,000-sample
+#: checks over eight subset draws, the median q·L0 step error over the draws 24.2 → 19.4 %, the BN split at m = 0.9
+#: better in 6 draws of 8, where a gap off at step 23 had left its later ones, 0.37–0.47 off, unused)
 HELDOUT_MAX_OFF_LINEAR = 0.5
 #: Seconds a forecast may always take before re-linearizations are skipped as dearer than the fine-tune: a fine-tune of
 #: a second or two makes every kernel after the first "dearer", while the re-linearizations cost little in absolute
@@ -366,8 +369,8 @@ def trajectory(
     at the end, the linearized network's weights are set on a copy and its loss and accuracy gaps (held-out minus fitted)
     measured; the curves move by half the gap, interpolated linearly in steps: the midpoint of the fitted samples'
     (optimistic) and the held-out samples' (pessimistic) curves, ``docs/convergence.md``. A gap whose network has left
-    the linearization (``HELDOUT_MAX_OFF_LINEAR``) is recorded, not used, nor is any later one (the offset outlives the
-    re-linearizations, while the move it is measured against keeps growing); the last usable one holds beyond it.
+    the linearization (``HELDOUT_MAX_OFF_LINEAR``) is recorded, not used: the curve is interpolated between the usable
+    ones on either side of it, and the last usable one holds beyond it.
     Also returns one record per such point (:func:`_gap`; empty without ``heldout``)."""
     n, c = F0.shape
     stops = sorted(_inner_steps(at, steps))
@@ -485,8 +488,6 @@ def trajectory(
             rec["whole_kernel"] = new is not None  # computed at this point, adopted or not
             records.append(rec)
     L, A = dynamics.path_means(np.vstack(Ls), np.vstack(As), state, y, loss)
-    for i in range(1, len(gaps)):  # once off the linearization, the offset persists: a shrinking share of a growing move
-        gaps[i]["used"] = gaps[i]["used"] and gaps[i - 1]["used"]
     used = [g for g in gaps if g["used"]]
     if len(used) > 1:  # the midpoint of the fitted and the held-out samples (step 0: the mean of the two samples)
         t = np.arange(len(L))
