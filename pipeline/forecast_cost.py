@@ -22,9 +22,11 @@ from prenet.errors import PrenetError
 from prenet.rendering import figures
 
 if TYPE_CHECKING:  # the stage imports torch only when the check is on
+    import numpy as np
     from torch import nn
 
     from prenet.convergence.forecaster import Forecast
+    from prenet.convergence.training import FinetuneResult
 
 REPRODUCE = "python -m pipeline.forecast_cost convergence=full paths.metrics=data/reference paths.plots=data/reference"
 
@@ -50,7 +52,6 @@ def forecast_cost(cfg: DictConfig) -> dict:
     from prenet.convergence.evaluation import steps_for, target_list
     from prenet.convergence.nets import n_params, with_new_head
     from prenet.convergence.tasks import Task, pretrain
-    from prenet.convergence.training import dense_curve, finetune, log_grid
     from prenet.datasets import require_datasets
 
     torch.set_num_threads(int(cfg.threads))
@@ -70,27 +71,10 @@ def forecast_cost(cfg: DictConfig) -> dict:
         pre_s = time.perf_counter() - t0
         data = task.finetune_data()
         with_new_head(model, int(data.y.max()) + 1, seed=int(cfg.seed))
-        g = torch.Generator().manual_seed(int(cfg.seed))
-        log_idx = torch.randperm(len(data), generator=g)[: int(cc.log_samples)]
         for run in (OmegaConf.to_container(r, resolve=True) for r in cc.runs):
             B = int(run["batch_size"])
-            steps = int(run["epochs"]) * (len(data) // B)
             key = f"{name} lr={run['lr']:g} m={run['momentum']:g} B={B}"
-            real = finetune(
-                copy.deepcopy(model),
-                data.x,
-                data.y,
-                loss=run["loss"],
-                lr=float(run["lr"]),
-                momentum=float(run["momentum"]),
-                batch_size=B,
-                steps=steps,
-                seed=int(cfg.seed),
-                log_steps=log_grid(steps, int(cc.log_points)),
-                log_x=data.x[log_idx],
-                log_y=data.y[log_idx],
-            )
-            L, A = dense_curve(real, steps)
+            real, steps, L, A = real_finetune(model, data, run, cc, int(cfg.seed))
             tlist = target_list(tcfg, float(L[0]))
             entry = {
                 "task": name,
@@ -171,6 +155,35 @@ def forecast_cost(cfg: DictConfig) -> dict:
     figures.loss_curves(curves, {k: f"{k} ({results[k]['regime']} regime)" for k in curves}, fig)
     print(f"forecast_cost: {len(results)} full-data fine-tunes -> {out}")
     return metrics
+
+
+def real_finetune(model: nn.Module, data: Any, run: dict, cc: DictConfig, seed: int) -> tuple[FinetuneResult, int, np.ndarray, np.ndarray]:
+    """The cost check's real fine-tune ``run`` (loss, lr, momentum, batch_size, epochs) of a copy of ``model`` on all of
+    ``data`` (``.x``, ``.y``), its training loss logged at ``cc.log_points`` steps on a fixed random ``cc.log_samples``
+    of the training set (drawn from ``seed``): (the result, its steps, the loss and accuracy at every step)."""
+    import torch
+
+    from prenet.convergence.training import dense_curve, finetune, log_grid
+
+    B = int(run["batch_size"])
+    steps = int(run["epochs"]) * (len(data) // B)
+    log_idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[: int(cc.log_samples)]
+    real = finetune(
+        copy.deepcopy(model),
+        data.x,
+        data.y,
+        loss=run["loss"],
+        lr=float(run["lr"]),
+        momentum=float(run["momentum"]),
+        batch_size=B,
+        steps=steps,
+        seed=seed,
+        log_steps=log_grid(steps, int(cc.log_points)),
+        log_x=data.x[log_idx],
+        log_y=data.y[log_idx],
+    )
+    L, A = dense_curve(real, steps)
+    return real, steps, L, A
 
 
 def _median(values: list[float | None]) -> float | None:

@@ -11,7 +11,6 @@ median over the checks per seed and over the seeds. Writes only the cache."""
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,11 +22,10 @@ from omegaconf import OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import compose  # noqa: E402
-from pipeline.forecast_cost import _median, _scored_forecast  # noqa: E402
+from pipeline.forecast_cost import _median, _scored_forecast, real_finetune  # noqa: E402
 from prenet.convergence.evaluation import steps_for, target_list  # noqa: E402
 from prenet.convergence.nets import with_new_head  # noqa: E402
 from prenet.convergence.tasks import Task, pretrain  # noqa: E402
-from prenet.convergence.training import dense_curve, finetune, log_grid  # noqa: E402
 
 
 def cache_checks(cfg, folder: Path) -> list[Path]:
@@ -44,16 +42,8 @@ def cache_checks(cfg, folder: Path) -> list[Path]:
         model, _ = pretrain(task, seed=int(cfg.seed))
         data = task.finetune_data()
         with_new_head(model, int(data.y.max()) + 1, seed=int(cfg.seed))
-        log_idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(int(cfg.seed)))[: int(cc.log_samples)]
         for run, path in zip(runs, paths):
-            B = int(run["batch_size"])
-            steps = int(run["epochs"]) * (len(data) // B)
-            real = finetune(
-                copy.deepcopy(model), data.x, data.y, loss=run["loss"], lr=float(run["lr"]), momentum=float(run["momentum"]),
-                batch_size=B, steps=steps, seed=int(cfg.seed), log_steps=log_grid(steps, int(cc.log_points)),
-                log_x=data.x[log_idx], log_y=data.y[log_idx],
-            )  # fmt: skip
-            L, A = dense_curve(real, steps)
+            real, steps, L, A = real_finetune(model, data, run, cc, int(cfg.seed))
             torch.save(
                 {"model": model, "x": data.x, "y": data.y, "run": run, "steps": steps, "L": L, "A": A, "train_seconds": real.train_seconds}, path
             )
