@@ -47,7 +47,7 @@ def test_a_cpu_step_fetches_from_dram_the_operands_it_touched_further_back_than_
     previous step's optimizer last wrote (further back than the caches hold), and the step adds those bytes at the
     DRAM bandwidth and says so; where the caches hold its data, or on a GPU, nothing is added; a record without a
     measured capacity only warns."""
-    from prenet.steptime.step import CPU_ALLOCATOR_NOTE, dram_refetch_ms
+    from prenet.steptime.step import CPU_ALLOCATOR_NOTE, CPU_HOST_SPEED_NOTE, dram_refetch_ms
 
     def cache_notes(p) -> list[str]:
         return [n for n in p.notes if n.startswith("cache:")]
@@ -73,6 +73,9 @@ def test_a_cpu_step_fetches_from_dram_the_operands_it_touched_further_back_than_
     # the allocator the CPU timings assume is said with every CPU answer (a plain glibc malloc step is slower), not a GPU's
     assert [n for n in mlp.notes if n.startswith("allocator:")] == [CPU_ALLOCATOR_NOTE]
     assert not [n for n in gpu.notes if n.startswith("allocator:")]
+    # ... and that it is answered at the speed the host had when its ops were benchmarked (a shared VM's drifts)
+    assert [n for n in mlp.notes if n.startswith("host speed:")] == [CPU_HOST_SPEED_NOTE]
+    assert not [n for n in gpu.notes if n.startswith("host speed:")]
     # skinny GEMM, small op, dense op
     ops = pl.DataFrame({"bytes": [4.3e6, 0.5e6, 4.3e6], "flops": [3.4e7, 1e6, 1e9], "predicted_ms": [0.5, 0.05, 20.0]})
     # the cold bytes of the memory-bound ones, however small; not the dense one's; nothing without reads
