@@ -628,9 +628,11 @@ def test_forecast_api_contract(digits_small):
     assert fc.steps_to_loss(1e-12) is None  # 0 itself is refused: test_targets_are_checked_before_any_work
     assert fc.steps_to_loss(float(fc.loss[0])) == 0
     # the default follows the kernel along the forecast's own trajectory (no training): drift and re-linearizations stated
-    # (the four base points, then the follow-on ones where the kernel still moved at the fourth)
+    # (the four base points, then the follow-on ones where the kernel still moved at the fourth; a fine-tune this short,
+    # whose 30x budget is under CEILING_FLOOR_S, is also checked at 15 %: SHORT_FOLLOW_ON_AT)
     steps = [r["step"] for r in fc.details["relinearized"]]
-    assert fc.corrected is None and fc.probe_steps == 0 and steps[:4] == [1, 2, 6, 20] and set(steps[4:]) <= {40, 60}
+    base = [s for s in steps if s in (1, 2, 6, 20)]
+    assert fc.corrected is None and fc.probe_steps == 0 and base == [1, 2, 6, 20] and set(steps) - set(base) <= {12, 40, 60} and 12 in steps
     # a check skipped for cost measures nothing: the drift is unknown then, not 0, and reliability unknown too
     unchecked = all(r.get("skipped") for r in fc.details["relinearized"])
     assert (fc.drift is None and fc.reliable is None) if unchecked else (fc.drift is not None and fc.reliable is not None)

@@ -79,6 +79,11 @@ RELINEARIZE_AT = (0.01, 0.025, 0.08, 0.25)
 #: ``scripts/check_poor_transfer.py``, seeds 0 / 1 / 2) the median step error went 26.3 / 33.6 / 50.0 → 16.8 / 22.3 /
 #: 33.8 % (2026-12-07).
 FOLLOW_ON_AT = (0.5, 0.75)
+#: A further point for fine-tunes so short that ``CEILING_FLOOR_S`` rules the forecast's cost (the cost target's budget
+#: is less): between the 8 % and 25 % points a growing kernel is answered stale. On the poor-transfer pair (400 steps,
+#: ~1 s of SGD; seeds 0 / 1 / 2) the median step error went 17.7 / 22.9 / 34.4 → 13.7 / 18.8 / 30.2 % (2026-12-08). Not
+#: on fine-tunes the cost target sizes: on the 30,000-sample checks it cost 8-12 % of the cost ratio for 19.1 → 18.9 %.
+SHORT_FOLLOW_ON_AT = (0.15,)
 #: Samples on which a candidate kernel's drift is measured before the whole kernel is recomputed (at the first point, and
 #: after any point where the kernel stayed: on the four full-data reference checks all 12 points re-linearized, so a
 #: sample kernel after a move was thrown away each time).
@@ -749,6 +754,9 @@ def forecast(
             # the kernel is followed past the base points within the cost target's budget, or CEILING_FLOOR_S where the
             # fine-tune is so short that the budget is less
             follow_budget=Budget(max(budget.seconds, CEILING_FLOOR_S), t0) if budget is not None else None,
+            # where the floor rules (the cost target's budget is less), the kernel's growth between the 8 % and 25 %
+            # points is followed too
+            follow_on=FOLLOW_ON_AT + (SHORT_FOLLOW_ON_AT if budget is not None and budget.seconds < CEILING_FLOOR_S else ()),
         )
     else:
         L, A = run_dynamics(kind, kernel.theta, F0, y, **dyn, progress=progress, lam_max=lam_theta * len(idx))
