@@ -506,18 +506,18 @@ def llc_refetch_ms(ops: pl.DataFrame, hw: HardwareSpec, llc: np.ndarray | None, 
 #: page-faults them back in on the next: torchvision's MobileNetV3-large at batch 8 on one thread of this AMD EPYC took
 #: 851-1,002 ms a step so (4 runs), 630-714 ms with memory kept or with the two variables below, 2026-12-07 (the
 #: answers to it: docs/step_time.md).
+CPU_ALLOCATOR_NOTE = (
+    "allocator: timed with freed memory kept in the process (as PyTorch's GPU caching allocator keeps it); under "
+    "glibc's default malloc a CPU step page-faults its large buffers back in every step and runs slower: train with "
+    "MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 set (or under jemalloc/tcmalloc) to run at "
+    "the answered speed"
+)
 #: said with every answer for a CPU whose own op benchmark trained the model: the answer is at the speed the host had
 #: then, which a shared VM does not keep (docs/step_time.md, "A local answer is at the op benchmark's host speed")
 CPU_HOST_SPEED_NOTE = (
     "host speed: answered at the speed this CPU had while the op benchmark timed its ops; a shared VM's speed drifts "
     "(a 2-core cloud host here ran 1.2× slower hours later, its caches up to 1.5×): `dvc repro -f -s benchmark_ops` "
     "then `dvc repro` re-times it"
-)
-CPU_ALLOCATOR_NOTE = (
-    "allocator: timed with freed memory kept in the process (as PyTorch's GPU caching allocator keeps it); under "
-    "glibc's default malloc a CPU step page-faults its large buffers back in every step and runs slower: train with "
-    "MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 set (or under jemalloc/tcmalloc) to run at "
-    "the answered speed"
 )
 
 
