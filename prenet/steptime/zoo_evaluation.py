@@ -34,6 +34,7 @@ def whole_model_predictions(
     ``measured_ms`` (:func:`~prenet.measurement.probe.at_reference_speed`), else ``measured_ms``."""
     rows = []
     call_ms = cpu_module_call_ms(hw, overhead_path)  # one record for every row (the null step differs by optimizer)
+    share = cpu_conv_sequence_share(hw, precision, overhead_path)  # one precision for every row
     for r in timings.iter_rows(named=True):
         with torch.device("meta"):
             module, batch = zoo.build(r["model"], int(r["batch_size"]), sizes)
@@ -44,7 +45,7 @@ def whole_model_predictions(
             model,
             overhead_ms=default_overhead_ms(hw, r["optimizer"], overhead_path),
             module_call_ms=call_ms,
-            conv_sequence_share=cpu_conv_sequence_share(hw, precision, overhead_path),
+            conv_sequence_share=share,
         )
         fallback = float(ops.filter(is_fallback())["predicted_ms"].sum()) / max(float(ops["predicted_ms"].sum()), 1e-12)
         rows.append(
