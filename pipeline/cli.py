@@ -607,6 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--dataset-size", type=_positive, help="samples per epoch (a positive integer; gives epoch_seconds)")
     _add_parallel_args(st)
     st.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local)")
+    _add_host_speed_arg(st)
     st.add_argument("--models", default=str(artifact_path("models_ops")), help="op-level step-time models (default: %(default)s)")
     st.add_argument("--json", action="store_true", help="print the prediction as JSON")
     st.set_defaults(func=_cmd_predict_step_time)
@@ -615,6 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl_.add_argument("--input", required=True, help="CSV: op, the op's shape columns, direction, dtype[, optimizer]")
     pl_.add_argument("--output", required=True, help="CSV written atomically: the input plus predicted_ms")
     pl_.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local; 1 to this machine's CPU count)")
+    _add_host_speed_arg(pl_)
     pl_.add_argument("--models", default=str(artifact_path("models_ops")), help="op-level step-time models (default: %(default)s)")
     pl_.set_defaults(func=_cmd_predict_layers)
 
@@ -746,6 +748,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="measured per-step overhead of the local CPU, added to its step time when the file exists (default: %(default)s)",
     )
     pn.add_argument("--threads", type=_threads, default=1, help="CPU threads (for local; 1 to this machine's CPU count)")
+    _add_host_speed_arg(pn)
     pn.add_argument("--json", action="store_true", help="print the plan as JSON")
     pn.set_defaults(func=_cmd_plan)
 
@@ -842,8 +845,25 @@ def _flags_last(argv: list[str]) -> list[str]:
     return ["models", *[a for a in head if not a.startswith("-")], *flags, *tail]
 
 
+def _add_host_speed_arg(p: argparse.ArgumentParser) -> None:
+    """``--host-speed``: how this very CPU is answered (:mod:`prenet.host_speed`)."""
+    from prenet.host_speed import MODES
+
+    p.add_argument(
+        "--host-speed",
+        choices=list(MODES),
+        default=None,
+        help="for this machine's CPU: 'now' scales the answer to the speed a probe reads now against its op benchmark's "
+        "(the default, unless $PRENET_HOST_SPEED says otherwise); 'recorded' answers at the op benchmark's speed",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(_flags_last(sys.argv[1:] if argv is None else list(argv)))
+    if getattr(args, "host_speed", None):  # one setting for every answer of this call (a plan's, a layer table's)
+        from prenet.host_speed import ENV
+
+        os.environ[ENV] = args.host_speed
     try:
         args.func(args)
     except (PrenetError, FileNotFoundError) as e:  # an artifact not made yet names the stage that makes it

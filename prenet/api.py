@@ -56,6 +56,7 @@ def predict_step_time(
     parallel: str = "ddp",
     network_gbits: float | None = None,
     seq_len: int | None = None,
+    host_speed: str | None = None,
 ) -> StepPrediction:
     """Predicted time of one training step (and of an epoch with ``dataset_size``) of ``model`` in ``precision``
     (fp32 | tf32 | fp16 | bf16), through the op-level path (:mod:`prenet.steptime.step`). ``overhead_ms`` None: the
@@ -72,7 +73,9 @@ def predict_step_time(
     (a zoo model, ``torchvision:NAME``, ``timm:NAME``, ``hf:MODEL_TYPE``, ``hf:config.json``, ``path/to/file.py:function``)
     or ``(module, example_batch)``, whose batch is brought to ``batch_size`` samples. A named model's traced step is stored and read back
     (:mod:`prenet.steptime.job_trace`): a repeated question about the same job imports no torch. ``seq_len``: tokens per
-    sample of a named text model (the CLI's ``--seq-len``; the same as ``zoo_kwargs={"seq_len": N}``)."""
+    sample of a named text model (the CLI's ``--seq-len``; the same as ``zoo_kwargs={"seq_len": N}``). ``host_speed``: on
+    this very CPU, ``now`` (the default, unless ``$PRENET_HOST_SPEED`` says otherwise) scales its answer to the speed the
+    host has now against its op benchmark's (:mod:`prenet.host_speed`), ``recorded`` answers at the latter."""
     if seq_len is not None:
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
             raise PrenetError(f"predict_step_time(seq_len={seq_len!r}): give a positive integer (tokens per sample)")
@@ -110,6 +113,7 @@ def predict_step_time(
         layout = Layout(gpus=gpus, nodes=nodes, strategy=strategy, tp=tp, network_gbits=network_gbits)
     trace = job.traces[device_type(hw)]
     op_models = EfficiencyModel.load(default_path("models_ops", models_dir))
+    op_models.at_host_speed(hw, host_speed)
     if layout is None:
         pred = predict_traced(trace, hw, op_models, overhead_ms=overhead_ms, dataset_size=dataset_size)
     else:
@@ -147,9 +151,19 @@ def predict_step_time(
     return pred
 
 
-def predict_layers(table: pl.DataFrame, *, hardware: str | HardwareSpec, threads: int = 1, models_dir: str | Path | None = None) -> pl.DataFrame:
+def predict_layers(
+    table: pl.DataFrame,
+    *,
+    hardware: str | HardwareSpec,
+    threads: int = 1,
+    models_dir: str | Path | None = None,
+    host_speed: str | None = None,
+) -> pl.DataFrame:
     """``table`` (the ``prenet predict layers`` CSV format) plus ``predicted_ms``, through the op-level path
-    (``models_dir`` default: ``paths.models_ops``, read when called)."""
+    (``models_dir`` default: ``paths.models_ops``, read when called); ``host_speed`` as :func:`predict_step_time`'s (one
+    process answers one op the same in both)."""
     from prenet.steptime.layer_table import predict_layers as _predict_layers
 
-    return _predict_layers(table, hardware=_hardware(hardware, threads), model=default_path("models_ops", models_dir), threads=threads)
+    return _predict_layers(
+        table, hardware=_hardware(hardware, threads), model=default_path("models_ops", models_dir), threads=threads, host_speed=host_speed
+    )

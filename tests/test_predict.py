@@ -757,3 +757,52 @@ def test_parallel_settings_that_change_nothing_are_said_so(models_dir):
     p = predict_step_time("mlp", batch_size=8, hardware="L4", parallel="fsdp", network_gbits=400, models_dir=models_dir)
     assert any("--parallel fsdp on one GPU shares nothing" in n for n in p.notes)
     assert any("one node uses none of it" in n for n in p.notes)
+
+
+def test_a_local_answer_is_scaled_to_the_host_speed_a_probe_reads_now(models_dir, tmp_path, monkeypatch):
+    """On this very CPU the default answer is put on the host's speed now: the probe's fastest of 3 against the expected
+    fastest of 3 of the op benchmark's samples (in the CPU models' manifest) multiplies every op, module call and cache
+    refetch alike, so a layer table and a step still give one op one time; within ±5 % it is read as the same speed;
+    ``recorded`` (the pipeline's evaluations, and $PRENET_HOST_SPEED) answers as fitted; a GPU is never probed; an
+    unknown mode is one line."""
+    import json
+    import shutil
+
+    import prenet.host_speed as hs
+    from prenet.errors import PrenetError
+    from prenet.steptime.step import CPU_HOST_SPEED_NOTE
+
+    ops_dir = shutil.copytree(models_dir, tmp_path / "ops")
+    hw = _local_cpu(64.0)
+    manifest = json.loads((ops_dir / "cpu" / "manifest.json").read_text())
+    fitted = manifest["host_probes"][hw.hardware_id]  # train_ops keeps the op benchmark's probe samples (ms)
+    assert fitted["threads"] == 1 and fitted["probe_ms"] and all(v > 0 for v in fitted["probe_ms"])
+    probes = {hw.hardware_id: {"threads": 1, "probe_ms": [1.0, 1.1, 1.2, 1.3]}}
+    (ops_dir / "cpu" / "manifest.json").write_text(json.dumps({**manifest, "host_probes": probes}))
+    now = {"ms": (1.5, 1.6, 1.8)}
+    monkeypatch.setattr(hs, "probes_now", lambda threads: now["ms"])
+    monkeypatch.setenv(hs.ENV, "now")
+    kw = dict(batch_size=16, hardware=hw, models_dir=ops_dir, overhead_ms=0.0)
+    rec, slow = predict_step_time("mlp", host_speed="recorded", **kw), predict_step_time("mlp", **kw)
+    factor = 1.5 / (1.0 * 0.75 + 1.1 * 0.25)  # then: the expected fastest of 3 of the 4 samples
+    assert slow.step_seconds == pytest.approx(factor * rec.step_seconds, rel=1e-6)
+    assert slow.family_ms == pytest.approx({k: factor * v for k, v in rec.family_ms.items()})
+    assert [n for n in rec.notes if n.startswith("host speed:")] == [CPU_HOST_SPEED_NOTE]
+    (note,) = [n for n in slow.notes if n.startswith("host speed:")]
+    assert note.startswith(f"host speed: this CPU runs {factor:.2f}× slower now") and f"scaled by {factor:.2f}" in note
+    row = pl.DataFrame(
+        {"op": ["linear"], "batch": ["64"], "in_features": ["512"], "out_features": ["256"], "direction": ["forward"], "dtype": ["float32"]}
+    )
+    layer = {m: predict_layers(row, hardware=hw, models_dir=ops_dir, host_speed=m)["predicted_ms"][0] for m in ("now", "recorded")}
+    assert layer["now"] == pytest.approx(factor * layer["recorded"], rel=1e-9)
+    monkeypatch.setenv(hs.ENV, "recorded")  # the environment's setting is the default's
+    assert predict_step_time("mlp", **kw).step_seconds == pytest.approx(rec.step_seconds, rel=1e-9)
+    monkeypatch.setenv(hs.ENV, "now")
+    now["ms"] = (1.06, 1.1, 1.2)  # 3 % slower than then: the same speed
+    same = predict_step_time("mlp", **kw)
+    assert same.step_seconds == pytest.approx(rec.step_seconds, rel=1e-9)
+    assert any(n.startswith("host speed: this CPU runs at the speed its op benchmark had") for n in same.notes)
+    gpu = predict_step_time("mlp", batch_size=16, hardware="Tesla T4", models_dir=ops_dir, overhead_ms=0.0)
+    assert not [n for n in gpu.notes if n.startswith("host speed:")]
+    with pytest.raises(PrenetError, match="not a host-speed mode; choose one of: now, recorded"):
+        predict_step_time("mlp", host_speed="fast", **kw)

@@ -32,9 +32,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from prenet.cpu_identity import cpu_id
 from prenet.errors import PrenetError
 from prenet.hardware.power import at_boost_clock
 from prenet.hardware.spec import HardwareSpec
+from prenet.host_speed import HostSpeed, host_speed, host_speed_mode
 from prenet.ops.families import ANALOGY, TENSOR_CORE_UNITS, TENSOR_GROUPED_CONV, op_class, winograd_3x3
 from prenet.steptime.forest import Forest
 
@@ -317,6 +319,12 @@ class EfficiencyModel:
     #: the fewest training rows of a unit within a (device kind, family) that answer that unit's ops with their own
     #: features (:meth:`unit_proxy`); a family's own threshold is ``fit``'s ``min_rows`` / ``min_rows_family``
     min_rows: int = 30
+    #: per measured CPU, the speed probe of its op benchmark (:mod:`prenet.measurement.probe`): ``threads`` and the
+    #: distinct ``probe_ms`` samples (ms) of the rows the trees were fitted on, what an answer's probe now compares with
+    host_probes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: per hardware id, the host speed its answers are scaled to (:meth:`at_host_speed`; not saved: a property of the
+    #: process that answers)
+    host_speeds: dict[str, HostSpeed] = field(default_factory=dict)
 
     def measured(self, hw: HardwareSpec) -> bool:
         """Whether ``hw``'s own measured ops trained this model."""
@@ -327,6 +335,25 @@ class EfficiencyModel:
         ops trained the model, whose efficiencies then already hold its power limit (a seen T4 scaled again was
         double-counted: frozen-holdout GPU FP16 26.0 → 31.8 %, FP32 12.9 → 14.9 %, 2026-12-05)."""
         return at_boost_clock(hw) if self.measured(hw) else hw
+
+    def at_host_speed(self, hw: HardwareSpec, mode: str | None = None) -> HostSpeed | None:
+        """Answer ``hw`` at this host's speed now (:mod:`prenet.host_speed`) when it is this very CPU, its own
+        op benchmark trained the model and ``mode`` (None: ``$PRENET_HOST_SPEED``, default ``now``) is ``now``: its ops'
+        times are then scaled by the probes' factor. Returns the :class:`HostSpeed` (None where it does not apply)."""
+        ref = self.host_probes.get(hw.hardware_id)
+        if host_speed_mode(mode) != "now" or hw.kind != "cpu" or ref is None or hw.hardware_id != cpu_id():
+            self.host_speeds.pop(hw.hardware_id, None)
+            return None
+        speed = host_speed(list(ref["probe_ms"]), int(ref["threads"]))
+        if speed is None:
+            return None
+        self.host_speeds[hw.hardware_id] = speed
+        return speed
+
+    def speed_factor(self, hw: HardwareSpec) -> float:
+        """What ``hw``'s recorded times are multiplied by in this process's answers (:meth:`at_host_speed`; 1 unless set)."""
+        speed = self.host_speeds.get(hw.hardware_id)
+        return 1.0 if speed is None else speed.factor
 
     @staticmethod
     def fit(
@@ -368,6 +395,11 @@ class EfficiencyModel:
                 targets.setdefault(key, []).append(_logit(eff[sel]))
                 units.setdefault(key, Counter()).update(frame.get_column("unit").to_numpy()[sel].astype(str).tolist())
         model = EfficiencyModel(params=dict(params), measured_devices=sorted({hw.hardware_id for f, hw in data if f.height}), min_rows=min_rows)
+        from prenet.measurement.probe import probe_samples
+
+        for f, hw in data:
+            if f.height and len(samples := probe_samples(f)) and "threads" in f.columns:
+                model.host_probes[hw.hardware_id] = {"threads": int(f.get_column("threads")[0]), "probe_ms": [float(v) for v in samples]}
         for kind, e in effs.items():
             model.median_efficiency[kind] = float(np.median(np.clip(np.concatenate(e), EFF_MIN, 1.0)))
         p = {"objective": "reg:squarederror", "nthread": threads, "verbosity": 0, **{k: v for k, v in params.items() if k != "n_estimators"}}
@@ -463,11 +495,12 @@ class EfficiencyModel:
             est = how[hw.kind].copy()
             for on, label in relabel.get(i, []):
                 est[on] = label
+            e = eff[i] / self.speed_factor(hw)  # this host slower now than at its op benchmark: each op as much slower
             out.append(
                 frame.with_columns(
                     pl.Series("roofline_ms", roof),
-                    pl.Series("efficiency", eff[i]),
-                    pl.Series("predicted_ms", roof / eff[i]),
+                    pl.Series("efficiency", e),
+                    pl.Series("predicted_ms", roof / e),
                     pl.Series("estimate", est.astype(str)),
                 )
             )
@@ -513,6 +546,7 @@ class EfficiencyModel:
                     "measured_devices": self.measured_devices,
                     "unit_rows": self.unit_rows,
                     "min_rows": self.min_rows,
+                    "host_probes": self.host_probes,
                 },
                 indent=2,
             )
@@ -549,6 +583,7 @@ class EfficiencyModel:
             man.get("measured_devices", []),
             man.get("unit_rows", {}),
             int(man.get("min_rows", 30)),
+            host_probes=man.get("host_probes", {}),
         )
 
     @staticmethod
@@ -576,6 +611,7 @@ class EfficiencyModel:
             sorted({h for p in parts for h in p.measured_devices}),
             {k: v for p in parts for k, v in p.unit_rows.items()},
             first.min_rows,
+            host_probes={k: v for p in parts for k, v in p.host_probes.items()},
         )
 
 

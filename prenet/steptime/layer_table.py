@@ -98,12 +98,14 @@ def parse_layer_table(table: pl.DataFrame) -> list[LayerRow]:
     return rows
 
 
-def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any, threads: int = 1) -> pl.DataFrame:
+def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any, threads: int = 1, host_speed: str | None = None) -> pl.DataFrame:
     """Predict each row of a layer table (:func:`parse_layer_table`) on ``hardware`` through the one step-time path: the
     layer is built on the meta device and its ``direction`` traced (forward under no_grad; forward_backward = forward and
     backward to weights and input; train_step = that plus the optimizer step), so train_step ≥ forward_backward ≥ forward
     for every layer. ``model``: the op-level :class:`~prenet.steptime.efficiency.EfficiencyModel` or its folder (read after
-    the table is validated); ``threads``: the CPU threads a CPU step runs on. Returns the input plus ``predicted_ms``."""
+    the table is validated); ``threads``: the CPU threads a CPU step runs on; ``host_speed``: this very CPU answered at
+    its speed now or as recorded (:meth:`~prenet.steptime.efficiency.EfficiencyModel.at_host_speed`). Returns the input
+    plus ``predicted_ms``."""
     from prenet.ops import trace_step
     from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError
     from prenet.steptime.step import device_type, predict_trace
@@ -111,6 +113,7 @@ def predict_layers(table: pl.DataFrame, *, hardware: HardwareSpec, model: Any, t
     rows = parse_layer_table(table)
     if not isinstance(model, EfficiencyModel):
         model = EfficiencyModel.load(model)
+    model.at_host_speed(hardware, host_speed)
     out, problems = [], []
     for i, r in enumerate(rows, start=1):
         with torch.device("meta"):

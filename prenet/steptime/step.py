@@ -35,6 +35,8 @@ from prenet.steptime.host import issue_bound_ms, issued
 if TYPE_CHECKING:
     from torch import nn
 
+    from prenet.host_speed import HostSpeed
+
 
 @dataclass
 class StepPrediction:
@@ -184,7 +186,7 @@ def predict_trace_many(
     ``module_call_ms``: a CPU's host cost per module call, per hardware (None: :func:`cpu_module_call_ms`; 0 for a GPU);
     ``conv_sequence_share``: a CPU's convolutions' in-step share, per hardware (None: :func:`cpu_conv_sequence_share`)."""
     frames = predict_frames(trace, hws, model)
-    calls = module_call_ms or [cpu_module_call_ms(hw) for hw in hws]
+    calls = module_call_ms or [cpu_module_call_ms(hw) * model.speed_factor(hw) for hw in hws]
     shares = conv_sequence_share or [cpu_conv_sequence_share(hw, trace.precision) for hw in hws]
     return [
         _summarize(
@@ -195,6 +197,7 @@ def predict_trace_many(
             top,
             model.host_ms.get(hw.kind, 0.0) if host else 0.0,
             measured=model.measured(hw),
+            host_speed=model.host_speeds.get(hw.hardware_id),
             module_call_ms=call if host else 0.0,
             conv_sequence_share=share if host else 0.0,
         )
@@ -228,11 +231,13 @@ def _summarize(
     measured: bool = False,
     module_call_ms: float = 0.0,
     conv_sequence_share: float = 0.0,
+    host_speed: HostSpeed | None = None,
 ) -> tuple[StepPrediction, pl.DataFrame]:
     """``host_ms``: a GPU host's cost per issued op, issuing while the GPU runs earlier ops; ``module_call_ms``: a CPU's
     cost per module call (Python and autograd around the ops, which their in-place times leave out), in turn with them;
     ``conv_sequence_share``: how much longer a CPU's convolutions take in the step than in place (a share of their
-    predicted time)."""
+    predicted time); ``host_speed``: the host speed this CPU's ops were scaled to (:meth:`EfficiencyModel.at_host_speed`),
+    which the answer states."""
     total_ms = float(ops.get_column("predicted_ms").sum())
     issued_ops = issued(ops)
     cpu = hw.kind == "cpu"
@@ -259,8 +264,10 @@ def _summarize(
         notes.append(note)
     data_bytes, sensitive = step_data_bytes(trace), cache_sensitive(ops, hw)
     cold = cold_read_bytes(trace, hw)
-    refetch_ms = dram_refetch_ms(ops, hw, cold, sensitive)
-    llc_ms = llc_refetch_ms(ops, hw, llc_read_bytes(trace, hw, cold), sensitive)
+    # the hardware record's bandwidths are as slow now as the ops (the host speed's factor; 1 unless scaled)
+    slow = 1.0 if host_speed is None else host_speed.factor
+    refetch_ms = dram_refetch_ms(ops, hw, cold, sensitive) * slow
+    llc_ms = llc_refetch_ms(ops, hw, llc_read_bytes(trace, hw, cold), sensitive) * slow
     if llc_ms > 0:
         notes.append(
             f"L2: memory-bound ops that fit one core's {hw.l2_mb:g} MB L2, timed in place at its {hw.l2_bw_gbps:.0f} GB/s, "
@@ -277,7 +284,7 @@ def _summarize(
     if hw.kind == "cpu":
         notes.append(CPU_ALLOCATOR_NOTE)
         if measured:
-            notes.append(CPU_HOST_SPEED_NOTE)
+            notes.append(CPU_HOST_SPEED_NOTE if host_speed is None else host_speed.note())
     if host_issue_ms > total_ms and not cpu:
         notes.append(
             f"host-bound: issuing its {int(issued_ops.sum()):,} ops takes {host_issue_ms:.1f} ms at {1e3 * host_ms:.0f} µs each "
@@ -673,7 +680,7 @@ def predict_traced(
 ) -> StepPrediction:
     """:func:`predict_step` of a step already traced (gradient accumulation applied): the step plus ``overhead_ms``
     (None: the measured null step of the local CPU), and the epoch of ``dataset_size`` samples when given."""
-    ovh = default_overhead_ms(hardware, trace.optimizer) if overhead_ms is None else overhead_ms
+    ovh = default_overhead_ms(hardware, trace.optimizer) * model.speed_factor(hardware) if overhead_ms is None else overhead_ms
     pred, _ = predict_trace(trace, hardware, model, overhead_ms=ovh)
     set_epoch(pred, trace, dataset_size)
     return pred
