@@ -239,14 +239,16 @@ def _cmd_predict_layers(args: argparse.Namespace) -> None:
     # 4 significant figures: the model's errors are percents, so the 17 digits of a float64 only look precise
     write_table(out.with_columns(pl.col("predicted_ms").round_sig_figs(4)), args.output)  # atomic: no partial file on failure
     print(f"wrote {len(out)} predictions to {args.output}")
-    if args.hardware != "local":
-        from prenet.hardware import resolve
-        from prenet.hardware.power import power_note
-        from prenet.steptime.efficiency import EfficiencyModel
+    from prenet.hardware import resolve
+    from prenet.hardware.power import power_note
+    from prenet.steptime.efficiency import EfficiencyModel
 
-        hw = resolve(args.hardware)
-        if note := power_note(hw, measured=EfficiencyModel.load(args.models).measured(hw)):
-            print(f"note: {note}")
+    hw = resolve(args.hardware, threads=args.threads, local_record=artifact_path("hardware_record"))
+    model = EfficiencyModel.load(args.models)
+    if (speed := model.at_host_speed(hw)) is not None:  # this process's probes: the factor the table was answered at
+        print(f"note: {speed.note()}")
+    if args.hardware != "local" and (note := power_note(hw, measured=model.measured(hw))):
+        print(f"note: {note}")
 
 
 def _convergence_task(args: argparse.Namespace):

@@ -4,7 +4,7 @@ The op models of this host's CPU answer at the speed the host had while ``benchm
 does not keep it: the same host ran 1.17-1.19× slower hours later (2026-12-08), and the unseen-model check
 (``scripts/check_unseen_cpu.py``) read 25.7 % FP32 MAPE as timed, 12.9 % with its steps put on the benchmark's speed.
 So an answer for this very CPU takes :data:`SAMPLES` probes of :func:`prenet.measurement.probe.probe_ms` now (about
-20 ms each, once per process) and compares their fastest with the expected fastest of as many of the op benchmark's
+20 ms each, :data:`GAP_S` apart, once per process) and compares their fastest with the expected fastest of as many of the op benchmark's
 own samples (:func:`~prenet.measurement.probe.fastest_of`, stored by ``train_ops`` in the CPU models' manifest). A
 ratio within :data:`DEAD_BAND` of 1 is read as the same speed and the answer stays as fitted; else every op's time,
 and the host's cost per module call, is multiplied by it, and the answer says so.
@@ -21,8 +21,10 @@ from functools import lru_cache
 
 from prenet.errors import PrenetError
 
-#: probe samples taken now, back to back (~20 ms each)
-SAMPLES = 3
+#: probe samples taken now (~20 ms each), ``GAP_S`` apart: a neighbour's burst of a tenth of a second slowed 3
+#: back-to-back samples alike and read 1.72× where the next four answers read 1.16-1.21× (2026-12-08)
+SAMPLES = 5
+GAP_S = 0.05
 #: a measured ratio within ±this of 1 is read as the recorded speed (three probes of one minute scatter by ~3 %)
 DEAD_BAND = 0.05
 #: the environment variable that picks the mode (default ``now``)
@@ -66,11 +68,18 @@ class HostSpeed:
 
 @lru_cache(maxsize=4)
 def probes_now(threads: int) -> tuple[float, ...]:
-    """:data:`SAMPLES` probe times (ms) on ``threads`` threads, taken once per process: every answer of one process
-    (a layer table and a step) sees one host speed."""
+    """:data:`SAMPLES` probe times (ms) on ``threads`` threads, :data:`GAP_S` apart, taken once per process: every
+    answer of one process (a layer table and a step) sees one host speed."""
+    import time
+
     from prenet.measurement.probe import probe_ms
 
-    return tuple(probe_ms(threads) for _ in range(SAMPLES))
+    out = []
+    for i in range(SAMPLES):
+        if i:
+            time.sleep(GAP_S)
+        out.append(probe_ms(threads))
+    return tuple(out)
 
 
 def host_speed(reference_ms: list[float], threads: int) -> HostSpeed | None:

@@ -643,8 +643,9 @@ def make_plan(
                 runnable.append(n)
             except UnsupportedPrecisionError:
                 notes.append(f"{n}: not planned, no {precision} unit in its spec sheet")
-        for n in runnable:  # this very CPU: at its speed now (prenet.host_speed)
-            op_model.at_host_speed(specs[n])
+        for n in runnable:  # this very CPU: at its speed now (prenet.host_speed), said in the plan
+            if (speed := op_model.at_host_speed(specs[n])) is not None:
+                notes.append(f"{n}: {speed.note()}")
         overheads = [default_overhead_ms(specs[n], optimizer, overhead_path) * op_model.speed_factor(specs[n]) for n in runnable]
         on_tf32: list[str] = []
         for n, (pred, ops) in zip(runnable, predict_trace_many(traces[dt], [specs[n] for n in runnable], op_model, overhead_ms=overheads)):
