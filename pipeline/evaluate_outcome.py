@@ -219,6 +219,7 @@ def evaluate_outcome(cfg: DictConfig) -> dict:
         "holdout_auc_epoch3": results.get(f"epoch_{min(3, max(epochs))}", {}).get("telemetry", {}).get("failure_auc"),
         "holdout_r2_epoch2_unstated": results.get(f"epoch_{e2}", {}).get("telemetry_unstated", {}).get("r2"),
         "lodo_mean_r2_epoch2": mean_over_groups(lodo, e2, "telemetry", "r2") if lodo else None,
+        "lodo_mean_r2_epoch2_parts_stated": mean_over_groups(lodo, e2, "telemetry_parts_stated", "r2") if lodo else None,
         **{
             f"lodo_mean_r2_epoch2_{k}": mean_over_groups(lodo, e2, "telemetry_r2_by_phase", k) if lodo else None
             for k in ("prior", "without_takeoff", "takeoff")

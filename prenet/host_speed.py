@@ -7,7 +7,8 @@ So an answer for this very CPU takes :data:`SAMPLES` probes of :func:`prenet.mea
 20 ms each, :data:`GAP_S` apart, once per process) and compares their fastest with the expected fastest of as many of the op benchmark's
 own samples (:func:`~prenet.measurement.probe.fastest_of`, stored by ``train_ops`` in the CPU models' manifest). A
 ratio within :data:`DEAD_BAND` of 1 is read as the same speed and the answer stays as fitted; else every op's time,
-and the host's cost per module call, is multiplied by it, and the answer says so.
+the host's cost per module call, the measured null step and the cache refetches are multiplied by it, and the
+answer says so (:meth:`prenet.steptime.efficiency.EfficiencyModel.at_host_speed`).
 
 ``PRENET_HOST_SPEED=recorded`` (or the CLI's ``--host-speed recorded``) answers at the recorded speed instead; the
 pipeline's evaluations always do, as they put their measured steps on that speed themselves (``evaluate_ops``).
@@ -25,7 +26,7 @@ from prenet.errors import PrenetError
 #: back-to-back samples alike and read 1.72× where the next four answers read 1.16-1.21× (2026-12-08)
 SAMPLES = 5
 GAP_S = 0.05
-#: a measured ratio within ±this of 1 is read as the recorded speed (three probes of one minute scatter by ~3 %)
+#: a measured ratio within ±this of 1 is read as the recorded speed (the probes of one minute scatter by ~3 %)
 DEAD_BAND = 0.05
 #: the environment variable that picks the mode (default ``now``)
 ENV = "PRENET_HOST_SPEED"

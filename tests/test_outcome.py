@@ -525,6 +525,10 @@ def test_outcome_stages_and_api(tiny_run):
     assert "pooled" in m["results"] and "epoch_1" in m["results"]["pooled"] and "pooled" in m["ablation"]
     assert set(m["results"]["pooled"]["epoch_2"]) == {"telemetry", "telemetry_unstated", "loss_acc", "naive"}
     assert set(m["leave_one_domain_out"]) == {"mlp_digits", "cnn_digits"} and m["leave_one_optimizer_out"]
+    # a held-out domain is also answered by the same fit with its architecture and dataset stated; an optimizer is not
+    assert all("r2" in g["epoch_2"]["telemetry_parts_stated"] for g in m["leave_one_domain_out"].values())
+    assert not any("telemetry_parts_stated" in g.get("epoch_2", {}) for g in m["leave_one_optimizer_out"].values())
+    assert "lodo_mean_r2_epoch2_parts_stated" in m["summary"]
     assert "curve" in m["group_ablation"]["epoch_2"] and 0 <= m["calibration"]["epoch_2"]["interval_coverage_unstated"] <= 1
     runs = pl.read_parquet(cfg.paths.outcome_runs)
     tel = pl.read_parquet(cfg.paths.outcome_telemetry)

@@ -60,7 +60,9 @@ def leave_group_out(
 ) -> dict:
     """Fit on the ``train`` runs whose ``column`` ≠ ``value``, score on the ``test`` runs with ``column`` = ``value``.
     The telemetry model answers with the domain masked when ``column`` is the domain (as for a user's unknown
-    domain, with the pooled class cut points). Scores of the telemetry model, the loss/accuracy-only model and the
+    domain, with the pooled class cut points), and the same fit also with the held-out domain's architecture and dataset
+    stated (``telemetry_parts_stated``: each part seen in another domain, the pair never: a user's known dataset under a
+    known architecture family that the corpus never combined). Scores of the telemetry model, the loss/accuracy-only model and the
     naive guess per epoch, and the telemetry model's R² per corpus phase of the test runs (``telemetry_r2_by_phase``:
     the prior samples users' settings; the boundary and take-off phases over-sample the hard cases on purpose).
     ``stack_folds`` > 0 (the trained models stack: :func:`~prenet.outcome.models.cv_residuals`' folds): the telemetry
@@ -79,6 +81,9 @@ def leave_group_out(
             res[fs] = score_predictions(te, pred, n_boot, seed, thresholds, fallback)
             if fs == "telemetry" and "phase" in te.columns:
                 res["telemetry_r2_by_phase"] = r2_by_phase(te, pred["final_test_accuracy"])
+            if fs == "telemetry" and column == "domain":  # the same fit, told the held-out domain's architecture and dataset
+                stated = predict_targets(m, te, telemetry, e, fs, known_domain=True)
+                res["telemetry_parts_stated"] = score_predictions(te, stated, n_boot, seed, thresholds, fallback)
         res["naive"] = score_predictions(te, naive_guess(te, telemetry, e), n_boot, seed, thresholds, fallback)
         out[f"epoch_{e}"] = res
     return out

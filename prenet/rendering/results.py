@@ -573,6 +573,16 @@ def _outcome(oc: dict, cp: dict, oo: dict | None = None) -> list[Row]:
                 parts = [f"{named[k]} {v:.3f}" for k, v in by.items() if v is not None and math.isfinite(v)]
                 if parts:
                     cells += "; mean " + ", ".join(parts)
+                if (st := summ.get("lodo_mean_r2_epoch2_parts_stated")) is not None and math.isfinite(st):
+                    per = ", ".join(
+                        f"{g} {v['epoch_2']['telemetry_parts_stated']['r2']:.2f}"
+                        for g, v in res.items()
+                        if "telemetry_parts_stated" in v.get("epoch_2", {})
+                    )
+                    cells += (
+                        "; the same fits told the held-out domain's architecture and dataset (each seen in another domain, never "
+                        f"together): mean {st:.3f} ({per})"
+                    )
             rows.append((f"{name}: R² at epoch 2 (never saw the group; naive guess in outcome.json)" + _ref(oc, key), cells, "not published"))
     e2 = abl.get("epoch_2", {}).get("r2", {})
     if e2:

@@ -340,14 +340,12 @@ class EfficiencyModel:
         """Answer ``hw`` at this host's speed now (:mod:`prenet.host_speed`) when it is this very CPU, its own
         op benchmark trained the model and ``mode`` (None: ``$PRENET_HOST_SPEED``, default ``now``) is ``now``: its ops'
         times are then scaled by the probes' factor. Returns the :class:`HostSpeed` (None where it does not apply)."""
+        self.host_speeds.pop(hw.hardware_id, None)
         ref = self.host_probes.get(hw.hardware_id)
         if host_speed_mode(mode) != "now" or hw.kind != "cpu" or ref is None or hw.hardware_id != cpu_id():
-            self.host_speeds.pop(hw.hardware_id, None)
             return None
-        speed = host_speed(list(ref["probe_ms"]), int(ref["threads"]))
-        if speed is None:
-            return None
-        self.host_speeds[hw.hardware_id] = speed
+        if (speed := host_speed(list(ref["probe_ms"]), int(ref["threads"]))) is not None:
+            self.host_speeds[hw.hardware_id] = speed
         return speed
 
     def speed_factor(self, hw: HardwareSpec) -> float:
