@@ -124,9 +124,18 @@ def roofline_bandwidth_gbps(hw: HardwareSpec) -> float:
     return hw.mem_bw_gbps
 
 
-#: Multiplies saved by Winograd's F(2×2, 3×3) on dense 3×3 stride-1 convolutions, which cuDNN picks on GPUs: the
-#: direct FLOPs at peak are no bound for them (up to 2× faster than that in NeuSight's and Justus' timings). CPUs
-#: (oneDNN's direct/GEMM convolutions here) get no such gain.
+#: Multiplies saved by Winograd's F(2×2, 3×3) on dense 3×3 stride-1 convolutions, which cuDNN picks for FP32 on a GPU's
+#: CUDA cores: the direct FLOPs at peak are no bound for them (up to 2.5× faster than that in NeuSight's, Justus' and
+#: DeepBench's FP32 timings, median 0.61 of it). CPUs (oneDNN's direct/GEMM convolutions here) get no such gain, nor do
+#: tensor-core units (FP16/BF16/TF32: cuDNN's implicit-GEMM kernels). The gain is taken where an op carries its
+#: ``shapes``: the ops of a traced step, not the op tables the trees are fitted and scored on (``pipeline.op_tables``
+#: keeps the schema's columns), so the trees never saw it: their FP32 Winograd rows sit clipped at the peak, and the
+#: gain lets such a convolution beat it in a step. On tensor-core units it let the FP16 ones run at 1.3-1.4× the
+#: tensor peak (VGG-16 on a TITAN RTX / RTX 2080 Ti) where NCHW FP16 VGG steps ran only 1.5-2× faster than FP32 ones;
+#: without it there (2026-12-08): pytorch-gpu-benchmark's pure-FP16 steps 33.2 → 28.2 % MAPE, its A100 TF32 steps
+#: 26.4 → 18.2 %, every other check unchanged. Fitting with the gain (the shapes kept) was tried and not kept: op
+#: holdout FP16 25.4 → 23.0 %, FP32 14.2 → 13.7 %, but DeepLearningExamples' FP32 steps 5.4 → 28 % and
+#: pytorch-gpu-benchmark's FP32 ones 21.5 → 34 % (too slow), with or without a Winograd feature.
 WINOGRAD_GAIN = 2.25
 
 
@@ -150,7 +159,8 @@ def algorithmic_gain(frame: pl.DataFrame, hw: HardwareSpec) -> np.ndarray:
     if hw.kind != "gpu" or "shapes" not in frame.columns:
         return gain
     fams = frame.get_column("family").to_numpy()
-    for i in np.flatnonzero(fams == "conv"):
+    units = frame.get_column("unit").to_numpy().astype(str) if "unit" in frame.columns else np.full(frame.height, "fp32")
+    for i in np.flatnonzero((fams == "conv") & ~np.isin(units, list(TENSOR_CORE_UNITS))):
         r = frame.row(int(i), named=True)
         if winograd_3x3(r["op"], r["shapes"], r.get("out_shapes"), int(r.get("groups") or 1)):
             gain[i] = WINOGRAD_GAIN
