@@ -566,6 +566,9 @@ def test_roofline_knows_winograd_alignment_and_per_element_work():
     frame = trace.frame().filter(pl.col("family") == "conv")
     gain = algorithmic_gain(frame, get("A100 80GB SXM4"))
     assert set(np.unique(gain)) == {1.0, 2.25}
+    # ... on CUDA cores only: tensor-core convolutions (FP16 here) run implicit-GEMM kernels, at most at the tensor peak
+    half = trace_step(*_meta("resnet18", 2), precision="fp16", device_type="cuda").frame().filter(pl.col("family") == "conv")
+    assert set(half.get_column("unit")) == {"fp16"} and (algorithmic_gain(half, get("A100 80GB SXM4")) == 1.0).all()
     from prenet.hardware.local import detect_cpu
 
     assert (algorithmic_gain(frame, detect_cpu(1)) == 1.0).all()
