@@ -480,7 +480,7 @@ def make_plan(
     from prenet.hardware.catalog import alias_note
     from prenet.steptime.efficiency import EfficiencyModel, UnsupportedPrecisionError, peaks
     from prenet.steptime.job_trace import job_notes, job_trace
-    from prenet.steptime.step import CUDNN_TF32_DEFAULT, default_overhead_ms, device_type, predict_trace_many, tf32_default_ops
+    from prenet.steptime.step import CUDNN_TF32_DEFAULT, answered_overhead_ms, device_type, predict_trace_many, tf32_default_ops
 
     if batch_size < 1:
         raise PrenetError(f"--batch-size must be a positive integer, got {batch_size}")
@@ -646,7 +646,7 @@ def make_plan(
         for n in runnable:  # this very CPU: at its speed now (prenet.host_speed), said in the plan
             if (speed := op_model.at_host_speed(specs[n])) is not None:
                 notes.append(f"{n}: {speed.note()}")
-        overheads = [default_overhead_ms(specs[n], optimizer, overhead_path) * op_model.speed_factor(specs[n]) for n in runnable]
+        overheads = [answered_overhead_ms(specs[n], optimizer, op_model, overhead_path) for n in runnable]
         on_tf32: list[str] = []
         for n, (pred, ops) in zip(runnable, predict_trace_many(traces[dt], [specs[n] for n in runnable], op_model, overhead_ms=overheads)):
             if tf32_default_ops(traces[dt], ops):

@@ -142,6 +142,11 @@ def default_overhead_ms(hw: HardwareSpec, optimizer: str, path: str | Path | Non
     return float(rec.get("null_step_ms", {}).get(optimizer, rec.get("null_step_ms", {}).get("sgd", 0.0)))
 
 
+def answered_overhead_ms(hw: HardwareSpec, optimizer: str, model: EfficiencyModel, path: str | Path | None = None) -> float:
+    """:func:`default_overhead_ms` at the host speed ``model`` answers ``hw`` at (:meth:`EfficiencyModel.speed_factor`)."""
+    return default_overhead_ms(hw, optimizer, path) * model.speed_factor(hw)
+
+
 def predict_trace(
     trace: StepTrace,
     hw: HardwareSpec,
@@ -680,7 +685,7 @@ def predict_traced(
 ) -> StepPrediction:
     """:func:`predict_step` of a step already traced (gradient accumulation applied): the step plus ``overhead_ms``
     (None: the measured null step of the local CPU), and the epoch of ``dataset_size`` samples when given."""
-    ovh = default_overhead_ms(hardware, trace.optimizer) * model.speed_factor(hardware) if overhead_ms is None else overhead_ms
+    ovh = answered_overhead_ms(hardware, trace.optimizer, model) if overhead_ms is None else overhead_ms
     pred, _ = predict_trace(trace, hardware, model, overhead_ms=ovh)
     set_epoch(pred, trace, dataset_size)
     return pred
