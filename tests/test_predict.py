@@ -762,7 +762,7 @@ def test_parallel_settings_that_change_nothing_are_said_so(models_dir):
 def test_a_local_answer_is_scaled_to_the_host_speed_a_probe_reads_now(models_dir, tmp_path, monkeypatch):
     """On this very CPU the default answer is put on the host's speed now: the probe's fastest of 5 against the expected
     fastest of 5 of the op benchmark's samples (in the CPU models' manifest) multiplies every op, module call and cache
-    refetch alike, so a layer table and a step still give one op one time; within ±5 % it is read as the same speed;
+    refetch alike, so a layer table and a step still give one op one time; within ±10 % it is read as the same speed;
     ``recorded`` (the pipeline's evaluations, and $PRENET_HOST_SPEED) answers as fitted; a GPU is never probed; an
     unknown mode is one line."""
     import json
@@ -798,7 +798,7 @@ def test_a_local_answer_is_scaled_to_the_host_speed_a_probe_reads_now(models_dir
     monkeypatch.setenv(hs.ENV, "recorded")  # the environment's setting is the default's
     assert predict_step_time("mlp", **kw).step_seconds == pytest.approx(rec.step_seconds, rel=1e-9)
     monkeypatch.setenv(hs.ENV, "now")
-    now["ms"] = (1.06, 1.1, 1.2, 1.05, 1.3)  # 3 % slower than then: the same speed
+    now["ms"] = (1.1, 1.12, 1.2, 1.09, 1.3)  # 7 % slower than then: read as the same speed
     same = predict_step_time("mlp", **kw)
     assert same.step_seconds == pytest.approx(rec.step_seconds, rel=1e-9)
     assert any(n.startswith("host speed: this CPU runs at the speed its op benchmark had") for n in same.notes)
