@@ -743,6 +743,11 @@ def test_the_default_subset_grows_with_the_cost_budget_and_never_below_its_floor
     n, why = choose_subset(model, x, 3000, 10, budget=Budget(0.0, time.perf_counter()), **kw)
     assert n == SUBSET_SIZES[-1] == 128 and "the floor" in why
     assert choose_subset(model, x, 150, 10, budget=None, **kw) == (None, "all 150 samples (N·C = 1500 ≤ 2048: the exact linearized SGD)")
+    # a fine-tune so short that its 30x budget is under CEILING_FLOOR_S is sized to that floor (a poor-transfer pair's
+    # 128-sample answers were 30 % late on one subset draw of three), and the answer says so
+    fc = forecast(model, x[:300], torch.randint(0, 10, (300,)), lr=0.05, batch_size=32, steps=20, probe_fraction=0.0, progress=False)
+    assert fc.n_used == 256 and "fits the budget (5.0 s)" in fc.details["subset_chosen"]
+    assert "budget" in fc.details["subset_chosen"] and "under the 5 s floor a fine-tune this short is sized to" in fc.details["subset_chosen"]
 
 
 def test_a_cross_entropy_lr_whose_forecast_loss_explodes_is_called_divergent_with_the_bound():

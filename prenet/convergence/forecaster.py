@@ -702,9 +702,25 @@ def forecast(
         cost = {"target": cost_target, "train_step_seconds": step_s, "train_seconds_estimate": train_s, "budget_seconds": budget.seconds}
     chosen = None
     if subset is None:
+        # a fine-tune so short that its 30x budget is under CEILING_FLOOR_S is sized to the floor, as its follow-on points
+        # are: a 128-sample subset of a 678-sample poor-transfer fine-tune answered 30 % late on one draw of three
         subset, chosen = choose_subset(
-            model, inputs, N, C, budget=budget, steps=steps, paths=sde_paths, proj_dim=proj_dim, max_bytes=max_bytes, seed=seed, ntk=ntk
+            model,
+            inputs,
+            N,
+            C,
+            budget=Budget(max(budget.seconds, CEILING_FLOOR_S), t0) if budget is not None else None,
+            steps=steps,
+            paths=sde_paths,
+            proj_dim=proj_dim,
+            max_bytes=max_bytes,
+            seed=seed,
+            ntk=ntk,
         )
+        if budget is not None and budget.seconds < CEILING_FLOOR_S and subset is not None:
+            chosen += (
+                f" (the {cost_target:g}x budget, {budget.seconds:.2f} s, is under the {CEILING_FLOOR_S:g} s floor a fine-tune this short is sized to)"
+            )
     if subset is not None and subset < N:
         idx = np.sort(np.random.default_rng(seed).choice(N, size=subset, replace=False))
     else:
