@@ -13,7 +13,8 @@ Timings on a shared host move by ~10 % within minutes and 20-35 % across hours: 
 milliseconds. The op models answer at the host speed of the op benchmark that fitted them, so the steps are also put on
 that speed (the speed probe of ``prenet/measurement/probe.py``, sampled before each model, against the op benchmark's
 samples in ``paths.op_timings``: one factor for the whole check, as ``evaluate_ops`` rescales the zoo's steps), and the
-MAPE is printed both ways.
+MAPE is printed both ways; and the default answer, which scales the recorded one to the host's speed now
+(``prenet/host_speed.py``, probed once at the end of the check), against the steps as timed.
 """
 
 from __future__ import annotations
