@@ -788,6 +788,7 @@ def test_a_local_answer_is_scaled_to_the_host_speed_a_probe_reads_now(models_dir
     assert slow.step_seconds == pytest.approx(factor * rec.step_seconds, rel=1e-6)
     assert slow.family_ms == pytest.approx({k: factor * v for k, v in rec.family_ms.items()})
     assert [n for n in rec.notes if n.startswith("host speed:")] == [CPU_HOST_SPEED_NOTE]
+    assert slow.host_speed["factor"] == pytest.approx(factor) and slow.host_speed["now_ms"] == 1.5 and rec.host_speed is None
     (note,) = [n for n in slow.notes if n.startswith("host speed:")]
     assert note.startswith(f"host speed: this CPU runs {factor:.2f}× slower now") and f"scaled by {factor:.2f}" in note
     row = pl.DataFrame(

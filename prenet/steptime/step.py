@@ -82,6 +82,10 @@ class StepPrediction:
     #: A multi-GPU job (:class:`prenet.parallel.data_parallel.ParallelStep` as a dict): ``step_seconds`` is then its
     #: step, and ``family_ms`` the one-GPU compute it starts from. None: one device.
     parallel: dict[str, Any] | None = None
+    #: This very CPU answered at its speed now (:mod:`prenet.host_speed`): ``factor`` (what every recorded time was
+    #: multiplied by; 1 inside the dead band), ``measured`` (the probes' ratio), ``now_ms`` / ``then_ms`` (the fastest
+    #: probe now and at the op benchmark) and ``samples``. None: answered as fitted, or not this CPU.
+    host_speed: dict[str, float] | None = None
 
     @property
     def family_share(self) -> dict[str, float]:
@@ -326,6 +330,7 @@ def _summarize(
         dram_refetch_ms=refetch_ms,
         llc_refetch_ms=llc_ms,
         conv_sequence_ms=conv_ms,
+        host_speed=None if host_speed is None else asdict(host_speed),
     )
     return pred, ops
 
