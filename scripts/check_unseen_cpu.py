@@ -12,7 +12,7 @@ built by transformers with real weights), predicted from their ``hf:`` names, wh
 Timings on a shared host move by ~10 % within minutes and 20-35 % across hours: compare the errors, not single
 milliseconds. The op models answer at the host speed of the op benchmark that fitted them, so the steps are also put on
 that speed (the speed probe of ``prenet/measurement/probe.py``, sampled before each model, against the op benchmark's
-samples in ``paths.op_timings``: one factor for the whole check, as ``evaluate_ops`` rescales the zoo's steps), and the
+samples that ``train_ops`` keeps beside the CPU models: one factor for the whole check, as ``evaluate_ops`` rescales the zoo's steps), and the
 MAPE is printed both ways; and the default answer, which scales the recorded one to the host's speed now
 (``prenet/host_speed.py``, probed once at the end of the check), against the steps as timed.
 """
@@ -157,16 +157,19 @@ def main() -> None:
         rows.append((name, measured, p.step_seconds * 1e3, p.dram_refetch_ms))
     # the op models answer at the host speed of the op benchmark that fitted them; a shared host drifts by 20-35 % within
     # hours, so the steps are also put on that speed, as evaluate_ops puts the zoo's (one factor for the whole check)
-    reference = op_benchmark_probes()
-    now = pl.DataFrame({"probe_ms": probe.samples}, schema={"probe_ms": pl.Float64})
-    ratio = speed_ratio(reference, now)
-    factor = None if ratio is None else ratio[0]
-    # the default answer (prenet.host_speed): the recorded one × what the probe reads now (one factor per process)
     from prenet.api import _hardware
     from prenet.paths import default_path
     from prenet.steptime.efficiency import EfficiencyModel
 
-    speed = EfficiencyModel.load(default_path("models_ops")).at_host_speed(_hardware("local", a.threads), "now")
+    hw, ops_model = _hardware("local", a.threads), EfficiencyModel.load(default_path("models_ops"))
+    # the op benchmark's probe samples, as train_ops keeps them beside the CPU models (what an answer's probe compares with)
+    ref = ops_model.host_probes.get(hw.hardware_id, {}).get("probe_ms", [])
+    reference = pl.DataFrame({"probe_ms": ref}, schema={"probe_ms": pl.Float64})
+    now = pl.DataFrame({"probe_ms": probe.samples}, schema={"probe_ms": pl.Float64})
+    ratio = speed_ratio(reference, now)
+    factor = None if ratio is None else ratio[0]
+    # the default answer (prenet.host_speed): the recorded one × what the probe reads now (one factor per process)
+    speed = ops_model.at_host_speed(hw, "now")
     now_factor = 1.0 if speed is None else speed.factor
     errors, scaled, default = [], [], []
     for name, measured, predicted, refetch in rows:
@@ -185,27 +188,15 @@ def main() -> None:
         + (f"({speed.note()})" if speed is not None else "(no host-speed scaling: too few op-benchmark probes)")
         + f"; the recorded answer {100 * sum(errors) / len(errors):.1f} %"
     )
-    print(f"MAPE over {len(errors)} models: {100 * sum(errors) / len(errors):.1f} % as timed (recorded answer)", end="")
     if factor is None:
-        print(" (no op-benchmark probes to compare the host's speed with)")
+        print("the recorded answer at the op benchmark's host speed: no op-benchmark probes to compare the host's speed with")
     else:
         k = ratio[1]  # type: ignore[index]
         print(
-            f"; {100 * sum(scaled) / len(scaled):.1f} % at the op benchmark's host speed (steps × {factor:.3f}: speed probe "
+            f"the recorded answer at the op benchmark's host speed: {100 * sum(scaled) / len(scaled):.1f} % (steps × {factor:.3f}: speed probe "
             f"{fastest_of(probe_samples(reference), k):.3f} ms then, {fastest_of(probe_samples(now), k):.3f} ms now, the expected "
             f"fastest of {k} samples)"
         )
-
-
-def op_benchmark_probes() -> pl.DataFrame:
-    """The op benchmark's local rows behind this host's op models (``paths.op_timings``), their ``probe_ms`` alone (an
-    empty table when there is none)."""
-    from prenet.paths import default_path
-
-    path = default_path("op_timings")
-    if not path.is_file():
-        return pl.DataFrame({"probe_ms": []}, schema={"probe_ms": pl.Float64})
-    return pl.read_parquet(path, columns=["source", "probe_ms"]).filter(pl.col("source") == "local").select("probe_ms")
 
 
 if __name__ == "__main__":

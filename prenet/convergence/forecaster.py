@@ -700,16 +700,18 @@ def forecast(
         step_s, train_s = training_seconds(model, inputs, y_all, loss=loss, lr=lr, momentum=momentum, batch_size=batch_size, steps=steps, seed=seed)
         budget = Budget(train_s / cost_target, t0)
         cost = {"target": cost_target, "train_step_seconds": step_s, "train_seconds_estimate": train_s, "budget_seconds": budget.seconds}
+    # a fine-tune so short that its budget is under CEILING_FLOOR_S is sized and followed within that floor instead
+    short = budget is not None and budget.seconds < CEILING_FLOOR_S
+    floored = Budget(max(budget.seconds, CEILING_FLOOR_S), t0) if budget is not None else None
     chosen = None
     if subset is None:
-        # a fine-tune so short that its 30x budget is under CEILING_FLOOR_S is sized to the floor, as its follow-on points
-        # are: a 128-sample subset of a 678-sample poor-transfer fine-tune answered 30 % late on one draw of three
+        # its subset: a 128-sample subset of a 678-sample poor-transfer fine-tune answered 30 % late on one draw of three
         subset, chosen = choose_subset(
             model,
             inputs,
             N,
             C,
-            budget=Budget(max(budget.seconds, CEILING_FLOOR_S), t0) if budget is not None else None,
+            budget=floored,
             steps=steps,
             paths=sde_paths,
             proj_dim=proj_dim,
@@ -717,7 +719,7 @@ def forecast(
             seed=seed,
             ntk=ntk,
         )
-        if budget is not None and budget.seconds < CEILING_FLOOR_S and subset is not None:
+        if short and subset is not None:
             chosen += (
                 f" (the {cost_target:g}x budget, {budget.seconds:.2f} s, is under the {CEILING_FLOOR_S:g} s floor a fine-tune this short is sized to)"
             )
@@ -769,10 +771,10 @@ def forecast(
             heldout=heldout,
             # the kernel is followed past the base points within the cost target's budget, or CEILING_FLOOR_S where the
             # fine-tune is so short that the budget is less
-            follow_budget=Budget(max(budget.seconds, CEILING_FLOOR_S), t0) if budget is not None else None,
+            follow_budget=floored,
             # where the floor rules (the cost target's budget is less), the kernel's growth between the 8 % and 25 %
             # points is followed too
-            follow_on=FOLLOW_ON_AT + (SHORT_FOLLOW_ON_AT if budget is not None and budget.seconds < CEILING_FLOOR_S else ()),
+            follow_on=FOLLOW_ON_AT + (SHORT_FOLLOW_ON_AT if short else ()),
         )
     else:
         L, A = run_dynamics(kind, kernel.theta, F0, y, **dyn, progress=progress, lam_max=lam_theta * len(idx))
